@@ -1,0 +1,77 @@
+"""msgpack encoding of payloads, results and the stored job record.
+
+The store holds msgpack data only: no pickle, no code (invariant 6). A record is a msgpack array whose
+positions are the ``F_*`` constants below; new fields are only ever appended, so older records still decode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from .errors import PayloadNotSerializable, PayloadTooLarge, QueueCorrupted
+
+# Record field positions.
+F_STATE = 0
+F_QUEUE = 1
+F_NAME = 2
+F_PRIORITY = 3
+F_RETRIES = 4
+F_MAX_RETRIES = 5
+F_ENQUEUED_AT = 6
+F_READY_AT = 7  # when the job became (or becomes, if scheduled) claimable: the ETA of a scheduled job
+F_STARTED_AT = 8
+F_FINISHED_AT = 9
+F_LEASE_UNTIL = 10
+F_TOKEN = 11
+F_ERROR = 12
+F_ERROR_TYPE = 13
+F_TRACEBACK = 14
+F_RESULT = 15  # packed bytes (decoded lazily), or None
+F_TIMEOUT = 16
+F_PARTITION_KEY = 17
+F_ATTEMPTS = 18
+RECORD_FIELDS = 19
+
+_packer_options: dict[str, Any] = {"use_bin_type": True, "datetime": False}
+_unpacker_options: dict[str, Any] = {"raw": False, "strict_map_key": False, "timestamp": 0}
+
+
+def pack_value(value: Any, *, what: str, limit: int) -> bytes:
+    """Encode a user value (payload or result), refusing what msgpack cannot encode or what is too big."""
+    try:
+        data = msgpack.packb(value, **_packer_options)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise PayloadNotSerializable(
+            f"the {what} cannot be stored: {exc}. Use msgpack data only (None, bool, int, float, str, "
+            f"bytes, and lists/dicts of those)."
+        ) from exc
+    if len(data) > limit:
+        raise PayloadTooLarge(
+            f"the {what} is {len(data):,} bytes encoded, over the limit of {limit:,} bytes "
+            f"(max_payload_bytes). Store large data elsewhere and pass a reference."
+        )
+    return bytes(data)
+
+
+def unpack_value(data: bytes) -> Any:
+    return msgpack.unpackb(data, **_unpacker_options)
+
+
+def pack_record(record: list[Any]) -> bytes:
+    return bytes(msgpack.packb(record, use_bin_type=True))
+
+
+def unpack_record(data: bytes, job_id: int) -> list[Any]:
+    try:
+        record = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # any decoding failure means the bytes on disk are not a record we wrote
+        raise QueueCorrupted(f"job {job_id}: the stored record cannot be decoded ({exc})") from exc
+    if not isinstance(record, list) or len(record) < F_TIMEOUT:
+        raise QueueCorrupted(f"job {job_id}: the stored record has an unknown shape")
+    if len(record) < RECORD_FIELDS:
+        record.extend([None] * (RECORD_FIELDS - len(record)))
+        if record[F_ATTEMPTS] is None:
+            record[F_ATTEMPTS] = 0
+    return record

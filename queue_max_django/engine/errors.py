@@ -1,0 +1,66 @@
+"""The engine's exceptions: one base class, each subclass says what went wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class QueueError(Exception):
+    """Base class of every error the engine raises. Raw ``lmdb.Error``s never escape; they are wrapped."""
+
+
+class QueueEmpty(QueueError):
+    """``get()`` found no job it was allowed to take before its timeout ran out."""
+
+
+class QueueClosed(QueueError):
+    """The queue was closed; open a new ``Queue`` on the same path to go on."""
+
+
+class QueueCorrupted(QueueError):
+    """A completion that the store refuses: the record's claim token no longer matches the job on disk
+    (its lease expired and another holder claimed it), the job was already acked/nacked/released, the job
+    is not running, or the data on disk is inconsistent. Nothing was changed."""
+
+
+class InvalidJob(QueueError, ValueError):
+    """An argument to ``put()`` (or a similar call) is out of range or of the wrong type.
+
+    Nothing was written. The message names the argument and the allowed values."""
+
+
+class PayloadNotSerializable(InvalidJob, TypeError):
+    """The payload (or result) holds a value msgpack cannot encode.
+
+    Payloads must be msgpack data: ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes`` and
+    lists/tuples/dicts of those. Convert dates, decimals, model instances, etc. to one of those first."""
+
+
+class PayloadTooLarge(InvalidJob):
+    """The encoded payload (or result) is bigger than ``max_payload_bytes``.
+
+    Store large data elsewhere (a file, the database) and put a reference to it in the payload, or raise
+    ``max_payload_bytes`` when you open the queue."""
+
+
+class UnknownQueue(InvalidJob):
+    """The named queue is not one of the ``queues=`` the ``Queue`` was opened with."""
+
+
+class StoreMismatch(QueueError):
+    """The store on disk was created with another shard count or layout version than the one asked for.
+
+    Open it with ``shards=None`` (or the count on disk). To change the shard count, drain the queue and create
+    a new store at another path; the engine never reshuffles jobs silently."""
+
+
+class StoreFull(QueueError):
+    """A shard's LMDB map reached ``map_size_max``. The store stays readable; ack, purge or vacuum jobs, or
+    open the queue with a larger ``map_size_max``."""
+
+
+class StoreError(QueueError):
+    """LMDB reported an error the engine cannot handle itself (disk full, permissions, I/O error).
+    The underlying ``lmdb.Error`` is chained as ``__cause__``."""
+
+
+class ConfigurationError(QueueError, ValueError):
+    """An argument of ``Queue(...)`` is out of range or of the wrong type. The message names it."""

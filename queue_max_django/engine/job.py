@@ -1,0 +1,55 @@
+"""The vocabulary shared by every layer: job states and the read-only ``Job`` snapshot."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class State(enum.StrEnum):
+    """A job's state. The values are the ``stats()`` keys and what ``jobs()``/``purge()`` take."""
+
+    PENDING = "pending"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+# Order matters: the integer code of a state is its index here, and that code is what is stored on disk.
+STATES: tuple[State, ...] = (State.PENDING, State.SCHEDULED, State.RUNNING, State.DONE, State.FAILED)
+STATE_CODE: dict[State, int] = {state: code for code, state in enumerate(STATES)}
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A frozen snapshot of one job, read in one transaction. Times are unix seconds or ``None``."""
+
+    job_id: int
+    state: State
+    queue: str
+    name: str | None
+    priority: int
+    payload: Any
+    result: Any
+    retries: int
+    max_retries: int
+    error: str | None
+    error_type: str | None
+    traceback: str | None
+    enqueued_at: float
+    started_at: float | None
+    finished_at: float | None
+    eta: float | None
+    attempts: int = 0
+    timeout: float | None = None
+    partition_key: Any = None
+    lease_until: float | None = None
+
+    @property
+    def shard(self) -> int:
+        """The shard that holds this job (derivable from its id)."""
+        from .keys import shard_of
+
+        return shard_of(self.job_id)

@@ -1,0 +1,75 @@
+"""The byte layout of every LMDB key. Big-endian, so byte order is numeric order.
+
+Job ids: ``sequence << 8 | shard``. The sequence of a shard is ``max(previous + 1, now in µs)``, so ids are
+unique, grow with time in every shard, and sort across shards in (roughly) enqueue order; the shard is the
+low byte. See docs/architecture.md for the databases these keys live in.
+"""
+
+from __future__ import annotations
+
+import struct
+
+SHARD_BITS = 8
+MAX_SHARDS = 1 << SHARD_BITS
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+
+_Q = struct.Struct(">Q")
+_QQ = struct.Struct(">QQ")
+_HQQ = struct.Struct(">HQQ")
+_PRIORITY_FLIP = 0x7FFF  # stored value = _PRIORITY_FLIP - priority: highest priority sorts first
+
+QUEUE_SEP = b"\x00"
+
+
+def job_id_for(sequence: int, shard: int) -> int:
+    return (sequence << SHARD_BITS) | shard
+
+
+def shard_of(job_id: int) -> int:
+    return job_id & (MAX_SHARDS - 1)
+
+
+def micros(seconds: float) -> int:
+    """Unix seconds -> non-negative integer microseconds (the unit every time key is stored in)."""
+    value = int(seconds * 1_000_000)
+    return value if value > 0 else 0
+
+
+def id_key(job_id: int) -> bytes:
+    return _Q.pack(job_id)
+
+
+def id_from_key(key: bytes) -> int:
+    return int(_Q.unpack(key)[0])
+
+
+def time_key(when_us: int, job_id: int) -> bytes:
+    """(time, job id): the scheduled, lease and done indexes, scanned from ``first()`` while due."""
+    return _QQ.pack(when_us, job_id)
+
+
+def time_key_parts(key: bytes) -> tuple[int, int]:
+    when, job_id = _QQ.unpack(key)
+    return int(when), int(job_id)
+
+
+def queue_prefix(queue: bytes) -> bytes:
+    return queue + QUEUE_SEP
+
+
+def ready_key(queue: bytes, priority: int, ready_us: int, job_id: int) -> bytes:
+    """(queue, priority descending, ready time, job id): the head of a queue's range is the next job."""
+    return queue + QUEUE_SEP + _HQQ.pack(_PRIORITY_FLIP - priority, ready_us, job_id)
+
+
+def ready_key_parts(key: bytes) -> tuple[bytes, int, int, int]:
+    """-> (queue, priority, ready µs, job id)."""
+    queue = key[: -_HQQ.size - 1]
+    flipped, ready_us, job_id = _HQQ.unpack(key[-_HQQ.size :])
+    return queue, _PRIORITY_FLIP - int(flipped), int(ready_us), int(job_id)
+
+
+def next_queue_prefix(queue: bytes) -> bytes:
+    """The smallest key past every ready key of ``queue`` (queue names never contain NUL)."""
+    return queue + b"\x01"

@@ -1,0 +1,783 @@
+"""``Queue`` and ``Record``: validation, routing across shards, waiting, and the background maintenance.
+
+Every state change is delegated to one ``Shard`` method (one LMDB transaction). This module owns policy:
+which shard a job goes to, which shard a consumer claims from (never passing over a higher priority),
+backoff, the clock, waking consumers, and the recovery/vacuum/sync thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import itertools
+import logging
+import math
+import os
+import random
+import threading
+import time
+import traceback as _traceback
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import msgpack
+
+from . import codec
+from .errors import (
+    ConfigurationError,
+    InvalidJob,
+    QueueClosed,
+    QueueCorrupted,
+    QueueEmpty,
+    UnknownQueue,
+)
+from .groupcommit import GroupCommitter
+from .job import Job, State
+from .keys import MAX_SHARDS, PRIORITY_MAX, PRIORITY_MIN, shard_of
+from .retry import backoff_delay
+from .shard import Claimed, CorruptedJobQuarantined, NewJob, Shard
+from .store import REGISTRY, EnvOptions, fork_generation, open_store_meta, shard_dir
+from .wake import Waker
+
+DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the file grows with the data)
+MAX_IDLE_WAIT = 1.0  # an idle get() re-checks the store at least this often, hint or not
+MAX_QUEUE_NAME = 100
+MAX_NAME = 200
+MAX_ERROR_CHARS = 65_536
+BATCH = 1000
+
+Clock = Callable[[], float]
+logger = logging.getLogger("queue_max_django.engine")
+
+
+def _check_number(name: str, value: Any, *, minimum: float, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ConfigurationError(f"{name} must be a number, not {value!r}")
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, not {value!r}")
+
+
+def validate_queue_name(queue: Any) -> str:
+    if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_NAME:
+        raise InvalidJob(
+            f"queue must be a non-empty str of at most {MAX_QUEUE_NAME} characters, not {queue!r}"
+        )
+    if "\x00" in queue or "\x01" in queue:
+        raise InvalidJob(f"queue names cannot contain control characters: {queue!r}")
+    return queue
+
+
+def describe_error(error: BaseException | str | None) -> tuple[str, str | None, str | None]:
+    """(text, type, traceback) of what ``nack(error=...)`` was given, bounded in size."""
+    if error is None:
+        return "nack() called without an error", None, None
+    if isinstance(error, BaseException):
+        kind = type(error)
+        type_name = (
+            kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        )
+        text = str(error) or type_name
+        trace = None
+        if error.__traceback__ is not None:
+            trace = "".join(_traceback.format_exception(kind, error, error.__traceback__))[-MAX_ERROR_CHARS:]
+        return text[:MAX_ERROR_CHARS], type_name, trace
+    return str(error)[:MAX_ERROR_CHARS], None, None
+
+
+class Record:
+    """One claimed job. Completion goes through the record only: ``ack``, ``nack``, ``release``."""
+
+    __slots__ = (
+        "_queue",
+        "_token",
+        "attempts",
+        "enqueued_at",
+        "finished",
+        "job_id",
+        "lease_until",
+        "name",
+        "payload",
+        "priority",
+        "queue",
+        "retries",
+        "timeout",
+    )
+
+    def __init__(self, owner: Queue, claimed: Claimed) -> None:
+        record = claimed.record
+        self._queue = owner
+        self._token: bytes = record[codec.F_TOKEN]
+        self.job_id: int = claimed.job_id
+        self.payload: Any = codec.unpack_value(claimed.payload)
+        self.retries: int = record[codec.F_RETRIES]
+        self.attempts: int = record[codec.F_ATTEMPTS]
+        self.enqueued_at: float = record[codec.F_ENQUEUED_AT] / 1_000_000
+        self.priority: int = record[codec.F_PRIORITY]
+        self.queue: str = record[codec.F_QUEUE]
+        self.name: str | None = record[codec.F_NAME]
+        self.timeout: float | None = record[codec.F_TIMEOUT]
+        self.lease_until: float = record[codec.F_LEASE_UNTIL] / 1_000_000
+        self.finished = False  # set once ack/nack/release succeeded through this object
+
+    def __repr__(self) -> str:
+        return f"<Record job_id={self.job_id} queue={self.queue!r} name={self.name!r} retries={self.retries}>"
+
+    def ack(self, result: Any = None) -> None:
+        """Done. ``result`` (msgpack data) is kept with the job until vacuum (``result_ttl``)."""
+        q = self._queue
+        packed = (
+            None if result is None else codec.pack_value(result, what="result", limit=q.max_payload_bytes)
+        )
+        shard = q._shard(self.job_id)
+        shard.complete(q._clock(), self.job_id, self._token, packed, q.sync)
+        self.finished = True
+
+    def nack(
+        self, error: BaseException | str | None = None, *, delay: float | None = None, permanent: bool = False
+    ) -> State:
+        """A failed attempt. Retries later (after the backoff, or ``delay`` seconds), or fails for good when
+        out of retries or ``permanent``. -> the job's new state."""
+        if delay is not None:
+            _check_number("delay", delay, minimum=0)
+        q = self._queue
+        shard = q._shard(self.job_id)
+        state = shard.fail(
+            q._clock(),
+            self.job_id,
+            self._token,
+            describe_error(error),
+            delay=delay,
+            permanent=permanent,
+            backoff=q._backoff,
+            durable=q.sync,
+        )
+        self.finished = True
+        q._waker.notify()
+        return state
+
+    def release(self) -> None:
+        """Give the job back unfinished (shutdown): pending again, not counted as an attempt."""
+        q = self._queue
+        q._shard(self.job_id).release(q._clock(), self.job_id, self._token)
+        self.finished = True
+        q._waker.notify()
+
+    def touch(self) -> float:
+        """Extend the lease by ``lease_time`` from now. -> the new expiry (unix seconds)."""
+        q = self._queue
+        self.lease_until = q._shard(self.job_id).touch(q._clock(), self.job_id, self._token, q.lease_time)
+        return self.lease_until
+
+
+class Queue:
+    """A persistent, sharded, crash-safe job queue in a directory. See docs/reference/engine.md."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        shards: int | None = None,
+        lease_time: float = 30.0,
+        max_retries: int = 3,
+        retry_backoff: float = 1.0,
+        retry_backoff_max: float = 3600.0,
+        result_ttl: float = 86400.0,
+        max_payload_bytes: int = 2**20,
+        queues: Iterable[str] | None = None,
+        map_size: int = DEFAULT_MAP_SIZE,
+        map_size_max: int | None = None,
+        sync: bool = False,
+        writemap: bool = False,
+        do_recover: bool = True,
+        recover_interval: float = 15.0,
+        do_vacuum: bool = True,
+        vacuum_interval: float = 300.0,
+        sync_interval: float = 1.0,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
+                                   or not 1 <= shards <= MAX_SHARDS):  # fmt: skip
+            raise ConfigurationError(f"shards must be an int from 1 to {MAX_SHARDS} or None, not {shards!r}")
+        _check_number("lease_time", lease_time, minimum=0.001)
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigurationError(f"max_retries must be an int >= 0, not {max_retries!r}")
+        _check_number("retry_backoff", retry_backoff, minimum=0)
+        _check_number("retry_backoff_max", retry_backoff_max, minimum=0)
+        _check_number("result_ttl", result_ttl, minimum=0)
+        _check_number("max_payload_bytes", max_payload_bytes, minimum=16)
+        _check_number("map_size", map_size, minimum=1 << 20)
+        _check_number("map_size_max", map_size_max, minimum=map_size, allow_none=True)
+        _check_number("recover_interval", recover_interval, minimum=0.01)
+        _check_number("vacuum_interval", vacuum_interval, minimum=0.01)
+        _check_number("sync_interval", sync_interval, minimum=0.01)
+        self.path = os.path.realpath(os.fspath(path))
+        self.lease_time = float(lease_time)
+        self.max_retries = max_retries
+        self.retry_backoff = float(retry_backoff)
+        self.retry_backoff_max = float(retry_backoff_max)
+        self.result_ttl = float(result_ttl)
+        self.max_payload_bytes = int(max_payload_bytes)
+        self.queues: frozenset[str] | None = None
+        if queues is not None:
+            if isinstance(queues, str):
+                raise ConfigurationError("queues must be a list of names, not one string")
+            self.queues = frozenset(validate_queue_name(name) for name in queues)
+        self.sync = bool(sync)
+        self.writemap = bool(writemap)
+        self._clock: Clock = clock or time.time
+        self._rng = rng or random.Random()
+        self._do_recover = do_recover
+        self._do_vacuum = do_vacuum
+        self._intervals = {"recover": float(recover_interval), "vacuum": float(vacuum_interval),
+                           "sync": float(sync_interval)}  # fmt: skip
+        self._options = EnvOptions(int(map_size), map_size_max, self.sync, self.writemap)
+        meta = open_store_meta(self.path, shards)
+        self.shard_count = meta.shards
+        self._lock = threading.Lock()
+        self._closed = False
+        self._rotation = itertools.count(self._rng.randrange(self.shard_count))
+        self._waker = Waker(os.path.join(self.path, "wake"))
+        self._stop = threading.Event()
+        self._maintenance: threading.Thread | None = None
+        self._open_shards()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _open_shards(self) -> None:
+        envs = []
+        try:
+            for index in range(self.shard_count):
+                envs.append(REGISTRY.acquire(shard_dir(self.path, index), self._options))
+        except BaseException:
+            for env in envs:
+                REGISTRY.release(env)
+            raise
+        self._envs = envs
+        self._shards = [Shard(index, env) for index, env in enumerate(envs)]
+        self._committers = [GroupCommitter(self._durable_enqueue(shard)) for shard in self._shards]
+        self._generation = fork_generation()
+        if self._do_recover or self._do_vacuum or not self.sync:
+            self._stop = threading.Event()
+            self._maintenance = threading.Thread(
+                target=self._maintain, name=f"queue-max-maintenance:{self.path}", daemon=True
+            )
+            self._maintenance.start()
+
+    def _durable_enqueue(self, shard: Shard) -> Callable[[Sequence[NewJob]], list[int]]:
+        def commit(jobs: Sequence[NewJob]) -> list[int]:
+            return shard.enqueue(self._clock(), jobs, durable=True)
+
+        return commit
+
+    def _live(self) -> list[Shard]:
+        if self._closed:
+            raise QueueClosed(f"the queue at {self.path!r} is closed")
+        if self._generation != fork_generation():
+            with self._lock:
+                if self._generation != fork_generation():
+                    self._open_shards()  # a forked child: never reuse the parent's handles
+        return self._shards
+
+    def _shard(self, job_id: int) -> Shard:
+        shards = self._live()
+        index = shard_of(job_id)
+        if index >= len(shards):
+            raise QueueCorrupted(f"job {job_id} names shard {index}, but the store has {len(shards)}")
+        return shards[index]
+
+    def close(self) -> None:
+        """Stop the background thread, wake waiting consumers, release the environments. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        self._waker.close()
+        thread = self._maintenance
+        if thread is not None and thread is not threading.current_thread() and thread.is_alive():
+            thread.join(timeout=10)
+        if self._generation == fork_generation():
+            for env in self._envs:
+                if not self.sync:
+                    env.sync()
+                REGISTRY.release(env)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.path!r} shards={self.shard_count}{' closed' if self._closed else ''}>"
+
+    # ------------------------------------------------------------------ put
+
+    def _new_job(
+        self,
+        payload: Any,
+        *,
+        priority: int,
+        delay: float | None,
+        eta: float | _dt.datetime | None,
+        queue: str,
+        name: str | None,
+        max_retries: int | None,
+        timeout: float | None,
+        partition_key: Any,
+        now: float,
+    ) -> NewJob:
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or not PRIORITY_MIN <= priority <= PRIORITY_MAX
+        ):
+            raise InvalidJob(
+                f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}"
+            )
+        validate_queue_name(queue)
+        if self.queues is not None and queue not in self.queues:
+            raise UnknownQueue(f"unknown queue {queue!r}: this Queue serves {sorted(self.queues)}")
+        if name is not None and (not isinstance(name, str) or not name or len(name) > MAX_NAME):
+            raise InvalidJob(
+                f"name must be None or a non-empty str of at most {MAX_NAME} characters, not {name!r}"
+            )
+        if max_retries is None:
+            max_retries = self.max_retries
+        elif isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise InvalidJob(f"max_retries must be None or an int >= 0, not {max_retries!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+        ):
+            raise InvalidJob(f"timeout must be None or a number of seconds > 0, not {timeout!r}")
+        if partition_key is not None and not isinstance(partition_key, (str, int, bytes)):
+            raise InvalidJob(f"partition_key must be a str, int or bytes, not {type(partition_key).__name__}")
+        ready_at = self._ready_at(delay, eta, now)
+        packed = codec.pack_value(payload, what="payload", limit=self.max_payload_bytes)
+        return NewJob(packed, queue, name, priority, ready_at, max_retries, timeout, partition_key)
+
+    @staticmethod
+    def _ready_at(delay: float | None, eta: float | _dt.datetime | None, now: float) -> float | None:
+        if delay is not None and eta is not None:
+            raise InvalidJob("give delay or eta, not both")
+        if delay is not None:
+            if isinstance(delay, _dt.timedelta):
+                delay = delay.total_seconds()
+            if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay):
+                raise InvalidJob(f"delay must be a finite number of seconds, not {delay!r}")
+            if delay < 0:
+                raise InvalidJob(f"delay cannot be negative ({delay!r}); use 0 to run now")
+            return now + delay if delay > 0 else None
+        if eta is not None:
+            if isinstance(eta, _dt.datetime):
+                if eta.tzinfo is None or eta.utcoffset() is None:
+                    raise InvalidJob("eta must be an aware datetime (with a tzinfo) or a unix timestamp")
+                eta = eta.timestamp()
+            if (
+                isinstance(eta, bool)
+                or not isinstance(eta, (int, float))
+                or not math.isfinite(eta)
+                or eta < 0
+            ):
+                raise InvalidJob(f"eta must be an aware datetime or a unix timestamp >= 0, not {eta!r}")
+            return float(eta) if eta > now else None
+        return None
+
+    def _route(self, partition_key: Any) -> int:
+        if partition_key is None:
+            return next(self._rotation) % self.shard_count
+        return zlib.crc32(msgpack.packb(partition_key, use_bin_type=True)) % self.shard_count
+
+    def put(
+        self,
+        payload: Any,
+        *,
+        priority: int = 0,
+        delay: float | None = None,
+        eta: float | _dt.datetime | None = None,
+        queue: str = "default",
+        name: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        partition_key: Any = None,
+    ) -> int:
+        """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input."""
+        shards = self._live()
+        now = self._clock()
+        job = self._new_job(
+            payload, priority=priority, delay=delay, eta=eta, queue=queue, name=name,
+            max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
+        )  # fmt: skip
+        index = self._route(partition_key)
+        if self.sync:
+            job_id = self._committers[index].submit([job])[0]
+        else:
+            job_id = shards[index].enqueue(now, [job])[0]
+        self._waker.notify()
+        return job_id
+
+    def put_many(
+        self,
+        payloads: Iterable[Any],
+        *,
+        priority: int = 0,
+        delay: float | None = None,
+        eta: float | _dt.datetime | None = None,
+        queue: str = "default",
+        name: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        partition_key: Any = None,
+    ) -> list[int]:
+        """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing."""
+        shards = self._live()
+        now = self._clock()
+        jobs = [
+            self._new_job(payload, priority=priority, delay=delay, eta=eta, queue=queue, name=name,
+                          max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now)
+            for payload in payloads
+        ]  # fmt: skip
+        if not jobs:
+            return []
+        ids = shards[self._route(partition_key)].enqueue(now, jobs, durable=self.sync)
+        self._waker.notify()
+        return ids
+
+    def put_many_to_shard(self, shard: int, payloads: Iterable[Any], **options: Any) -> list[int]:
+        """``put_many`` into one given shard (``.map`` spreads a batch over the shards with this)."""
+        if not 0 <= shard < self.shard_count:
+            raise InvalidJob(f"shard must be from 0 to {self.shard_count - 1}, not {shard!r}")
+        shards = self._live()
+        now = self._clock()
+        jobs = [self._new_job(payload, now=now, **_put_defaults(options)) for payload in payloads]
+        if not jobs:
+            return []
+        ids = shards[shard].enqueue(now, jobs, durable=self.sync)
+        self._waker.notify()
+        return ids
+
+    # ------------------------------------------------------------------ get
+
+    def _queue_filter(self, queues: Iterable[str] | None) -> list[bytes] | None:
+        if queues is None:
+            if self.queues is None:
+                return None
+            return sorted(name.encode() for name in self.queues)
+        if isinstance(queues, str):
+            queues = [queues]
+        names = []
+        for name in queues:
+            validate_queue_name(name)
+            if self.queues is not None and name not in self.queues:
+                raise UnknownQueue(f"unknown queue {name!r}: this Queue serves {sorted(self.queues)}")
+            names.append(name.encode())
+        return sorted(set(names))
+
+    def _try_claim(self, allowed: list[bytes] | None) -> tuple[Record | None, float | None]:
+        """One pass: promote due scheduled jobs, find the highest priority across shards, claim it.
+        -> (record or None, the earliest future ETA seen)."""
+        shards = self._live()
+        count = len(shards)
+        for _attempt in range(8):
+            now = self._clock()
+            start = next(self._rotation)
+            best: Shard | None = None
+            best_priority = PRIORITY_MIN - 1
+            next_eta: float | None = None
+            due = []
+            for offset in range(count):
+                shard = shards[(start + offset) % count]
+                head = shard.peek(now, allowed)
+                if head.next_eta is not None:
+                    if head.next_eta <= now:
+                        due.append(shard)
+                    elif next_eta is None or head.next_eta < next_eta:
+                        next_eta = head.next_eta
+                if head.priority is not None and head.priority > best_priority:
+                    best, best_priority = shard, head.priority
+            if due:
+                for shard in due:
+                    shard.promote_due(now)
+                continue
+            if best is None:
+                return None, next_eta
+            try:
+                claimed = best.claim(now, allowed, self.lease_time, os.urandom(16))
+            except CorruptedJobQuarantined as exc:
+                raise QueueCorrupted(
+                    f"job {exc.job_id} could not be delivered: {exc.reason}. It was moved to the dead "
+                    f"letters (error type 'Corrupted'); the queue goes on with the other jobs."
+                ) from None
+            if claimed is not None:
+                return Record(self, claimed), next_eta
+        return None, next_eta
+
+    def get(self, timeout: float | None = None, *, queues: Iterable[str] | None = None) -> Record:
+        """Claim the next job (highest priority first). ``timeout=None`` blocks; 0 looks once.
+        Raises ``QueueEmpty`` when no job came in time."""
+        if timeout is not None:
+            _check_number("timeout", timeout, minimum=0)
+        allowed = self._queue_filter(queues)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            record, next_eta = self._try_claim(allowed)
+            if record is not None:
+                self._waker.reset_poll()
+                return record
+            wait = MAX_IDLE_WAIT
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise QueueEmpty(f"no job within {timeout} s")
+                wait = min(wait, remaining)
+            if next_eta is not None:
+                wait = min(wait, max(next_eta - self._clock(), 0.0005))
+            self._waker.wait(wait)
+
+    @contextlib.contextmanager
+    def processing(
+        self, timeout: float | None = 5.0, *, queues: Iterable[str] | None = None
+    ) -> Iterator[Record]:
+        """``with q.processing() as record:`` acks on success, nacks on an exception (and re-raises it).
+        A ``KeyboardInterrupt``/``SystemExit`` releases the job instead: it was not the job's fault."""
+        record = self.get(timeout, queues=queues)
+        try:
+            yield record
+        except Exception as exc:
+            if not record.finished:
+                record.nack(exc)
+            raise
+        except BaseException:
+            if not record.finished:
+                record.release()
+            raise
+        else:
+            if not record.finished:
+                record.ack()
+
+    def _backoff(self, retries: int) -> float:
+        return backoff_delay(retries, self.retry_backoff, self.retry_backoff_max, rng=self._rng)
+
+    # ------------------------------------------------------------------ reads
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per state, ``total`` puts ever, and ``shards``. O(shards): no scan."""
+        out: dict[str, Any] = {state.value: 0 for state in State}
+        out["total"] = 0
+        for shard in self._live():
+            for key, value in shard.counts().items():
+                out[key] += value
+        out["shards"] = self.shard_count
+        return out
+
+    def shard_stats(self) -> list[dict[str, int]]:
+        """``stats()`` of each shard, in shard order."""
+        return [shard.counts() for shard in self._live()]
+
+    def job(self, job_id: int) -> Job | None:
+        """A snapshot of one job, or None if there is no such job (any more)."""
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+            return None
+        shards = self._live()
+        index = shard_of(job_id)
+        return shards[index].job(job_id) if index < len(shards) else None
+
+    def jobs(
+        self,
+        state: State | str,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+        after: int | None = None,
+        limit: int = 50,
+        newest_first: bool = False,
+    ) -> list[Job]:
+        """Jobs in one state, in job-id (enqueue) order, ``limit`` at a time. Keyset paging: pass the last
+        job's ``job_id`` as ``after`` for the next page; every page costs the same at any depth."""
+        state = _state(state)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidJob(f"limit must be an int >= 1, not {limit!r}")
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+            raise InvalidJob(f"after must be a job id, not {after!r}")
+        found: list[Job] = []
+        for shard in self._live():
+            found.extend(shard.list_jobs(state, after=after, limit=limit, newest_first=newest_first,
+                                         queue=queue, name=name))  # fmt: skip
+        found.sort(key=lambda job: job.job_id, reverse=newest_first)
+        return found[:limit]
+
+    def dead_letters(self, *, after: int | None = None, limit: int = 100) -> list[Job]:
+        """Failed jobs, newest first: ``jobs(State.FAILED, newest_first=True, ...)``."""
+        return self.jobs(State.FAILED, newest_first=True, after=after, limit=limit)
+
+    # ------------------------------------------------------------------ management
+
+    def requeue(self, job_id: int) -> bool:
+        """A failed job goes back to pending with its retries reset. -> False if it is not failed."""
+        job = self._job_shard(job_id)
+        if job is None or not job.requeue(self._clock(), job_id):
+            return False
+        self._waker.notify()
+        return True
+
+    def cancel(self, job_id: int) -> bool:
+        """Remove a pending or scheduled job. -> False if it is in another state or gone."""
+        shard = self._job_shard(job_id)
+        return shard is not None and shard.cancel(job_id)
+
+    def _job_shard(self, job_id: int) -> Shard | None:
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+            raise InvalidJob(f"job_id must be a positive int, not {job_id!r}")
+        shards = self._live()
+        index = shard_of(job_id)
+        return shards[index] if index < len(shards) else None
+
+    def purge(self, state: State | str, *, older_than: float | None = None) -> int:
+        """Delete every job in ``state`` (never running ones), or those older than ``older_than`` seconds
+        (finish time for done/failed, enqueue time otherwise). -> how many."""
+        state = _state(state)
+        if state is State.RUNNING:
+            raise InvalidJob(
+                "running jobs cannot be purged: they belong to a live worker (or recover() them)"
+            )
+        if older_than is not None:
+            _check_number("older_than", older_than, minimum=0)
+        cutoff = None if older_than is None else self._clock() - older_than
+        total = 0
+        for shard in self._live():
+            while True:
+                deleted, more = shard.purge(state, cutoff, BATCH)
+                total += deleted
+                if not more or deleted == 0:
+                    break
+        return total
+
+    def recover(self) -> int:
+        """Running jobs whose lease expired: a failed attempt ("lease expired"), back to pending or to the
+        dead letters. Idempotent. -> how many."""
+        total = 0
+        for shard in self._live():
+            while True:
+                count = shard.recover_expired(self._clock(), BATCH)
+                total += count
+                if count < BATCH:
+                    break
+        if total:
+            self._waker.notify()
+        return total
+
+    def vacuum(self, older_than: float | None = None) -> int:
+        """Delete done jobs (and their results) finished at least ``older_than`` seconds ago
+        (default: ``result_ttl``). Failed jobs are kept. -> how many."""
+        if older_than is not None:
+            _check_number("older_than", older_than, minimum=0)
+        cutoff = self._clock() - (self.result_ttl if older_than is None else older_than)
+        total = 0
+        for shard in self._live():
+            while True:
+                count = shard.vacuum(cutoff, BATCH)
+                total += count
+                if count < BATCH:
+                    break
+        return total
+
+    def promote(self) -> int:
+        """Scheduled jobs whose ETA passed become pending now (``get()`` also does this as it goes)."""
+        total = 0
+        for shard in self._live():
+            while True:
+                count = shard.promote_due(self._clock(), BATCH)
+                total += count
+                if count < BATCH:
+                    break
+        if total:
+            self._waker.notify()
+        return total
+
+    def wait_until_empty(self, timeout: float | None = None, *, poll_interval: float = 0.005) -> bool:
+        """Block until nothing is pending, scheduled or running. -> False if ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            stats = self.stats()
+            if stats["pending"] + stats["scheduled"] + stats["running"] == 0:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_interval)
+
+    def verify(self) -> list[str]:
+        """Walk the whole store and report every inconsistency between records, indexes and counters.
+        An empty list means the store is consistent. Reads only; O(jobs)."""
+        problems: list[str] = []
+        for shard in self._live():
+            problems.extend(shard.verify())
+        return problems
+
+    def reader_check(self) -> int:
+        """Reclaim LMDB reader slots of dead processes. -> how many. (The background thread does this.)"""
+        return sum(env.reader_check() for env in self._envs_live())
+
+    def _envs_live(self) -> list[Any]:
+        self._live()
+        return self._envs
+
+    # ------------------------------------------------------------------ background maintenance
+
+    def _maintain(self) -> None:
+        stop = self._stop
+        intervals = self._intervals
+        due = {name: time.monotonic() + interval for name, interval in intervals.items()}
+        while not stop.is_set():
+            now = time.monotonic()
+            wait = max(0.0, min(due.values()) - now)
+            if stop.wait(wait):
+                return
+            now = time.monotonic()
+            try:
+                if now >= due["recover"]:
+                    due["recover"] = now + intervals["recover"]
+                    self.reader_check()
+                    if self._do_recover:
+                        self.recover()
+                if now >= due["vacuum"]:
+                    due["vacuum"] = now + intervals["vacuum"]
+                    if self._do_vacuum:
+                        self.vacuum()
+                if now >= due["sync"]:
+                    due["sync"] = now + intervals["sync"]
+                    if not self.sync:
+                        for env in self._envs:
+                            env.sync()  # bounds what an OS crash can take in the default mode
+            except QueueClosed:
+                return
+            except Exception:  # keep maintaining; the next round retries
+                logger.exception("background maintenance of %s failed", self.path)
+
+
+def _state(state: State | str) -> State:
+    try:
+        return State(state)
+    except ValueError:
+        raise InvalidJob(f"unknown state {state!r}: use one of {[s.value for s in State]}") from None
+
+
+_PUT_OPTIONS = ("priority", "delay", "eta", "queue", "name", "max_retries", "timeout", "partition_key")
+
+
+def _put_defaults(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(options) - set(_PUT_OPTIONS)
+    if unknown:
+        raise InvalidJob(f"unknown put option(s): {sorted(unknown)}")
+    defaults: dict[str, Any] = dict.fromkeys(_PUT_OPTIONS)
+    defaults["priority"] = 0
+    defaults["queue"] = "default"
+    defaults.update(options)
+    return defaults

@@ -1,0 +1,34 @@
+"""Retry backoff: one pure function, testable exactly with a seeded random source."""
+
+from __future__ import annotations
+
+import random as _random
+from typing import Protocol
+
+JITTER = 0.2  # +-20 %
+
+
+class _Uniform(Protocol):
+    def uniform(self, a: float, b: float) -> float: ...
+
+
+def backoff_delay(
+    retries: int,
+    base: float,
+    cap: float = 3600.0,
+    *,
+    jitter: float = JITTER,
+    rng: _Uniform | None = None,
+) -> float:
+    """Seconds to wait before the next attempt after the ``retries``-th failed one (1 for the first).
+
+    ``base * 2 ** (retries - 1)``, times a random factor in ``[1 - jitter, 1 + jitter]``, capped at ``cap``.
+    ``base == 0`` means retry at once.
+    """
+    if base <= 0:
+        return 0.0
+    exponent = max(retries, 1) - 1
+    # Past 2**64 the float is already far over any sane cap; avoid OverflowError on huge retry counts.
+    raw = base * 2.0 ** min(exponent, 64)
+    factor = (rng or _random).uniform(1.0 - jitter, 1.0 + jitter)
+    return min(raw * factor, cap)

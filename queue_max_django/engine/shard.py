@@ -1,0 +1,767 @@
+"""One shard's atomic operations. Each public method is exactly one LMDB transaction.
+
+This is the storage interface DESIGN.md asks for: enqueue, claim, touch, complete, fail, release, recover
+expired, promote due, get, list, requeue/cancel, counts, purge, vacuum, verify. Every method takes ``now``
+(unix seconds from the queue's clock) and never reads the wall clock itself. A job's state and every index
+that mentions it change in the same write transaction (invariant 1).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import codec
+from .codec import (
+    F_ATTEMPTS,
+    F_ENQUEUED_AT,
+    F_ERROR,
+    F_ERROR_TYPE,
+    F_FINISHED_AT,
+    F_LEASE_UNTIL,
+    F_MAX_RETRIES,
+    F_NAME,
+    F_PARTITION_KEY,
+    F_PRIORITY,
+    F_QUEUE,
+    F_READY_AT,
+    F_RESULT,
+    F_RETRIES,
+    F_STARTED_AT,
+    F_STATE,
+    F_TIMEOUT,
+    F_TOKEN,
+    F_TRACEBACK,
+)
+from .errors import QueueCorrupted
+from .job import STATE_CODE, STATES, Job, State
+from .keys import (
+    id_from_key,
+    id_key,
+    job_id_for,
+    micros,
+    next_queue_prefix,
+    queue_prefix,
+    ready_key,
+    ready_key_parts,
+    time_key,
+    time_key_parts,
+)
+from .store import Env
+
+PENDING = STATE_CODE[State.PENDING]
+SCHEDULED = STATE_CODE[State.SCHEDULED]
+RUNNING = STATE_CODE[State.RUNNING]
+DONE = STATE_CODE[State.DONE]
+FAILED = STATE_CODE[State.FAILED]
+
+LIST_DB = {State.PENDING: "pending", State.SCHEDULED: "scheduled", State.RUNNING: "running",
+           State.DONE: "done", State.FAILED: "failed"}  # fmt: skip
+_COUNTERS_KEY = b"counters"
+_COUNTERS = struct.Struct(">QQ")  # last sequence, total successful puts
+LEASE_EXPIRED = "LeaseExpired"
+CORRUPTED = "Corrupted"
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated job ready to be written: the payload is already packed."""
+
+    payload: bytes
+    queue: str
+    name: str | None
+    priority: int
+    ready_at: float | None  # None: pending now; otherwise scheduled until then
+    max_retries: int
+    timeout: float | None
+    partition_key: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    job_id: int
+    record: list[Any]
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What a read of one shard saw: the best claimable job's priority, and the earliest ETA."""
+
+    priority: int | None
+    next_eta: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StrayEntry:
+    """Internal: a claim met an index entry without a pending job behind it, dropped it, and must retry."""
+
+    job_id: int
+
+
+class CorruptedJobQuarantined(Exception):
+    """Internal: a claim met a job whose data is broken; it was moved aside and the claim must be retried."""
+
+    def __init__(self, job_id: int, reason: str) -> None:
+        super().__init__(job_id, reason)
+        self.job_id = job_id
+        self.reason = reason
+
+
+def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
+    def seconds(value: int | None) -> float | None:
+        return None if value is None else value / 1_000_000
+
+    state = STATES[record[F_STATE]]
+    result = record[F_RESULT]
+    return Job(
+        job_id=job_id,
+        state=state,
+        queue=record[F_QUEUE],
+        name=record[F_NAME],
+        priority=record[F_PRIORITY],
+        payload=None if payload is None else codec.unpack_value(payload),
+        result=None if result is None else codec.unpack_value(result),
+        retries=record[F_RETRIES],
+        max_retries=record[F_MAX_RETRIES],
+        error=record[F_ERROR],
+        error_type=record[F_ERROR_TYPE],
+        traceback=record[F_TRACEBACK],
+        enqueued_at=record[F_ENQUEUED_AT] / 1_000_000,
+        started_at=seconds(record[F_STARTED_AT]),
+        finished_at=seconds(record[F_FINISHED_AT]),
+        eta=seconds(record[F_READY_AT]) if state is State.SCHEDULED else None,
+        attempts=record[F_ATTEMPTS] or 0,
+        timeout=record[F_TIMEOUT],
+        partition_key=record[F_PARTITION_KEY],
+        lease_until=seconds(record[F_LEASE_UNTIL]) if state is State.RUNNING else None,
+    )
+
+
+class Shard:
+    def __init__(self, index: int, env: Env) -> None:
+        self.index = index
+        self.env = env
+        dbs = env.dbs
+        self.jobs = dbs["jobs"]
+        self.payloads = dbs["payloads"]
+        self.meta = dbs["meta"]
+        self.ready = dbs["ready"]
+        self.sched = dbs["sched"]
+        self.lease = dbs["lease"]
+        self.done_at = dbs["done_at"]
+        self.lists = {state: dbs[name] for state, name in LIST_DB.items()}
+
+    # ------------------------------------------------------------------ helpers inside a transaction
+
+    def _load(self, txn: Any, job_id: int) -> list[Any] | None:
+        raw = txn.get(id_key(job_id), db=self.jobs)
+        return None if raw is None else codec.unpack_record(raw, job_id)
+
+    def _store(self, txn: Any, job_id: int, record: list[Any]) -> None:
+        txn.put(id_key(job_id), codec.pack_record(record), db=self.jobs)
+
+    def _unindex(self, txn: Any, job_id: int, record: list[Any]) -> None:
+        """Remove the job from the indexes of its current state."""
+        state = record[F_STATE]
+        key = id_key(job_id)
+        txn.delete(key, db=self.lists[STATES[state]])
+        if state == PENDING:
+            queue = record[F_QUEUE].encode()
+            txn.delete(ready_key(queue, record[F_PRIORITY], record[F_READY_AT], job_id), db=self.ready)
+        elif state == SCHEDULED:
+            txn.delete(time_key(record[F_READY_AT], job_id), db=self.sched)
+        elif state == RUNNING:
+            if record[F_LEASE_UNTIL] is not None:
+                txn.delete(time_key(record[F_LEASE_UNTIL], job_id), db=self.lease)
+        elif state == DONE:
+            txn.delete(time_key(record[F_FINISHED_AT], job_id), db=self.done_at)
+
+    def _index(self, txn: Any, job_id: int, record: list[Any]) -> None:
+        """Add the job to the indexes of its (new) state."""
+        state = record[F_STATE]
+        key = id_key(job_id)
+        txn.put(key, b"", db=self.lists[STATES[state]])
+        if state == PENDING:
+            queue = record[F_QUEUE].encode()
+            txn.put(ready_key(queue, record[F_PRIORITY], record[F_READY_AT], job_id), b"", db=self.ready)
+        elif state == SCHEDULED:
+            txn.put(time_key(record[F_READY_AT], job_id), b"", db=self.sched)
+        elif state == RUNNING:
+            txn.put(time_key(record[F_LEASE_UNTIL], job_id), b"", db=self.lease)
+        elif state == DONE:
+            txn.put(time_key(record[F_FINISHED_AT], job_id), b"", db=self.done_at)
+
+    def _move(self, txn: Any, job_id: int, record: list[Any], new_state: int) -> None:
+        self._unindex(txn, job_id, record)
+        record[F_STATE] = new_state
+        self._index(txn, job_id, record)
+        self._store(txn, job_id, record)
+
+    def _delete(self, txn: Any, job_id: int, record: list[Any]) -> None:
+        self._unindex(txn, job_id, record)
+        key = id_key(job_id)
+        txn.delete(key, db=self.jobs)
+        txn.delete(key, db=self.payloads)
+
+    def _held(self, txn: Any, job_id: int, token: bytes) -> list[Any]:
+        """The record of a job this token holds, or ``QueueCorrupted`` (and nothing changes)."""
+        record = self._load(txn, job_id)
+        if record is None:
+            raise QueueCorrupted(f"job {job_id} no longer exists (vacuumed, purged or cancelled)")
+        if record[F_STATE] != RUNNING:
+            raise QueueCorrupted(
+                f"job {job_id} is {STATES[record[F_STATE]].value}, not running: it was already completed "
+                f"or released, or its lease expired and recovery moved it"
+            )
+        if record[F_TOKEN] != token:
+            raise QueueCorrupted(
+                f"job {job_id} is held by another claim: this record's lease expired and the job was "
+                f"claimed again"
+            )
+        return record
+
+    # ------------------------------------------------------------------ enqueue
+
+    def enqueue(self, now: float, jobs: Sequence[NewJob], *, durable: bool = False) -> list[int]:
+        now_us = micros(now)
+
+        def txn_fn(txn: Any) -> list[int]:
+            raw = txn.get(_COUNTERS_KEY, db=self.meta)
+            sequence, total = _COUNTERS.unpack(raw) if raw is not None else (0, 0)
+            ids = []
+            for job in jobs:
+                sequence = max(sequence + 1, now_us)
+                job_id = job_id_for(sequence, self.index)
+                scheduled = job.ready_at is not None and micros(job.ready_at) > now_us
+                record: list[Any] = [None] * codec.RECORD_FIELDS
+                record[F_STATE] = SCHEDULED if scheduled else PENDING
+                record[F_QUEUE] = job.queue
+                record[F_NAME] = job.name
+                record[F_PRIORITY] = job.priority
+                record[F_RETRIES] = 0
+                record[F_MAX_RETRIES] = job.max_retries
+                record[F_ENQUEUED_AT] = now_us
+                record[F_READY_AT] = micros(job.ready_at) if scheduled else now_us  # type: ignore[arg-type]
+                record[F_TIMEOUT] = job.timeout
+                record[F_PARTITION_KEY] = job.partition_key
+                record[F_ATTEMPTS] = 0
+                key = id_key(job_id)
+                # Ids only grow within a shard, so these are appends at the end of each B-tree.
+                txn.put(key, codec.pack_record(record), db=self.jobs, append=True)
+                txn.put(key, job.payload, db=self.payloads, append=True)
+                txn.put(key, b"", db=self.lists[State.SCHEDULED if scheduled else State.PENDING], append=True)
+                if scheduled:
+                    txn.put(time_key(record[F_READY_AT], job_id), b"", db=self.sched)
+                else:
+                    txn.put(ready_key(job.queue.encode(), job.priority, now_us, job_id), b"", db=self.ready)
+                ids.append(job_id)
+            txn.put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + len(jobs)), db=self.meta)
+            return ids
+
+        return self.env.write(txn_fn, durable=durable)
+
+    # ------------------------------------------------------------------ claiming
+
+    @staticmethod
+    def _best_ready(cursor: Any, queues: Sequence[bytes] | None) -> bytes | None:
+        """The ready key that runs next among ``queues`` (all queues if None): highest priority, then the
+        earliest ready time, then the lowest id. One seek per queue name, never a scan of jobs."""
+        best: tuple[bytes, bytes] | None = None  # (order part, full key)
+        if queues is None:
+            found = cursor.first()
+            while found:
+                key = cursor.key()
+                order = key[key.index(b"\x00") + 1 :]
+                if best is None or order < best[0]:
+                    best = (order, key)
+                found = cursor.set_range(next_queue_prefix(key[: key.index(b"\x00")]))
+        else:
+            for queue in queues:
+                prefix = queue_prefix(queue)
+                if cursor.set_range(prefix):
+                    key = cursor.key()
+                    if key.startswith(prefix):
+                        order = key[len(prefix) :]
+                        if best is None or order < best[0]:
+                            best = (order, key)
+        return None if best is None else best[1]
+
+    def peek(self, now: float, queues: Sequence[bytes] | None) -> Head:
+        """Read-only look at this shard: the priority of the job a claim would take, and the earliest ETA."""
+
+        def txn_fn(txn: Any) -> Head:
+            key = self._best_ready(txn.cursor(db=self.ready), queues)
+            priority = None if key is None else ready_key_parts(key)[1]
+            eta = None
+            cursor = txn.cursor(db=self.sched)
+            if cursor.first():
+                eta = time_key_parts(cursor.key())[0] / 1_000_000
+            return Head(priority, eta)
+
+        return self.env.read(txn_fn)
+
+    def promote_due(self, now: float, batch: int = 1000) -> int:
+        """Scheduled jobs whose ETA has passed become pending. -> how many."""
+        now_us = micros(now)
+
+        def txn_fn(txn: Any) -> int:
+            cursor = txn.cursor(db=self.sched)
+            moved = 0
+            while moved < batch and cursor.first():
+                eta_us, job_id = time_key_parts(cursor.key())
+                if eta_us > now_us:
+                    break
+                record = self._load(txn, job_id)
+                if record is None or record[F_STATE] != SCHEDULED:
+                    cursor.delete()  # a stray index entry: drop it (verify() reports such things)
+                    continue
+                self._unindex(txn, job_id, record)
+                record[F_STATE] = PENDING
+                record[F_READY_AT] = eta_us  # FIFO by the time it became due
+                self._index(txn, job_id, record)
+                self._store(txn, job_id, record)
+                moved += 1
+            return moved
+
+        return self.env.write(txn_fn)
+
+    def claim(
+        self, now: float, queues: Sequence[bytes] | None, lease_time: float, token: bytes
+    ) -> Claimed | None:
+        """Take the next job of this shard: pending -> running with a fresh lease and claim token."""
+        now_us = micros(now)
+        lease_us = micros(now + lease_time)
+
+        def txn_fn(txn: Any) -> Claimed | StrayEntry | CorruptedJobQuarantined | None:
+            key = self._best_ready(txn.cursor(db=self.ready), queues)
+            if key is None:
+                return None
+            job_id = ready_key_parts(key)[3]
+            id_k = id_key(job_id)
+            raw = txn.get(id_k, db=self.jobs)
+            payload = txn.get(id_k, db=self.payloads)
+            if raw is None:
+                return self._drop_stray(txn, job_id, key)
+            try:
+                record = codec.unpack_record(raw, job_id)
+            except QueueCorrupted as exc:
+                return self._quarantine(txn, job_id, key, None, now_us, str(exc))
+            if record[F_STATE] != PENDING:
+                return self._drop_stray(txn, job_id, key)
+            if payload is None:
+                return self._quarantine(
+                    txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing"
+                )
+            self._unindex(txn, job_id, record)
+            record[F_STATE] = RUNNING
+            record[F_STARTED_AT] = now_us
+            record[F_LEASE_UNTIL] = lease_us
+            record[F_TOKEN] = token
+            record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
+            self._index(txn, job_id, record)
+            self._store(txn, job_id, record)
+            return Claimed(job_id, record, payload)
+
+        outcome = self.env.write(txn_fn)
+        if isinstance(outcome, CorruptedJobQuarantined):
+            raise outcome
+        if isinstance(outcome, StrayEntry):
+            return self.claim(now, queues, lease_time, token)
+        return outcome
+
+    def _drop_stray(self, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
+        """A ready entry whose job is gone or not pending: remove the stray entries, keep the record."""
+        txn.delete(ready_k, db=self.ready)
+        record = self._load(txn, job_id)
+        if record is None or record[F_STATE] != PENDING:
+            txn.delete(id_key(job_id), db=self.lists[State.PENDING])
+        return StrayEntry(job_id)
+
+    def _quarantine(
+        self, txn: Any, job_id: int, ready_k: bytes, record: list[Any] | None, now_us: int, reason: str
+    ) -> CorruptedJobQuarantined:
+        """A claimable job whose data is broken goes to the dead letters with a "corrupted" reason, so that
+        one bad record never blocks the queue."""
+        txn.delete(ready_k, db=self.ready)
+        txn.delete(id_key(job_id), db=self.lists[State.PENDING])
+        if record is None:  # undecodable: rebuild a minimal record around what we know
+            record = [None] * codec.RECORD_FIELDS
+            record[F_QUEUE], record[F_PRIORITY], record[F_RETRIES] = "default", 0, 0
+            record[F_MAX_RETRIES], record[F_ENQUEUED_AT], record[F_ATTEMPTS] = 0, now_us, 0
+            record[F_READY_AT] = now_us
+        record[F_STATE] = FAILED
+        record[F_FINISHED_AT] = now_us
+        record[F_TOKEN] = None
+        record[F_LEASE_UNTIL] = None
+        record[F_ERROR] = f"corrupted: {reason}"
+        record[F_ERROR_TYPE] = CORRUPTED
+        self._index(txn, job_id, record)
+        self._store(txn, job_id, record)
+        if txn.get(id_key(job_id), db=self.payloads) is None:
+            txn.put(id_key(job_id), codec.pack_value(None, what="payload", limit=16), db=self.payloads)
+        return CorruptedJobQuarantined(job_id, reason)
+
+    # ------------------------------------------------------------------ completion (through a record)
+
+    def touch(self, now: float, job_id: int, token: bytes, lease_time: float) -> float:
+        lease_us = micros(now + lease_time)
+
+        def txn_fn(txn: Any) -> float:
+            record = self._held(txn, job_id, token)
+            self._unindex(txn, job_id, record)
+            record[F_LEASE_UNTIL] = lease_us
+            self._index(txn, job_id, record)
+            self._store(txn, job_id, record)
+            return lease_us / 1_000_000
+
+        return self.env.write(txn_fn)
+
+    def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
+        now_us = micros(now)
+
+        def txn_fn(txn: Any) -> None:
+            record = self._held(txn, job_id, token)
+            self._unindex(txn, job_id, record)
+            record[F_STATE] = DONE
+            record[F_FINISHED_AT] = now_us
+            record[F_TOKEN] = None
+            record[F_LEASE_UNTIL] = None
+            record[F_RESULT] = result
+            self._index(txn, job_id, record)
+            self._store(txn, job_id, record)
+
+        self.env.write(txn_fn, durable=durable)
+
+    def fail(
+        self,
+        now: float,
+        job_id: int,
+        token: bytes | None,
+        error: tuple[str | None, str | None, str | None],
+        *,
+        delay: float | None,
+        permanent: bool,
+        backoff: Callable[[int], float],
+        durable: bool,
+    ) -> State:
+        """A failed attempt: retries + 1, then scheduled retry, immediate retry, or failed (dead letter)."""
+
+        def txn_fn(txn: Any) -> State:
+            record = self._held(txn, job_id, token)  # type: ignore[arg-type]
+            return self._fail_record(txn, job_id, record, now, error, delay, permanent, backoff)
+
+        return self.env.write(txn_fn, durable=durable)
+
+    def _fail_record(
+        self,
+        txn: Any,
+        job_id: int,
+        record: list[Any],
+        now: float,
+        error: tuple[str | None, str | None, str | None],
+        delay: float | None,
+        permanent: bool,
+        backoff: Callable[[int], float],
+    ) -> State:
+        now_us = micros(now)
+        self._unindex(txn, job_id, record)
+        retries = record[F_RETRIES] + 1
+        record[F_RETRIES] = retries
+        record[F_ERROR], record[F_ERROR_TYPE], record[F_TRACEBACK] = error
+        record[F_TOKEN] = None
+        record[F_LEASE_UNTIL] = None
+        if permanent or retries > record[F_MAX_RETRIES]:
+            record[F_STATE] = FAILED
+            record[F_FINISHED_AT] = now_us
+        else:
+            wait = backoff(retries) if delay is None else delay
+            if wait > 0:
+                record[F_STATE] = SCHEDULED
+                record[F_READY_AT] = micros(now + wait)
+            else:
+                record[F_STATE] = PENDING
+                record[F_READY_AT] = now_us
+        self._index(txn, job_id, record)
+        self._store(txn, job_id, record)
+        new_state: State = STATES[record[F_STATE]]
+        return new_state
+
+    def release(self, now: float, job_id: int, token: bytes) -> None:
+        """Running -> pending without counting an attempt; it keeps its place at the front of its queue."""
+
+        def txn_fn(txn: Any) -> None:
+            record = self._held(txn, job_id, token)
+            self._unindex(txn, job_id, record)
+            record[F_STATE] = PENDING
+            record[F_TOKEN] = None
+            record[F_LEASE_UNTIL] = None
+            record[F_STARTED_AT] = None
+            record[F_ATTEMPTS] = max((record[F_ATTEMPTS] or 1) - 1, 0)
+            self._index(txn, job_id, record)
+            self._store(txn, job_id, record)
+
+        self.env.write(txn_fn)
+
+    # ------------------------------------------------------------------ maintenance
+
+    def recover_expired(self, now: float, batch: int = 1000) -> int:
+        """Running jobs whose lease expired (or that have no lease at all) count a failed attempt and go
+        back to pending, or to failed once out of retries. Idempotent. -> how many were recovered."""
+        now_us = micros(now)
+        error = ("lease expired: the worker holding the job died or stalled", LEASE_EXPIRED, None)
+
+        def txn_fn(txn: Any) -> int:
+            recovered = 0
+            cursor = txn.cursor(db=self.lease)
+            while recovered < batch and cursor.first():
+                expiry_us, job_id = time_key_parts(cursor.key())
+                if expiry_us > now_us:
+                    break
+                record = self._load(txn, job_id)
+                if record is None or record[F_STATE] != RUNNING or record[F_LEASE_UNTIL] != expiry_us:
+                    cursor.delete()  # stray entry
+                    continue
+                self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
+                recovered += 1
+            # RUNNING jobs whose lease entry is missing (RFC-RC-02): detected in O(1) by the counts.
+            if recovered < batch and _entries(txn, self.lists[State.RUNNING]) != _entries(txn, self.lease):
+                for key in list(txn.cursor(db=self.lists[State.RUNNING]).iternext(values=False)):
+                    job_id = id_from_key(key)
+                    record = self._load(txn, job_id)
+                    if record is None:
+                        txn.delete(key, db=self.lists[State.RUNNING])
+                        continue
+                    lease_us = record[F_LEASE_UNTIL]
+                    if lease_us is None or txn.get(time_key(lease_us, job_id), db=self.lease) is None:
+                        record[F_LEASE_UNTIL] = None
+                        self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
+                        recovered += 1
+            return recovered
+
+        return self.env.write(txn_fn)
+
+    def vacuum(self, cutoff: float, batch: int = 1000) -> int:
+        """Delete done jobs that finished at or before ``cutoff``. -> how many (at most ``batch``)."""
+        cutoff_us = micros(cutoff)
+
+        def txn_fn(txn: Any) -> int:
+            removed = 0
+            cursor = txn.cursor(db=self.done_at)
+            while removed < batch and cursor.first():
+                finished_us, job_id = time_key_parts(cursor.key())
+                if finished_us > cutoff_us:
+                    break
+                cursor.delete()
+                key = id_key(job_id)
+                txn.delete(key, db=self.lists[State.DONE])
+                txn.delete(key, db=self.jobs)
+                txn.delete(key, db=self.payloads)
+                removed += 1
+            return removed
+
+        return self.env.write(txn_fn)
+
+    def requeue(self, now: float, job_id: int) -> bool:
+        """Failed -> pending with retries reset. False if the job is not failed (or gone)."""
+        now_us = micros(now)
+
+        def txn_fn(txn: Any) -> bool:
+            record = self._load(txn, job_id)
+            if record is None or record[F_STATE] != FAILED:
+                return False
+            self._unindex(txn, job_id, record)
+            record[F_STATE] = PENDING
+            record[F_RETRIES] = 0
+            record[F_READY_AT] = now_us
+            record[F_STARTED_AT] = record[F_FINISHED_AT] = None
+            record[F_ERROR] = record[F_ERROR_TYPE] = record[F_TRACEBACK] = None
+            self._index(txn, job_id, record)
+            self._store(txn, job_id, record)
+            return True
+
+        return self.env.write(txn_fn)
+
+    def cancel(self, job_id: int) -> bool:
+        """Pending or scheduled -> deleted. False if the job is in another state (or gone)."""
+
+        def txn_fn(txn: Any) -> bool:
+            record = self._load(txn, job_id)
+            if record is None or record[F_STATE] not in (PENDING, SCHEDULED):
+                return False
+            self._delete(txn, job_id, record)
+            return True
+
+        return self.env.write(txn_fn)
+
+    def purge(self, state: State, cutoff: float | None, batch: int = 1000) -> tuple[int, bool]:
+        """Delete up to ``batch`` jobs in ``state`` (older than ``cutoff`` if given: by finish time for
+        done/failed, by enqueue time otherwise). -> (deleted, more may remain)."""
+        cutoff_us = None if cutoff is None else micros(cutoff)
+        list_db = self.lists[state]
+
+        def txn_fn(txn: Any) -> tuple[int, bool]:
+            deleted = 0
+            examined = 0
+            cursor = txn.cursor(db=list_db)
+            keys: list[bytes] = []
+            found = cursor.first()
+            while found and examined < batch * 10 and deleted + len(keys) < batch:
+                keys.append(cursor.key())
+                examined += 1
+                found = cursor.next()
+            for key in keys:
+                job_id = id_from_key(key)
+                record = self._load(txn, job_id)
+                if record is None:
+                    txn.delete(key, db=list_db)
+                    continue
+                if cutoff_us is not None:
+                    stamp = record[F_FINISHED_AT] if state in (State.DONE, State.FAILED) else None
+                    if (stamp if stamp is not None else record[F_ENQUEUED_AT]) > cutoff_us:
+                        continue
+                self._delete(txn, job_id, record)
+                deleted += 1
+            return deleted, bool(found) or deleted == batch
+
+        return self.env.write(txn_fn)
+
+    # ------------------------------------------------------------------ reads
+
+    def job(self, job_id: int) -> Job | None:
+        def txn_fn(txn: Any) -> Job | None:
+            record = self._load(txn, job_id)
+            if record is None:
+                return None
+            return record_to_job(job_id, record, txn.get(id_key(job_id), db=self.payloads))
+
+        return self.env.read(txn_fn)
+
+    def list_jobs(
+        self,
+        state: State,
+        *,
+        after: int | None,
+        limit: int,
+        newest_first: bool,
+        queue: str | None,
+        name: str | None,
+    ) -> list[Job]:
+        """Up to ``limit`` jobs in ``state`` of this shard, in job-id order, strictly past ``after``."""
+        list_db = self.lists[state]
+
+        def txn_fn(txn: Any) -> list[Job]:
+            cursor = txn.cursor(db=list_db)
+            if newest_first:
+                if after is None:
+                    found = cursor.last()
+                elif cursor.set_range(id_key(after)):
+                    found = cursor.prev()
+                else:
+                    found = cursor.last()
+                step = cursor.prev
+            else:
+                found = cursor.set_range(id_key(after + 1)) if after is not None else cursor.first()
+                step = cursor.next
+            out: list[Job] = []
+            while found and len(out) < limit:
+                job_id = id_from_key(cursor.key())
+                record = self._load(txn, job_id)
+                if (
+                    record is not None
+                    and (queue is None or record[F_QUEUE] == queue)
+                    and (name is None or record[F_NAME] == name)
+                ):
+                    out.append(record_to_job(job_id, record, txn.get(id_key(job_id), db=self.payloads)))
+                found = step()
+            return out
+
+        return self.env.read(txn_fn)
+
+    def counts(self) -> dict[str, int]:
+        """State counts and total puts, O(1): LMDB keeps exact entry counts per database."""
+
+        def txn_fn(txn: Any) -> dict[str, int]:
+            out = {state.value: _entries(txn, db) for state, db in self.lists.items()}
+            raw = txn.get(_COUNTERS_KEY, db=self.meta)
+            out["total"] = _COUNTERS.unpack(raw)[1] if raw is not None else 0
+            return out
+
+        return self.env.read(txn_fn)
+
+    def verify(self) -> list[str]:
+        """Every inconsistency between records, indexes and counters of this shard (empty if none)."""
+        tag = f"shard {self.index}"
+
+        def txn_fn(txn: Any) -> list[str]:
+            problems: list[str] = []
+            expected: dict[str, set[bytes]] = {name: set() for name in ("ready", "sched", "lease", "done_at")}
+            expected_lists: dict[State, set[bytes]] = {state: set() for state in self.lists}
+            max_sequence = 0
+            for key, raw in txn.cursor(db=self.jobs):
+                job_id = id_from_key(key)
+                max_sequence = max(max_sequence, job_id >> 8)
+                if job_id & 0xFF != self.index:
+                    problems.append(f"{tag}: job {job_id} belongs to shard {job_id & 0xFF}")
+                try:
+                    record = codec.unpack_record(raw, job_id)
+                    state = STATES[record[F_STATE]]
+                except (QueueCorrupted, IndexError, TypeError) as exc:
+                    problems.append(f"{tag}: job {job_id}: undecodable record ({exc})")
+                    continue
+                if txn.get(key, db=self.payloads) is None:
+                    problems.append(f"{tag}: job {job_id} ({state.value}) has no payload")
+                expected_lists[state].add(key)
+                if state is State.PENDING:
+                    q = record[F_QUEUE].encode()
+                    rk = ready_key(q, record[F_PRIORITY], record[F_READY_AT], job_id)
+                    expected["ready"].add(rk)
+                elif state is State.SCHEDULED:
+                    expected["sched"].add(time_key(record[F_READY_AT], job_id))
+                elif state is State.RUNNING:
+                    if record[F_TOKEN] is None or record[F_LEASE_UNTIL] is None:
+                        problems.append(f"{tag}: running job {job_id} has no claim token or lease")
+                    else:
+                        expected["lease"].add(time_key(record[F_LEASE_UNTIL], job_id))
+                elif state is State.DONE:
+                    expected["done_at"].add(time_key(record[F_FINISHED_AT], job_id))
+                if record[F_RETRIES] < 0 or record[F_RETRIES] > record[F_MAX_RETRIES] + 1:
+                    problems.append(f"{tag}: job {job_id} has retries={record[F_RETRIES]} out of range")
+                if state is State.FAILED and record[F_ERROR] is None:
+                    problems.append(f"{tag}: failed job {job_id} has no error")
+            for key in txn.cursor(db=self.payloads).iternext(values=False):
+                if txn.get(key, db=self.jobs) is None:
+                    problems.append(f"{tag}: payload of missing job {id_from_key(key)}")
+            indexes = {"ready": self.ready, "sched": self.sched, "lease": self.lease, "done_at": self.done_at}
+            for name, db in indexes.items():
+                actual = set(txn.cursor(db=db).iternext(values=False))
+                for extra in sorted(actual - expected[name]):
+                    problems.append(f"{tag}: index {name} has a stray entry {extra.hex()}")
+                for missing in sorted(expected[name] - actual):
+                    problems.append(f"{tag}: index {name} lacks the entry {missing.hex()}")
+            for state, db in self.lists.items():
+                actual = set(txn.cursor(db=db).iternext(values=False))
+                for extra in sorted(actual - expected_lists[state]):
+                    problems.append(f"{tag}: list {state.value} names job {id_from_key(extra)} wrongly")
+                for missing in sorted(expected_lists[state] - actual):
+                    problems.append(f"{tag}: list {state.value} lacks job {id_from_key(missing)}")
+            raw = txn.get(_COUNTERS_KEY, db=self.meta)
+            sequence, total = _COUNTERS.unpack(raw) if raw is not None else (0, 0)
+            if max_sequence > sequence:
+                problems.append(f"{tag}: a job id is past the stored sequence {sequence}")
+            live = sum(len(keys) for keys in expected_lists.values())
+            if live > total:
+                problems.append(f"{tag}: {live} jobs stored but only {total} ever put")
+            return problems
+
+        return self.env.read(txn_fn)
+
+
+def _entries(txn: Any, db: Any) -> int:
+    return int(txn.stat(db)["entries"])
+
+
+def _no_backoff(_retries: int) -> float:
+    return 0.0

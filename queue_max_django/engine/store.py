@@ -1,0 +1,315 @@
+"""Opening the store: the directory, its metadata file, and one LMDB environment per shard per process.
+
+LMDB forbids opening an environment twice in one process and breaks if a handle is used across ``fork``.
+So every environment lives in one process-wide registry, keyed by its real path and shared (reference
+counted) by every ``Queue`` of the process; a child process never touches its parent's handles and opens its
+own on first use. Map growth (``MapFullError``) and other processes' growth (``MapResizedError``) are handled
+here, behind a gate that keeps every transaction of this process out while the map is resized.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import lmdb
+
+from .errors import QueueError, StoreError, StoreFull, StoreMismatch
+
+LAYOUT_VERSION = 1
+DEFAULT_SHARDS = 6
+META_FILE = "store.json"
+LOCK_FILE = "store.lock"
+WAKE_FILE = "wake"
+DB_NAMES = (
+    "jobs",  # job id -> record (msgpack array)
+    "payloads",  # job id -> packed payload, written once
+    "meta",  # b"counters" -> (last sequence, total puts)
+    "ready",  # (queue, priority, ready time, id): pending jobs in claim order
+    "sched",  # (eta, id): scheduled jobs
+    "lease",  # (lease expiry, id): running jobs
+    "done_at",  # (finished time, id): done jobs, for vacuum
+    "pending",  # id: listing of pending jobs (and their count)
+    "scheduled",  # id
+    "running",  # id
+    "done",  # id
+    "failed",  # id: the dead letters
+)
+
+T = TypeVar("T")
+
+
+def shard_dir(root: str, shard: int) -> str:
+    return os.path.join(root, f"shard-{shard:03d}")
+
+
+@dataclass(frozen=True)
+class StoreMeta:
+    layout: int
+    shards: int
+
+
+def open_store_meta(root: str, shards: int | None) -> StoreMeta:
+    """Create the store directory and its metadata, or read and check them. Refuses a mismatch."""
+    try:
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        lock_fd = os.open(os.path.join(root, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StoreError(f"cannot create or open the store directory {root!r}: {exc}") from exc
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)  # serialises concurrent creators; released by close()
+        meta_path = os.path.join(root, META_FILE)
+        if os.path.exists(meta_path):
+            meta = _read_meta(meta_path)
+        else:
+            count = DEFAULT_SHARDS if shards is None else shards
+            meta = StoreMeta(layout=LAYOUT_VERSION, shards=count)
+            _write_meta(root, meta_path, meta)
+        wake_path = os.path.join(root, WAKE_FILE)
+        if not os.path.exists(wake_path):
+            os.close(os.open(wake_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    except OSError as exc:
+        raise StoreError(f"cannot initialise the store at {root!r}: {exc}") from exc
+    finally:
+        os.close(lock_fd)
+    if meta.layout != LAYOUT_VERSION:
+        raise StoreMismatch(
+            f"the store at {root!r} has layout version {meta.layout}; this version of queue_max_django "
+            f"reads layout {LAYOUT_VERSION}. Drain it with the version that wrote it, or use a new path."
+        )
+    if shards is not None and shards != meta.shards:
+        raise StoreMismatch(
+            f"the store at {root!r} has {meta.shards} shards, not {shards}. Open it with shards=None "
+            f"(or shards={meta.shards}); to change the shard count, drain this store and start a new one at "
+            f"another path."
+        )
+    return meta
+
+
+def _read_meta(meta_path: str) -> StoreMeta:
+    try:
+        with open(meta_path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        return StoreMeta(layout=int(data["layout"]), shards=int(data["shards"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreMismatch(f"{meta_path} is not a queue_max_django store description: {exc}") from exc
+
+
+def _write_meta(root: str, meta_path: str, meta: StoreMeta) -> None:
+    tmp = meta_path + ".tmp"
+    body = {"format": "queue_max_django", "layout": meta.layout, "shards": meta.shards}
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(body, handle)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, meta_path)
+    dir_fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    map_size: int
+    map_size_max: int | None
+    sync: bool
+    writemap: bool
+
+
+class _Gate:
+    """Many transactions at once, or one map resize alone (LMDB: resize only with no transaction open)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._active = 0
+        self._resizing = False
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        cond = self._cond
+        with cond:
+            while self._resizing:
+                cond.wait()
+            self._active += 1
+        try:
+            yield
+        finally:
+            with cond:
+                self._active -= 1
+                if self._active == 0 and self._resizing:
+                    cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        cond = self._cond
+        with cond:
+            while self._resizing:
+                cond.wait()
+            self._resizing = True
+            while self._active:
+                cond.wait()
+        try:
+            yield
+        finally:
+            with cond:
+                self._resizing = False
+                cond.notify_all()
+
+
+class Env:
+    """One shard's LMDB environment in this process, with its named databases and map management."""
+
+    def __init__(self, path: str, options: EnvOptions) -> None:
+        self.path = path
+        self.options = options
+        self.pid = os.getpid()
+        self.refs = 0
+        self._gate = _Gate()
+        try:
+            self.env = lmdb.open(
+                path,
+                subdir=True,
+                map_size=options.map_size,
+                max_dbs=len(DB_NAMES) + 4,
+                max_readers=1024,
+                max_spare_txns=0,  # py-lmdb #346: no cached read transactions that could cross a fork
+                sync=options.sync,
+                metasync=options.sync,
+                writemap=options.writemap,
+                map_async=False,
+                readahead=False,
+                lock=True,
+                mode=0o600,
+            )
+            self.env.reader_check()  # reclaim slots of readers SIGKILLed while holding a transaction
+            # Named databases are opened once, before any other transaction of this process (LMDB rule).
+            with self.env.begin(write=True) as txn:
+                self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
+        except lmdb.Error as exc:
+            raise StoreError(f"cannot open the LMDB environment {path!r}: {exc}") from exc
+
+    def write(self, fn: Callable[[Any], T], *, durable: bool = False) -> T:
+        """Run ``fn(txn)`` in one write transaction and commit; abort on any exception (which propagates).
+
+        ``durable``: the commit is on disk (fdatasync) before this returns, even if this environment was
+        opened without ``sync``. Grows the map and retries on ``MapFullError``; follows another process's
+        growth on ``MapResizedError``. Any other ``lmdb.Error`` becomes a ``StoreError``.
+        """
+        while True:
+            try:
+                with self._gate.shared():
+                    with self.env.begin(write=True) as txn:
+                        result = fn(txn)
+                    if durable and not self.options.sync:
+                        self.env.sync(True)
+                    return result
+            except lmdb.MapFullError:
+                self._grow()
+            except lmdb.MapResizedError:
+                self._follow_resize()
+            except lmdb.Error as exc:
+                raise StoreError(f"LMDB write failed in {self.path!r}: {exc}") from exc
+
+    def read(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(txn)`` in one short read transaction."""
+        while True:
+            try:
+                with self._gate.shared(), self.env.begin(write=False) as txn:
+                    return fn(txn)
+            except lmdb.MapResizedError:
+                self._follow_resize()
+            except lmdb.Error as exc:
+                raise StoreError(f"LMDB read failed in {self.path!r}: {exc}") from exc
+
+    def _grow(self) -> None:
+        with self._gate.exclusive():
+            current = self.env.info()["map_size"]
+            limit = self.options.map_size_max
+            if limit is not None and current >= limit:
+                raise StoreFull(
+                    f"the shard at {self.path!r} is full: its map reached map_size_max={limit:,} bytes"
+                )
+            new_size = current * 2 if limit is None else min(current * 2, limit)
+            try:
+                self.env.set_mapsize(new_size)
+            except lmdb.Error as exc:
+                raise StoreError(f"cannot grow the map of {self.path!r} to {new_size:,}: {exc}") from exc
+
+    def _follow_resize(self) -> None:
+        with self._gate.exclusive():
+            try:
+                self.env.set_mapsize(0)  # adopt the size another process set
+            except lmdb.Error as exc:
+                raise StoreError(f"cannot follow the map growth of {self.path!r}: {exc}") from exc
+
+    def reader_check(self) -> int:
+        try:
+            return int(self.env.reader_check())
+        except lmdb.Error as exc:
+            raise StoreError(f"reader_check failed in {self.path!r}: {exc}") from exc
+
+    def sync(self) -> None:
+        with contextlib.suppress(lmdb.Error):
+            self.env.sync(True)
+
+    def close(self) -> None:
+        with contextlib.suppress(lmdb.Error):
+            self.env.close()
+
+
+class _Registry:
+    """Process-wide: one ``Env`` per shard path. A forked child reopens its own (never the parent's)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.envs: dict[str, Env] = {}
+        self.generation = 0
+
+    def acquire(self, path: str, options: EnvOptions) -> Env:
+        with self.lock:
+            env = self.envs.get(path)
+            if env is not None and env.pid != os.getpid():
+                # Inherited across fork: close the child's copy (it holds no locks of its own) and reopen.
+                env.close()
+                env = None
+            if env is None:
+                env = Env(path, options)
+                self.envs[path] = env
+            elif env.options.writemap != options.writemap:
+                raise QueueError(
+                    f"{path!r} is already open in this process with writemap={env.options.writemap}; "
+                    f"every Queue of one store must use the same durability mode"
+                )
+            env.refs += 1
+            return env
+
+    def release(self, env: Env) -> None:
+        with self.lock:
+            if env.pid != os.getpid():
+                return
+            env.refs -= 1
+            if env.refs <= 0 and self.envs.get(env.path) is env:
+                del self.envs[env.path]
+                env.close()
+
+    def _after_fork_in_child(self) -> None:
+        # The lock may have been held by another thread of the parent at fork time.
+        self.lock = threading.Lock()
+        self.generation += 1
+
+
+REGISTRY = _Registry()
+os.register_at_fork(after_in_child=REGISTRY._after_fork_in_child)
+
+
+def fork_generation() -> int:
+    return REGISTRY.generation

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.contracts import CONTRACTS
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker, description in CONTRACTS.items():
+        config.addinivalue_line("markers", f"{marker}: {description}")
