@@ -32,7 +32,14 @@ F_RESULT = 15  # packed bytes (decoded lazily), or None
 F_TIMEOUT = 16
 F_PARTITION_KEY = 17
 F_ATTEMPTS = 18
-RECORD_FIELDS = 19
+F_PAYLOAD = (
+    19  # the packed payload when it is small (<= INLINE_PAYLOAD_MAX); else None and it is in "payloads"
+)
+RECORD_FIELDS = 20
+
+# Small payloads live inside the record: one B-tree page written per put instead of two. Large ones live in
+# their own database, written once, so that state changes never copy them.
+INLINE_PAYLOAD_MAX = 1024
 
 _packer_options: dict[str, Any] = {"use_bin_type": True, "datetime": False}
 _unpacker_options: dict[str, Any] = {"raw": False, "strict_map_key": False, "timestamp": 0}

@@ -68,8 +68,11 @@ def main(argv: list[str] | None = None) -> None:
         process.join()
     elapsed = time.perf_counter() - started
     done = sum(t[0] for t in totals)
-    print(f"2 producers, {args.workers} worker processes: {done:,} jobs acked in {elapsed:.2f} s "
-          f"({done / elapsed:,.0f} jobs/s, spawn included); {sum(t[1] for t in totals)} flaky attempts retried")  # fmt: skip
+    retried = sum(t[1] for t in totals)
+    print(
+        f"2 producers, {args.workers} worker processes: {done:,} jobs acked in {elapsed:.2f} s "
+        f"({done / elapsed:,.0f} jobs/s, spawn included); {retried} flaky attempts retried"
+    )
     with Queue(path) as q:
         stats = q.stats()
         print("stats():", stats)

@@ -19,6 +19,7 @@ import time
 import traceback as _traceback
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -85,6 +86,16 @@ def describe_error(error: BaseException | str | None) -> tuple[str, str | None, 
             trace = "".join(_traceback.format_exception(kind, error, error.__traceback__))[-MAX_ERROR_CHARS:]
         return text[:MAX_ERROR_CHARS], type_name, trace
     return str(error)[:MAX_ERROR_CHARS], None, None
+
+
+@dataclass(slots=True)
+class _View:
+    """One consumer thread's picture of the shards: each shard's best claimable priority (an upper bound
+    until a wake hint says something arrived) and the earliest ETA of a scheduled job."""
+
+    allowed: list[bytes] | None
+    priorities: list[int | None]
+    next_eta: float | None
 
 
 class Record:
@@ -243,6 +254,7 @@ class Queue:
         self._waker = Waker(os.path.join(self.path, "wake"))
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
+        self._local = threading.local()  # per consumer thread: its view of the shards' heads
         self._open_shards()
 
     # ------------------------------------------------------------------ lifecycle
@@ -260,6 +272,7 @@ class Queue:
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]
         self._committers = [GroupCommitter(self._durable_enqueue(shard)) for shard in self._shards]
         self._generation = fork_generation()
+        self._local = threading.local()
         if self._do_recover or self._do_vacuum or not self.sync:
             self._stop = threading.Event()
             self._maintenance = threading.Thread(
@@ -481,44 +494,78 @@ class Queue:
             names.append(name.encode())
         return sorted(set(names))
 
-    def _try_claim(self, allowed: list[bytes] | None) -> tuple[Record | None, float | None]:
-        """One pass: promote due scheduled jobs, find the highest priority across shards, claim it.
-        -> (record or None, the earliest future ETA seen)."""
+    def _look(self, now: float, allowed: list[bytes] | None) -> _View:
+        """Read every shard's head (one short read transaction each) and promote due scheduled jobs."""
         shards = self._live()
-        count = len(shards)
-        for _attempt in range(8):
-            now = self._clock()
-            start = next(self._rotation)
-            best: Shard | None = None
-            best_priority = PRIORITY_MIN - 1
-            next_eta: float | None = None
+        while True:
+            view = _View(allowed, [None] * len(shards), None)
             due = []
-            for offset in range(count):
-                shard = shards[(start + offset) % count]
+            for shard in shards:
                 head = shard.peek(now, allowed)
+                view.priorities[shard.index] = head.priority
                 if head.next_eta is not None:
                     if head.next_eta <= now:
                         due.append(shard)
-                    elif next_eta is None or head.next_eta < next_eta:
-                        next_eta = head.next_eta
-                if head.priority is not None and head.priority > best_priority:
-                    best, best_priority = shard, head.priority
-            if due:
-                for shard in due:
-                    shard.promote_due(now)
-                continue
-            if best is None:
-                return None, next_eta
+                    elif view.next_eta is None or head.next_eta < view.next_eta:
+                        view.next_eta = head.next_eta
+            if not due:
+                return view
+            for shard in due:
+                shard.promote_due(now)
+
+    def _try_claim(self, allowed: list[bytes] | None) -> tuple[Record | None, float | None]:
+        """Claim the highest-priority job across shards. -> (record or None, the earliest future ETA).
+
+        Each consumer thread keeps a view of the shards' head priorities. Heads only fall when others
+        claim; anything that can raise one (a put, a retry, a release, a requeue, recovery) writes the wake
+        hint, so the view is re-read whenever a hint arrived or an ETA passed. A claim passes the best
+        priority the other shards may hold, and declines (and the view is refreshed) if its own head is
+        lower: no job is ever taken over a higher-priority one seen by the view."""
+        shards = self._live()
+        count = len(shards)
+        local = self._local
+        view: _View | None = getattr(local, "view", None)
+        now = self._clock()
+        if (
+            view is None
+            or view.allowed != allowed
+            or self._waker.changed()
+            or (view.next_eta is not None and view.next_eta <= now)
+        ):
+            view = local.view = self._look(now, allowed)
+        for _attempt in range(4 * count + 4):
+            priorities = view.priorities
+            start = next(self._rotation)
+            best = -1
+            best_priority = PRIORITY_MIN - 1
+            runner_up: int | None = None
+            for offset in range(count):
+                index = (start + offset) % count
+                priority = priorities[index]
+                if priority is None:
+                    continue
+                if priority > best_priority:
+                    if best >= 0 and (runner_up is None or best_priority > runner_up):
+                        runner_up = best_priority
+                    best, best_priority = index, priority
+                elif runner_up is None or priority > runner_up:
+                    runner_up = priority
+            if best < 0:
+                return None, view.next_eta
             try:
-                claimed = best.claim(now, allowed, self.lease_time, os.urandom(16))
+                outcome = shards[best].claim(now, allowed, self.lease_time, os.urandom(16), runner_up)
             except CorruptedJobQuarantined as exc:
+                local.view = None
                 raise QueueCorrupted(
                     f"job {exc.job_id} could not be delivered: {exc.reason}. It was moved to the dead "
                     f"letters (error type 'Corrupted'); the queue goes on with the other jobs."
                 ) from None
-            if claimed is not None:
-                return Record(self, claimed), next_eta
-        return None, next_eta
+            if isinstance(outcome, Claimed):
+                priorities[best] = outcome.record[codec.F_PRIORITY]  # what is left there is not higher
+                return Record(self, outcome), view.next_eta
+            priorities[best] = None if outcome is None else outcome.priority
+        local.view = None
+        return None, view.next_eta
 
     def get(self, timeout: float | None = None, *, queues: Iterable[str] | None = None) -> Record:
         """Claim the next job (highest priority first). ``timeout=None`` blocks; 0 looks once.
@@ -541,6 +588,7 @@ class Queue:
             if next_eta is not None:
                 wait = min(wait, max(next_eta - self._clock(), 0.0005))
             self._waker.wait(wait)
+            self._local.view = None  # whatever woke us, look at the store afresh
 
     @contextlib.contextmanager
     def processing(

@@ -24,6 +24,7 @@ from .codec import (
     F_MAX_RETRIES,
     F_NAME,
     F_PARTITION_KEY,
+    F_PAYLOAD,
     F_PRIORITY,
     F_QUEUE,
     F_READY_AT,
@@ -59,13 +60,15 @@ FAILED = STATE_CODE[State.FAILED]
 
 LIST_DB = {State.PENDING: "pending", State.SCHEDULED: "scheduled", State.RUNNING: "running",
            State.DONE: "done", State.FAILED: "failed"}  # fmt: skip
-_COUNTERS_KEY = b"counters"
-_COUNTERS = struct.Struct(">QQ")  # last sequence, total successful puts
+# (last sequence, total successful puts), in the jobs database under a key past every job id: new records
+# are appended at the end of that B-tree, so a put dirties one page for the record and the counters both.
+_COUNTERS_KEY = b"\xff" * 8
+_COUNTERS = struct.Struct(">QQ")
 LEASE_EXPIRED = "LeaseExpired"
 CORRUPTED = "Corrupted"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NewJob:
     """A validated job ready to be written: the payload is already packed."""
 
@@ -92,6 +95,13 @@ class Head:
 
     priority: int | None
     next_eta: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outranked:
+    """A claim declined: this shard's next job has a lower priority than another shard may hold."""
+
+    priority: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +157,6 @@ class Shard:
         dbs = env.dbs
         self.jobs = dbs["jobs"]
         self.payloads = dbs["payloads"]
-        self.meta = dbs["meta"]
         self.ready = dbs["ready"]
         self.sched = dbs["sched"]
         self.lease = dbs["lease"]
@@ -159,6 +168,10 @@ class Shard:
     def _load(self, txn: Any, job_id: int) -> list[Any] | None:
         raw = txn.get(id_key(job_id), db=self.jobs)
         return None if raw is None else codec.unpack_record(raw, job_id)
+
+    def _payload(self, txn: Any, job_id: int, record: list[Any]) -> bytes | None:
+        inline: bytes | None = record[F_PAYLOAD]
+        return inline if inline is not None else txn.get(id_key(job_id), db=self.payloads)
 
     def _store(self, txn: Any, job_id: int, record: list[Any]) -> None:
         txn.put(id_key(job_id), codec.pack_record(record), db=self.jobs)
@@ -204,7 +217,8 @@ class Shard:
         self._unindex(txn, job_id, record)
         key = id_key(job_id)
         txn.delete(key, db=self.jobs)
-        txn.delete(key, db=self.payloads)
+        if record[F_PAYLOAD] is None:
+            txn.delete(key, db=self.payloads)
 
     def _held(self, txn: Any, job_id: int, token: bytes) -> list[Any]:
         """The record of a job this token holds, or ``QueueCorrupted`` (and nothing changes)."""
@@ -227,38 +241,43 @@ class Shard:
 
     def enqueue(self, now: float, jobs: Sequence[NewJob], *, durable: bool = False) -> list[int]:
         now_us = micros(now)
+        shard = self.index
+        jobs_db, payloads_db, ready_db, sched_db = self.jobs, self.payloads, self.ready, self.sched
+        pending_list, scheduled_list = self.lists[State.PENDING], self.lists[State.SCHEDULED]
+        inline_max = codec.INLINE_PAYLOAD_MAX
+        pack_record = codec.pack_record
 
         def txn_fn(txn: Any) -> list[int]:
-            raw = txn.get(_COUNTERS_KEY, db=self.meta)
+            put = txn.put
+            raw = txn.get(_COUNTERS_KEY, db=jobs_db)
             sequence, total = _COUNTERS.unpack(raw) if raw is not None else (0, 0)
             ids = []
             for job in jobs:
-                sequence = max(sequence + 1, now_us)
-                job_id = job_id_for(sequence, self.index)
-                scheduled = job.ready_at is not None and micros(job.ready_at) > now_us
-                record: list[Any] = [None] * codec.RECORD_FIELDS
-                record[F_STATE] = SCHEDULED if scheduled else PENDING
-                record[F_QUEUE] = job.queue
-                record[F_NAME] = job.name
-                record[F_PRIORITY] = job.priority
-                record[F_RETRIES] = 0
-                record[F_MAX_RETRIES] = job.max_retries
-                record[F_ENQUEUED_AT] = now_us
-                record[F_READY_AT] = micros(job.ready_at) if scheduled else now_us  # type: ignore[arg-type]
-                record[F_TIMEOUT] = job.timeout
-                record[F_PARTITION_KEY] = job.partition_key
-                record[F_ATTEMPTS] = 0
+                sequence = sequence + 1 if sequence >= now_us else now_us
+                job_id = job_id_for(sequence, shard)
                 key = id_key(job_id)
-                # Ids only grow within a shard, so these are appends at the end of each B-tree.
-                txn.put(key, codec.pack_record(record), db=self.jobs, append=True)
-                txn.put(key, job.payload, db=self.payloads, append=True)
-                txn.put(key, b"", db=self.lists[State.SCHEDULED if scheduled else State.PENDING], append=True)
+                ready_us = now_us if job.ready_at is None else micros(job.ready_at)
+                scheduled = ready_us > now_us
+                payload = job.payload
+                inline = len(payload) <= inline_max
+                # Field order: see codec.F_*.
+                record = [
+                    SCHEDULED if scheduled else PENDING, job.queue, job.name, job.priority, 0,
+                    job.max_retries, now_us, ready_us if scheduled else now_us, None, None, None, None,
+                    None, None, None, None, job.timeout, job.partition_key, 0, payload if inline else None,
+                ]  # fmt: skip
+                if not inline:
+                    put(key, payload, db=payloads_db, append=True)
+                put(key, pack_record(record), db=jobs_db)
+                # Ids only grow within a shard: appends at the end of the B-tree.
                 if scheduled:
-                    txn.put(time_key(record[F_READY_AT], job_id), b"", db=self.sched)
+                    put(key, b"", db=scheduled_list, append=True)
+                    put(time_key(ready_us, job_id), b"", db=sched_db)
                 else:
-                    txn.put(ready_key(job.queue.encode(), job.priority, now_us, job_id), b"", db=self.ready)
+                    put(key, b"", db=pending_list, append=True)
+                    put(ready_key(job.queue.encode(), job.priority, now_us, job_id), b"", db=ready_db)
                 ids.append(job_id)
-            txn.put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + len(jobs)), db=self.meta)
+            put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + len(jobs)), db=jobs_db)
             return ids
 
         return self.env.write(txn_fn, durable=durable)
@@ -329,20 +348,29 @@ class Shard:
         return self.env.write(txn_fn)
 
     def claim(
-        self, now: float, queues: Sequence[bytes] | None, lease_time: float, token: bytes
-    ) -> Claimed | None:
-        """Take the next job of this shard: pending -> running with a fresh lease and claim token."""
+        self,
+        now: float,
+        queues: Sequence[bytes] | None,
+        lease_time: float,
+        token: bytes,
+        min_priority: int | None = None,
+    ) -> Claimed | Outranked | None:
+        """Take the next job of this shard: pending -> running with a fresh lease and claim token.
+
+        ``min_priority``: the best priority another shard may hold; if this shard's next job is below it,
+        nothing is claimed and ``Outranked`` says what this shard's head is (the caller looks again)."""
         now_us = micros(now)
         lease_us = micros(now + lease_time)
 
-        def txn_fn(txn: Any) -> Claimed | StrayEntry | CorruptedJobQuarantined | None:
+        def txn_fn(txn: Any) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | None:
             key = self._best_ready(txn.cursor(db=self.ready), queues)
             if key is None:
                 return None
-            job_id = ready_key_parts(key)[3]
+            _queue, priority, _ready_us, job_id = ready_key_parts(key)
+            if min_priority is not None and priority < min_priority:
+                return Outranked(priority)
             id_k = id_key(job_id)
             raw = txn.get(id_k, db=self.jobs)
-            payload = txn.get(id_k, db=self.payloads)
             if raw is None:
                 return self._drop_stray(txn, job_id, key)
             try:
@@ -351,6 +379,7 @@ class Shard:
                 return self._quarantine(txn, job_id, key, None, now_us, str(exc))
             if record[F_STATE] != PENDING:
                 return self._drop_stray(txn, job_id, key)
+            payload = self._payload(txn, job_id, record)
             if payload is None:
                 return self._quarantine(
                     txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing"
@@ -369,7 +398,7 @@ class Shard:
         if isinstance(outcome, CorruptedJobQuarantined):
             raise outcome
         if isinstance(outcome, StrayEntry):
-            return self.claim(now, queues, lease_time, token)
+            return self.claim(now, queues, lease_time, token, min_priority)
         return outcome
 
     def _drop_stray(self, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
@@ -400,8 +429,9 @@ class Shard:
         record[F_ERROR_TYPE] = CORRUPTED
         self._index(txn, job_id, record)
         self._store(txn, job_id, record)
-        if txn.get(id_key(job_id), db=self.payloads) is None:
-            txn.put(id_key(job_id), codec.pack_value(None, what="payload", limit=16), db=self.payloads)
+        if self._payload(txn, job_id, record) is None:
+            record[F_PAYLOAD] = codec.pack_value(None, what="payload", limit=16)
+        self._store(txn, job_id, record)
         return CorruptedJobQuarantined(job_id, reason)
 
     # ------------------------------------------------------------------ completion (through a record)
@@ -557,8 +587,9 @@ class Shard:
                 cursor.delete()
                 key = id_key(job_id)
                 txn.delete(key, db=self.lists[State.DONE])
-                txn.delete(key, db=self.jobs)
-                txn.delete(key, db=self.payloads)
+                raw = txn.pop(key, db=self.jobs)
+                if raw is None or codec.unpack_record(raw, job_id)[F_PAYLOAD] is None:
+                    txn.delete(key, db=self.payloads)
                 removed += 1
             return removed
 
@@ -635,7 +666,7 @@ class Shard:
             record = self._load(txn, job_id)
             if record is None:
                 return None
-            return record_to_job(job_id, record, txn.get(id_key(job_id), db=self.payloads))
+            return record_to_job(job_id, record, self._payload(txn, job_id, record))
 
         return self.env.read(txn_fn)
 
@@ -674,7 +705,7 @@ class Shard:
                     and (queue is None or record[F_QUEUE] == queue)
                     and (name is None or record[F_NAME] == name)
                 ):
-                    out.append(record_to_job(job_id, record, txn.get(id_key(job_id), db=self.payloads)))
+                    out.append(record_to_job(job_id, record, self._payload(txn, job_id, record)))
                 found = step()
             return out
 
@@ -685,7 +716,7 @@ class Shard:
 
         def txn_fn(txn: Any) -> dict[str, int]:
             out = {state.value: _entries(txn, db) for state, db in self.lists.items()}
-            raw = txn.get(_COUNTERS_KEY, db=self.meta)
+            raw = txn.get(_COUNTERS_KEY, db=self.jobs)
             out["total"] = _COUNTERS.unpack(raw)[1] if raw is not None else 0
             return out
 
@@ -700,7 +731,10 @@ class Shard:
             expected: dict[str, set[bytes]] = {name: set() for name in ("ready", "sched", "lease", "done_at")}
             expected_lists: dict[State, set[bytes]] = {state: set() for state in self.lists}
             max_sequence = 0
+            external = set()
             for key, raw in txn.cursor(db=self.jobs):
+                if key == _COUNTERS_KEY:
+                    continue
                 job_id = id_from_key(key)
                 max_sequence = max(max_sequence, job_id >> 8)
                 if job_id & 0xFF != self.index:
@@ -711,8 +745,10 @@ class Shard:
                 except (QueueCorrupted, IndexError, TypeError) as exc:
                     problems.append(f"{tag}: job {job_id}: undecodable record ({exc})")
                     continue
-                if txn.get(key, db=self.payloads) is None:
-                    problems.append(f"{tag}: job {job_id} ({state.value}) has no payload")
+                if record[F_PAYLOAD] is None:
+                    external.add(key)
+                    if txn.get(key, db=self.payloads) is None:
+                        problems.append(f"{tag}: job {job_id} ({state.value}) has no payload")
                 expected_lists[state].add(key)
                 if state is State.PENDING:
                     q = record[F_QUEUE].encode()
@@ -732,8 +768,8 @@ class Shard:
                 if state is State.FAILED and record[F_ERROR] is None:
                     problems.append(f"{tag}: failed job {job_id} has no error")
             for key in txn.cursor(db=self.payloads).iternext(values=False):
-                if txn.get(key, db=self.jobs) is None:
-                    problems.append(f"{tag}: payload of missing job {id_from_key(key)}")
+                if key not in external:
+                    problems.append(f"{tag}: a stored payload no job refers to ({id_from_key(key)})")
             indexes = {"ready": self.ready, "sched": self.sched, "lease": self.lease, "done_at": self.done_at}
             for name, db in indexes.items():
                 actual = set(txn.cursor(db=db).iternext(values=False))
@@ -747,7 +783,7 @@ class Shard:
                     problems.append(f"{tag}: list {state.value} names job {id_from_key(extra)} wrongly")
                 for missing in sorted(expected_lists[state] - actual):
                     problems.append(f"{tag}: list {state.value} lacks job {id_from_key(missing)}")
-            raw = txn.get(_COUNTERS_KEY, db=self.meta)
+            raw = txn.get(_COUNTERS_KEY, db=self.jobs)
             sequence, total = _COUNTERS.unpack(raw) if raw is not None else (0, 0)
             if max_sequence > sequence:
                 problems.append(f"{tag}: a job id is past the stored sequence {sequence}")

@@ -28,9 +28,8 @@ META_FILE = "store.json"
 LOCK_FILE = "store.lock"
 WAKE_FILE = "wake"
 DB_NAMES = (
-    "jobs",  # job id -> record (msgpack array)
-    "payloads",  # job id -> packed payload, written once
-    "meta",  # b"counters" -> (last sequence, total puts)
+    "jobs",  # job id -> record (msgpack array); and the shard's counters under the largest key
+    "payloads",  # job id -> packed payload, for payloads too big to keep inside the record
     "ready",  # (queue, priority, ready time, id): pending jobs in claim order
     "sched",  # (eta, id): scheduled jobs
     "lease",  # (lease expiry, id): running jobs
@@ -126,43 +125,50 @@ class EnvOptions:
 
 
 class _Gate:
-    """Many transactions at once, or one map resize alone (LMDB: resize only with no transaction open)."""
+    """Many transactions at once, or one map resize alone (LMDB: resize only with no transaction open in
+    the process). Entering and leaving cost one uncontended lock each: this is on every transaction."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
         self._active = 0
         self._resizing = False
+        self._open = threading.Event()
+        self._open.set()
+        self._idle = threading.Event()
 
-    @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
-        cond = self._cond
-        with cond:
-            while self._resizing:
-                cond.wait()
-            self._active += 1
-        try:
-            yield
-        finally:
-            with cond:
-                self._active -= 1
-                if self._active == 0 and self._resizing:
-                    cond.notify_all()
+    def enter(self) -> None:
+        while True:
+            with self._lock:
+                if not self._resizing:
+                    self._active += 1
+                    return
+            self._open.wait()
+
+    def leave(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._resizing and self._active == 0:
+                self._idle.set()
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        cond = self._cond
-        with cond:
-            while self._resizing:
-                cond.wait()
-            self._resizing = True
-            while self._active:
-                cond.wait()
+        while True:
+            with self._lock:
+                if not self._resizing:
+                    self._resizing = True
+                    self._open.clear()
+                    self._idle.clear()
+                    idle = self._active == 0
+                    break
+            self._open.wait()
+        if not idle:
+            self._idle.wait()
         try:
             yield
         finally:
-            with cond:
+            with self._lock:
                 self._resizing = False
-                cond.notify_all()
+                self._open.set()
 
 
 class Env:
@@ -204,31 +210,40 @@ class Env:
         opened without ``sync``. Grows the map and retries on ``MapFullError``; follows another process's
         growth on ``MapResizedError``. Any other ``lmdb.Error`` becomes a ``StoreError``.
         """
+        gate = self._gate
         while True:
+            gate.enter()
             try:
-                with self._gate.shared():
-                    with self.env.begin(write=True) as txn:
-                        result = fn(txn)
-                    if durable and not self.options.sync:
-                        self.env.sync(True)
-                    return result
+                with self.env.begin(write=True) as txn:
+                    result = fn(txn)
+                if durable and not self.options.sync:
+                    self.env.sync(True)
+                return result
             except lmdb.MapFullError:
-                self._grow()
+                recover = self._grow
             except lmdb.MapResizedError:
-                self._follow_resize()
+                recover = self._follow_resize
             except lmdb.Error as exc:
                 raise StoreError(f"LMDB write failed in {self.path!r}: {exc}") from exc
+            finally:
+                gate.leave()
+            recover()
 
     def read(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(txn)`` in one short read transaction."""
+        gate = self._gate
         while True:
+            gate.enter()
             try:
-                with self._gate.shared(), self.env.begin(write=False) as txn:
+                with self.env.begin(write=False) as txn:
                     return fn(txn)
             except lmdb.MapResizedError:
-                self._follow_resize()
+                pass
             except lmdb.Error as exc:
                 raise StoreError(f"LMDB read failed in {self.path!r}: {exc}") from exc
+            finally:
+                gate.leave()
+            self._follow_resize()
 
     def _grow(self) -> None:
         with self._gate.exclusive():

@@ -88,6 +88,22 @@ class Waker:
         if ready:
             self._drain(fd)
 
+    def changed(self) -> bool:
+        """Did a hint arrive since this thread last waited or asked? (True when hints are unavailable.)
+        Consumes the pending hints of this thread's watch."""
+        fd = self._watch_fd()
+        if fd is None:
+            return True
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        if data:
+            self._drain(fd)
+        return True
+
     def _watch_fd(self) -> int | None:
         fd: int | None = getattr(self._local, "fd", None)
         if fd is not None and self._local.pid == os.getpid():
