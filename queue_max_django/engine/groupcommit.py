@@ -14,31 +14,32 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
+Out = TypeVar("Out")
 
 MAX_BATCH = 512
 
 
-class _Request(Generic[Item]):
+class _Request(Generic[Item, Out]):
     __slots__ = ("error", "event", "ids", "items", "lead")
 
     def __init__(self, items: Sequence[Item]) -> None:
         self.items = items
         self.event = threading.Event()
         self.lead = False
-        self.ids: list[int] | None = None
+        self.ids: list[Out] | None = None
         self.error: BaseException | None = None
 
 
-class GroupCommitter(Generic[Item]):
-    def __init__(self, commit: Callable[[Sequence[Item]], list[int]], max_batch: int = MAX_BATCH) -> None:
-        self._commit = commit  # writes items in ONE durable transaction, returns their ids in order
+class GroupCommitter(Generic[Item, Out]):
+    def __init__(self, commit: Callable[[Sequence[Item]], list[Out]], max_batch: int = MAX_BATCH) -> None:
+        self._commit = commit  # writes items in ONE durable transaction, returns one result per item
         self._max_batch = max_batch
         self._lock = threading.Lock()
-        self._waiting: deque[_Request[Item]] = deque()
+        self._waiting: deque[_Request[Item, Out]] = deque()
         self._busy = False
 
-    def submit(self, items: Sequence[Item]) -> list[int]:
-        request: _Request[Item] = _Request(items)
+    def submit(self, items: Sequence[Item]) -> list[Out]:
+        request: _Request[Item, Out] = _Request(items)
         with self._lock:
             self._waiting.append(request)
             if not self._busy:
@@ -55,7 +56,7 @@ class GroupCommitter(Generic[Item]):
 
     def _lead(self) -> None:
         with self._lock:
-            batch: list[_Request[Item]] = []
+            batch: list[_Request[Item, Out]] = []
             size = 0
             while self._waiting and (not batch or size + len(self._waiting[0].items) <= self._max_batch):
                 request = self._waiting.popleft()
@@ -75,7 +76,7 @@ class GroupCommitter(Generic[Item]):
                 request.lead = False
                 request.event.set()
 
-    def _write(self, batch: list[_Request[Item]]) -> None:
+    def _write(self, batch: list[_Request[Item, Out]]) -> None:
         if len(batch) > 1:
             try:
                 ids = self._commit([item for request in batch for item in request.items])

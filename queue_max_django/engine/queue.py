@@ -52,13 +52,27 @@ Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
 
 
-def _check_number(name: str, value: Any, *, minimum: float, allow_none: bool = False) -> None:
+MAX_SECONDS = 100 * 365.25 * 86400  # the longest delay, lease, TTL or interval accepted: a century
+MAX_ETA = 253_402_300_799.0  # 9999-12-31T23:59:59Z
+MAX_RETRIES_LIMIT = 1_000_000
+
+
+def _check_number(
+    name: str,
+    value: Any,
+    *,
+    minimum: float,
+    maximum: float = MAX_SECONDS,
+    allow_none: bool = False,
+    error: type[ValueError] = ConfigurationError,
+) -> None:
+    """A finite real number in [minimum, maximum], or ``error`` naming the argument."""
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ConfigurationError(f"{name} must be a number, not {value!r}")
-    if value < minimum:
-        raise ConfigurationError(f"{name} must be >= {minimum}, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise error(f"{name} must be a finite number, not {value!r}")
+    if not minimum <= value <= maximum:
+        raise error(f"{name} must be from {minimum} to {maximum:.0f}, not {value!r}")
 
 
 def validate_queue_name(queue: Any) -> str:
@@ -86,6 +100,10 @@ def describe_error(error: BaseException | str | None) -> tuple[str, str | None, 
             trace = "".join(_traceback.format_exception(kind, error, error.__traceback__))[-MAX_ERROR_CHARS:]
         return text[:MAX_ERROR_CHARS], type_name, trace
     return str(error)[:MAX_ERROR_CHARS], None, None
+
+
+# (queue, name, priority, ready_at, max_retries, timeout, partition_key): NewJob's fields after the payload.
+_JobOptions = tuple[str, str | None, int, float | None, int, float | None, Any]
 
 
 @dataclass(slots=True)
@@ -152,7 +170,7 @@ class Record:
         """A failed attempt. Retries later (after the backoff, or ``delay`` seconds), or fails for good when
         out of retries or ``permanent``. -> the job's new state."""
         if delay is not None:
-            _check_number("delay", delay, minimum=0)
+            _check_number("delay", delay, minimum=0, error=InvalidJob)
         q = self._queue
         shard = q._shard(self.job_id)
         state = shard.fail(
@@ -214,14 +232,16 @@ class Queue:
                                    or not 1 <= shards <= MAX_SHARDS):  # fmt: skip
             raise ConfigurationError(f"shards must be an int from 1 to {MAX_SHARDS} or None, not {shards!r}")
         _check_number("lease_time", lease_time, minimum=0.001)
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigurationError(f"max_retries must be an int >= 0, not {max_retries!r}")
+        if type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES_LIMIT:
+            raise ConfigurationError(
+                f"max_retries must be an int from 0 to {MAX_RETRIES_LIMIT}, not {max_retries!r}"
+            )
         _check_number("retry_backoff", retry_backoff, minimum=0)
         _check_number("retry_backoff_max", retry_backoff_max, minimum=0)
         _check_number("result_ttl", result_ttl, minimum=0)
-        _check_number("max_payload_bytes", max_payload_bytes, minimum=16)
-        _check_number("map_size", map_size, minimum=1 << 20)
-        _check_number("map_size_max", map_size_max, minimum=map_size, allow_none=True)
+        _check_number("max_payload_bytes", max_payload_bytes, minimum=16, maximum=1 << 30)
+        _check_number("map_size", map_size, minimum=1 << 20, maximum=1 << 50)
+        _check_number("map_size_max", map_size_max, minimum=map_size, maximum=1 << 50, allow_none=True)
         _check_number("recover_interval", recover_interval, minimum=0.01)
         _check_number("vacuum_interval", vacuum_interval, minimum=0.01)
         _check_number("sync_interval", sync_interval, minimum=0.01)
@@ -236,7 +256,16 @@ class Queue:
         if queues is not None:
             if isinstance(queues, str):
                 raise ConfigurationError("queues must be a list of names, not one string")
-            self.queues = frozenset(validate_queue_name(name) for name in queues)
+            try:
+                self.queues = frozenset(validate_queue_name(name) for name in queues)
+            except InvalidJob as exc:
+                raise ConfigurationError(f"queues: {exc}") from None
+            except TypeError:
+                raise ConfigurationError(f"queues must be a list of names, not {queues!r}") from None
+        if clock is not None and not callable(clock):
+            raise ConfigurationError(f"clock must be a callable returning unix seconds, not {clock!r}")
+        if rng is not None and not callable(getattr(rng, "uniform", None)):
+            raise ConfigurationError(f"rng must be a random.Random, not {rng!r}")
         self.sync = bool(sync)
         self.writemap = bool(writemap)
         self._clock: Clock = clock or time.time
@@ -255,6 +284,7 @@ class Queue:
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
         self._local = threading.local()  # per consumer thread: its view of the shards' heads
+        self._valid_names: set[str] = set()  # queue and task names already validated
         self._open_shards()
 
     # ------------------------------------------------------------------ lifecycle
@@ -280,9 +310,10 @@ class Queue:
             )
             self._maintenance.start()
 
-    def _durable_enqueue(self, shard: Shard) -> Callable[[Sequence[NewJob]], list[int]]:
-        def commit(jobs: Sequence[NewJob]) -> list[int]:
-            return shard.enqueue(self._clock(), jobs, durable=True)
+    def _durable_enqueue(self, shard: Shard) -> Callable[[Sequence[NewJob]], list[tuple[int, bool]]]:
+        def commit(jobs: Sequence[NewJob]) -> list[tuple[int, bool]]:
+            ids, wake = shard.enqueue(self._clock(), jobs, durable=True)
+            return [(job_id, wake) for job_id in ids]
 
         return commit
 
@@ -334,9 +365,8 @@ class Queue:
 
     # ------------------------------------------------------------------ put
 
-    def _new_job(
+    def _job_options(
         self,
-        payload: Any,
         *,
         priority: int,
         delay: float | None,
@@ -347,35 +377,44 @@ class Queue:
         timeout: float | None,
         partition_key: Any,
         now: float,
-    ) -> NewJob:
-        if (
-            isinstance(priority, bool)
-            or not isinstance(priority, int)
-            or not PRIORITY_MIN <= priority <= PRIORITY_MAX
-        ):
+    ) -> _JobOptions:
+        """Validate everything but the payload. Raises ``InvalidJob``; runs on every put, so the common
+        case (a known queue and name, no delay) costs a few type checks."""
+        if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
             raise InvalidJob(
                 f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}"
             )
-        validate_queue_name(queue)
-        if self.queues is not None and queue not in self.queues:
-            raise UnknownQueue(f"unknown queue {queue!r}: this Queue serves {sorted(self.queues)}")
-        if name is not None and (not isinstance(name, str) or not name or len(name) > MAX_NAME):
-            raise InvalidJob(
-                f"name must be None or a non-empty str of at most {MAX_NAME} characters, not {name!r}"
-            )
+        if queue not in self._valid_names:
+            validate_queue_name(queue)
+            if self.queues is not None and queue not in self.queues:
+                raise UnknownQueue(f"unknown queue {queue!r}: this Queue serves {sorted(self.queues)}")
+            self._remember_valid(queue)
+        if name is not None and name not in self._valid_names:
+            if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+                raise InvalidJob(
+                    f"name must be None or a non-empty str of at most {MAX_NAME} characters, not {name!r}"
+                )
+            self._remember_valid(name)
         if max_retries is None:
             max_retries = self.max_retries
-        elif isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise InvalidJob(f"max_retries must be None or an int >= 0, not {max_retries!r}")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
-        ):
-            raise InvalidJob(f"timeout must be None or a number of seconds > 0, not {timeout!r}")
-        if partition_key is not None and not isinstance(partition_key, (str, int, bytes)):
-            raise InvalidJob(f"partition_key must be a str, int or bytes, not {type(partition_key).__name__}")
-        ready_at = self._ready_at(delay, eta, now)
-        packed = codec.pack_value(payload, what="payload", limit=self.max_payload_bytes)
-        return NewJob(packed, queue, name, priority, ready_at, max_retries, timeout, partition_key)
+        elif type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES_LIMIT:
+            raise InvalidJob(
+                f"max_retries must be None or an int from 0 to {MAX_RETRIES_LIMIT}, not {max_retries!r}"
+            )
+        if timeout is not None:
+            _check_number("timeout", timeout, minimum=0.001, error=InvalidJob)
+        if partition_key is not None:
+            _check_partition_key(partition_key)
+        ready_at = None if delay is None and eta is None else self._ready_at(delay, eta, now)
+        return (queue, name, priority, ready_at, max_retries, timeout, partition_key)
+
+    def _remember_valid(self, name: str) -> None:
+        if len(self._valid_names) > 10_000:  # names are few in practice; never let the cache grow unbounded
+            self._valid_names.clear()
+        self._valid_names.add(name)
+
+    def _pack_payload(self, payload: Any) -> bytes:
+        return codec.pack_value(payload, what="payload", limit=self.max_payload_bytes)
 
     @staticmethod
     def _ready_at(delay: float | None, eta: float | _dt.datetime | None, now: float) -> float | None:
@@ -388,6 +427,8 @@ class Queue:
                 raise InvalidJob(f"delay must be a finite number of seconds, not {delay!r}")
             if delay < 0:
                 raise InvalidJob(f"delay cannot be negative ({delay!r}); use 0 to run now")
+            if now + delay > MAX_ETA:
+                raise InvalidJob(f"delay {delay!r} s is past the year 9999")
             return now + delay if delay > 0 else None
         if eta is not None:
             if isinstance(eta, _dt.datetime):
@@ -398,7 +439,7 @@ class Queue:
                 isinstance(eta, bool)
                 or not isinstance(eta, (int, float))
                 or not math.isfinite(eta)
-                or eta < 0
+                or not 0 <= eta <= MAX_ETA
             ):
                 raise InvalidJob(f"eta must be an aware datetime or a unix timestamp >= 0, not {eta!r}")
             return float(eta) if eta > now else None
@@ -425,16 +466,19 @@ class Queue:
         """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input."""
         shards = self._live()
         now = self._clock()
-        job = self._new_job(
-            payload, priority=priority, delay=delay, eta=eta, queue=queue, name=name,
+        options = self._job_options(
+            priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
+        job = NewJob(self._pack_payload(payload), *options)
         index = self._route(partition_key)
         if self.sync:
-            job_id = self._committers[index].submit([job])[0]
+            job_id, wake = self._committers[index].submit([job])[0]
         else:
-            job_id = shards[index].enqueue(now, [job])[0]
-        self._waker.notify()
+            ids, wake = shards[index].enqueue(now, [job])
+            job_id = ids[0]
+        if wake:
+            self._waker.notify()
         return job_id
 
     def put_many(
@@ -451,31 +495,28 @@ class Queue:
         partition_key: Any = None,
     ) -> list[int]:
         """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing."""
+        options = self._job_options(
+            priority=priority, delay=delay, eta=eta, queue=queue, name=name,
+            max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
+        )  # fmt: skip
+        return self._put_batch(self._route(partition_key), payloads, options)
+
+    def _put_batch(self, shard: int, payloads: Iterable[Any], options: _JobOptions) -> list[int]:
         shards = self._live()
-        now = self._clock()
-        jobs = [
-            self._new_job(payload, priority=priority, delay=delay, eta=eta, queue=queue, name=name,
-                          max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now)
-            for payload in payloads
-        ]  # fmt: skip
+        jobs = [NewJob(self._pack_payload(payload), *options) for payload in payloads]
         if not jobs:
             return []
-        ids = shards[self._route(partition_key)].enqueue(now, jobs, durable=self.sync)
-        self._waker.notify()
+        ids, wake = shards[shard].enqueue(self._clock(), jobs, durable=self.sync)
+        if wake:
+            self._waker.notify()
         return ids
 
     def put_many_to_shard(self, shard: int, payloads: Iterable[Any], **options: Any) -> list[int]:
         """``put_many`` into one given shard (``.map`` spreads a batch over the shards with this)."""
-        if not 0 <= shard < self.shard_count:
+        if type(shard) is not int or not 0 <= shard < self.shard_count:
             raise InvalidJob(f"shard must be from 0 to {self.shard_count - 1}, not {shard!r}")
-        shards = self._live()
-        now = self._clock()
-        jobs = [self._new_job(payload, now=now, **_put_defaults(options)) for payload in payloads]
-        if not jobs:
-            return []
-        ids = shards[shard].enqueue(now, jobs, durable=self.sync)
-        self._waker.notify()
-        return ids
+        checked = self._job_options(now=self._clock(), **_put_defaults(options))
+        return self._put_batch(shard, payloads, checked)
 
     # ------------------------------------------------------------------ get
 
@@ -526,10 +567,11 @@ class Queue:
         local = self._local
         view: _View | None = getattr(local, "view", None)
         now = self._clock()
+        changed = self._waker.changed()  # always asked first: it also starts this thread's watch
         if (
-            view is None
+            changed
+            or view is None
             or view.allowed != allowed
-            or self._waker.changed()
             or (view.next_eta is not None and view.next_eta <= now)
         ):
             view = local.view = self._look(now, allowed)
@@ -571,7 +613,7 @@ class Queue:
         """Claim the next job (highest priority first). ``timeout=None`` blocks; 0 looks once.
         Raises ``QueueEmpty`` when no job came in time."""
         if timeout is not None:
-            _check_number("timeout", timeout, minimum=0)
+            _check_number("timeout", timeout, minimum=0, error=InvalidJob)
         allowed = self._queue_filter(queues)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -697,14 +739,15 @@ class Queue:
                 "running jobs cannot be purged: they belong to a live worker (or recover() them)"
             )
         if older_than is not None:
-            _check_number("older_than", older_than, minimum=0)
+            _check_number("older_than", older_than, minimum=0, error=InvalidJob)
         cutoff = None if older_than is None else self._clock() - older_than
         total = 0
         for shard in self._live():
+            start: bytes | None = None
             while True:
-                deleted, more = shard.purge(state, cutoff, BATCH)
+                deleted, start = shard.purge(state, cutoff, BATCH, start)
                 total += deleted
-                if not more or deleted == 0:
+                if start is None:
                     break
         return total
 
@@ -726,7 +769,7 @@ class Queue:
         """Delete done jobs (and their results) finished at least ``older_than`` seconds ago
         (default: ``result_ttl``). Failed jobs are kept. -> how many."""
         if older_than is not None:
-            _check_number("older_than", older_than, minimum=0)
+            _check_number("older_than", older_than, minimum=0, error=InvalidJob)
         cutoff = self._clock() - (self.result_ttl if older_than is None else older_than)
         total = 0
         for shard in self._live():
@@ -808,6 +851,15 @@ class Queue:
                 return
             except Exception:  # keep maintaining; the next round retries
                 logger.exception("background maintenance of %s failed", self.path)
+
+
+def _check_partition_key(key: Any) -> None:
+    if isinstance(key, bool) or not isinstance(key, (str, int, bytes)):
+        raise InvalidJob(f"partition_key must be a str, int or bytes, not {type(key).__name__}")
+    if isinstance(key, int) and not -(2**63) <= key < 2**64:
+        raise InvalidJob(f"partition_key {key} is out of the 64-bit range msgpack can store")
+    if isinstance(key, (str, bytes)) and len(key) > MAX_NAME:
+        raise InvalidJob(f"partition_key is longer than {MAX_NAME} characters")
 
 
 def _state(state: State | str) -> State:

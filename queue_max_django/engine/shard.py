@@ -207,12 +207,6 @@ class Shard:
         elif state == DONE:
             txn.put(time_key(record[F_FINISHED_AT], job_id), b"", db=self.done_at)
 
-    def _move(self, txn: Any, job_id: int, record: list[Any], new_state: int) -> None:
-        self._unindex(txn, job_id, record)
-        record[F_STATE] = new_state
-        self._index(txn, job_id, record)
-        self._store(txn, job_id, record)
-
     def _delete(self, txn: Any, job_id: int, record: list[Any]) -> None:
         self._unindex(txn, job_id, record)
         key = id_key(job_id)
@@ -239,7 +233,12 @@ class Shard:
 
     # ------------------------------------------------------------------ enqueue
 
-    def enqueue(self, now: float, jobs: Sequence[NewJob], *, durable: bool = False) -> list[int]:
+    def enqueue(self, now: float, jobs: Sequence[NewJob], *, durable: bool = False) -> tuple[list[int], bool]:
+        """Write new jobs. -> (their ids, whether a consumer may need waking).
+
+        A wake hint is only needed when a new job becomes the head of its queue here (an empty queue, or a
+        higher priority than the head) or the earliest ETA: a job queued behind another one can never be
+        what an idle consumer waits for, since that consumer would have taken the one in front."""
         now_us = micros(now)
         shard = self.index
         jobs_db, payloads_db, ready_db, sched_db = self.jobs, self.payloads, self.ready, self.sched
@@ -247,11 +246,15 @@ class Shard:
         inline_max = codec.INLINE_PAYLOAD_MAX
         pack_record = codec.pack_record
 
-        def txn_fn(txn: Any) -> list[int]:
+        def txn_fn(txn: Any) -> tuple[list[int], bool]:
             put = txn.put
             raw = txn.get(_COUNTERS_KEY, db=jobs_db)
             sequence, total = _COUNTERS.unpack(raw) if raw is not None else (0, 0)
             ids = []
+            wake = False
+            heads: dict[bytes, bytes | None] = {}
+            first_eta: bytes | None = None
+            ready_cursor = sched_cursor = None
             for job in jobs:
                 sequence = sequence + 1 if sequence >= now_us else now_us
                 job_id = job_id_for(sequence, shard)
@@ -263,7 +266,7 @@ class Shard:
                 # Field order: see codec.F_*.
                 record = [
                     SCHEDULED if scheduled else PENDING, job.queue, job.name, job.priority, 0,
-                    job.max_retries, now_us, ready_us if scheduled else now_us, None, None, None, None,
+                    job.max_retries, now_us, ready_us if scheduled else sequence, None, None, None, None,
                     None, None, None, None, job.timeout, job.partition_key, 0, payload if inline else None,
                 ]  # fmt: skip
                 if not inline:
@@ -271,14 +274,32 @@ class Shard:
                 put(key, pack_record(record), db=jobs_db)
                 # Ids only grow within a shard: appends at the end of the B-tree.
                 if scheduled:
+                    index_key = time_key(ready_us, job_id)
+                    if not wake:
+                        if sched_cursor is None:
+                            sched_cursor = txn.cursor(db=sched_db)
+                            first_eta = sched_cursor.key() if sched_cursor.first() else None
+                        wake = first_eta is None or index_key < first_eta
                     put(key, b"", db=scheduled_list, append=True)
-                    put(time_key(ready_us, job_id), b"", db=sched_db)
+                    put(index_key, b"", db=sched_db)
                 else:
+                    queue = job.queue.encode()
+                    # Ready "time" = the sequence: it never steps back, so FIFO survives a clock that does.
+                    index_key = ready_key(queue, job.priority, sequence, job_id)
+                    if not wake:
+                        if queue not in heads:
+                            if ready_cursor is None:
+                                ready_cursor = txn.cursor(db=ready_db)
+                            prefix = queue_prefix(queue)
+                            found = ready_cursor.set_range(prefix) and ready_cursor.key().startswith(prefix)
+                            heads[queue] = ready_cursor.key() if found else None
+                        head = heads[queue]
+                        wake = head is None or index_key < head
                     put(key, b"", db=pending_list, append=True)
-                    put(ready_key(job.queue.encode(), job.priority, now_us, job_id), b"", db=ready_db)
+                    put(index_key, b"", db=ready_db)
                 ids.append(job_id)
             put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + len(jobs)), db=jobs_db)
-            return ids
+            return ids, wake
 
         return self.env.write(txn_fn, durable=durable)
 
@@ -361,6 +382,7 @@ class Shard:
         nothing is claimed and ``Outranked`` says what this shard's head is (the caller looks again)."""
         now_us = micros(now)
         lease_us = micros(now + lease_time)
+        pending_list, running_list = self.lists[State.PENDING], self.lists[State.RUNNING]
 
         def txn_fn(txn: Any) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | None:
             key = self._best_ready(txn.cursor(db=self.ready), queues)
@@ -384,14 +406,17 @@ class Shard:
                 return self._quarantine(
                     txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing"
                 )
-            self._unindex(txn, job_id, record)
+            # pending -> running, written out (the hot path: what _unindex() + _index() do, inlined)
+            txn.delete(key, db=self.ready)
+            txn.delete(id_k, db=pending_list)
+            txn.put(id_k, b"", db=running_list)
+            txn.put(time_key(lease_us, job_id), b"", db=self.lease)
             record[F_STATE] = RUNNING
             record[F_STARTED_AT] = now_us
             record[F_LEASE_UNTIL] = lease_us
             record[F_TOKEN] = token
             record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
-            self._index(txn, job_id, record)
-            self._store(txn, job_id, record)
+            txn.put(id_k, codec.pack_record(record), db=self.jobs)
             return Claimed(job_id, record, payload)
 
         outcome = self.env.write(txn_fn)
@@ -452,16 +477,22 @@ class Shard:
     def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
         now_us = micros(now)
 
+        running_list, done_list = self.lists[State.RUNNING], self.lists[State.DONE]
+
         def txn_fn(txn: Any) -> None:
             record = self._held(txn, job_id, token)
-            self._unindex(txn, job_id, record)
+            # running -> done, written out (the hot path: what _unindex() + _index() do, inlined)
+            key = id_key(job_id)
+            txn.delete(time_key(record[F_LEASE_UNTIL], job_id), db=self.lease)
+            txn.delete(key, db=running_list)
+            txn.put(key, b"", db=done_list)
+            txn.put(time_key(now_us, job_id), b"", db=self.done_at)
             record[F_STATE] = DONE
             record[F_FINISHED_AT] = now_us
             record[F_TOKEN] = None
             record[F_LEASE_UNTIL] = None
             record[F_RESULT] = result
-            self._index(txn, job_id, record)
-            self._store(txn, job_id, record)
+            txn.put(key, codec.pack_record(record), db=self.jobs)
 
         self.env.write(txn_fn, durable=durable)
 
@@ -627,22 +658,24 @@ class Shard:
 
         return self.env.write(txn_fn)
 
-    def purge(self, state: State, cutoff: float | None, batch: int = 1000) -> tuple[int, bool]:
-        """Delete up to ``batch`` jobs in ``state`` (older than ``cutoff`` if given: by finish time for
-        done/failed, by enqueue time otherwise). -> (deleted, more may remain)."""
+    def purge(
+        self, state: State, cutoff: float | None, batch: int = 1000, start: bytes | None = None
+    ) -> tuple[int, bytes | None]:
+        """Delete the jobs in ``state`` (only those older than ``cutoff`` if given: by finish time for
+        done/failed, by enqueue time otherwise) among the next ``batch`` entries from ``start``.
+        -> (deleted, where the next call starts, or None when the list is done)."""
         cutoff_us = None if cutoff is None else micros(cutoff)
         list_db = self.lists[state]
 
-        def txn_fn(txn: Any) -> tuple[int, bool]:
-            deleted = 0
-            examined = 0
+        def txn_fn(txn: Any) -> tuple[int, bytes | None]:
             cursor = txn.cursor(db=list_db)
+            found = cursor.set_range(start) if start is not None else cursor.first()
             keys: list[bytes] = []
-            found = cursor.first()
-            while found and examined < batch * 10 and deleted + len(keys) < batch:
+            while found and len(keys) < batch:
                 keys.append(cursor.key())
-                examined += 1
                 found = cursor.next()
+            resume = cursor.key() if found else None
+            deleted = 0
             for key in keys:
                 job_id = id_from_key(key)
                 record = self._load(txn, job_id)
@@ -655,7 +688,7 @@ class Shard:
                         continue
                 self._delete(txn, job_id, record)
                 deleted += 1
-            return deleted, bool(found) or deleted == batch
+            return deleted, resume
 
         return self.env.write(txn_fn)
 

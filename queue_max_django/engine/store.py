@@ -181,27 +181,41 @@ class Env:
         self.refs = 0
         self._gate = _Gate()
         try:
-            self.env = lmdb.open(
-                path,
-                subdir=True,
-                map_size=options.map_size,
-                max_dbs=len(DB_NAMES) + 4,
-                max_readers=1024,
-                max_spare_txns=0,  # py-lmdb #346: no cached read transactions that could cross a fork
-                sync=options.sync,
-                metasync=options.sync,
-                writemap=options.writemap,
-                map_async=False,
-                readahead=False,
-                lock=True,
-                mode=0o600,
-            )
+            self.env = self._open(path, options)
             self.env.reader_check()  # reclaim slots of readers SIGKILLed while holding a transaction
             # Named databases are opened once, before any other transaction of this process (LMDB rule).
-            with self.env.begin(write=True) as txn:
-                self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
+            while True:
+                try:
+                    with self.env.begin(write=True) as txn:
+                        self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
+                    break
+                except lmdb.MapResizedError:
+                    self.env.set_mapsize(0)  # another process grew the map since we opened: adopt its size
         except lmdb.Error as exc:
             raise StoreError(f"cannot open the LMDB environment {path!r}: {exc}") from exc
+
+    @staticmethod
+    def _open(path: str, options: EnvOptions) -> Any:
+        for _attempt in range(100):
+            try:
+                return lmdb.open(
+                    path,
+                    subdir=True,
+                    map_size=options.map_size,
+                    max_dbs=len(DB_NAMES) + 4,
+                    max_readers=1024,
+                    max_spare_txns=0,  # py-lmdb #346: no cached read transactions that could cross a fork
+                    sync=options.sync,
+                    metasync=options.sync,
+                    writemap=options.writemap,
+                    map_async=False,
+                    readahead=False,
+                    lock=True,
+                    mode=0o600,
+                )
+            except lmdb.MapResizedError:
+                continue  # another process grew the map between LMDB's open and its first read: again
+        raise StoreError(f"cannot open {path!r}: its map kept growing under us (100 attempts)")
 
     def write(self, fn: Callable[[Any], T], *, durable: bool = False) -> T:
         """Run ``fn(txn)`` in one write transaction and commit; abort on any exception (which propagates).

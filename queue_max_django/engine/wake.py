@@ -89,10 +89,11 @@ class Waker:
             self._drain(fd)
 
     def changed(self) -> bool:
-        """Did a hint arrive since this thread last waited or asked? (True when hints are unavailable.)
-        Consumes the pending hints of this thread's watch."""
-        fd = self._watch_fd()
-        if fd is None:
+        """Did a hint arrive since this thread last waited or asked? True the first time a thread asks (its
+        watch starts now: nothing before is known) and whenever hints are unavailable. Consumes the hints."""
+        fd: int | None = getattr(self._local, "fd", None)
+        if fd is None or self._local.pid != os.getpid():
+            self._watch_fd()
             return True
         try:
             data = os.read(fd, 4096)
@@ -159,10 +160,11 @@ class Waker:
             write_fd, self._write_fd = self._write_fd, None
         if self._pid != os.getpid():
             return
-        if write_fd is not None:
-            with contextlib.suppress(OSError):
-                os.pwrite(write_fd, b"\x01", 0)  # wake our own waiters so they see the close
-                os.close(write_fd)
+        with contextlib.suppress(OSError):  # wake our own waiters so they see the close
+            if write_fd is None:
+                write_fd = os.open(self._path, os.O_WRONLY | os.O_CLOEXEC)
+            os.pwrite(write_fd, b"\x01", 0)
+            os.close(write_fd)
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
