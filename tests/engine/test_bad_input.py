@@ -1,0 +1,328 @@
+"""Invariant 7: bad input gets a clear exception before anything is written; and Queue(...) mistakes raise
+ConfigurationError before anything is opened.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from queue_max_django.engine import (
+    ConfigurationError,
+    InvalidJob,
+    PayloadNotSerializable,
+    PayloadTooLarge,
+    Queue,
+    QueueError,
+    State,
+    UnknownQueue,
+)
+from tests.engine.conftest import FakeClock
+
+LIMIT = 1024
+
+
+def open_queue(path: Path, clock: FakeClock, **options: Any) -> Queue:
+    defaults: dict[str, Any] = {"clock": clock, "do_recover": False, "do_vacuum": False, "retry_backoff": 0}
+    return Queue(path, **(defaults | options))
+
+
+def dump_store(q: Queue) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
+    out = {}
+    for shard in q._shards:
+        with shard.env.env.begin() as txn:
+            for name, db in shard.env.dbs.items():
+                out[shard.index, name] = list(txn.cursor(db=db))
+    return out
+
+
+@pytest.fixture
+def small_queue(tmp_path: Path, clock: FakeClock) -> Any:
+    with open_queue(tmp_path / "store", clock, max_payload_bytes=LIMIT) as q:
+        yield q
+
+
+@pytest.fixture(scope="module")
+def refusing_queue(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One store for all the refused puts (they must leave it as it is, so they can share it)."""
+    path = tmp_path_factory.mktemp("refusals") / "store"
+    with open_queue(path, FakeClock(), max_payload_bytes=LIMIT) as q:
+        q.put("already here")
+        yield q
+
+
+NAIVE = dt.datetime(2030, 1, 1, 12, 0)
+
+# (payload, put options, exception, what the message must name)
+BAD_PUTS = [
+    (object(), {}, PayloadNotSerializable, "payload"),
+    ({"when": dt.date(2024, 1, 1)}, {}, PayloadNotSerializable, "payload"),
+    ("x" * (LIMIT + 1), {}, PayloadTooLarge, "max_payload_bytes"),
+    ("x", {"priority": 101}, InvalidJob, "priority"),
+    ("x", {"priority": -101}, InvalidJob, "priority"),
+    ("x", {"priority": True}, InvalidJob, "priority"),
+    ("x", {"priority": 1.0}, InvalidJob, "priority"),
+    ("x", {"priority": "5"}, InvalidJob, "priority"),
+    ("x", {"priority": None}, InvalidJob, "priority"),
+    ("x", {"delay": -1}, InvalidJob, "delay"),
+    ("x", {"delay": -0.001}, InvalidJob, "delay"),
+    ("x", {"delay": math.nan}, InvalidJob, "delay"),
+    ("x", {"delay": math.inf}, InvalidJob, "delay"),
+    ("x", {"delay": "5"}, InvalidJob, "delay"),
+    ("x", {"delay": 1e300}, InvalidJob, "delay"),
+    ("x", {"eta": NAIVE}, InvalidJob, "aware"),
+    ("x", {"eta": math.nan}, InvalidJob, "eta"),
+    ("x", {"eta": -1}, InvalidJob, "eta"),
+    ("x", {"eta": "tomorrow"}, InvalidJob, "eta"),
+    ("x", {"eta": 1e300}, InvalidJob, "eta"),
+    ("x", {"delay": 5, "eta": 1_800_000_000}, InvalidJob, "both"),
+    ("x", {"queue": ""}, InvalidJob, "queue"),
+    ("x", {"queue": 5}, InvalidJob, "queue"),
+    ("x", {"queue": None}, InvalidJob, "queue"),
+    ("x", {"queue": "a\x00b"}, InvalidJob, "queue"),
+    ("x", {"queue": "q" * 101}, InvalidJob, "queue"),
+    ("x", {"name": ""}, InvalidJob, "name"),
+    ("x", {"name": 5}, InvalidJob, "name"),
+    ("x", {"name": "n" * 201}, InvalidJob, "name"),
+    ("x", {"max_retries": -1}, InvalidJob, "max_retries"),
+    ("x", {"max_retries": True}, InvalidJob, "max_retries"),
+    ("x", {"max_retries": 1.5}, InvalidJob, "max_retries"),
+    ("x", {"max_retries": 2**64}, InvalidJob, "max_retries"),
+    ("x", {"timeout": 0}, InvalidJob, "timeout"),
+    ("x", {"timeout": -1}, InvalidJob, "timeout"),
+    ("x", {"timeout": "1"}, InvalidJob, "timeout"),
+    ("x", {"partition_key": [1]}, InvalidJob, "partition_key"),
+    ("x", {"partition_key": 1.5}, InvalidJob, "partition_key"),
+    ("x", {"partition_key": 2**64}, InvalidJob, "partition_key"),
+]
+
+
+def _case_id(case: tuple[Any, dict[str, Any], type, str]) -> str:
+    payload, options, error, _ = case
+    what = ",".join(f"{k}={v!r}"[:30] for k, v in options.items()) or f"payload={type(payload).__name__}"
+    return f"{error.__name__}:{what}"
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+@pytest.mark.parametrize(
+    ("payload", "options", "error", "named"), BAD_PUTS, ids=[_case_id(c) for c in BAD_PUTS]
+)
+def test_bad_put_raises_before_writing(
+    refusing_queue: Queue, payload: Any, options: dict[str, Any], error: type[Exception], named: str
+) -> None:
+    """inv_7: each bad argument of put()/put_many() raises its own exception naming the problem, and
+    nothing reaches the store."""
+    q = refusing_queue
+    before = dump_store(q)
+    stats = q.stats()
+
+    with pytest.raises(error, match=named) as caught:
+        q.put(payload, **options)
+    assert isinstance(caught.value, QueueError)
+    with pytest.raises(error, match=named):
+        q.put_many(["fine", payload], **options)
+
+    assert dump_store(q) == before
+    assert q.stats() == stats and stats["total"] == 1
+    assert q.verify() == []
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+def test_payload_size_limit_is_on_the_encoded_bytes(small_queue: Queue) -> None:
+    """inv_7: a payload encoded in exactly max_payload_bytes is stored; one byte more is refused."""
+    fits = "x" * (LIMIT - 3)  # str 16 header: 3 bytes
+    assert len(msgpack.packb(fits)) == LIMIT
+    too_big = fits + "x"
+    job_id = small_queue.put(fits)
+    assert small_queue.job(job_id).payload == fits
+    with pytest.raises(PayloadTooLarge) as caught:
+        small_queue.put(too_big)
+    assert f"{LIMIT + 1:,}" in str(caught.value) and f"{LIMIT:,}" in str(caught.value)
+    assert small_queue.stats()["total"] == 1
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+def test_unknown_queue_name_is_refused(tmp_path: Path, clock: FakeClock) -> None:
+    """inv_7: a queue name the Queue was not opened with raises UnknownQueue naming it; nothing written."""
+    with open_queue(tmp_path / "store", clock, queues=["mail"]) as q:
+        before = dump_store(q)
+        with pytest.raises(UnknownQueue, match="'sms'"):
+            q.put("x", queue="sms")
+        with pytest.raises(UnknownQueue, match="'sms'"):
+            q.put_many(["x"], queue="sms")
+        with pytest.raises(UnknownQueue, match="'sms'"):
+            q.get(0, queues=["mail", "sms"])
+        assert dump_store(q) == before
+        assert q.stats()["total"] == 0 and q.verify() == []
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+@pytest.mark.parametrize(
+    ("result", "error"),
+    [
+        (object(), PayloadNotSerializable),
+        ("r" * (LIMIT + 1), PayloadTooLarge),
+        ({"d": dt.date.today()}, PayloadNotSerializable),
+    ],
+    ids=["object", "too-large", "date"],
+)
+def test_bad_result_leaves_the_job_running(small_queue: Queue, result: Any, error: type[Exception]) -> None:
+    """inv_7: ack(result=<bad>) raises before writing; the job is still running and the record can ack."""
+    job_id = small_queue.put("x")
+    record = small_queue.get(0)
+    before = small_queue.job(job_id)
+    with pytest.raises(error, match="result"):
+        record.ack(result=result)
+    assert small_queue.job(job_id) == before
+    record.ack(result="ok")
+    assert small_queue.job(job_id).state is State.DONE
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+@pytest.mark.parametrize("delay", [-1, math.nan, math.inf, 1e300, "5", True], ids=repr)
+def test_bad_nack_delay_leaves_the_job_running(queue: Queue, delay: Any) -> None:
+    """inv_7: nack(delay=<bad>) raises a clear QueueError (a ValueError) and changes nothing; the record can
+    still nack properly afterwards."""
+    job_id = queue.put("x")
+    record = queue.get(0)
+    before = queue.job(job_id)
+    with pytest.raises(QueueError, match="delay") as caught:
+        record.nack("e", delay=delay)
+    assert isinstance(caught.value, ValueError)
+    assert queue.job(job_id) == before
+    assert record.nack("e", delay=0) is State.PENDING
+    assert queue.verify() == []
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda q: q.get(timeout=-1), "timeout"),
+        (lambda q: q.get(timeout="1"), "timeout"),
+        (lambda q: q.get(0, queues=[""]), "queue"),
+        (lambda q: q.jobs("waiting"), "state"),
+        (lambda q: q.purge("dead"), "state"),
+        (lambda q: q.purge(State.DONE, older_than=-1), "older_than"),
+        (lambda q: q.vacuum(older_than=-1), "older_than"),
+        (lambda q: q.cancel("1"), "job_id"),
+        (lambda q: q.requeue(-3), "job_id"),
+    ],
+    ids=[
+        "get-timeout-negative",
+        "get-timeout-str",
+        "get-queue-empty",
+        "jobs-state",
+        "purge-state",
+        "purge-older-than",
+        "vacuum-older-than",
+        "cancel-id",
+        "requeue-id",
+    ],
+)
+def test_bad_arguments_of_other_calls_are_refused(queue: Queue, call: Any, named: str) -> None:
+    """inv_7: get/jobs/purge/vacuum/cancel/requeue refuse bad arguments with a ValueError that is a
+    QueueError naming the argument, and change nothing."""
+    queue.put("x")
+    before = dump_store(queue)
+    with pytest.raises(QueueError, match=named) as caught:
+        call(queue)
+    assert isinstance(caught.value, ValueError)
+    assert dump_store(queue) == before
+
+
+# ------------------------------------------------------------------------------------ configuration
+
+
+BAD_CONFIG = [
+    {"shards": 0},
+    {"shards": 257},
+    {"shards": True},
+    {"shards": 1.5},
+    {"shards": "6"},
+    {"lease_time": 0},
+    {"lease_time": -1},
+    {"lease_time": "30"},
+    {"lease_time": math.nan},
+    {"lease_time": math.inf},
+    {"max_retries": -1},
+    {"max_retries": True},
+    {"max_retries": 1.5},
+    {"max_retries": None},
+    {"retry_backoff": -1},
+    {"retry_backoff": math.nan},
+    {"retry_backoff_max": -1},
+    {"result_ttl": -1},
+    {"result_ttl": math.nan},
+    {"max_payload_bytes": 0},
+    {"max_payload_bytes": "1MB"},
+    {"map_size": 100},
+    {"map_size": 1 << 24, "map_size_max": 1 << 22},
+    {"queues": "default"},
+    {"queues": [""]},
+    {"queues": ["ok", 5]},
+    {"queues": ["a\x00b"]},
+    {"recover_interval": 0},
+    {"vacuum_interval": -1},
+    {"sync_interval": 0},
+    {"clock": 5},
+]
+
+
+@pytest.mark.contract
+@pytest.mark.rule_config
+@pytest.mark.parametrize("options", BAD_CONFIG, ids=[repr(o)[:40] for o in BAD_CONFIG])
+def test_constructor_mistakes_raise_configuration_error(tmp_path: Path, options: dict[str, Any]) -> None:
+    """rule_config: a bad Queue(...) argument raises ConfigurationError naming it, before any file exists."""
+    path = tmp_path / "store"
+    name = next(iter(options)) if len(options) == 1 else "map_size_max"
+    try:
+        q = Queue(path, do_recover=False, do_vacuum=False, **options)
+    except ConfigurationError as exc:
+        assert name in str(exc)
+    else:
+        q.close()
+        pytest.fail(f"Queue(**{options!r}) was accepted")
+    assert not path.exists()
+
+
+@pytest.mark.contract
+@pytest.mark.rule_config
+def test_infinite_result_ttl_is_refused_or_keeps_results(tmp_path: Path, clock: FakeClock) -> None:
+    """rule_config: result_ttl=inf either raises ConfigurationError or means "keep results forever"; it
+    must not make vacuum() (and the background thread) crash."""
+    try:
+        q = open_queue(tmp_path / "store", clock, result_ttl=math.inf)
+    except ConfigurationError:
+        return
+    with q:
+        job_id = q.put("x")
+        q.get(0).ack("kept")
+        clock.advance(10 * 365 * 86400)
+        assert q.vacuum() == 0
+        assert q.job(job_id).result == "kept"
+
+
+@pytest.mark.contract
+@pytest.mark.rule_config
+def test_good_configuration_is_kept(tmp_path: Path, clock: FakeClock) -> None:
+    """rule_config: valid arguments are accepted and visible on the Queue."""
+    options: dict[str, Any] = {
+        "shards": 3, "lease_time": 5, "max_retries": 0, "retry_backoff": 0.5, "retry_backoff_max": 10,
+        "result_ttl": 0, "max_payload_bytes": 100, "queues": ("a", "b"),
+    }  # fmt: skip
+    with open_queue(tmp_path / "store", clock, **options) as q:
+        assert q.shard_count == 3
+        assert (q.lease_time, q.max_retries, q.retry_backoff, q.retry_backoff_max) == (5.0, 0, 0.5, 10.0)
+        assert (q.result_ttl, q.max_payload_bytes, q.queues) == (0.0, 100, frozenset({"a", "b"}))
