@@ -63,6 +63,11 @@ def ready_key(queue: bytes, priority: int, ready_us: int, job_id: int) -> bytes:
     return queue + QUEUE_SEP + _HQQ.pack(_PRIORITY_FLIP - priority, ready_us, job_id)
 
 
+def ready_prefix(queue: bytes, priority: int) -> bytes:
+    """The part of a ready key before (ready time, job id)."""
+    return queue + QUEUE_SEP + (_PRIORITY_FLIP - priority).to_bytes(2, "big")
+
+
 def ready_key_parts(key: bytes) -> tuple[bytes, int, int, int]:
     """-> (queue, priority, ready µs, job id)."""
     queue = key[: -_HQQ.size - 1]

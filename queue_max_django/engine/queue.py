@@ -37,7 +37,7 @@ from .groupcommit import GroupCommitter
 from .job import Job, State
 from .keys import MAX_SHARDS, PRIORITY_MAX, PRIORITY_MIN, shard_of
 from .retry import backoff_delay
-from .shard import Claimed, CorruptedJobQuarantined, NewJob, Shard
+from .shard import Claimed, CorruptedJobQuarantined, NewJobs, Shard
 from .store import REGISTRY, EnvOptions, fork_generation, open_store_meta, shard_dir
 from .wake import Waker
 
@@ -102,7 +102,7 @@ def describe_error(error: BaseException | str | None) -> tuple[str, str | None, 
     return str(error)[:MAX_ERROR_CHARS], None, None
 
 
-# (queue, name, priority, ready_at, max_retries, timeout, partition_key): NewJob's fields after the payload.
+# (queue, name, priority, ready_at, max_retries, timeout, partition_key): NewJobs' fields after the payloads.
 _JobOptions = tuple[str, str | None, int, float | None, int, float | None, Any]
 
 
@@ -310,9 +310,9 @@ class Queue:
             )
             self._maintenance.start()
 
-    def _durable_enqueue(self, shard: Shard) -> Callable[[Sequence[NewJob]], list[tuple[int, bool]]]:
-        def commit(jobs: Sequence[NewJob]) -> list[tuple[int, bool]]:
-            ids, wake = shard.enqueue(self._clock(), jobs, durable=True)
+    def _durable_enqueue(self, shard: Shard) -> Callable[[Sequence[NewJobs]], list[tuple[int, bool]]]:
+        def commit(batches: Sequence[NewJobs]) -> list[tuple[int, bool]]:
+            ids, wake = shard.enqueue(self._clock(), batches, durable=True)
             return [(job_id, wake) for job_id in ids]
 
         return commit
@@ -470,7 +470,7 @@ class Queue:
             priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
-        job = NewJob(self._pack_payload(payload), *options)
+        job = NewJobs((self._pack_payload(payload),), *options)
         index = self._route(partition_key)
         if self.sync:
             job_id, wake = self._committers[index].submit([job])[0]
@@ -503,10 +503,11 @@ class Queue:
 
     def _put_batch(self, shard: int, payloads: Iterable[Any], options: _JobOptions) -> list[int]:
         shards = self._live()
-        jobs = [NewJob(self._pack_payload(payload), *options) for payload in payloads]
-        if not jobs:
+        pack = self._pack_payload
+        packed = [pack(payload) for payload in payloads]
+        if not packed:
             return []
-        ids, wake = shards[shard].enqueue(self._clock(), jobs, durable=self.sync)
+        ids, wake = shards[shard].enqueue(self._clock(), [NewJobs(packed, *options)], durable=self.sync)
         if wake:
             self._waker.notify()
         return ids

@@ -41,12 +41,12 @@ from .job import STATE_CODE, STATES, Job, State
 from .keys import (
     id_from_key,
     id_key,
-    job_id_for,
     micros,
     next_queue_prefix,
     queue_prefix,
     ready_key,
     ready_key_parts,
+    ready_prefix,
     time_key,
     time_key_parts,
 )
@@ -64,15 +64,18 @@ LIST_DB = {State.PENDING: "pending", State.SCHEDULED: "scheduled", State.RUNNING
 # are appended at the end of that B-tree, so a put dirties one page for the record and the counters both.
 _COUNTERS_KEY = b"\xff" * 8
 _COUNTERS = struct.Struct(">QQ")
+_ID = struct.Struct(">Q")
+_TIME_KEY = struct.Struct(">QQ")
+_READY_TAIL = struct.Struct(">QQ")  # after the queue name, NUL and the 2-byte flipped priority
 LEASE_EXPIRED = "LeaseExpired"
 CORRUPTED = "Corrupted"
 
 
 @dataclass(slots=True)
-class NewJob:
-    """A validated job ready to be written: the payload is already packed."""
+class NewJobs:
+    """Validated jobs ready to be written: packed payloads that share the same options."""
 
-    payload: bytes
+    payloads: Sequence[bytes]
     queue: str
     name: str | None
     priority: int
@@ -233,8 +236,10 @@ class Shard:
 
     # ------------------------------------------------------------------ enqueue
 
-    def enqueue(self, now: float, jobs: Sequence[NewJob], *, durable: bool = False) -> tuple[list[int], bool]:
-        """Write new jobs. -> (their ids, whether a consumer may need waking).
+    def enqueue(
+        self, now: float, batches: Sequence[NewJobs], *, durable: bool = False
+    ) -> tuple[list[int], bool]:
+        """Write new jobs, in order. -> (their ids, whether a consumer may need waking).
 
         A wake hint is only needed when a new job becomes the head of its queue here (an empty queue, or a
         higher priority than the head) or the earliest ETA: a job queued behind another one can never be
@@ -245,60 +250,66 @@ class Shard:
         pending_list, scheduled_list = self.lists[State.PENDING], self.lists[State.SCHEDULED]
         inline_max = codec.INLINE_PAYLOAD_MAX
         pack_record = codec.pack_record
+        pack_id = _ID.pack
+        pack_time_key = _TIME_KEY.pack
+        pack_ready_tail = _READY_TAIL.pack
 
         def txn_fn(txn: Any) -> tuple[list[int], bool]:
             put = txn.put
             raw = txn.get(_COUNTERS_KEY, db=jobs_db)
             sequence, total = _COUNTERS.unpack(raw) if raw is not None else (0, 0)
-            ids = []
+            ids: list[int] = []
             wake = False
-            heads: dict[bytes, bytes | None] = {}
-            first_eta: bytes | None = None
-            ready_cursor = sched_cursor = None
-            for job in jobs:
-                sequence = sequence + 1 if sequence >= now_us else now_us
-                job_id = job_id_for(sequence, shard)
-                key = id_key(job_id)
-                ready_us = now_us if job.ready_at is None else micros(job.ready_at)
+            count = 0
+            for batch in batches:
+                ready_us = now_us if batch.ready_at is None else micros(batch.ready_at)
                 scheduled = ready_us > now_us
-                payload = job.payload
-                inline = len(payload) <= inline_max
-                # Field order: see codec.F_*.
+                # Field order: see codec.F_*. Per job only the ready time and the payload differ.
                 record = [
-                    SCHEDULED if scheduled else PENDING, job.queue, job.name, job.priority, 0,
-                    job.max_retries, now_us, ready_us if scheduled else sequence, None, None, None, None,
-                    None, None, None, None, job.timeout, job.partition_key, 0, payload if inline else None,
+                    SCHEDULED if scheduled else PENDING, batch.queue, batch.name, batch.priority, 0,
+                    batch.max_retries, now_us, ready_us, None, None, None, None,
+                    None, None, None, None, batch.timeout, batch.partition_key, 0, None,
                 ]  # fmt: skip
-                if not inline:
-                    put(key, payload, db=payloads_db, append=True)
-                put(key, pack_record(record), db=jobs_db)
-                # Ids only grow within a shard: appends at the end of the B-tree.
-                if scheduled:
-                    index_key = time_key(ready_us, job_id)
-                    if not wake:
-                        if sched_cursor is None:
-                            sched_cursor = txn.cursor(db=sched_db)
-                            first_eta = sched_cursor.key() if sched_cursor.first() else None
-                        wake = first_eta is None or index_key < first_eta
-                    put(key, b"", db=scheduled_list, append=True)
-                    put(index_key, b"", db=sched_db)
-                else:
-                    queue = job.queue.encode()
-                    # Ready "time" = the sequence: it never steps back, so FIFO survives a clock that does.
-                    index_key = ready_key(queue, job.priority, sequence, job_id)
-                    if not wake:
-                        if queue not in heads:
-                            if ready_cursor is None:
-                                ready_cursor = txn.cursor(db=ready_db)
-                            prefix = queue_prefix(queue)
-                            found = ready_cursor.set_range(prefix) and ready_cursor.key().startswith(prefix)
-                            heads[queue] = ready_cursor.key() if found else None
-                        head = heads[queue]
-                        wake = head is None or index_key < head
-                    put(key, b"", db=pending_list, append=True)
-                    put(index_key, b"", db=ready_db)
-                ids.append(job_id)
-            put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + len(jobs)), db=jobs_db)
+                queue = batch.queue.encode()
+                prefix = ready_prefix(queue, batch.priority)  # + (ready time, id) = the ready key
+                if (
+                    not wake
+                ):  # is the first job of this batch ahead of everything waiting? (the rest follow it)
+                    if scheduled:
+                        cursor = txn.cursor(db=sched_db)
+                        first_key = pack_time_key(ready_us, 0)
+                        wake = not cursor.first() or first_key < cursor.key()
+                    else:
+                        cursor = txn.cursor(db=ready_db)
+                        head = queue_prefix(queue)
+                        if cursor.set_range(head) and cursor.key().startswith(head):
+                            # New jobs sort after every waiting job of their priority: ahead only if higher.
+                            wake = prefix < cursor.key()[: len(prefix)]
+                        else:
+                            wake = True
+                for payload in batch.payloads:
+                    sequence = sequence + 1 if sequence >= now_us else now_us
+                    job_id = (sequence << 8) | shard
+                    key = pack_id(job_id)
+                    if len(payload) <= inline_max:
+                        record[F_PAYLOAD] = payload
+                    else:
+                        record[F_PAYLOAD] = None
+                        put(key, payload, db=payloads_db, append=True)
+                    # Ids only grow within a shard: the list entries are appends at the end of the B-tree.
+                    if scheduled:
+                        put(key, pack_record(record), db=jobs_db)
+                        put(key, b"", db=scheduled_list, append=True)
+                        put(pack_time_key(ready_us, job_id), b"", db=sched_db)
+                    else:
+                        # Ready "time" = the sequence: it never steps back, so FIFO outlives clock steps.
+                        record[F_READY_AT] = sequence
+                        put(key, pack_record(record), db=jobs_db)
+                        put(key, b"", db=pending_list, append=True)
+                        put(prefix + pack_ready_tail(sequence, job_id), b"", db=ready_db)
+                    ids.append(job_id)
+                    count += 1
+            put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + count), db=jobs_db)
             return ids, wake
 
         return self.env.write(txn_fn, durable=durable)
