@@ -285,6 +285,7 @@ class Queue:
         self._maintenance: threading.Thread | None = None
         self._local = threading.local()  # per consumer thread: its view of the shards' heads
         self._valid_names: set[str] = set()  # queue and task names already validated
+        self._scrub_from: list[bytes | None] = [None] * self.shard_count  # recover()'s walk through records
         self._open_shards()
 
     # ------------------------------------------------------------------ lifecycle
@@ -691,19 +692,32 @@ class Queue:
         limit: int = 50,
         newest_first: bool = False,
     ) -> list[Job]:
-        """Jobs in one state, in job-id (enqueue) order, ``limit`` at a time. Keyset paging: pass the last
-        job's ``job_id`` as ``after`` for the next page; every page costs the same at any depth."""
+        """Jobs in one state, ``limit`` at a time, in the order of the state's index: pending in claim order
+        (priority, then ready time), scheduled by ETA, done by finish time, running and failed by job id
+        (enqueue order). ``newest_first`` reverses it. Keyset paging: pass the last job's ``job_id`` as
+        ``after`` for the next page; every page costs the same at any depth. ``queue``/``name`` filter
+        as they scan (pending jobs of one queue are a seek, not a scan)."""
         state = _state(state)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidJob(f"limit must be an int >= 1, not {limit!r}")
         if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
             raise InvalidJob(f"after must be a job id, not {after!r}")
-        found: list[Job] = []
-        for shard in self._live():
-            found.extend(shard.list_jobs(state, after=after, limit=limit, newest_first=newest_first,
+        shards = self._live()
+        after_key = None
+        if after is not None:
+            index = shard_of(after)
+            after_key = shards[index].sort_key(state, after) if index < len(shards) else None
+            if after_key is None:
+                raise InvalidJob(
+                    f"after={after}: that job no longer exists, so the listing cannot go on from it; "
+                    f"list again from the start"
+                )
+        found: list[tuple[bytes, Job]] = []
+        for shard in shards:
+            found.extend(shard.list_jobs(state, after_key=after_key, limit=limit, newest_first=newest_first,
                                          queue=queue, name=name))  # fmt: skip
-        found.sort(key=lambda job: job.job_id, reverse=newest_first)
-        return found[:limit]
+        found.sort(key=lambda item: item[0], reverse=newest_first)
+        return [job for _key, job in found[:limit]]
 
     def dead_letters(self, *, after: int | None = None, limit: int = 100) -> list[Job]:
         """Failed jobs, newest first: ``jobs(State.FAILED, newest_first=True, ...)``."""
@@ -754,7 +768,8 @@ class Queue:
 
     def recover(self) -> int:
         """Running jobs whose lease expired: a failed attempt ("lease expired"), back to pending or to the
-        dead letters. Idempotent. -> how many."""
+        dead letters. Idempotent. Each call also checks the next stretch of records for running jobs that
+        lost their lease entry (broken data), so successive calls cover the whole store. -> how many."""
         total = 0
         for shard in self._live():
             while True:
@@ -762,6 +777,8 @@ class Queue:
                 total += count
                 if count < BATCH:
                     break
+            found, self._scrub_from[shard.index] = shard.scrub(self._clock(), self._scrub_from[shard.index])
+            total += found
         if total:
             self._waker.notify()
         return total

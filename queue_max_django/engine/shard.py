@@ -39,6 +39,7 @@ from .codec import (
 from .errors import QueueCorrupted
 from .job import STATE_CODE, STATES, Job, State
 from .keys import (
+    QUEUE_SEP,
     id_from_key,
     id_key,
     micros,
@@ -58,8 +59,6 @@ RUNNING = STATE_CODE[State.RUNNING]
 DONE = STATE_CODE[State.DONE]
 FAILED = STATE_CODE[State.FAILED]
 
-LIST_DB = {State.PENDING: "pending", State.SCHEDULED: "scheduled", State.RUNNING: "running",
-           State.DONE: "done", State.FAILED: "failed"}  # fmt: skip
 # (last sequence, total successful puts), in the jobs database under a key past every job id: new records
 # are appended at the end of that B-tree, so a put dirties one page for the record and the counters both.
 _COUNTERS_KEY = b"\xff" * 8
@@ -164,7 +163,10 @@ class Shard:
         self.sched = dbs["sched"]
         self.lease = dbs["lease"]
         self.done_at = dbs["done_at"]
-        self.lists = {state: dbs[name] for state, name in LIST_DB.items()}
+        self.failed = dbs["failed"]
+        # One index per state; its entry count is the state's count.
+        self.indexes = {State.PENDING: self.ready, State.SCHEDULED: self.sched, State.RUNNING: self.lease,
+                        State.DONE: self.done_at, State.FAILED: self.failed}  # fmt: skip
 
     # ------------------------------------------------------------------ helpers inside a transaction
 
@@ -179,36 +181,32 @@ class Shard:
     def _store(self, txn: Any, job_id: int, record: list[Any]) -> None:
         txn.put(id_key(job_id), codec.pack_record(record), db=self.jobs)
 
-    def _unindex(self, txn: Any, job_id: int, record: list[Any]) -> None:
-        """Remove the job from the indexes of its current state."""
+    def _index_key(self, job_id: int, record: list[Any]) -> tuple[Any, bytes | None]:
+        """(database, key) of the job's entry in the index of its current state."""
         state = record[F_STATE]
-        key = id_key(job_id)
-        txn.delete(key, db=self.lists[STATES[state]])
         if state == PENDING:
             queue = record[F_QUEUE].encode()
-            txn.delete(ready_key(queue, record[F_PRIORITY], record[F_READY_AT], job_id), db=self.ready)
-        elif state == SCHEDULED:
-            txn.delete(time_key(record[F_READY_AT], job_id), db=self.sched)
-        elif state == RUNNING:
-            if record[F_LEASE_UNTIL] is not None:
-                txn.delete(time_key(record[F_LEASE_UNTIL], job_id), db=self.lease)
-        elif state == DONE:
-            txn.delete(time_key(record[F_FINISHED_AT], job_id), db=self.done_at)
+            return self.ready, ready_key(queue, record[F_PRIORITY], record[F_READY_AT], job_id)
+        if state == SCHEDULED:
+            return self.sched, time_key(record[F_READY_AT], job_id)
+        if state == RUNNING:
+            lease = record[F_LEASE_UNTIL]
+            return self.lease, None if lease is None else time_key(lease, job_id)
+        if state == DONE:
+            return self.done_at, time_key(record[F_FINISHED_AT], job_id)
+        return self.failed, id_key(job_id)
+
+    def _unindex(self, txn: Any, job_id: int, record: list[Any]) -> None:
+        """Remove the job from the index of its current state."""
+        db, key = self._index_key(job_id, record)
+        if key is not None:
+            txn.delete(key, db=db)
 
     def _index(self, txn: Any, job_id: int, record: list[Any]) -> None:
-        """Add the job to the indexes of its (new) state."""
-        state = record[F_STATE]
-        key = id_key(job_id)
-        txn.put(key, b"", db=self.lists[STATES[state]])
-        if state == PENDING:
-            queue = record[F_QUEUE].encode()
-            txn.put(ready_key(queue, record[F_PRIORITY], record[F_READY_AT], job_id), b"", db=self.ready)
-        elif state == SCHEDULED:
-            txn.put(time_key(record[F_READY_AT], job_id), b"", db=self.sched)
-        elif state == RUNNING:
-            txn.put(time_key(record[F_LEASE_UNTIL], job_id), b"", db=self.lease)
-        elif state == DONE:
-            txn.put(time_key(record[F_FINISHED_AT], job_id), b"", db=self.done_at)
+        """Add the job to the index of its (new) state."""
+        db, key = self._index_key(job_id, record)
+        assert key is not None  # a running job always gets its lease before being indexed
+        txn.put(key, b"", db=db)
 
     def _delete(self, txn: Any, job_id: int, record: list[Any]) -> None:
         self._unindex(txn, job_id, record)
@@ -247,7 +245,6 @@ class Shard:
         now_us = micros(now)
         shard = self.index
         jobs_db, payloads_db, ready_db, sched_db = self.jobs, self.payloads, self.ready, self.sched
-        pending_list, scheduled_list = self.lists[State.PENDING], self.lists[State.SCHEDULED]
         inline_max = codec.INLINE_PAYLOAD_MAX
         pack_record = codec.pack_record
         pack_id = _ID.pack
@@ -296,16 +293,13 @@ class Shard:
                     else:
                         record[F_PAYLOAD] = None
                         put(key, payload, db=payloads_db, append=True)
-                    # Ids only grow within a shard: the list entries are appends at the end of the B-tree.
                     if scheduled:
                         put(key, pack_record(record), db=jobs_db)
-                        put(key, b"", db=scheduled_list, append=True)
                         put(pack_time_key(ready_us, job_id), b"", db=sched_db)
                     else:
                         # Ready "time" = the sequence: it never steps back, so FIFO outlives clock steps.
                         record[F_READY_AT] = sequence
                         put(key, pack_record(record), db=jobs_db)
-                        put(key, b"", db=pending_list, append=True)
                         put(prefix + pack_ready_tail(sequence, job_id), b"", db=ready_db)
                     ids.append(job_id)
                     count += 1
@@ -393,7 +387,6 @@ class Shard:
         nothing is claimed and ``Outranked`` says what this shard's head is (the caller looks again)."""
         now_us = micros(now)
         lease_us = micros(now + lease_time)
-        pending_list, running_list = self.lists[State.PENDING], self.lists[State.RUNNING]
 
         def txn_fn(txn: Any) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | None:
             key = self._best_ready(txn.cursor(db=self.ready), queues)
@@ -419,8 +412,6 @@ class Shard:
                 )
             # pending -> running, written out (the hot path: what _unindex() + _index() do, inlined)
             txn.delete(key, db=self.ready)
-            txn.delete(id_k, db=pending_list)
-            txn.put(id_k, b"", db=running_list)
             txn.put(time_key(lease_us, job_id), b"", db=self.lease)
             record[F_STATE] = RUNNING
             record[F_STARTED_AT] = now_us
@@ -440,9 +431,6 @@ class Shard:
     def _drop_stray(self, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
         """A ready entry whose job is gone or not pending: remove the stray entries, keep the record."""
         txn.delete(ready_k, db=self.ready)
-        record = self._load(txn, job_id)
-        if record is None or record[F_STATE] != PENDING:
-            txn.delete(id_key(job_id), db=self.lists[State.PENDING])
         return StrayEntry(job_id)
 
     def _quarantine(
@@ -451,7 +439,6 @@ class Shard:
         """A claimable job whose data is broken goes to the dead letters with a "corrupted" reason, so that
         one bad record never blocks the queue."""
         txn.delete(ready_k, db=self.ready)
-        txn.delete(id_key(job_id), db=self.lists[State.PENDING])
         if record is None:  # undecodable: rebuild a minimal record around what we know
             record = [None] * codec.RECORD_FIELDS
             record[F_QUEUE], record[F_PRIORITY], record[F_RETRIES] = "default", 0, 0
@@ -488,15 +475,11 @@ class Shard:
     def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
         now_us = micros(now)
 
-        running_list, done_list = self.lists[State.RUNNING], self.lists[State.DONE]
-
         def txn_fn(txn: Any) -> None:
             record = self._held(txn, job_id, token)
             # running -> done, written out (the hot path: what _unindex() + _index() do, inlined)
             key = id_key(job_id)
             txn.delete(time_key(record[F_LEASE_UNTIL], job_id), db=self.lease)
-            txn.delete(key, db=running_list)
-            txn.put(key, b"", db=done_list)
             txn.put(time_key(now_us, job_id), b"", db=self.done_at)
             record[F_STATE] = DONE
             record[F_FINISHED_AT] = now_us
@@ -598,20 +581,43 @@ class Shard:
                     continue
                 self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
                 recovered += 1
-            # RUNNING jobs whose lease entry is missing (RFC-RC-02): detected in O(1) by the counts.
-            if recovered < batch and _entries(txn, self.lists[State.RUNNING]) != _entries(txn, self.lease):
-                for key in list(txn.cursor(db=self.lists[State.RUNNING]).iternext(values=False)):
-                    job_id = id_from_key(key)
-                    record = self._load(txn, job_id)
-                    if record is None:
-                        txn.delete(key, db=self.lists[State.RUNNING])
-                        continue
+            return recovered
+
+        return self.env.write(txn_fn)
+
+    def scrub(self, now: float, start: bytes | None, batch: int = 2000) -> tuple[int, bytes | None]:
+        """Walk up to ``batch`` records from ``start`` and recover running jobs that have no lease entry
+        (only broken data can cause that: RFC-RC-02). -> (recovered, where to go on, or None at the end).
+        Recovery calls this a step at a time, so the whole store is checked over successive rounds."""
+        error = ("lease lost: the job was running without a lease", LEASE_EXPIRED, None)
+
+        def txn_fn(txn: Any) -> tuple[int, bytes | None]:
+            cursor = txn.cursor(db=self.jobs)
+            found = cursor.set_range(start) if start is not None else cursor.first()
+            orphans: list[tuple[int, list[Any]]] = []
+            seen = 0
+            while found and seen < batch:
+                key, raw = cursor.item()
+                if key == _COUNTERS_KEY:
+                    found = False
+                    break
+                seen += 1
+                job_id = id_from_key(key)
+                try:
+                    record = codec.unpack_record(raw, job_id)
+                except QueueCorrupted:
+                    found = cursor.next()
+                    continue  # verify() reports it; a claim would quarantine it
+                if record[F_STATE] == RUNNING:
                     lease_us = record[F_LEASE_UNTIL]
                     if lease_us is None or txn.get(time_key(lease_us, job_id), db=self.lease) is None:
-                        record[F_LEASE_UNTIL] = None
-                        self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
-                        recovered += 1
-            return recovered
+                        orphans.append((job_id, record))
+                found = cursor.next()
+            resume = cursor.key() if found else None
+            for job_id, record in orphans:
+                record[F_LEASE_UNTIL] = None
+                self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
+            return len(orphans), resume
 
         return self.env.write(txn_fn)
 
@@ -628,7 +634,6 @@ class Shard:
                     break
                 cursor.delete()
                 key = id_key(job_id)
-                txn.delete(key, db=self.lists[State.DONE])
                 raw = txn.pop(key, db=self.jobs)
                 if raw is None or codec.unpack_record(raw, job_id)[F_PAYLOAD] is None:
                     txn.delete(key, db=self.payloads)
@@ -673,13 +678,14 @@ class Shard:
         self, state: State, cutoff: float | None, batch: int = 1000, start: bytes | None = None
     ) -> tuple[int, bytes | None]:
         """Delete the jobs in ``state`` (only those older than ``cutoff`` if given: by finish time for
-        done/failed, by enqueue time otherwise) among the next ``batch`` entries from ``start``.
-        -> (deleted, where the next call starts, or None when the list is done)."""
+        done/failed, by enqueue time otherwise) among the next ``batch`` index entries from ``start``.
+        -> (deleted, where the next call starts, or None when the index is done)."""
         cutoff_us = None if cutoff is None else micros(cutoff)
-        list_db = self.lists[state]
+        index = self.indexes[state]
+        code = STATE_CODE[state]
 
         def txn_fn(txn: Any) -> tuple[int, bytes | None]:
-            cursor = txn.cursor(db=list_db)
+            cursor = txn.cursor(db=index)
             found = cursor.set_range(start) if start is not None else cursor.first()
             keys: list[bytes] = []
             while found and len(keys) < batch:
@@ -688,10 +694,10 @@ class Shard:
             resume = cursor.key() if found else None
             deleted = 0
             for key in keys:
-                job_id = id_from_key(key)
+                job_id = id_from_key(key[-8:])  # every index key ends with the job id
                 record = self._load(txn, job_id)
-                if record is None:
-                    txn.delete(key, db=list_db)
+                if record is None or record[F_STATE] != code:
+                    txn.delete(key, db=index)  # a stray entry (verify() reports such things)
                     continue
                 if cutoff_us is not None:
                     stamp = record[F_FINISHED_AT] if state in (State.DONE, State.FAILED) else None
@@ -714,44 +720,85 @@ class Shard:
 
         return self.env.read(txn_fn)
 
+    def sort_key(self, state: State, job_id: int) -> bytes | None:
+        """Where ``job_id`` sorts in the listing of ``state`` (see ``list_jobs``), from its record; the job
+        need not be in that state any more. None if that cannot be known (the record is gone)."""
+        if state in (State.RUNNING, State.FAILED):
+            return id_key(job_id)
+
+        def txn_fn(txn: Any) -> bytes | None:
+            record = self._load(txn, job_id)
+            if record is None:
+                return None
+            if state is State.PENDING:
+                return ready_key(b"", record[F_PRIORITY], record[F_READY_AT], job_id)[1:]
+            if state is State.SCHEDULED:
+                return time_key(record[F_READY_AT], job_id)
+            finished = record[F_FINISHED_AT]
+            return None if finished is None else time_key(finished, job_id)
+
+        return self.env.read(txn_fn)
+
     def list_jobs(
         self,
         state: State,
         *,
-        after: int | None,
+        after_key: bytes | None,
         limit: int,
         newest_first: bool,
         queue: str | None,
         name: str | None,
-    ) -> list[Job]:
-        """Up to ``limit`` jobs in ``state`` of this shard, in job-id order, strictly past ``after``."""
-        list_db = self.lists[state]
+    ) -> list[tuple[bytes, Job]]:
+        """Up to ``limit`` jobs in ``state`` of this shard with their sort keys, strictly past ``after_key``.
 
-        def txn_fn(txn: Any) -> list[Job]:
-            cursor = txn.cursor(db=list_db)
-            if newest_first:
-                if after is None:
-                    found = cursor.last()
-                elif cursor.set_range(id_key(after)):
-                    found = cursor.prev()
-                else:
-                    found = cursor.last()
-                step = cursor.prev
-            else:
-                found = cursor.set_range(id_key(after + 1)) if after is not None else cursor.first()
-                step = cursor.next
-            out: list[Job] = []
-            while found and len(out) < limit:
-                job_id = id_from_key(cursor.key())
+        Each state is listed in the order of its index: pending in claim order (priority, then ready
+        time), scheduled by ETA, done by finish time; running and failed by job id. Sort keys compare
+        across shards, so the caller merges shards by them."""
+        index = self.indexes[state]
+        code = STATE_CODE[state]
+
+        def txn_fn(txn: Any) -> list[tuple[bytes, Job]]:
+            cursor = txn.cursor(db=index)
+            out: list[tuple[bytes, Job]] = []
+
+            def take(sort_key: bytes, job_id: int) -> None:
                 record = self._load(txn, job_id)
                 if (
                     record is not None
+                    and record[F_STATE] == code
                     and (queue is None or record[F_QUEUE] == queue)
                     and (name is None or record[F_NAME] == name)
                 ):
-                    out.append(record_to_job(job_id, record, self._payload(txn, job_id, record)))
-                found = step()
-            return out
+                    out.append((sort_key, record_to_job(job_id, record, self._payload(txn, job_id, record))))
+
+            if state is State.RUNNING:  # few by nature: sort them all by id
+                keys = sorted(key[-8:] for key in cursor.iternext(values=False))
+                if newest_first:
+                    keys.reverse()
+                for key in keys:
+                    if len(out) >= limit:
+                        break
+                    if after_key is None or (key < after_key if newest_first else key > after_key):
+                        take(key, id_from_key(key))
+                return out
+            if state is State.PENDING:
+                prefixes = [queue_prefix(queue.encode())] if queue is not None else _queue_prefixes(cursor)
+            else:
+                prefixes = [b""]
+            merged: list[tuple[bytes, Job]] = []
+            for prefix in prefixes:
+                out = []
+                found = _position(cursor, prefix, after_key, newest_first)
+                step = cursor.prev if newest_first else cursor.next
+                while found and len(out) < limit:
+                    key = cursor.key()
+                    if not key.startswith(prefix):
+                        break
+                    take(key[len(prefix) :], id_from_key(key[-8:]))
+                    found = step()
+                merged.extend(out)
+            merged.sort(key=lambda item: item[0], reverse=newest_first)
+            return merged[:limit]
 
         return self.env.read(txn_fn)
 
@@ -759,7 +806,7 @@ class Shard:
         """State counts and total puts, O(1): LMDB keeps exact entry counts per database."""
 
         def txn_fn(txn: Any) -> dict[str, int]:
-            out = {state.value: _entries(txn, db) for state, db in self.lists.items()}
+            out = {state.value: _entries(txn, db) for state, db in self.indexes.items()}
             raw = txn.get(_COUNTERS_KEY, db=self.jobs)
             out["total"] = _COUNTERS.unpack(raw)[1] if raw is not None else 0
             return out
@@ -772,13 +819,14 @@ class Shard:
 
         def txn_fn(txn: Any) -> list[str]:
             problems: list[str] = []
-            expected: dict[str, set[bytes]] = {name: set() for name in ("ready", "sched", "lease", "done_at")}
-            expected_lists: dict[State, set[bytes]] = {state: set() for state in self.lists}
-            max_sequence = 0
+            expected: dict[State, set[bytes]] = {state: set() for state in self.indexes}
             external = set()
+            max_sequence = 0
+            jobs = 0
             for key, raw in txn.cursor(db=self.jobs):
                 if key == _COUNTERS_KEY:
                     continue
+                jobs += 1
                 job_id = id_from_key(key)
                 max_sequence = max(max_sequence, job_id >> 8)
                 if job_id & 0xFF != self.index:
@@ -793,20 +841,10 @@ class Shard:
                     external.add(key)
                     if txn.get(key, db=self.payloads) is None:
                         problems.append(f"{tag}: job {job_id} ({state.value}) has no payload")
-                expected_lists[state].add(key)
-                if state is State.PENDING:
-                    q = record[F_QUEUE].encode()
-                    rk = ready_key(q, record[F_PRIORITY], record[F_READY_AT], job_id)
-                    expected["ready"].add(rk)
-                elif state is State.SCHEDULED:
-                    expected["sched"].add(time_key(record[F_READY_AT], job_id))
-                elif state is State.RUNNING:
-                    if record[F_TOKEN] is None or record[F_LEASE_UNTIL] is None:
-                        problems.append(f"{tag}: running job {job_id} has no claim token or lease")
-                    else:
-                        expected["lease"].add(time_key(record[F_LEASE_UNTIL], job_id))
-                elif state is State.DONE:
-                    expected["done_at"].add(time_key(record[F_FINISHED_AT], job_id))
+                if state is State.RUNNING and (record[F_TOKEN] is None or record[F_LEASE_UNTIL] is None):
+                    problems.append(f"{tag}: running job {job_id} has no claim token or lease")
+                else:
+                    expected[state].add(self._index_key(job_id, record)[1])  # type: ignore[arg-type]
                 if record[F_RETRIES] < 0 or record[F_RETRIES] > record[F_MAX_RETRIES] + 1:
                     problems.append(f"{tag}: job {job_id} has retries={record[F_RETRIES]} out of range")
                 if state is State.FAILED and record[F_ERROR] is None:
@@ -814,29 +852,58 @@ class Shard:
             for key in txn.cursor(db=self.payloads).iternext(values=False):
                 if key not in external:
                     problems.append(f"{tag}: a stored payload no job refers to ({id_from_key(key)})")
-            indexes = {"ready": self.ready, "sched": self.sched, "lease": self.lease, "done_at": self.done_at}
-            for name, db in indexes.items():
+            for state, db in self.indexes.items():
                 actual = set(txn.cursor(db=db).iternext(values=False))
-                for extra in sorted(actual - expected[name]):
-                    problems.append(f"{tag}: index {name} has a stray entry {extra.hex()}")
-                for missing in sorted(expected[name] - actual):
-                    problems.append(f"{tag}: index {name} lacks the entry {missing.hex()}")
-            for state, db in self.lists.items():
-                actual = set(txn.cursor(db=db).iternext(values=False))
-                for extra in sorted(actual - expected_lists[state]):
-                    problems.append(f"{tag}: list {state.value} names job {id_from_key(extra)} wrongly")
-                for missing in sorted(expected_lists[state] - actual):
-                    problems.append(f"{tag}: list {state.value} lacks job {id_from_key(missing)}")
+                for extra in sorted(actual - expected[state]):
+                    job_id = id_from_key(extra[-8:])
+                    problems.append(f"{tag}: the {state.value} index has a stray entry for job {job_id}")
+                for missing in sorted(expected[state] - actual):
+                    job_id = id_from_key(missing[-8:])
+                    problems.append(f"{tag}: the {state.value} index lacks job {job_id}")
             raw = txn.get(_COUNTERS_KEY, db=self.jobs)
             sequence, total = _COUNTERS.unpack(raw) if raw is not None else (0, 0)
             if max_sequence > sequence:
                 problems.append(f"{tag}: a job id is past the stored sequence {sequence}")
-            live = sum(len(keys) for keys in expected_lists.values())
-            if live > total:
-                problems.append(f"{tag}: {live} jobs stored but only {total} ever put")
+            if jobs > total:
+                problems.append(f"{tag}: {jobs} jobs stored but only {total} ever put")
             return problems
 
         return self.env.read(txn_fn)
+
+
+def _queue_prefixes(cursor: Any) -> list[bytes]:
+    """The (queue name + NUL) prefixes present in the ready index: one seek per queue."""
+    prefixes = []
+    found = cursor.first()
+    while found:
+        key = cursor.key()
+        prefix = key[: key.index(QUEUE_SEP) + 1]
+        prefixes.append(prefix)
+        found = cursor.set_range(next_queue_prefix(prefix[:-1]))
+    return prefixes
+
+
+def _position(cursor: Any, prefix: bytes, after_key: bytes | None, backwards: bool) -> bool:
+    """Put the cursor on the first entry of ``prefix``'s range strictly past ``after_key`` (walking
+    forwards), or strictly before it (backwards). -> whether there is such an entry (the caller still
+    checks the prefix)."""
+    if not backwards:
+        if after_key is None:
+            return bool(cursor.set_range(prefix))
+        start = prefix + after_key
+        found = cursor.set_range(start)
+        if found and cursor.key() == start:
+            found = cursor.next()
+        return bool(found)
+    if after_key is not None:
+        bound: bytes | None = prefix + after_key
+    elif prefix:
+        bound = next_queue_prefix(prefix[:-1])
+    else:
+        bound = None
+    if bound is not None and cursor.set_range(bound):
+        return bool(cursor.prev())
+    return bool(cursor.last())
 
 
 def _entries(txn: Any, db: Any) -> int:

@@ -30,15 +30,12 @@ WAKE_FILE = "wake"
 DB_NAMES = (
     "jobs",  # job id -> record (msgpack array); and the shard's counters under the largest key
     "payloads",  # job id -> packed payload, for payloads too big to keep inside the record
-    "ready",  # (queue, priority, ready time, id): pending jobs in claim order
-    "sched",  # (eta, id): scheduled jobs
-    "lease",  # (lease expiry, id): running jobs
-    "done_at",  # (finished time, id): done jobs, for vacuum
-    "pending",  # id: listing of pending jobs (and their count)
-    "scheduled",  # id
-    "running",  # id
-    "done",  # id
-    "failed",  # id: the dead letters
+    # One index per state; each key ends with the job id, and its entry count is the state's count.
+    "ready",  # pending: (queue, NUL, flipped priority, ready time, id), in claim order
+    "sched",  # scheduled: (eta, id)
+    "lease",  # running: (lease expiry, id)
+    "done_at",  # done: (finished time, id)
+    "failed",  # failed: id
 )
 
 T = TypeVar("T")

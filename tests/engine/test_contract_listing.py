@@ -137,16 +137,29 @@ def test_jobs_filters_by_queue_and_name_while_paging(queue: Queue, newest_first:
 
 @pytest.mark.contract
 @pytest.mark.rule_paging
-def test_after_a_deleted_job_still_pages_on(queue: Queue) -> None:
-    """rule_paging: the cursor is an id, not a position: it works after that job is gone."""
-    ids = [queue.put(i) for i in range(20)]
-    first = queue.jobs(State.PENDING, limit=5)
+def test_after_a_deleted_job_pages_on_where_the_id_is_the_position(queue: Queue) -> None:
+    """rule_paging: where the listing order is the job id (failed, running), the cursor works after that
+    job is gone; where it is not (pending: claim order), a vanished cursor is a clear InvalidJob, not a
+    wrong page."""
+    ids = queue.put_many(range(20), max_retries=0)
+    for _ in ids:
+        queue.get(0).nack("bad")
+    first = queue.jobs(State.FAILED, limit=5)
     cursor = first[-1].job_id
-    assert queue.cancel(cursor)
-    rest = queue.jobs(State.PENDING, after=cursor, limit=100)
-    assert [job.job_id for job in rest] == sorted(ids)[5:]
-    before = queue.jobs(State.PENDING, after=cursor, limit=100, newest_first=True)
-    assert [job.job_id for job in before] == sorted(ids)[3::-1]
+    assert queue.purge(State.FAILED, older_than=0) == 20
+    assert queue.jobs(State.FAILED, after=cursor) == []
+    remaining = queue.put_many(range(4), max_retries=0)
+    for _ in remaining:
+        queue.get(0).nack("bad")
+    later = sorted(job_id for job_id in remaining if job_id > cursor)
+    assert [job.job_id for job in queue.jobs(State.FAILED, after=cursor)] == later
+
+    pending = [queue.put(i) for i in range(6)]
+    page = queue.jobs(State.PENDING, limit=3)
+    assert queue.cancel(page[-1].job_id)
+    with pytest.raises(InvalidJob, match="no longer exists"):
+        queue.jobs(State.PENDING, after=page[-1].job_id)
+    assert len(queue.jobs(State.PENDING)) == len(pending) - 1
 
 
 @pytest.mark.contract

@@ -465,7 +465,10 @@ def test_ack_keeps_payload_and_state_in_lmdb(queue: Queue, size: int) -> None:
     record = stored_record(queue, job_id)
     assert record[codec.F_STATE] == STATE_CODE[State.DONE]
     assert msgpack.unpackb(stored_payload(queue, job_id)) == payload
-    assert stored(queue, job_id, "done") is not None
+    shard = queue._shards[keys.shard_of(job_id)]
+    with shard.env.env.begin() as txn:
+        done_index = list(txn.cursor(db=shard.env.dbs["done_at"]).iternext(values=False))
+    assert [keys.id_from_key(key[-8:]) for key in done_index] == [job_id]
     assert queue.job(job_id).payload == payload
     assert queue.jobs(State.DONE)[0].payload == payload
 
