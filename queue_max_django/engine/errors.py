@@ -64,3 +64,12 @@ class StoreError(QueueError):
 
 class ConfigurationError(QueueError, ValueError):
     """An argument of ``Queue(...)`` is out of range or of the wrong type. The message names it."""
+
+
+class RateLimited(QueueError):
+    """``acquire()`` could not get a token before its timeout. ``retry_after`` says how many seconds until
+    one will be there (at the current rate)."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -19,12 +19,13 @@ import time
 import traceback as _traceback
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgpack
 
 from . import codec
+from .control import Control
 from .errors import (
     ConfigurationError,
     InvalidJob,
@@ -33,12 +34,21 @@ from .errors import (
     QueueEmpty,
     UnknownQueue,
 )
+from .flow import FlowControl
 from .groupcommit import GroupCommitter
 from .job import Job, State
 from .keys import MAX_SHARDS, PRIORITY_MAX, PRIORITY_MIN, shard_of
 from .retry import backoff_delay
 from .shard import Claimed, CorruptedJobQuarantined, NewJobs, Shard
-from .store import REGISTRY, EnvOptions, fork_generation, open_store_meta, shard_dir
+from .store import (
+    CONTROL_DB_NAMES,
+    CONTROL_DIR,
+    REGISTRY,
+    EnvOptions,
+    fork_generation,
+    open_store_meta,
+    shard_dir,
+)
 from .wake import Waker
 
 DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the file grows with the data)
@@ -163,6 +173,7 @@ class Record:
         shard = q._shard(self.job_id)
         shard.complete(q._clock(), self.job_id, self._token, packed, q.sync)
         self.finished = True
+        q._record_outcome(self.queue, self.name, True)
 
     def nack(
         self, error: BaseException | str | None = None, *, delay: float | None = None, permanent: bool = False
@@ -185,6 +196,7 @@ class Record:
         )
         self.finished = True
         q._waker.notify()
+        q._record_outcome(self.queue, self.name, False)
         return state
 
     def release(self) -> None:
@@ -201,7 +213,7 @@ class Record:
         return self.lease_until
 
 
-class Queue:
+class Queue(FlowControl):
     """A persistent, sharded, crash-safe job queue in a directory. See docs/reference/engine.md."""
 
     def __init__(
@@ -299,6 +311,18 @@ class Queue:
             for env in envs:
                 REGISTRY.release(env)
             raise
+        try:
+            control_env = REGISTRY.acquire(
+                os.path.join(self.path, CONTROL_DIR),
+                replace(self._options, map_size=1 << 24),
+                CONTROL_DB_NAMES,
+            )
+        except BaseException:
+            for env in envs:
+                REGISTRY.release(env)
+            raise
+        self._control = Control(control_env, self._clock)
+        self._flow_cache = (-1, None)
         self._envs = envs
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]
         self._committers = [GroupCommitter(self._durable_enqueue(shard)) for shard in self._shards]
@@ -346,7 +370,7 @@ class Queue:
         if thread is not None and thread is not threading.current_thread() and thread.is_alive():
             thread.join(timeout=10)
         if self._generation == fork_generation():
-            for env in self._envs:
+            for env in [*self._envs, self._control.env]:
                 if not self.sync:
                     env.sync()
                 REGISTRY.release(env)
@@ -565,6 +589,9 @@ class Queue:
         priority the other shards may hold, and declines (and the view is refreshed) if its own head is
         lower: no job is ever taken over a higher-priority one seen by the view."""
         shards = self._live()
+        flow = self._flow()
+        if flow is not None:
+            return self._claim_under_flow(allowed, flow)
         count = len(shards)
         local = self._local
         view: _View | None = getattr(local, "view", None)
@@ -661,13 +688,15 @@ class Queue:
     # ------------------------------------------------------------------ reads
 
     def stats(self) -> dict[str, Any]:
-        """Counts per state, ``total`` puts ever, and ``shards``. O(shards): no scan."""
+        """Counts per state, ``total`` puts ever, and ``shards``; plus ``rate_limits`` and
+        ``circuit_breakers`` when there are any. O(shards + keys): no scan."""
         out: dict[str, Any] = {state.value: 0 for state in State}
         out["total"] = 0
         for shard in self._live():
             for key, value in shard.counts().items():
                 out[key] += value
         out["shards"] = self.shard_count
+        out.update(self._flow_stats())
         return out
 
     def shard_stats(self) -> list[dict[str, int]]:

@@ -92,6 +92,17 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
+class Candidate:
+    """A pending job a flow-controlled consumer may take: ``order`` compares across shards."""
+
+    order: bytes
+    job_id: int
+    shard: int
+    queue: str
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Head:
     """What a read of one shard saw: the best claimable job's priority, and the earliest ETA."""
 
@@ -347,6 +358,73 @@ class Shard:
             return Head(priority, eta)
 
         return self.env.read(txn_fn)
+
+    def peek_allowed(
+        self,
+        now: float,
+        queues: Sequence[bytes] | None,
+        skip_queues: frozenset[bytes],
+        skip_names: frozenset[str],
+        scan_limit: int = 256,
+    ) -> tuple[Candidate | None, float | None]:
+        """Like ``peek``, for a consumer under flow control: the best job that no blocked key holds back
+        (its queue not in ``skip_queues``, its name not in ``skip_names``), walking past held-back jobs in
+        claim order, at most ``scan_limit`` per queue. -> (that job or None, the earliest ETA)."""
+
+        def txn_fn(txn: Any) -> tuple[Candidate | None, float | None]:
+            cursor = txn.cursor(db=self.ready)
+            prefixes = [queue_prefix(q) for q in queues] if queues is not None else _queue_prefixes(cursor)
+            best: Candidate | None = None
+            for prefix in prefixes:
+                if prefix[:-1] in skip_queues:
+                    continue
+                found = cursor.set_range(prefix)
+                scanned = 0
+                while found and scanned < scan_limit:
+                    key = cursor.key()
+                    if not key.startswith(prefix):
+                        break
+                    tail = key[len(prefix) :]
+                    if best is not None and tail >= best.order:
+                        break  # nothing further in this queue can beat the best so far
+                    job_id = id_from_key(key[-8:])
+                    record = self._load(txn, job_id)
+                    if record is not None and record[F_NAME] not in skip_names:
+                        best = Candidate(tail, job_id, self.index, record[F_QUEUE], record[F_NAME])
+                        break
+                    found = cursor.next()
+                    scanned += 1
+            eta = None
+            sched = txn.cursor(db=self.sched)
+            if sched.first():
+                eta = time_key_parts(sched.key())[0] / 1_000_000
+            return best, eta
+
+        return self.env.read(txn_fn)
+
+    def claim_job(self, now: float, job_id: int, lease_time: float, token: bytes) -> Claimed | None:
+        """Claim exactly this job if it is still pending. -> None if someone else took it first."""
+        now_us = micros(now)
+        lease_us = micros(now + lease_time)
+
+        def txn_fn(txn: Any) -> Claimed | None:
+            record = self._load(txn, job_id)
+            if record is None or record[F_STATE] != PENDING:
+                return None
+            payload = self._payload(txn, job_id, record)
+            if payload is None:
+                return None
+            self._unindex(txn, job_id, record)
+            record[F_STATE] = RUNNING
+            record[F_STARTED_AT] = now_us
+            record[F_LEASE_UNTIL] = lease_us
+            record[F_TOKEN] = token
+            record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
+            self._index(txn, job_id, record)
+            self._store(txn, job_id, record)
+            return Claimed(job_id, record, payload)
+
+        return self.env.write(txn_fn)
 
     def promote_due(self, now: float, batch: int = 1000) -> int:
         """Scheduled jobs whose ETA has passed become pending. -> how many."""

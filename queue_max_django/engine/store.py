@@ -37,6 +37,11 @@ DB_NAMES = (
     "done_at",  # done: (finished time, id)
     "failed",  # failed: id
 )
+CONTROL_DIR = "control"
+CONTROL_DB_NAMES = (
+    "limits",  # limit key -> (rate, bucket state): token buckets shared by every process
+    "breakers",  # breaker key -> (policy, breaker state)
+)
 
 T = TypeVar("T")
 
@@ -171,7 +176,7 @@ class _Gate:
 class Env:
     """One shard's LMDB environment in this process, with its named databases and map management."""
 
-    def __init__(self, path: str, options: EnvOptions) -> None:
+    def __init__(self, path: str, options: EnvOptions, db_names: tuple[str, ...] = DB_NAMES) -> None:
         self.path = path
         self.options = options
         self.pid = os.getpid()
@@ -184,7 +189,7 @@ class Env:
             while True:
                 try:
                     with self.env.begin(write=True) as txn:
-                        self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
+                        self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in db_names}
                     break
                 except lmdb.MapResizedError:
                     self.env.set_mapsize(0)  # another process grew the map since we opened: adopt its size
@@ -199,7 +204,7 @@ class Env:
                     path,
                     subdir=True,
                     map_size=options.map_size,
-                    max_dbs=len(DB_NAMES) + 4,
+                    max_dbs=16,
                     max_readers=1024,
                     max_spare_txns=0,  # py-lmdb #346: no cached read transactions that could cross a fork
                     sync=options.sync,
@@ -300,7 +305,7 @@ class _Registry:
         self.envs: dict[str, Env] = {}
         self.generation = 0
 
-    def acquire(self, path: str, options: EnvOptions) -> Env:
+    def acquire(self, path: str, options: EnvOptions, db_names: tuple[str, ...] = DB_NAMES) -> Env:
         with self.lock:
             env = self.envs.get(path)
             if env is not None and env.pid != os.getpid():
@@ -308,7 +313,7 @@ class _Registry:
                 env.close()
                 env = None
             if env is None:
-                env = Env(path, options)
+                env = Env(path, options, db_names)
                 self.envs[path] = env
             elif env.options.writemap != options.writemap:
                 raise QueueError(

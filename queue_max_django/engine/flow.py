@@ -1,0 +1,245 @@
+"""The ``Queue``'s flow-control half: shared rate limits, circuit breakers, and claiming under them.
+
+Limits and breakers are keyed: ``"*"`` (store-wide), ``"queue:<name>"`` and ``"name:<job name>"`` (the Django
+layer's task names). A job falls under the keys of its queue and name (``control.job_keys``). Their state is
+in the store's control environment, shared by every process (see ``control.py``).
+
+A consumer only takes a job it is allowed to start: it looks for the best job that no blocked key holds back
+(an open breaker, an empty bucket), then admits it (breakers allow it, tokens taken: one transaction), then
+claims exactly that job; if someone else claimed it first, the tokens and the breaker's trial are given back.
+Jobs held back stay pending, untouched; the consumer serves the others, as DESIGN.md's priority rule allows.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from .breaker import BreakerPolicy
+from .control import Control, FlowState, breaker_summary, job_keys
+from .errors import InvalidJob, RateLimited
+from .ratelimit import Rate, parse_rate
+
+if TYPE_CHECKING:
+    from .queue import Record
+    from .shard import Candidate, Shard
+
+MAX_KEY = 200
+MAX_ADMIT_ROUNDS = 16
+
+
+def _check_key(key: Any) -> str:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
+        raise InvalidJob(f"a limit or breaker key must be a non-empty str of at most {MAX_KEY} characters")
+    return key
+
+
+class FlowControl:
+    """Mixed into ``Queue``. Everything here shares state across processes through the control store."""
+
+    _control: Control
+    _flow_cache: tuple[int, FlowState | None]
+    lease_time: float
+
+    if TYPE_CHECKING:
+
+        def _clock(self) -> float: ...
+        def _live(self) -> list[Shard]: ...
+
+    # ------------------------------------------------------------------ rate limits
+
+    def set_rate_limit(self, key: str, rate: Any, *, burst: int | None = None) -> Rate:
+        """Limit ``key`` to ``rate`` ("160/m", "10/s", "5000/h", ``(count, seconds)``, or an int per minute),
+        shared by every process; ``burst`` defaults to the count. Takes effect at once, also for running
+        workers; changing a limit keeps the tokens there are. -> the parsed ``Rate``."""
+        self._live()
+        parsed = parse_rate(rate, burst=burst)
+        self._control.set_limit(_check_key(key), parsed)
+        return parsed
+
+    def remove_rate_limit(self, key: str) -> bool:
+        self._live()
+        return self._control.remove_limit(_check_key(key))
+
+    def reset_rate_limit(self, key: str) -> bool:
+        """Fill ``key``'s bucket again. -> False if there is no such limit."""
+        self._live()
+        return self._control.reset_limit(_check_key(key))
+
+    def rate_limits(self) -> dict[str, Rate]:
+        self._live()
+        return {key: limit.rate for key, limit in self._control.state().limits.items()}
+
+    def try_acquire(self, key: str) -> bool:
+        """Take one token from ``key`` if there is one now. A key without a limit always grants."""
+        self._live()
+        granted, _ = self._control.take([_check_key(key)])
+        return granted
+
+    def acquire(self, key: str, timeout: float | None = None) -> None:
+        """Take one token from ``key``, waiting for it; ``RateLimited`` (with ``retry_after``) if it would
+        take longer than ``timeout`` seconds."""
+        from .queue import _check_number
+
+        if timeout is not None:
+            _check_number("timeout", timeout, minimum=0, error=InvalidJob)
+        self._live()
+        _check_key(key)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            granted, wait = self._control.take([key])
+            if granted:
+                return
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if wait > remaining:
+                    raise RateLimited(
+                        f"no token for {key!r} within {timeout} s; the next one comes in {wait:.3f} s", wait
+                    )
+            time.sleep(wait)
+
+    def remaining(self, key: str) -> float | None:
+        """Tokens ``key`` has now (fractional), or None if it has no limit."""
+        self._live()
+        limit = self._control.state().limits.get(_check_key(key))
+        if limit is None:
+            return None
+        from .ratelimit import remaining
+
+        return remaining(limit.bucket, limit.rate, self._clock())
+
+    def retry_after(self, key: str) -> float:
+        """Seconds until ``key`` has a token (0 if it has one now, or has no limit)."""
+        self._live()
+        limit = self._control.state().limits.get(_check_key(key))
+        if limit is None:
+            return 0.0
+        from .ratelimit import retry_after
+
+        return retry_after(limit.bucket, limit.rate, self._clock())
+
+    # ------------------------------------------------------------------ circuit breakers
+
+    def set_circuit_breaker(self, key: str, *, threshold: int = 5, recovery_timeout: float = 60.0) -> None:
+        """Open ``key``'s breaker after ``threshold`` consecutive failures of jobs under it; after
+        ``recovery_timeout`` seconds one trial job passes: success closes it, failure opens it again."""
+        self._live()
+        self._control.set_breaker(_check_key(key), BreakerPolicy(threshold, recovery_timeout))
+
+    def remove_circuit_breaker(self, key: str) -> bool:
+        self._live()
+        return self._control.remove_breaker(_check_key(key))
+
+    def reset_circuit_breaker(self, key: str) -> bool:
+        """Close ``key``'s breaker now. -> False if there is no such breaker."""
+        self._live()
+        return self._control.reset_breaker(_check_key(key))
+
+    def circuit_breakers(self) -> dict[str, dict[str, Any]]:
+        """Every breaker: state, consecutive failures, threshold, timeout, seconds to the next trial."""
+        self._live()
+        now = self._clock()
+        return {key: breaker_summary(entry, now) for key, entry in self._control.state().breakers.items()}
+
+    # ------------------------------------------------------------------ the hot path's view
+
+    def _flow(self) -> FlowState | None:
+        """The current limits and breakers, or None when there are none (the common, free case).
+        Re-read only when some process changed them."""
+        version = self._control.version()
+        cached_version, state = self._flow_cache
+        if version != cached_version:
+            state = self._control.state()
+            if not state.limits and not state.breakers:
+                state = None
+            self._flow_cache = (version, state)
+        return state
+
+    def _flow_stats(self) -> dict[str, Any]:
+        state = self._flow()
+        if state is None:
+            return {}
+        now = self._clock()
+        from .ratelimit import remaining
+
+        out: dict[str, Any] = {}
+        if state.limits:
+            out["rate_limits"] = {
+                key: {"rate": str(limit.rate), "remaining": remaining(limit.bucket, limit.rate, now)}
+                for key, limit in state.limits.items()
+            }
+        if state.breakers:
+            out["circuit_breakers"] = {
+                key: breaker_summary(entry, now) for key, entry in state.breakers.items()
+            }
+        return out
+
+    def _record_outcome(self, queue: str, name: str | None, success: bool) -> None:
+        """Count a finished job in its breakers; skips the write when it would change nothing."""
+        state = self._flow()
+        if state is None or not state.breakers:
+            return
+        keys = [key for key in job_keys(queue, name) if key in state.breakers]
+        if not keys:
+            return
+        if success:
+            from .breaker import success_changes
+
+            if not any(success_changes(state.breakers[key].breaker) for key in keys):
+                return
+        self._control.record(keys, success)
+
+    def _claim_under_flow(
+        self, allowed: list[bytes] | None, state: FlowState
+    ) -> tuple[Record | None, float | None]:
+        """Claim the best job that limits and breakers let start now. -> (record, seconds until it is worth
+        looking again: the earliest ETA or unblocking)."""
+        from .queue import Record
+
+        shards = self._live()
+        for _round in range(MAX_ADMIT_ROUNDS):
+            now = self._clock()
+            keys = set(state.limits) | set(state.breakers)
+            blocked: dict[str, float] = {}
+            for key in keys:
+                is_blocked, wait = state.blocked([key], now)
+                if is_blocked:
+                    blocked[key] = wait if wait is not None else 0.05
+            soonest = min(blocked.values()) if blocked else None
+            if "*" in blocked:
+                return None, now + (soonest or 0.0)
+            skip_queues = frozenset(k[6:].encode() for k in blocked if k.startswith("queue:"))
+            skip_names = frozenset(k[5:] for k in blocked if k.startswith("name:"))
+            best: Candidate | None = None
+            next_eta: float | None = None
+            due = False
+            for shard in shards:
+                candidate, eta = shard.peek_allowed(now, allowed, skip_queues, skip_names)
+                if eta is not None:
+                    if eta <= now:
+                        due = True
+                    elif next_eta is None or eta < next_eta:
+                        next_eta = eta
+                if candidate is not None and (best is None or candidate.order < best.order):
+                    best = candidate
+            if due:
+                for shard in shards:
+                    shard.promote_due(now)
+                continue
+            wake_in = next_eta - now if next_eta is not None else None
+            if soonest is not None:
+                wake_in = soonest if wake_in is None else min(wake_in, soonest)
+            if best is None:
+                return None, None if wake_in is None else now + wake_in
+            job_keys_ = job_keys(best.queue, best.name)
+            admitted, wait = self._control.admit(job_keys_)
+            if not admitted:
+                state = self._control.state()  # someone else spent it; look again with fresh state
+                continue
+            claimed = shards[best.shard].claim_job(now, best.job_id, self.lease_time, os.urandom(16))
+            if claimed is None:
+                self._control.give_back(job_keys_)
+                continue
+            return Record(self, claimed), None  # type: ignore[arg-type]
+        return None, None
