@@ -1,6 +1,9 @@
 """The embedded job store and queue. Pure Python + lmdb + msgpack; never imports Django."""
 
 from .aio import AsyncQueue, AsyncRecord
+from .breaker import BreakerPolicy, BreakerState, InvalidBreakerPolicy
+from .classify import Decision, Permanent, Retry, classify
+from .control import GLOBAL_KEY, job_keys
 from .errors import (
     ConfigurationError,
     InvalidJob,
@@ -10,33 +13,57 @@ from .errors import (
     QueueCorrupted,
     QueueEmpty,
     QueueError,
+    RateLimited,
     StoreError,
     StoreFull,
     StoreMismatch,
     UnknownQueue,
 )
+from .events import ALERT, EVENTS, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .job import Job, State
 from .queue import Queue, Record
+from .ratelimit import InvalidRate, Rate, parse_rate
 from .retry import backoff_delay
 
 __all__ = [
+    "ALERT",
+    "EVENTS",
+    "GLOBAL_KEY",
+    "JOB_ENQUEUED",
+    "JOB_FAILED",
+    "JOB_RETRIED",
+    "JOB_STARTED",
+    "JOB_SUCCEEDED",
     "AsyncQueue",
     "AsyncRecord",
+    "BreakerPolicy",
+    "BreakerState",
     "ConfigurationError",
+    "Decision",
+    "Events",
+    "InvalidBreakerPolicy",
     "InvalidJob",
+    "InvalidRate",
     "Job",
     "PayloadNotSerializable",
     "PayloadTooLarge",
+    "Permanent",
     "Queue",
     "QueueClosed",
     "QueueCorrupted",
     "QueueEmpty",
     "QueueError",
+    "Rate",
+    "RateLimited",
     "Record",
+    "Retry",
     "State",
     "StoreError",
     "StoreFull",
     "StoreMismatch",
     "UnknownQueue",
     "backoff_delay",
+    "classify",
+    "job_keys",
+    "parse_rate",
 ]

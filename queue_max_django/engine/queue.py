@@ -34,12 +34,13 @@ from .errors import (
     QueueEmpty,
     UnknownQueue,
 )
+from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .flow import FlowControl
 from .groupcommit import GroupCommitter
 from .job import Job, State
 from .keys import MAX_SHARDS, PRIORITY_MAX, PRIORITY_MIN, shard_of
 from .retry import backoff_delay
-from .shard import Claimed, CorruptedJobQuarantined, NewJobs, Shard
+from .shard import Claimed, CorruptedJobQuarantined, NewJobs, Recovered, Shard
 from .store import (
     CONTROL_DB_NAMES,
     CONTROL_DIR,
@@ -174,6 +175,8 @@ class Record:
         shard.complete(q._clock(), self.job_id, self._token, packed, q.sync)
         self.finished = True
         q._record_outcome(self.queue, self.name, True)
+        if q.events.listening(JOB_SUCCEEDED):
+            q.events.emit(JOB_SUCCEEDED, job_id=self.job_id, queue=self.queue, name=self.name, result=result)
 
     def nack(
         self, error: BaseException | str | None = None, *, delay: float | None = None, permanent: bool = False
@@ -184,11 +187,12 @@ class Record:
             _check_number("delay", delay, minimum=0, error=InvalidJob)
         q = self._queue
         shard = q._shard(self.job_id)
+        described = describe_error(error)
         state = shard.fail(
             q._clock(),
             self.job_id,
             self._token,
-            describe_error(error),
+            described,
             delay=delay,
             permanent=permanent,
             backoff=q._backoff,
@@ -197,6 +201,7 @@ class Record:
         self.finished = True
         q._waker.notify()
         q._record_outcome(self.queue, self.name, False)
+        q._emit_failure(self.job_id, self.queue, self.name, state, described[0])
         return state
 
     def release(self) -> None:
@@ -237,6 +242,7 @@ class Queue(FlowControl):
         do_vacuum: bool = True,
         vacuum_interval: float = 300.0,
         sync_interval: float = 1.0,
+        alert_threshold: int | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -280,6 +286,11 @@ class Queue(FlowControl):
             raise ConfigurationError(f"rng must be a random.Random, not {rng!r}")
         self.sync = bool(sync)
         self.writemap = bool(writemap)
+        if alert_threshold is not None and (type(alert_threshold) is not int or alert_threshold < 0):
+            raise ConfigurationError(f"alert_threshold must be None or an int >= 0, not {alert_threshold!r}")
+        self.alert_threshold = alert_threshold
+        self.events = Events()  # callbacks: see events.py; the Django layer turns them into signals
+        self._next_alert_check = 0.0
         self._clock: Clock = clock or time.time
         self._rng = rng or random.Random()
         self._do_recover = do_recover
@@ -504,6 +515,8 @@ class Queue(FlowControl):
             job_id = ids[0]
         if wake:
             self._waker.notify()
+        if self._watching:
+            self._after_put([job_id], queue, name)
         return job_id
 
     def put_many(
@@ -535,6 +548,8 @@ class Queue(FlowControl):
         ids, wake = shards[shard].enqueue(self._clock(), [NewJobs(packed, *options)], durable=self.sync)
         if wake:
             self._waker.notify()
+        if self._watching:
+            self._after_put(ids, options[0], options[1])
         return ids
 
     def put_many_to_shard(self, shard: int, payloads: Iterable[Any], **options: Any) -> list[int]:
@@ -649,6 +664,9 @@ class Queue(FlowControl):
             record, next_eta = self._try_claim(allowed)
             if record is not None:
                 self._waker.reset_poll()
+                if self.events.listening(JOB_STARTED):
+                    self.events.emit(JOB_STARTED, job_id=record.job_id, queue=record.queue, name=record.name,
+                                     attempt=record.attempts)  # fmt: skip
                 return record
             wait = MAX_IDLE_WAIT
             if deadline is not None:
@@ -681,6 +699,33 @@ class Queue(FlowControl):
         else:
             if not record.finished:
                 record.ack()
+
+    @property
+    def _watching(self) -> bool:
+        """Does anyone listen for puts (an enqueue listener, or an alert threshold with a listener)?"""
+        events = self.events
+        return events.listening(JOB_ENQUEUED) or (
+            self.alert_threshold is not None and events.listening(ALERT)
+        )
+
+    def _after_put(self, ids: list[int], queue: str, name: str | None) -> None:
+        events = self.events
+        if events.listening(JOB_ENQUEUED):
+            for job_id in ids:
+                events.emit(JOB_ENQUEUED, job_id=job_id, queue=queue, name=name)
+        threshold = self.alert_threshold
+        if threshold is not None and events.listening(ALERT):
+            now = time.monotonic()
+            if now >= self._next_alert_check:  # stats() reads every shard: at most once a second
+                self._next_alert_check = now + 1.0
+                pending = self.stats()["pending"]
+                if pending > threshold:
+                    events.emit(ALERT, type="pending", pending=pending, threshold=threshold)
+
+    def _emit_failure(self, job_id: int, queue: str, name: str | None, state: State, error: str) -> None:
+        event = JOB_FAILED if state is State.FAILED else JOB_RETRIED
+        if self.events.listening(event):
+            self.events.emit(event, job_id=job_id, queue=queue, name=name, error=error, state=state)
 
     def _backoff(self, retries: int) -> float:
         return backoff_delay(retries, self.retry_backoff, self.retry_backoff_max, rng=self._rng)
@@ -799,18 +844,21 @@ class Queue(FlowControl):
         """Running jobs whose lease expired: a failed attempt ("lease expired"), back to pending or to the
         dead letters. Idempotent. Each call also checks the next stretch of records for running jobs that
         lost their lease entry (broken data), so successive calls cover the whole store. -> how many."""
-        total = 0
+        recovered: list[Recovered] = []
         for shard in self._live():
             while True:
-                count = shard.recover_expired(self._clock(), BATCH)
-                total += count
-                if count < BATCH:
+                batch = shard.recover_expired(self._clock(), BATCH)
+                recovered.extend(batch)
+                if len(batch) < BATCH:
                     break
-            found, self._scrub_from[shard.index] = shard.scrub(self._clock(), self._scrub_from[shard.index])
-            total += found
-        if total:
+            orphans, self._scrub_from[shard.index] = shard.scrub(self._clock(), self._scrub_from[shard.index])
+            recovered.extend(orphans)
+        if recovered:
             self._waker.notify()
-        return total
+            for job in recovered:  # a lost lease is a failed attempt: breakers and listeners hear of it
+                self._record_outcome(job.queue, job.name, False)
+                self._emit_failure(job.job_id, job.queue, job.name, job.state, "lease expired")
+        return len(recovered)
 
     def vacuum(self, older_than: float | None = None) -> int:
         """Delete done jobs (and their results) finished at least ``older_than`` seconds ago

@@ -103,6 +103,16 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
+class Recovered:
+    """A job that recovery took back from a holder whose lease expired, and where it went."""
+
+    job_id: int
+    queue: str
+    name: str | None
+    state: State
+
+
+@dataclass(frozen=True, slots=True)
 class Head:
     """What a read of one shard saw: the best claimable job's priority, and the earliest ETA."""
 
@@ -640,16 +650,16 @@ class Shard:
 
     # ------------------------------------------------------------------ maintenance
 
-    def recover_expired(self, now: float, batch: int = 1000) -> int:
-        """Running jobs whose lease expired (or that have no lease at all) count a failed attempt and go
-        back to pending, or to failed once out of retries. Idempotent. -> how many were recovered."""
+    def recover_expired(self, now: float, batch: int = 1000) -> list[Recovered]:
+        """Running jobs whose lease expired count a failed attempt and go back to pending, or to failed
+        once out of retries. Idempotent. -> what was recovered (at most ``batch``)."""
         now_us = micros(now)
         error = ("lease expired: the worker holding the job died or stalled", LEASE_EXPIRED, None)
 
-        def txn_fn(txn: Any) -> int:
-            recovered = 0
+        def txn_fn(txn: Any) -> list[Recovered]:
+            recovered: list[Recovered] = []
             cursor = txn.cursor(db=self.lease)
-            while recovered < batch and cursor.first():
+            while len(recovered) < batch and cursor.first():
                 expiry_us, job_id = time_key_parts(cursor.key())
                 if expiry_us > now_us:
                     break
@@ -657,19 +667,21 @@ class Shard:
                 if record is None or record[F_STATE] != RUNNING or record[F_LEASE_UNTIL] != expiry_us:
                     cursor.delete()  # stray entry
                     continue
-                self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
-                recovered += 1
+                state = self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
+                recovered.append(Recovered(job_id, record[F_QUEUE], record[F_NAME], state))
             return recovered
 
         return self.env.write(txn_fn)
 
-    def scrub(self, now: float, start: bytes | None, batch: int = 2000) -> tuple[int, bytes | None]:
+    def scrub(
+        self, now: float, start: bytes | None, batch: int = 2000
+    ) -> tuple[list[Recovered], bytes | None]:
         """Walk up to ``batch`` records from ``start`` and recover running jobs that have no lease entry
         (only broken data can cause that: RFC-RC-02). -> (recovered, where to go on, or None at the end).
         Recovery calls this a step at a time, so the whole store is checked over successive rounds."""
         error = ("lease lost: the job was running without a lease", LEASE_EXPIRED, None)
 
-        def txn_fn(txn: Any) -> tuple[int, bytes | None]:
+        def txn_fn(txn: Any) -> tuple[list[Recovered], bytes | None]:
             cursor = txn.cursor(db=self.jobs)
             found = cursor.set_range(start) if start is not None else cursor.first()
             orphans: list[tuple[int, list[Any]]] = []
@@ -692,10 +704,12 @@ class Shard:
                         orphans.append((job_id, record))
                 found = cursor.next()
             resume = cursor.key() if found else None
+            recovered = []
             for job_id, record in orphans:
                 record[F_LEASE_UNTIL] = None
-                self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
-            return len(orphans), resume
+                state = self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
+                recovered.append(Recovered(job_id, record[F_QUEUE], record[F_NAME], state))
+            return recovered, resume
 
         return self.env.write(txn_fn)
 
