@@ -199,6 +199,26 @@ class Control:
 
         return self.env.write(txn_fn)
 
+    def take_up_to(self, key: str, most: int) -> int:
+        """Take as many whole tokens as ``key`` has now, at most ``most``. -> how many (0 if none)."""
+
+        def txn_fn(txn: Any) -> int:
+            now = self._clock()
+            raw = txn.get(key.encode(), db=self.limits_db)
+            if raw is None:
+                return most
+            limit = _unpack_limit(raw)
+            count = min(most, int(ratelimit.remaining(limit.bucket, limit.rate, now)))
+            if count < 1:
+                return 0
+            ok, bucket = ratelimit.try_take(limit.bucket, limit.rate, now, count)
+            if not ok:
+                return 0
+            txn.put(key.encode(), _pack_limit(Limit(limit.rate, bucket)), db=self.limits_db)
+            return count
+
+        return self.env.write(txn_fn)
+
     def give_back(self, keys: Sequence[str], n: int = 1) -> None:
         """Undo ``admit`` for a job that could not be claimed after all: the tokens go back (up to the
         burst) and a half-open breaker's trial is handed back, so the next job can be the trial."""

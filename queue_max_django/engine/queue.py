@@ -334,6 +334,8 @@ class Queue(FlowControl):
             raise
         self._control = Control(control_env, self._clock)
         self._flow_cache = (-1, None)
+        self._reserve = {}
+        self._reserve_lock = threading.Lock()
         self._envs = envs
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]
         self._committers = [GroupCommitter(self._durable_enqueue(shard)) for shard in self._shards]
@@ -606,7 +608,17 @@ class Queue(FlowControl):
         shards = self._live()
         flow = self._flow()
         if flow is not None:
-            return self._claim_under_flow(allowed, flow)
+            if not self._fast_admission(flow):
+                return self._claim_under_flow(allowed, flow)
+            record, next_eta = self._claim_best(shards, allowed)
+            if record is not None:
+                self._spend_reserve(flow, record.queue, record.name)
+            return record, next_eta
+        return self._claim_best(shards, allowed)
+
+    def _claim_best(
+        self, shards: list[Shard], allowed: list[bytes] | None
+    ) -> tuple[Record | None, float | None]:
         count = len(shards)
         local = self._local
         view: _View | None = getattr(local, "view", None)
