@@ -282,6 +282,13 @@ class Env:
             except lmdb.Error as exc:
                 raise StoreError(f"cannot follow the map growth of {self.path!r}: {exc}") from exc
 
+    def last_txnid(self) -> int:
+        """The id of the last transaction any process committed here: equal ids, equal contents."""
+        try:
+            return int(self.env.info()["last_txnid"])
+        except lmdb.Error as exc:
+            raise StoreError(f"cannot read {self.path!r}: {exc}") from exc
+
     def reader_check(self) -> int:
         try:
             return int(self.env.reader_check())
