@@ -21,8 +21,9 @@ from .errors import (
 )
 from .events import ALERT, EVENTS, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .job import Job, State
-from .queue import Queue, Record
+from .queue import Queue
 from .ratelimit import InvalidRate, Rate, parse_rate
+from .record import Record
 from .retry import backoff_delay
 
 __all__ = [

@@ -15,7 +15,9 @@ from typing import Any
 
 from .errors import QueueEmpty
 from .job import Job, State
-from .queue import MAX_IDLE_WAIT, Queue, Record, _check_number
+from .queue import MAX_IDLE_WAIT, Queue
+from .record import Record
+from .validate import check_number
 from .wake import _IN_CLOEXEC, _IN_MODIFY, _IN_NONBLOCK, _LIBC
 
 
@@ -77,7 +79,7 @@ class AsyncQueue:
 
     async def get(self, timeout: float | None = None, *, queues: Iterable[str] | None = None) -> AsyncRecord:
         if timeout is not None:
-            _check_number("timeout", timeout, minimum=0)
+            check_number("timeout", timeout, minimum=0)
         names = None if queues is None else list(queues)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

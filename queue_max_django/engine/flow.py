@@ -20,9 +20,10 @@ from .breaker import BreakerPolicy, BreakerState
 from .control import Control, FlowState, breaker_summary, job_keys
 from .errors import InvalidJob, RateLimited
 from .ratelimit import Rate, parse_rate
+from .validate import check_number
 
 if TYPE_CHECKING:
-    from .queue import Record
+    from .record import Record
     from .shard import Candidate, Shard
 
 MAX_KEY = 200
@@ -90,10 +91,8 @@ class FlowControl:
     def acquire(self, key: str, timeout: float | None = None) -> None:
         """Take one token from ``key``, waiting for it; ``RateLimited`` (with ``retry_after``) if it would
         take longer than ``timeout`` seconds."""
-        from .queue import _check_number
-
         if timeout is not None:
-            _check_number("timeout", timeout, minimum=0, error=InvalidJob)
+            check_number("timeout", timeout, minimum=0, error=InvalidJob)
         self._live()
         _check_key(key)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -238,7 +237,7 @@ class FlowControl:
     ) -> tuple[Record | None, float | None]:
         """Claim the best job that limits and breakers let start now. -> (record, seconds until it is worth
         looking again: the earliest ETA or unblocking)."""
-        from .queue import Record
+        from .record import Record
 
         shards = self._live()
         for _round in range(MAX_ADMIT_ROUNDS):

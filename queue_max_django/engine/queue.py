@@ -11,12 +11,10 @@ import contextlib
 import datetime as _dt
 import itertools
 import logging
-import math
 import os
 import random
 import threading
 import time
-import traceback as _traceback
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -34,11 +32,12 @@ from .errors import (
     QueueEmpty,
     UnknownQueue,
 )
-from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
+from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, Events
 from .flow import FlowControl
 from .groupcommit import GroupCommitter
 from .job import Job, State
 from .keys import MAX_SHARDS, PRIORITY_MAX, PRIORITY_MIN, shard_of
+from .record import Record
 from .retry import backoff_delay
 from .shard import Claimed, CorruptedJobQuarantined, NewJobs, Recovered, Shard
 from .store import (
@@ -50,67 +49,24 @@ from .store import (
     open_store_meta,
     shard_dir,
 )
+from .validate import (
+    MAX_NAME,
+    MAX_RETRIES_LIMIT,
+    check_number,
+    check_partition_key,
+    parse_state,
+    put_defaults,
+    ready_at,
+    validate_queue_name,
+)
 from .wake import Waker
 
 DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the file grows with the data)
 MAX_IDLE_WAIT = 1.0  # an idle get() re-checks the store at least this often, hint or not
-MAX_QUEUE_NAME = 100
-MAX_NAME = 200
-MAX_ERROR_CHARS = 65_536
 BATCH = 1000
 
 Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
-
-
-MAX_SECONDS = 100 * 365.25 * 86400  # the longest delay, lease, TTL or interval accepted: a century
-MAX_ETA = 253_402_300_799.0  # 9999-12-31T23:59:59Z
-MAX_RETRIES_LIMIT = 1_000_000
-
-
-def _check_number(
-    name: str,
-    value: Any,
-    *,
-    minimum: float,
-    maximum: float = MAX_SECONDS,
-    allow_none: bool = False,
-    error: type[ValueError] = ConfigurationError,
-) -> None:
-    """A finite real number in [minimum, maximum], or ``error`` naming the argument."""
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise error(f"{name} must be a finite number, not {value!r}")
-    if not minimum <= value <= maximum:
-        raise error(f"{name} must be from {minimum} to {maximum:.0f}, not {value!r}")
-
-
-def validate_queue_name(queue: Any) -> str:
-    if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_NAME:
-        raise InvalidJob(
-            f"queue must be a non-empty str of at most {MAX_QUEUE_NAME} characters, not {queue!r}"
-        )
-    if "\x00" in queue or "\x01" in queue:
-        raise InvalidJob(f"queue names cannot contain control characters: {queue!r}")
-    return queue
-
-
-def describe_error(error: BaseException | str | None) -> tuple[str, str | None, str | None]:
-    """(text, type, traceback) of what ``nack(error=...)`` was given, bounded in size."""
-    if error is None:
-        return "nack() called without an error", None, None
-    if isinstance(error, BaseException):
-        kind = type(error)
-        type_name = (
-            kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-        )
-        text = str(error) or type_name
-        trace = None
-        if error.__traceback__ is not None:
-            trace = "".join(_traceback.format_exception(kind, error, error.__traceback__))[-MAX_ERROR_CHARS:]
-        return text[:MAX_ERROR_CHARS], type_name, trace
-    return str(error)[:MAX_ERROR_CHARS], None, None
 
 
 # (queue, name, priority, ready_at, max_retries, timeout, partition_key): NewJobs' fields after the payloads.
@@ -127,97 +83,6 @@ class _View:
     next_eta: float | None
     txnids: list[int]  # each shard's last committed transaction when it was read
     etas: list[float | None]  # each shard's earliest ETA
-
-
-class Record:
-    """One claimed job. Completion goes through the record only: ``ack``, ``nack``, ``release``."""
-
-    __slots__ = (
-        "_queue",
-        "_token",
-        "attempts",
-        "enqueued_at",
-        "finished",
-        "job_id",
-        "lease_until",
-        "name",
-        "payload",
-        "priority",
-        "queue",
-        "retries",
-        "timeout",
-    )
-
-    def __init__(self, owner: Queue, claimed: Claimed) -> None:
-        record = claimed.record
-        self._queue = owner
-        self._token: bytes = record[codec.F_TOKEN]
-        self.job_id: int = claimed.job_id
-        self.payload: Any = codec.unpack_value(claimed.payload)
-        self.retries: int = record[codec.F_RETRIES]
-        self.attempts: int = record[codec.F_ATTEMPTS]
-        self.enqueued_at: float = record[codec.F_ENQUEUED_AT] / 1_000_000
-        self.priority: int = record[codec.F_PRIORITY]
-        self.queue: str = record[codec.F_QUEUE]
-        self.name: str | None = record[codec.F_NAME]
-        self.timeout: float | None = record[codec.F_TIMEOUT]
-        self.lease_until: float = record[codec.F_LEASE_UNTIL] / 1_000_000
-        self.finished = False  # set once ack/nack/release succeeded through this object
-
-    def __repr__(self) -> str:
-        return f"<Record job_id={self.job_id} queue={self.queue!r} name={self.name!r} retries={self.retries}>"
-
-    def ack(self, result: Any = None) -> None:
-        """Done. ``result`` (msgpack data) is kept with the job until vacuum (``result_ttl``)."""
-        q = self._queue
-        packed = (
-            None if result is None else codec.pack_value(result, what="result", limit=q.max_payload_bytes)
-        )
-        shard = q._shard(self.job_id)
-        shard.complete(q._clock(), self.job_id, self._token, packed, q.sync)
-        self.finished = True
-        q._record_outcome(self.queue, self.name, True)
-        if q.events.listening(JOB_SUCCEEDED):
-            q.events.emit(JOB_SUCCEEDED, job_id=self.job_id, queue=self.queue, name=self.name, result=result)
-
-    def nack(
-        self, error: BaseException | str | None = None, *, delay: float | None = None, permanent: bool = False
-    ) -> State:
-        """A failed attempt. Retries later (after the backoff, or ``delay`` seconds), or fails for good when
-        out of retries or ``permanent``. -> the job's new state."""
-        if delay is not None:
-            _check_number("delay", delay, minimum=0, error=InvalidJob)
-        q = self._queue
-        shard = q._shard(self.job_id)
-        described = describe_error(error)
-        state = shard.fail(
-            q._clock(),
-            self.job_id,
-            self._token,
-            described,
-            delay=delay,
-            permanent=permanent,
-            backoff=q._backoff,
-            durable=q.sync,
-        )
-        self.finished = True
-        q._waker.notify()
-        q._record_outcome(self.queue, self.name, False)
-        q._emit_failure(self.job_id, self.queue, self.name, state, described[0])
-        return state
-
-    def release(self) -> None:
-        """Give the job back unfinished (shutdown): pending again, not counted as an attempt."""
-        q = self._queue
-        q._shard(self.job_id).release(q._clock(), self.job_id, self._token)
-        self.finished = True
-        q._waker.notify()
-
-    def touch(self) -> float:
-        """Extend the lease by ``lease_time`` from now. -> the new expiry (unix seconds)."""
-        q = self._queue
-        self.lease_until = q._shard(self.job_id).touch(q._clock(), self.job_id, self._token, q.lease_time)
-        return self.lease_until
 
 
 class Queue(FlowControl):
@@ -251,20 +116,20 @@ class Queue(FlowControl):
         if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
                                    or not 1 <= shards <= MAX_SHARDS):  # fmt: skip
             raise ConfigurationError(f"shards must be an int from 1 to {MAX_SHARDS} or None, not {shards!r}")
-        _check_number("lease_time", lease_time, minimum=0.001)
+        check_number("lease_time", lease_time, minimum=0.001)
         if type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES_LIMIT:
             raise ConfigurationError(
                 f"max_retries must be an int from 0 to {MAX_RETRIES_LIMIT}, not {max_retries!r}"
             )
-        _check_number("retry_backoff", retry_backoff, minimum=0)
-        _check_number("retry_backoff_max", retry_backoff_max, minimum=0)
-        _check_number("result_ttl", result_ttl, minimum=0)
-        _check_number("max_payload_bytes", max_payload_bytes, minimum=16, maximum=1 << 30)
-        _check_number("map_size", map_size, minimum=1 << 20, maximum=1 << 50)
-        _check_number("map_size_max", map_size_max, minimum=map_size, maximum=1 << 50, allow_none=True)
-        _check_number("recover_interval", recover_interval, minimum=0.01)
-        _check_number("vacuum_interval", vacuum_interval, minimum=0.01)
-        _check_number("sync_interval", sync_interval, minimum=0.01)
+        check_number("retry_backoff", retry_backoff, minimum=0)
+        check_number("retry_backoff_max", retry_backoff_max, minimum=0)
+        check_number("result_ttl", result_ttl, minimum=0)
+        check_number("max_payload_bytes", max_payload_bytes, minimum=16, maximum=1 << 30)
+        check_number("map_size", map_size, minimum=1 << 20, maximum=1 << 50)
+        check_number("map_size_max", map_size_max, minimum=map_size, maximum=1 << 50, allow_none=True)
+        check_number("recover_interval", recover_interval, minimum=0.01)
+        check_number("vacuum_interval", vacuum_interval, minimum=0.01)
+        check_number("sync_interval", sync_interval, minimum=0.01)
         self.path = os.path.realpath(os.fspath(path))
         self.lease_time = float(lease_time)
         self.max_retries = max_retries
@@ -442,11 +307,11 @@ class Queue(FlowControl):
                 f"max_retries must be None or an int from 0 to {MAX_RETRIES_LIMIT}, not {max_retries!r}"
             )
         if timeout is not None:
-            _check_number("timeout", timeout, minimum=0.001, error=InvalidJob)
+            check_number("timeout", timeout, minimum=0.001, error=InvalidJob)
         if partition_key is not None:
-            _check_partition_key(partition_key)
-        ready_at = None if delay is None and eta is None else self._ready_at(delay, eta, now)
-        return (queue, name, priority, ready_at, max_retries, timeout, partition_key)
+            check_partition_key(partition_key)
+        ready = None if delay is None and eta is None else ready_at(delay, eta, now)
+        return (queue, name, priority, ready, max_retries, timeout, partition_key)
 
     def _remember_valid(self, name: str) -> None:
         if len(self._valid_names) > 10_000:  # names are few in practice; never let the cache grow unbounded
@@ -455,35 +320,6 @@ class Queue(FlowControl):
 
     def _pack_payload(self, payload: Any) -> bytes:
         return codec.pack_value(payload, what="payload", limit=self.max_payload_bytes)
-
-    @staticmethod
-    def _ready_at(delay: float | None, eta: float | _dt.datetime | None, now: float) -> float | None:
-        if delay is not None and eta is not None:
-            raise InvalidJob("give delay or eta, not both")
-        if delay is not None:
-            if isinstance(delay, _dt.timedelta):
-                delay = delay.total_seconds()
-            if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay):
-                raise InvalidJob(f"delay must be a finite number of seconds, not {delay!r}")
-            if delay < 0:
-                raise InvalidJob(f"delay cannot be negative ({delay!r}); use 0 to run now")
-            if now + delay > MAX_ETA:
-                raise InvalidJob(f"delay {delay!r} s is past the year 9999")
-            return now + delay if delay > 0 else None
-        if eta is not None:
-            if isinstance(eta, _dt.datetime):
-                if eta.tzinfo is None or eta.utcoffset() is None:
-                    raise InvalidJob("eta must be an aware datetime (with a tzinfo) or a unix timestamp")
-                eta = eta.timestamp()
-            if (
-                isinstance(eta, bool)
-                or not isinstance(eta, (int, float))
-                or not math.isfinite(eta)
-                or not 0 <= eta <= MAX_ETA
-            ):
-                raise InvalidJob(f"eta must be an aware datetime or a unix timestamp >= 0, not {eta!r}")
-            return float(eta) if eta > now else None
-        return None
 
     def _route(self, partition_key: Any) -> int:
         if partition_key is None:
@@ -560,7 +396,7 @@ class Queue(FlowControl):
         """``put_many`` into one given shard (``.map`` spreads a batch over the shards with this)."""
         if type(shard) is not int or not 0 <= shard < self.shard_count:
             raise InvalidJob(f"shard must be from 0 to {self.shard_count - 1}, not {shard!r}")
-        checked = self._job_options(now=self._clock(), **_put_defaults(options))
+        checked = self._job_options(now=self._clock(), **put_defaults(options))
         return self._put_batch(shard, payloads, checked)
 
     # ------------------------------------------------------------------ get
@@ -685,7 +521,7 @@ class Queue(FlowControl):
         """Claim the next job (highest priority first). ``timeout=None`` blocks; 0 looks once.
         Raises ``QueueEmpty`` when no job came in time."""
         if timeout is not None:
-            _check_number("timeout", timeout, minimum=0, error=InvalidJob)
+            check_number("timeout", timeout, minimum=0, error=InvalidJob)
         allowed = self._queue_filter(queues)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -799,7 +635,7 @@ class Queue(FlowControl):
         (enqueue order). ``newest_first`` reverses it. Keyset paging: pass the last job's ``job_id`` as
         ``after`` for the next page; every page costs the same at any depth. ``queue``/``name`` filter
         as they scan (pending jobs of one queue are a seek, not a scan)."""
-        state = _state(state)
+        state = parse_state(state)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidJob(f"limit must be an int >= 1, not {limit!r}")
         if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
@@ -850,13 +686,13 @@ class Queue(FlowControl):
     def purge(self, state: State | str, *, older_than: float | None = None) -> int:
         """Delete every job in ``state`` (never running ones), or those older than ``older_than`` seconds
         (finish time for done/failed, enqueue time otherwise). -> how many."""
-        state = _state(state)
+        state = parse_state(state)
         if state is State.RUNNING:
             raise InvalidJob(
                 "running jobs cannot be purged: they belong to a live worker (or recover() them)"
             )
         if older_than is not None:
-            _check_number("older_than", older_than, minimum=0, error=InvalidJob)
+            check_number("older_than", older_than, minimum=0, error=InvalidJob)
         cutoff = None if older_than is None else self._clock() - older_than
         total = 0
         for shard in self._live():
@@ -892,7 +728,7 @@ class Queue(FlowControl):
         """Delete done jobs (and their results) finished at least ``older_than`` seconds ago
         (default: ``result_ttl``). Failed jobs are kept. -> how many."""
         if older_than is not None:
-            _check_number("older_than", older_than, minimum=0, error=InvalidJob)
+            check_number("older_than", older_than, minimum=0, error=InvalidJob)
         cutoff = self._clock() - (self.result_ttl if older_than is None else older_than)
         total = 0
         for shard in self._live():
@@ -974,33 +810,3 @@ class Queue(FlowControl):
                 return
             except Exception:  # keep maintaining; the next round retries
                 logger.exception("background maintenance of %s failed", self.path)
-
-
-def _check_partition_key(key: Any) -> None:
-    if isinstance(key, bool) or not isinstance(key, (str, int, bytes)):
-        raise InvalidJob(f"partition_key must be a str, int or bytes, not {type(key).__name__}")
-    if isinstance(key, int) and not -(2**63) <= key < 2**64:
-        raise InvalidJob(f"partition_key {key} is out of the 64-bit range msgpack can store")
-    if isinstance(key, (str, bytes)) and len(key) > MAX_NAME:
-        raise InvalidJob(f"partition_key is longer than {MAX_NAME} characters")
-
-
-def _state(state: State | str) -> State:
-    try:
-        return State(state)
-    except ValueError:
-        raise InvalidJob(f"unknown state {state!r}: use one of {[s.value for s in State]}") from None
-
-
-_PUT_OPTIONS = ("priority", "delay", "eta", "queue", "name", "max_retries", "timeout", "partition_key")
-
-
-def _put_defaults(options: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(options) - set(_PUT_OPTIONS)
-    if unknown:
-        raise InvalidJob(f"unknown put option(s): {sorted(unknown)}")
-    defaults: dict[str, Any] = dict.fromkeys(_PUT_OPTIONS)
-    defaults["priority"] = 0
-    defaults["queue"] = "default"
-    defaults.update(options)
-    return defaults

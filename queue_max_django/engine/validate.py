@@ -1,0 +1,123 @@
+"""Argument checks shared by the engine: each raises a clear ``InvalidJob`` or ``ConfigurationError``
+(both ``ValueError``s) naming the argument, before anything is written (invariant 7)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import traceback as _traceback
+from typing import Any
+
+from .errors import ConfigurationError, InvalidJob
+from .job import State
+
+MAX_QUEUE_NAME = 100
+MAX_NAME = 200
+MAX_ERROR_CHARS = 65_536
+MAX_SECONDS = 100 * 365.25 * 86400  # the longest delay, lease, TTL or interval accepted: a century
+MAX_ETA = 253_402_300_799.0  # 9999-12-31T23:59:59Z
+MAX_RETRIES_LIMIT = 1_000_000
+
+
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    minimum: float,
+    maximum: float = MAX_SECONDS,
+    allow_none: bool = False,
+    error: type[ValueError] = ConfigurationError,
+) -> None:
+    """A finite real number in [minimum, maximum], or ``error`` naming the argument."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise error(f"{name} must be a finite number, not {value!r}")
+    if not minimum <= value <= maximum:
+        raise error(f"{name} must be from {minimum} to {maximum:.0f}, not {value!r}")
+
+
+def validate_queue_name(queue: Any) -> str:
+    if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_NAME:
+        raise InvalidJob(
+            f"queue must be a non-empty str of at most {MAX_QUEUE_NAME} characters, not {queue!r}"
+        )
+    if "\x00" in queue or "\x01" in queue:
+        raise InvalidJob(f"queue names cannot contain control characters: {queue!r}")
+    return queue
+
+
+def describe_error(error: BaseException | str | None) -> tuple[str, str | None, str | None]:
+    """(text, type, traceback) of what ``nack(error=...)`` was given, bounded in size."""
+    if error is None:
+        return "nack() called without an error", None, None
+    if isinstance(error, BaseException):
+        kind = type(error)
+        type_name = (
+            kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        )
+        text = str(error) or type_name
+        trace = None
+        if error.__traceback__ is not None:
+            trace = "".join(_traceback.format_exception(kind, error, error.__traceback__))[-MAX_ERROR_CHARS:]
+        return text[:MAX_ERROR_CHARS], type_name, trace
+    return str(error)[:MAX_ERROR_CHARS], None, None
+
+
+def ready_at(delay: float | None, eta: float | _dt.datetime | None, now: float) -> float | None:
+    if delay is not None and eta is not None:
+        raise InvalidJob("give delay or eta, not both")
+    if delay is not None:
+        if isinstance(delay, _dt.timedelta):
+            delay = delay.total_seconds()
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay):
+            raise InvalidJob(f"delay must be a finite number of seconds, not {delay!r}")
+        if delay < 0:
+            raise InvalidJob(f"delay cannot be negative ({delay!r}); use 0 to run now")
+        if now + delay > MAX_ETA:
+            raise InvalidJob(f"delay {delay!r} s is past the year 9999")
+        return now + delay if delay > 0 else None
+    if eta is not None:
+        if isinstance(eta, _dt.datetime):
+            if eta.tzinfo is None or eta.utcoffset() is None:
+                raise InvalidJob("eta must be an aware datetime (with a tzinfo) or a unix timestamp")
+            eta = eta.timestamp()
+        if (
+            isinstance(eta, bool)
+            or not isinstance(eta, (int, float))
+            or not math.isfinite(eta)
+            or not 0 <= eta <= MAX_ETA
+        ):
+            raise InvalidJob(f"eta must be an aware datetime or a unix timestamp >= 0, not {eta!r}")
+        return float(eta) if eta > now else None
+    return None
+
+
+def check_partition_key(key: Any) -> None:
+    if isinstance(key, bool) or not isinstance(key, (str, int, bytes)):
+        raise InvalidJob(f"partition_key must be a str, int or bytes, not {type(key).__name__}")
+    if isinstance(key, int) and not -(2**63) <= key < 2**64:
+        raise InvalidJob(f"partition_key {key} is out of the 64-bit range msgpack can store")
+    if isinstance(key, (str, bytes)) and len(key) > MAX_NAME:
+        raise InvalidJob(f"partition_key is longer than {MAX_NAME} characters")
+
+
+def parse_state(state: State | str) -> State:
+    try:
+        return State(state)
+    except ValueError:
+        raise InvalidJob(f"unknown state {state!r}: use one of {[s.value for s in State]}") from None
+
+
+_PUT_OPTIONS = ("priority", "delay", "eta", "queue", "name", "max_retries", "timeout", "partition_key")
+
+
+def put_defaults(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(options) - set(_PUT_OPTIONS)
+    if unknown:
+        raise InvalidJob(f"unknown put option(s): {sorted(unknown)}")
+    defaults: dict[str, Any] = dict.fromkeys(_PUT_OPTIONS)
+    defaults["priority"] = 0
+    defaults["queue"] = "default"
+    defaults.update(options)
+    return defaults
