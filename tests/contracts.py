@@ -84,4 +84,13 @@ CONTRACTS: dict[str, str] = {
     "rule_wait_until_empty": "wait_until_empty() is True once nothing is pending, scheduled or running",
     "rule_async": "AsyncQueue has the same operations as coroutines and never blocks the event loop",
     "rule_config": "a mistake in Queue(...)'s arguments raises ConfigurationError before anything is opened",
+    # flow control (issue 3)
+    "flow_limit": "a limit grants its burst, then rate x time; remaining/retry_after exact; bad specs raise",
+    "flow_limit_shared": "processes sharing a limit never take more than rate x time + burst together",
+    "flow_rate_aware_claim": "get() never leases a job it may not start yet; held-back jobs stay pending",
+    "flow_fast_limit": "fast limits (served from a local reserve) never hand out more than the shared bucket",
+    "flow_breaker": "N consecutive failures open a breaker; its jobs wait; one trial after the timeout",
+    "flow_breaker_shared": "a breaker's state is shared by every process of the store",
+    "flow_events": "put/get/ack/nack/recovery fire their events with their fields; callbacks never break it",
+    "flow_classify": "classify()'s decisions map onto nack(delay=, permanent=) as a worker applies them",
 }

@@ -199,8 +199,9 @@ class Control:
 
         return self.env.write(txn_fn)
 
-    def take_up_to(self, key: str, most: int) -> int:
-        """Take as many whole tokens as ``key`` has now, at most ``most``. -> how many (0 if none)."""
+    def take_up_to(self, key: str, most: int, *, give_back: int = 0) -> int:
+        """Return ``give_back`` unused tokens (at most up to the burst), then take as many whole tokens
+        as ``key`` has, at most ``most``. One transaction. -> how many were taken (0 if none)."""
 
         def txn_fn(txn: Any) -> int:
             now = self._clock()
@@ -208,14 +209,18 @@ class Control:
             if raw is None:
                 return most
             limit = _unpack_limit(raw)
-            count = min(most, int(ratelimit.remaining(limit.bucket, limit.rate, now)))
-            if count < 1:
-                return 0
-            ok, bucket = ratelimit.try_take(limit.bucket, limit.rate, now, count)
-            if not ok:
-                return 0
-            txn.put(key.encode(), _pack_limit(Limit(limit.rate, bucket)), db=self.limits_db)
-            return count
+            bucket = limit.bucket
+            if give_back > 0:
+                bucket = ratelimit.give_back(bucket, limit.rate, now, give_back)
+            count = min(most, int(ratelimit.remaining(bucket, limit.rate, now)))
+            taken = 0
+            if count >= 1:
+                ok, after = ratelimit.try_take(bucket, limit.rate, now, count)
+                if ok:
+                    bucket, taken = after, count
+            if bucket != limit.bucket:
+                txn.put(key.encode(), _pack_limit(Limit(limit.rate, bucket)), db=self.limits_db)
+            return taken
 
         return self.env.write(txn_fn)
 

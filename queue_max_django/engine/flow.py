@@ -199,38 +199,47 @@ class FlowControl:
                 return
         self._control.record(keys, success)
 
-    def _fast_admission(self, state: FlowState) -> bool:
-        """Can this consumer claim the usual way (no per-job admission)? Yes when every breaker is closed
-        and every limit is fast and has a token in the local reserve (refilled here when empty)."""
+    def _fast_admission(self, state: FlowState) -> list[str] | None:
+        """Can this consumer claim the usual way, with no per-job admission? Yes when every breaker is
+        closed and every limit is fast: then one token of each limit is set aside from the local reserve
+        (refilled from the shared bucket when empty or stale) and the keys are returned; ``_settle`` keeps
+        the tokens of the claimed job's keys and puts the others back. None: admit job by job."""
         for entry in state.breakers.values():
             if entry.breaker.state is not BreakerState.CLOSED:
-                return False
+                return None
         if not state.limits:
-            return True
+            return []
+        if any(limit.rate.per_second < FAST_RATE for limit in state.limits.values()):
+            return None
         now = time.monotonic()
         with self._reserve_lock:
             for key, limit in state.limits.items():
-                per_second = limit.rate.per_second
-                if per_second < FAST_RATE:
-                    return False
                 held, taken_at = self._reserve.get(key, (0, 0.0))
                 if held >= 1 and now - taken_at < RESERVE_TTL:
                     continue
-                chunk = max(1, min(RESERVE_MAX, int(per_second * RESERVE_SECONDS)))
-                got = self._control.take_up_to(key, chunk)
+                # Stale tokens go back to the shared bucket (never wasted), fresh ones come out of it.
+                chunk = max(1, min(RESERVE_MAX, int(limit.rate.per_second * RESERVE_SECONDS)))
+                got = self._control.take_up_to(key, chunk, give_back=held)
                 if got < 1:
                     self._reserve.pop(key, None)
-                    return False
+                    return None
                 self._reserve[key] = (got, now)
-        return True
+            held_keys = list(state.limits)
+            for key in held_keys:  # set aside under the lock: two threads never count on one token
+                tokens, taken_at = self._reserve[key]
+                self._reserve[key] = (tokens - 1, taken_at)
+        return held_keys
 
-    def _spend_reserve(self, state: FlowState, queue: str, name: str | None) -> None:
-        """A job was claimed through the fast path: it used one reserved token of each of its limits."""
+    def _settle(self, held_keys: list[str], claimed: Record | None) -> None:
+        """After a fast claim: the claimed job spent the tokens of its own keys; the rest go back."""
+        if not held_keys:
+            return
+        spent = set(job_keys(claimed.queue, claimed.name)) if claimed is not None else set()
         with self._reserve_lock:
-            for key in job_keys(queue, name):
-                if key in state.limits:
-                    held, taken_at = self._reserve.get(key, (0, 0.0))
-                    self._reserve[key] = (held - 1, taken_at)
+            for key in held_keys:
+                if key not in spent and key in self._reserve:
+                    tokens, taken_at = self._reserve[key]
+                    self._reserve[key] = (tokens + 1, taken_at)
 
     def _claim_under_flow(
         self, allowed: list[bytes] | None, state: FlowState

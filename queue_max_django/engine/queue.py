@@ -157,7 +157,8 @@ class Queue(FlowControl):
             raise ConfigurationError(f"alert_threshold must be None or an int >= 0, not {alert_threshold!r}")
         self.alert_threshold = alert_threshold
         self.events = Events()  # callbacks: see events.py; the Django layer turns them into signals
-        self._next_alert_check = 0.0
+        self._alert_quiet_until = 0.0
+        self._pending_cache: dict[int, tuple[int, int]] = {}  # shard -> (last txn id, pending jobs)
         self._clock: Clock = clock or time.time
         self._rng = rng or random.Random()
         self._do_recover = do_recover
@@ -460,11 +461,14 @@ class Queue(FlowControl):
         shards = self._live()
         flow = self._flow()
         if flow is not None:
-            if not self._fast_admission(flow):
+            held = self._fast_admission(flow)
+            if held is None:
                 return self._claim_under_flow(allowed, flow)
-            record, next_eta = self._claim_best(shards, allowed)
-            if record is not None:
-                self._spend_reserve(flow, record.queue, record.name)
+            record, next_eta = None, None
+            try:
+                record, next_eta = self._claim_best(shards, allowed)
+            finally:
+                self._settle(held, record)
             return record, next_eta
         return self._claim_best(shards, allowed)
 
@@ -578,13 +582,24 @@ class Queue(FlowControl):
             for job_id in ids:
                 events.emit(JOB_ENQUEUED, job_id=job_id, queue=queue, name=name)
         threshold = self.alert_threshold
-        if threshold is not None and events.listening(ALERT):
-            now = time.monotonic()
-            if now >= self._next_alert_check:  # stats() reads every shard: at most once a second
-                self._next_alert_check = now + 1.0
-                pending = self.stats()["pending"]
-                if pending > threshold:
-                    events.emit(ALERT, type="pending", pending=pending, threshold=threshold)
+        if threshold is not None and events.listening(ALERT) and time.monotonic() >= self._alert_quiet_until:
+            pending = self._pending_count()
+            if pending > threshold:
+                self._alert_quiet_until = time.monotonic() + 1.0  # at most one alert a second
+                events.emit(ALERT, type="pending", pending=pending, threshold=threshold)
+
+    def _pending_count(self) -> int:
+        """Pending jobs in all shards, re-reading only the shards that committed since the last count."""
+        total = 0
+        cache = self._pending_cache
+        for shard in self._live():
+            txnid = shard.env.last_txnid()
+            cached = cache.get(shard.index)
+            if cached is None or cached[0] != txnid:
+                cached = (txnid, shard.counts()["pending"])
+                cache[shard.index] = cached
+            total += cached[1]
+        return total
 
     def _emit_failure(self, job_id: int, queue: str, name: str | None, state: State, error: str) -> None:
         event = JOB_FAILED if state is State.FAILED else JOB_RETRIED

@@ -1,0 +1,146 @@
+"""What the flow-control multi-process tests run in their child processes, and how the parent starts them.
+
+The children are fresh interpreters, started as tests/engine/procs.py starts its own (``subprocess`` +
+``sys.executable``, never ``fork``), but they run a target of this module. Each child opens its own
+``Queue`` on the real clock and reports JSON lines on its stdout (``procs.send``). Children that must act
+together wait for a "go" file the parent creates once every child said it is ready, so that interpreter
+start-up (a few hundred ms on a busy machine) is not part of what is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from queue_max_django.engine import QueueEmpty
+
+from . import procs
+from .procs import CHILD_TIMEOUT, REPO_ROOT, Child, opened, send
+
+_BOOT = (
+    "import json, sys; from tests.engine import flowprocs; "
+    "getattr(flowprocs, sys.argv[1])(*json.loads(sys.argv[2]))"
+)
+
+# ---------------------------------------------------------------------------------------------- parent side
+
+
+class FlowChild(Child):
+    """``procs.Child``, running ``flowprocs.<target>(*args)`` instead of a target of procs.py."""
+
+    def __init__(self, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.name = target.__name__
+        self.popen = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, self.name, json.dumps(args)],
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+        )
+        self.pid = self.popen.pid
+        self._buffer = b""
+
+
+class FlowChildren(procs.Children):
+    """The children one test started; ``kill_all()`` at teardown SIGKILLs those still alive, by pid."""
+
+    def start(self, target: Callable[..., Any], *args: Any) -> Child:
+        child = FlowChild(target, args)
+        self.started.append(child)
+        return child
+
+    def together(self, go: Path, children: list[Child]) -> list[Any]:
+        """Wait until each child said "ready", then let them all go at once. -> their ready messages."""
+        ready = [child.recv() for child in children]
+        go.touch()
+        return ready
+
+
+# ---------------------------------------------------------------------------------------------- child side
+
+
+def _wait_for_go(go: str) -> None:
+    send({"ready": True})
+    deadline = time.monotonic() + CHILD_TIMEOUT
+    while not Path(go).exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("no go file")
+        time.sleep(0.001)
+
+
+def take_tokens(path: str, key: str, seconds: float, go: str) -> None:
+    """try_acquire ``key`` in a tight loop for ``seconds``; report the grants, the calls and the wall-clock
+    span (unix seconds) from before the first call to after the last one."""
+    with opened(path) as q:
+        q.remaining(key)  # open and warm up before the clock starts
+        _wait_for_go(go)
+        granted = calls = 0
+        start = time.time()
+        end_at = time.monotonic() + seconds
+        while time.monotonic() < end_at:
+            calls += 1
+            if q.try_acquire(key):
+                granted += 1
+        end = time.time()
+    send({"granted": granted, "calls": calls, "start": start, "end": end})
+
+
+def drain_for(path: str, seconds: float, go: str) -> None:
+    """get + ack for ``seconds``; report the ids it took, and the span."""
+    with opened(path) as q:
+        q.stats()
+        _wait_for_go(go)
+        taken = []
+        start = time.time()
+        end_at = time.monotonic() + seconds
+        while (left := end_at - time.monotonic()) > 0:
+            try:
+                record = q.get(timeout=min(left, 0.2))
+            except QueueEmpty:
+                continue
+            record.ack()
+            taken.append(record.job_id)
+        end = time.time()
+    send({"taken": taken, "start": start, "end": end})
+
+
+def fail_jobs(path: str, count: int) -> None:
+    """Take ``count`` jobs and nack each (a task whose downstream is down); report the breakers after."""
+    with opened(path) as q:
+        failed = []
+        for _ in range(count):
+            record = q.get(timeout=CHILD_TIMEOUT)
+            record.nack(RuntimeError("downstream is down"))
+            failed.append(record.job_id)
+        send({"failed": failed, "breakers": q.circuit_breakers()})
+
+
+def _take_all(q: Any) -> list[list[Any]]:
+    taken = []
+    while True:
+        try:
+            record = q.get(0)
+        except QueueEmpty:
+            return taken
+        record.ack()
+        taken.append([record.job_id, record.name])
+
+
+def take_in_rounds(path: str, rounds: int, step_dir: str) -> None:
+    """``rounds`` times: wait for the file ``<step_dir>/<round>``, take every job it may (get(0) until
+    QueueEmpty, acking each), and report what it took and the breakers it sees. One long-lived Queue: what
+    it sees of the breakers must follow what other processes change."""
+    with opened(path) as q:
+        send({"ready": True, "breakers": q.stats().get("circuit_breakers")})  # also fills its flow cache
+        for round_ in range(rounds):
+            step = Path(step_dir) / str(round_)
+            deadline = time.monotonic() + CHILD_TIMEOUT
+            while not step.exists():
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"no step file {step}")
+                time.sleep(0.002)
+            send({"taken": _take_all(q), "breakers": q.circuit_breakers()})
