@@ -6,6 +6,7 @@ positions are the ``F_*`` constants below; new fields are only ever appended, so
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import msgpack
@@ -41,15 +42,26 @@ RECORD_FIELDS = 20
 # their own database, written once, so that state changes never copy them.
 INLINE_PAYLOAD_MAX = 1024
 
-_packer_options: dict[str, Any] = {"use_bin_type": True, "datetime": False}
 _unpacker_options: dict[str, Any] = {"raw": False, "strict_map_key": False, "timestamp": 0}
+_local = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    """This thread's packer: reusing one is about twice as fast as ``packb`` (which builds one per call);
+    a packer is not thread-safe, hence one per thread."""
+    packer = getattr(_local, "packer", None)
+    if packer is None:
+        packer = _local.packer = msgpack.Packer(use_bin_type=True, datetime=False)
+    return packer
 
 
 def pack_value(value: Any, *, what: str, limit: int) -> bytes:
     """Encode a user value (payload or result), refusing what msgpack cannot encode or what is too big."""
+    packer = _packer()
     try:
-        data = msgpack.packb(value, **_packer_options)
+        data = packer.pack(value)
     except (TypeError, ValueError, OverflowError) as exc:
+        packer.reset()
         raise PayloadNotSerializable(
             f"the {what} cannot be stored: {exc}. Use msgpack data only (None, bool, int, float, str, "
             f"bytes, and lists/dicts of those)."
@@ -67,7 +79,7 @@ def unpack_value(data: bytes) -> Any:
 
 
 def pack_record(record: list[Any]) -> bytes:
-    return bytes(msgpack.packb(record, use_bin_type=True))
+    return bytes(_packer().pack(record))
 
 
 def unpack_record(data: bytes, job_id: int) -> list[Any]:

@@ -64,6 +64,7 @@ from .wake import Waker
 DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the file grows with the data)
 MAX_IDLE_WAIT = 1.0  # an idle get() re-checks the store at least this often, hint or not
 BATCH = 1000
+PREFERENCE_RUN = 32  # claims a consumer makes from its preferred shard before it moves to the next
 
 Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
@@ -489,7 +490,7 @@ class Queue(FlowControl):
             view = local.view = self._look(now, allowed, view)
         for _attempt in range(4 * count + 4):
             priorities = view.priorities
-            start = next(self._rotation)
+            start = self._preferred_shard(local, count)
             best = -1
             best_priority = PRIORITY_MIN - 1
             runner_up: int | None = None
@@ -520,6 +521,18 @@ class Queue(FlowControl):
             priorities[best] = None if outcome is None else outcome.priority
         local.view = None
         return None, view.next_eta
+
+    def _preferred_shard(self, local: threading.local, count: int) -> int:
+        """Where this consumer thread looks first among shards of equal priority. Each thread has its own
+        shard and stays on it for a run of claims before moving to the next, so that concurrent consumers
+        (threads or processes) mostly write to different shards instead of queueing on one write lock, and
+        no shard waits longer than ``count`` runs."""
+        base = getattr(local, "base", None)
+        if base is None:
+            base = local.base = next(self._rotation) + self._rng.randrange(count)
+            local.claims = 0
+        local.claims += 1
+        return int(base + local.claims // PREFERENCE_RUN) % count
 
     def get(self, timeout: float | None = None, *, queues: Iterable[str] | None = None) -> Record:
         """Claim the next job (highest priority first). ``timeout=None`` blocks; 0 looks once.

@@ -654,9 +654,11 @@ def test_processing_on_empty_queue_raises_queue_empty(queue: Queue) -> None:
 def test_wait_until_empty_true_when_nothing_waits_or_runs(queue: Queue) -> None:
     """rule_wait_until_empty: True at once for an empty queue, and once every job is done or failed."""
     assert queue.wait_until_empty(timeout=0) is True
-    queue.put("a")
-    queue.put("b", max_retries=0)
-    queue.get(0).ack()
+    queue.put("a", partition_key="same shard: FIFO")
+    queue.put("b", max_retries=0, partition_key="same shard: FIFO")
+    first = queue.get(0)
+    assert first.payload == "a"
+    first.ack()
     queue.get(0).nack("x")
     assert queue.wait_until_empty(timeout=0) is True
 
