@@ -426,6 +426,8 @@ class _OneTransactionPerPut:
     """Stands in for one shard's group committer: commits each request at once, in its own durable
     transaction, with the committer's own commit function (``Shard.enqueue(now, jobs, durable=True)``)."""
 
+    forming = False  # never a batch to join: every put commits alone
+
     def __init__(self, committer: Any) -> None:
         self._commit = committer._commit
 

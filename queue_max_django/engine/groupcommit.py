@@ -38,6 +38,11 @@ class GroupCommitter(Generic[Item, Out]):
         self._waiting: deque[_Request[Item, Out]] = deque()
         self._busy = False
 
+    @property
+    def forming(self) -> bool:
+        """Is a commit under way here? Then a new request joins the next batch, which is forming now."""
+        return self._busy
+
     def submit(self, items: Sequence[Item]) -> list[Out]:
         request: _Request[Item, Out] = _Request(items)
         with self._lock:

@@ -176,6 +176,7 @@ class Queue(FlowControl):
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
         self._local = threading.local()  # per consumer thread: its view of the shards' heads
+        self._consumer_numbers = itertools.count()
         self._valid_names: set[str] = set()  # queue and task names already validated
         self._scrub_from: list[bytes | None] = [None] * self.shard_count  # recover()'s walk through records
         self._open_shards()
@@ -328,6 +329,15 @@ class Queue(FlowControl):
             return next(self._rotation) % self.shard_count
         return zlib.crc32(msgpack.packb(partition_key, use_bin_type=True)) % self.shard_count
 
+    def _route_durable(self, partition_key: Any) -> int:
+        """Durable puts without a partition key join a batch that is already forming, if any: an fsync
+        shared by more puts is the whole point of group commit."""
+        if partition_key is None:
+            for index, committer in enumerate(self._committers):
+                if committer.forming:
+                    return index
+        return self._route(partition_key)
+
     def put(
         self,
         payload: Any,
@@ -349,11 +359,11 @@ class Queue(FlowControl):
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
         job = NewJobs((self._pack_payload(payload),), *options)
-        index = self._route(partition_key)
         if self.sync:
+            index = self._route_durable(partition_key)
             job_id, wake = self._committers[index].submit([job])[0]
         else:
-            ids, wake = shards[index].enqueue(now, [job])
+            ids, wake = shards[self._route(partition_key)].enqueue(now, [job])
             job_id = ids[0]
         if wake:
             self._waker.notify()
@@ -529,7 +539,9 @@ class Queue(FlowControl):
         no shard waits longer than ``count`` runs."""
         base = getattr(local, "base", None)
         if base is None:
-            base = local.base = next(self._rotation) + self._rng.randrange(count)
+            # Consecutive worker processes have consecutive pids, and each thread of a process takes the
+            # next number: consumers start on different shards as long as there are shards enough.
+            base = local.base = os.getpid() + next(self._consumer_numbers)
             local.claims = 0
         local.claims += 1
         return int(base + local.claims // PREFERENCE_RUN) % count
