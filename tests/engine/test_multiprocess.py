@@ -253,11 +253,11 @@ def test_forked_child_can_use_the_parents_queue_object(store_path: Path) -> None
     parent's queue keeps working and the store stays consistent."""
     read_fd, write_fd = os.pipe()
     with Queue(store_path, shards=2) as q:  # with its background thread: a realistic parent
-        parent_job = q.put("parent's job")
+        parent_job = q.put("parent's job", partition_key="one shard: FIFO")
         q.stats()
 
         def child() -> None:
-            job_id = q.put("child's job")
+            job_id = q.put("child's job", partition_key="one shard: FIFO")
             record = q.get(timeout=10)
             record.ack(result="done in the child")
             os.write(write_fd, json.dumps([job_id, record.job_id, q.stats()["done"]]).encode())
