@@ -93,6 +93,15 @@ def open_store_meta(root: str, shards: int | None) -> StoreMeta:
     return meta
 
 
+def read_store_meta(root: str) -> StoreMeta | None:
+    """What ``store.json`` of the store at ``root`` says, or None if there is no store there yet. Reads
+    only: for checks that must not create anything. Raises ``StoreMismatch`` for a file that is not ours."""
+    meta_path = os.path.join(root, META_FILE)
+    if not os.path.exists(meta_path):
+        return None
+    return _read_meta(meta_path)
+
+
 def _read_meta(meta_path: str) -> StoreMeta:
     try:
         with open(meta_path, encoding="utf-8") as handle:
