@@ -1,0 +1,265 @@
+"""``QUEUE_MAX`` -> a frozen ``QueueMaxConfig`` -> the process's engine ``Queue``.
+
+This module is the only door from the Django layer to the engine's store. Settings are read lazily (never at
+import time), cached, and forgotten on Django's ``setting_changed`` signal, so ``override_settings`` works.
+A config is built only from values that the system checks (checks.py) find no error in.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .engine import GLOBAL_KEY, Queue, Rate, parse_rate
+
+DATA_DIR_NAME = "queue_max_data"  # the default DATA_DIR is BASE_DIR / DATA_DIR_NAME
+QUEUE_KEY_PREFIX = "queue:"  # QUEUE_RATE_LIMITS apply to the engine's "queue:<name>" keys
+
+CIRCUIT_BREAKER_DEFAULTS: Mapping[str, Any] = MappingProxyType({"THRESHOLD": 5, "TIMEOUT": 60.0})
+WORKER_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "PROCESSES": None,
+        "THREADS": 1,
+        "QUEUES": None,
+        "SHUTDOWN_TIMEOUT": 30.0,
+        "MAX_JOBS": None,
+        "MAX_MEMORY_MB": None,
+        "BURST_WAIT": 0.0,
+    }
+)
+DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "DATA_DIR": None,  # None: BASE_DIR / "queue_max_data"
+        "SHARDS": None,  # None: the count on disk, or 6 for a new store
+        "LEASE_TIME": 30.0,
+        "MAX_RETRIES": 3,
+        "RETRY_BACKOFF": 1.0,
+        "RETRY_BACKOFF_MAX": 3600.0,
+        "RESULT_TTL": 86400.0,
+        "MAX_PAYLOAD_BYTES": 2**20,
+        "SYNC": False,
+        "QUEUES": None,
+        "RATE_LIMIT": None,
+        "QUEUE_RATE_LIMITS": MappingProxyType({}),
+        "CIRCUIT_BREAKER": CIRCUIT_BREAKER_DEFAULTS,
+        "ALERT_THRESHOLD": None,
+        "TIMEOUT": None,
+        "IMMEDIATE": False,
+        "ENQUEUE_ON_COMMIT": False,
+        "WORKER": WORKER_DEFAULTS,
+    }
+)
+NESTED_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {"CIRCUIT_BREAKER": CIRCUIT_BREAKER_DEFAULTS, "WORKER": WORKER_DEFAULTS}
+)
+
+
+@dataclass(frozen=True)
+class CircuitBreakerConfig:
+    """``QUEUE_MAX["CIRCUIT_BREAKER"]``: the policy of a task decorated with ``circuit_breaker=True``."""
+
+    threshold: int
+    timeout: float
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """``QUEUE_MAX["WORKER"]``: the defaults of the ``queue_worker`` command's options."""
+
+    processes: int | None
+    threads: int
+    queues: tuple[str, ...] | None
+    shutdown_timeout: float
+    max_jobs: int | None
+    max_memory_mb: int | None
+    burst_wait: float
+
+
+@dataclass(frozen=True)
+class QueueMaxConfig:
+    """``QUEUE_MAX`` merged over ``DEFAULTS``, checked and typed (docs/reference/settings.md)."""
+
+    data_dir: Path
+    shards: int | None
+    lease_time: float
+    max_retries: int
+    retry_backoff: float
+    retry_backoff_max: float
+    result_ttl: float
+    max_payload_bytes: int
+    sync: bool
+    queues: tuple[str, ...] | None
+    rate_limit: Rate | None
+    queue_rate_limits: Mapping[str, Rate]
+    circuit_breaker: CircuitBreakerConfig
+    alert_threshold: int | None
+    timeout: float | None
+    immediate: bool
+    enqueue_on_commit: bool
+    worker: WorkerConfig
+
+
+def read_settings() -> tuple[Any, Any]:
+    """The ``QUEUE_MAX`` and ``BASE_DIR`` settings, as they are (``{}`` and None when unset)."""
+    return getattr(settings, "QUEUE_MAX", {}), getattr(settings, "BASE_DIR", None)
+
+
+def merge_defaults(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` over ``DEFAULTS``; ``CIRCUIT_BREAKER`` and ``WORKER`` are merged key by key when dicts."""
+    result = {**DEFAULTS, **raw}
+    for key, defaults in NESTED_DEFAULTS.items():
+        if isinstance(result[key], Mapping):
+            result[key] = {**defaults, **result[key]}
+    return result
+
+
+def resolve_data_dir(value: Any, base_dir: Any) -> Path | None:
+    """DATA_DIR as a Path (BASE_DIR / "queue_max_data" when unset), or None when it cannot be had."""
+    if value is None:
+        return Path(base_dir) / DATA_DIR_NAME if isinstance(base_dir, (str, os.PathLike)) else None
+    return Path(value) if isinstance(value, (str, os.PathLike)) and os.fspath(value) else None
+
+
+def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
+    """The config of a ``QUEUE_MAX`` value; ``ImproperlyConfigured`` naming the check ids of its errors."""
+    from .checks import settings_problems  # here, not at the top: checks.py imports this module
+
+    errors = [problem for problem in settings_problems(raw, base_dir) if problem.is_error]
+    if errors:
+        lines = "\n".join(f"{p.id}: {p.msg} HINT: {p.hint}" for p in errors)
+        raise ImproperlyConfigured(f"QUEUE_MAX is misconfigured (see `manage.py check`):\n{lines}")
+    values = merge_defaults(raw)
+    data_dir = resolve_data_dir(values["DATA_DIR"], base_dir)
+    assert data_dir is not None  # settings_problems reported E008 otherwise
+    breaker, worker = values["CIRCUIT_BREAKER"], values["WORKER"]
+    rate = values["RATE_LIMIT"]
+    return QueueMaxConfig(
+        data_dir=data_dir,
+        shards=values["SHARDS"],
+        lease_time=float(values["LEASE_TIME"]),
+        max_retries=values["MAX_RETRIES"],
+        retry_backoff=float(values["RETRY_BACKOFF"]),
+        retry_backoff_max=float(values["RETRY_BACKOFF_MAX"]),
+        result_ttl=float(values["RESULT_TTL"]),
+        max_payload_bytes=values["MAX_PAYLOAD_BYTES"],
+        sync=values["SYNC"],
+        queues=_names(values["QUEUES"]),
+        rate_limit=None if rate is None else parse_rate(rate),
+        queue_rate_limits=MappingProxyType(
+            {name: parse_rate(spec) for name, spec in values["QUEUE_RATE_LIMITS"].items()}
+        ),
+        circuit_breaker=CircuitBreakerConfig(breaker["THRESHOLD"], float(breaker["TIMEOUT"])),
+        alert_threshold=values["ALERT_THRESHOLD"],
+        timeout=None if values["TIMEOUT"] is None else float(values["TIMEOUT"]),
+        immediate=values["IMMEDIATE"],
+        enqueue_on_commit=values["ENQUEUE_ON_COMMIT"],
+        worker=WorkerConfig(
+            processes=worker["PROCESSES"],
+            threads=worker["THREADS"],
+            queues=_names(worker["QUEUES"]),
+            shutdown_timeout=float(worker["SHUTDOWN_TIMEOUT"]),
+            max_jobs=worker["MAX_JOBS"],
+            max_memory_mb=worker["MAX_MEMORY_MB"],
+            burst_wait=float(worker["BURST_WAIT"]),
+        ),
+    )
+
+
+def _names(value: list[str] | tuple[str, ...] | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
+class _Cache:
+    """This process's config and queue. ``pid`` tells a forked child not to use its parent's queue."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.config: QueueMaxConfig | None = None
+        self.queue: Queue | None = None
+        self.pid = os.getpid()
+
+
+_cache = _Cache()
+
+
+def get_config() -> QueueMaxConfig:
+    """The ``QUEUE_MAX`` setting as a ``QueueMaxConfig``: read on first use, cached until settings change."""
+    config = _cache.config
+    if config is None:
+        config = _cache.config = build_config(*read_settings())
+    return config
+
+
+def get_queue() -> Queue:
+    """This process's engine ``Queue``, built from ``get_config()`` on first use and kept until the settings
+    change (``reset()`` closes it). It applies ``RATE_LIMIT`` (key ``"*"``) and ``QUEUE_RATE_LIMITS`` (keys
+    ``"queue:<name>"``) to the store, and removes limits on those keys that the settings no longer name."""
+    with _cache.lock:  # reset() takes it too: a queue is never cached for a config already forgotten
+        config = get_config()
+        queue = _cache.queue
+        if _cache.pid != os.getpid():  # a forked child: the parent's queue is not ours to use or close
+            queue = _cache.queue = None
+            _cache.pid = os.getpid()
+        if queue is None or queue.closed:
+            queue = _cache.queue = _open_queue(config)
+        return queue
+
+
+def _open_queue(config: QueueMaxConfig) -> Queue:
+    queue = Queue(
+        config.data_dir,
+        shards=config.shards,
+        lease_time=config.lease_time,
+        max_retries=config.max_retries,
+        retry_backoff=config.retry_backoff,
+        retry_backoff_max=config.retry_backoff_max,
+        result_ttl=config.result_ttl,
+        max_payload_bytes=config.max_payload_bytes,
+        queues=config.queues,
+        sync=config.sync,
+        alert_threshold=config.alert_threshold,
+    )
+    try:
+        _apply_rate_limits(queue, config)
+    except BaseException:
+        queue.close()
+        raise
+    return queue
+
+
+def _apply_rate_limits(queue: Queue, config: QueueMaxConfig) -> None:
+    wanted = {QUEUE_KEY_PREFIX + name: rate for name, rate in config.queue_rate_limits.items()}
+    if config.rate_limit is not None:
+        wanted[GLOBAL_KEY] = config.rate_limit
+    current = queue.rate_limits()
+    for key, rate in wanted.items():
+        if current.get(key) != rate:
+            queue.set_rate_limit(key, rate)
+    for key in current:
+        if (key == GLOBAL_KEY or key.startswith(QUEUE_KEY_PREFIX)) and key not in wanted:
+            queue.remove_rate_limit(key)
+
+
+def reset() -> None:
+    """Forget the cached config and close this process's queue: the next call reads the settings again."""
+    with _cache.lock:
+        queue = _cache.queue if _cache.pid == os.getpid() else None
+        _cache.config = _cache.queue = None
+    if queue is not None:
+        queue.close()
+
+
+@receiver(setting_changed)
+def _on_setting_changed(sender: Any, *, setting: str, **kwargs: Any) -> None:
+    if setting in ("QUEUE_MAX", "BASE_DIR"):
+        reset()

@@ -1,0 +1,1 @@
+"""Tests of the Django layer (pytest-django, settings in tests/settings.py)."""
