@@ -9,7 +9,7 @@ transaction, and writes the result: two processes taking tokens at once can neve
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import lmdb
@@ -46,10 +46,17 @@ class BreakerEntry:
 
 @dataclass(frozen=True, slots=True)
 class FlowState:
-    """One consistent read of every limit and breaker."""
+    """One consistent read of every limit and breaker, with what the hot path asks of it precomputed."""
 
     limits: dict[str, Limit]
     breakers: dict[str, BreakerEntry]
+    all_closed: bool = field(init=False)  # every breaker closed: nothing held back by a breaker
+    success_matters: bool = field(init=False)  # would an ack change some breaker (failures to forget)?
+
+    def __post_init__(self) -> None:
+        entries = self.breakers.values()
+        object.__setattr__(self, "all_closed", all(e.breaker.state is BreakerState.CLOSED for e in entries))
+        object.__setattr__(self, "success_matters", any(breakers.success_changes(e.breaker) for e in entries))
 
     def blocked(self, keys: Iterable[str], now: float) -> tuple[bool, float | None]:
         """Would a job under ``keys`` be held back now? -> (blocked, seconds until it might not be).

@@ -16,8 +16,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from .breaker import BreakerPolicy, BreakerState
-from .control import Control, FlowState, breaker_summary, job_keys
+from .breaker import BreakerPolicy
+from .control import GLOBAL_KEY, Control, FlowState, breaker_summary, job_keys
 from .errors import InvalidJob, RateLimited
 from .ratelimit import Rate, parse_rate
 from .validate import check_number
@@ -187,7 +187,7 @@ class FlowControl:
     def _record_outcome(self, queue: str, name: str | None, success: bool) -> None:
         """Count a finished job in its breakers; skips the write when it would change nothing."""
         state = self._flow()
-        if state is None or not state.breakers:
+        if state is None or not state.breakers or (success and not state.success_matters):
             return
         keys = [key for key in job_keys(queue, name) if key in state.breakers]
         if not keys:
@@ -204,9 +204,8 @@ class FlowControl:
         closed and every limit is fast: then one token of each limit is set aside from the local reserve
         (refilled from the shared bucket when empty or stale) and the keys are returned; ``_settle`` keeps
         the tokens of the claimed job's keys and puts the others back. None: admit job by job."""
-        for entry in state.breakers.values():
-            if entry.breaker.state is not BreakerState.CLOSED:
-                return None
+        if not state.all_closed:
+            return None
         if not state.limits:
             return []
         if any(limit.rate.per_second < FAST_RATE for limit in state.limits.values()):
@@ -232,8 +231,8 @@ class FlowControl:
 
     def _settle(self, held_keys: list[str], claimed: Record | None) -> None:
         """After a fast claim: the claimed job spent the tokens of its own keys; the rest go back."""
-        if not held_keys:
-            return
+        if not held_keys or (claimed is not None and held_keys == [GLOBAL_KEY]):
+            return  # nothing held, or only the store-wide token, which every job spends
         spent = set(job_keys(claimed.queue, claimed.name)) if claimed is not None else set()
         with self._reserve_lock:
             for key in held_keys:
