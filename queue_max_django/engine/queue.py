@@ -703,6 +703,16 @@ class Queue(FlowControl):
 
     # ------------------------------------------------------------------ management
 
+    def claim(self, job_id: int) -> Record | None:
+        """Claim this one job now, if it is pending or scheduled (before its ETA), whatever its priority,
+        queue, limits and breakers: for running a job inline (the Django layer's immediate mode, tests).
+        -> its record, or None if it is running, finished or gone."""
+        shard = self._job_shard(job_id)
+        if shard is None:
+            return None
+        claimed = shard.claim_job(self._clock(), job_id, self.lease_time, os.urandom(16), scheduled_too=True)
+        return None if claimed is None else Record(self, claimed)
+
     def requeue(self, job_id: int) -> bool:
         """A failed job goes back to pending with its retries reset. -> False if it is not failed."""
         job = self._job_shard(job_id)

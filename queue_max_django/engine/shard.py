@@ -416,14 +416,19 @@ class Shard:
 
         return self.env.read(txn_fn)
 
-    def claim_job(self, now: float, job_id: int, lease_time: float, token: bytes) -> Claimed | None:
-        """Claim exactly this job if it is still pending. -> None if someone else took it first."""
+    def claim_job(
+        self, now: float, job_id: int, lease_time: float, token: bytes, *, scheduled_too: bool = False
+    ) -> Claimed | None:
+        """Claim exactly this job if it is still pending (or scheduled, with ``scheduled_too``: it starts
+        now, before its ETA). -> None if it is in another state or gone."""
         now_us = micros(now)
         lease_us = micros(now + lease_time)
 
         def txn_fn(txn: Any) -> Claimed | None:
             record = self._load(txn, job_id)
-            if record is None or record[F_STATE] != PENDING:
+            if record is None or not (
+                record[F_STATE] == PENDING or (scheduled_too and record[F_STATE] == SCHEDULED)
+            ):
                 return None
             payload = self._payload(txn, job_id, record)
             if payload is None:

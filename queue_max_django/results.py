@@ -1,0 +1,191 @@
+"""The result handle of one job: what ``.delay()`` returns. It mirrors ``django.tasks.TaskResult``.
+
+A handle holds a job id and a snapshot of the job read from the store; ``refresh()`` reads it again, from any
+process, until the store forgets the job (``RESULT_TTL`` after it finished).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .conf import get_queue
+from .engine import Job, State
+
+
+class JobStatus(enum.StrEnum):
+    """The same strings as ``django.tasks.TaskResultStatus`` (so they compare equal to its members)."""
+
+    READY = "READY"  # pending or scheduled (also between retries)
+    RUNNING = "RUNNING"
+    SUCCESSFUL = "SUCCESSFUL"
+    FAILED = "FAILED"  # in the dead letters
+
+
+STATUS_OF_STATE: dict[State, JobStatus] = {
+    State.PENDING: JobStatus.READY,
+    State.SCHEDULED: JobStatus.READY,
+    State.RUNNING: JobStatus.RUNNING,
+    State.DONE: JobStatus.SUCCESSFUL,
+    State.FAILED: JobStatus.FAILED,
+}
+FINISHED = frozenset({JobStatus.SUCCESSFUL, JobStatus.FAILED})
+
+
+class JobNotFound(LookupError):
+    """The store holds no job with this id: it never existed, was cancelled, purged, or vacuumed."""
+
+
+class JobNotEnqueued(LookupError):
+    """The handle's job waits for the database transaction to commit (``ENQUEUE_ON_COMMIT``): it has no id
+    yet, and never will if the transaction rolls back."""
+
+
+@dataclass(frozen=True)
+class JobError:
+    """One recorded failure, as ``django.tasks.TaskError``: the exception's class path and traceback.
+    ``message`` is the error text the engine stored."""
+
+    exception_class_path: str
+    traceback: str
+    message: str
+
+
+def _aware(seconds: float | None) -> dt.datetime | None:
+    return None if seconds is None else dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+
+
+class JobResult:
+    """One job, as the store last said it was. ``refresh()`` reads it again; ``wait()`` until finished."""
+
+    def __init__(self, job_id: int | None, job: Job | None = None, *, task_name: str | None = None) -> None:
+        self._job_id = job_id  # None: enqueued when the transaction commits (see bind())
+        self.task_name = task_name if task_name is not None or job is None else job.name
+        self._loaded = job  # None: read from the store on first use
+
+    @property
+    def job_id(self) -> int:
+        """The engine's job id; ``JobNotEnqueued`` while the job waits for a commit."""
+        if self._job_id is None:
+            raise JobNotEnqueued(
+                f"this {self.task_name} job is enqueued when the current transaction commits: no id yet"
+            )
+        return self._job_id
+
+    @property
+    def is_enqueued(self) -> bool:
+        """False while the job waits for the transaction to commit (``ENQUEUE_ON_COMMIT``)."""
+        return self._job_id is not None
+
+    def bind(self, other: JobResult) -> None:
+        """Become the handle of ``other``'s job (the on-commit enqueue calls this)."""
+        self._job_id, self._loaded = other._job_id, other._loaded
+
+    @property
+    def _job(self) -> Job:
+        if self._loaded is None:
+            self.refresh()
+            assert self._loaded is not None
+        return self._loaded
+
+    @classmethod
+    def load(cls, job_id: int | str) -> JobResult:
+        """The handle of a stored job by id (from any process). ``JobNotFound`` if the store has none."""
+        number = int(job_id)
+        job = get_queue().job(number)
+        if job is None:
+            raise JobNotFound(f"no job with id {number} in the store (never existed, or already removed)")
+        return cls(number, job)
+
+    def __repr__(self) -> str:
+        if self._job_id is None:
+            return f"<JobResult task={self.task_name!r} waiting for the transaction to commit>"
+        return f"<JobResult id={self.id} task={self.task_name!r} status={self.status}>"
+
+    @property
+    def id(self) -> str:
+        return str(self.job_id)
+
+    @property
+    def job(self) -> Job:
+        """The engine's snapshot this handle was last refreshed from."""
+        return self._job
+
+    @property
+    def status(self) -> JobStatus:
+        """READY (also while waiting for a commit), RUNNING, SUCCESSFUL or FAILED."""
+        if self._job_id is None:
+            return JobStatus.READY
+        return STATUS_OF_STATE[self._job.state]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
+    def return_value(self) -> Any:
+        """What the task returned; ``ValueError`` unless the job is ``SUCCESSFUL`` (as Django's)."""
+        if self.status is not JobStatus.SUCCESSFUL:
+            raise ValueError(f"job {self.id} has no return value: its status is {self.status}")
+        return self._job.result
+
+    @property
+    def errors(self) -> list[JobError]:
+        """The recorded failure of the job's last failed attempt (the engine keeps the latest one): empty
+        when no attempt has failed."""
+        job = self._job
+        if job.error is None:
+            return []
+        return [JobError(job.error_type or "", job.traceback or "", job.error)]
+
+    @property
+    def attempts(self) -> int:
+        return self._job.attempts
+
+    @property
+    def retries(self) -> int:
+        return self._job.retries
+
+    @property
+    def enqueued_at(self) -> dt.datetime:
+        enqueued = _aware(self._job.enqueued_at)
+        assert enqueued is not None
+        return enqueued
+
+    @property
+    def started_at(self) -> dt.datetime | None:
+        return _aware(self._job.started_at)
+
+    @property
+    def finished_at(self) -> dt.datetime | None:
+        return _aware(self._job.finished_at)
+
+    @property
+    def last_attempted_at(self) -> dt.datetime | None:
+        return self.started_at
+
+    def refresh(self) -> None:
+        """Read the job again from the store. ``JobNotFound`` once the store no longer has it."""
+        job = get_queue().job(self.job_id)
+        if job is None:
+            raise JobNotFound(f"job {self.id} is no longer in the store (cancelled, purged or vacuumed)")
+        self._loaded = job
+        if self.task_name is None:
+            self.task_name = job.name
+
+    def wait(self, timeout: float | None = None, *, poll_interval: float = 0.01) -> JobResult:
+        """Refresh until the job is ``SUCCESSFUL`` or ``FAILED``; ``TimeoutError`` after ``timeout`` seconds
+        (None: no limit). -> self."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = min(poll_interval, 0.001)
+        while True:
+            self.refresh()
+            if self.is_finished:
+                return self
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.id} did not finish within {timeout} s (status {self.status})")
+            time.sleep(interval)
+            interval = min(interval * 2, poll_interval)

@@ -1,0 +1,133 @@
+"""Run ONE claimed job: look its task up by name in this process's registry, call it, record the outcome.
+
+The worker, the immediate mode and the in-process test helper (testing.py) all run jobs through
+``run_job``. Nothing is ever imported from a job's data: a job whose name no task of this process has is a
+dead letter with a clear error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from .conf import get_config
+from .engine import (
+    PayloadNotSerializable,
+    PayloadTooLarge,
+    Queue,
+    Record,
+    State,
+    backoff_delay,
+    classify,
+)
+from .tasks import Task, registry
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``run_job`` did: the job's new state, the return value (when done), the exception (when not),
+    and why an error was classified as it was."""
+
+    job_id: int
+    state: State
+    result: Any = None
+    error: BaseException | str | None = None
+    reason: str | None = None
+
+
+def unknown_task_message(name: str | None) -> str:
+    return (
+        f"no task named {name!r} is registered in this process: is the module that defines it imported "
+        f"(an installed app's tasks.py), and is the task name unchanged since the job was enqueued?"
+    )
+
+
+def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]] | None:
+    if not isinstance(payload, dict) or set(payload) - {"args", "kwargs"}:
+        return None
+    args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return None
+    if not all(isinstance(key, str) for key in kwargs):
+        return None
+    return args, kwargs
+
+
+def _run_coroutine(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """``asyncio.run`` it; in a thread of its own when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def call_task(task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Call the task's function (not its direct-call retries); a coroutine function runs to completion."""
+    result = task.func(*args, **kwargs)
+    if inspect.iscoroutine(result):
+        result = _run_coroutine(result)
+    return result
+
+
+def run_job(record: Record, *, retry_delay: float | None = None, final: bool = False) -> Outcome:
+    """Run the claimed job ``record`` and finish it: ``ack`` with the return value, or ``nack`` with the
+    exception classified by ``engine.classify`` (the task's ``retry_on``/``permanent_on``; a task's own
+    ``retry_backoff`` gives the delay when it differs from the queue's). ``retry_delay`` overrides every
+    retry delay. ``final``: a failure is not retried (the immediate mode). ``KeyboardInterrupt`` and
+    ``SystemExit`` release the job and propagate: not the job's fault."""
+    task = registry.get(record.name) if record.name is not None else None
+    if task is None:
+        message = unknown_task_message(record.name)
+        return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
+    arguments = _arguments(record.payload)
+    if arguments is None:
+        message = (
+            f"the payload of job {record.job_id} is not a task call ({{'args': [...], 'kwargs': {{...}}}}): "
+            f"{record.payload!r:.200}"
+        )
+        return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
+    try:
+        result = call_task(task, *arguments)
+    except Exception as exc:
+        return _failed(record, task, exc, retry_delay, final)
+    except BaseException:
+        if not record.finished:
+            record.release()
+        raise
+    try:
+        record.ack(result)
+    except (PayloadNotSerializable, PayloadTooLarge) as exc:
+        message = f"task {task.name!r} returned a value that cannot be stored as its result: {exc}"
+        return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
+    return Outcome(record.job_id, State.DONE, result=result)
+
+
+def _failed(
+    record: Record, task: Task[..., Any], exc: Exception, retry_delay: float | None, final: bool = False
+) -> Outcome:
+    decision = classify(exc, retry_on=task.retry_on, permanent_on=task.permanent_on, now=time.time())
+    delay = decision.delay
+    if decision.retry and retry_delay is not None:
+        delay = retry_delay
+    elif decision.retry and delay is None and task.retry_backoff is not None:
+        config = get_config()
+        if task.retry_backoff != config.retry_backoff:
+            delay = backoff_delay(record.retries + 1, task.retry_backoff, config.retry_backoff_max)
+    state = record.nack(exc, delay=delay, permanent=final or not decision.retry)
+    return Outcome(record.job_id, state, error=exc, reason=decision.reason)
+
+
+def run_now(queue: Queue, job_id: int) -> Outcome | None:
+    """Claim job ``job_id`` and run it here, once: the immediate mode. A failure is final (the job goes to
+    the dead letters), as with Django's ``ImmediateBackend``. -> None if the job was not waiting."""
+    record = queue.claim(job_id)
+    if record is None:
+        return None
+    return run_job(record, final=True)

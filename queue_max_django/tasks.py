@@ -1,0 +1,474 @@
+"""``@task`` and ``@retryable_task``: a task is the decorated function; a job is one stored execution of it.
+
+Tasks are registered in this process's ``registry`` under ``module.qualname`` (or ``name=``); that name is the
+job's ``name`` in the engine, and the worker finds the function by it. A job's payload is msgpack data:
+``{"args": [...], "kwargs": {...}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import functools
+import inspect
+import math
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+import msgpack
+from django.db import transaction
+
+from .conf import get_config, get_queue
+from .engine import (
+    BreakerPolicy,
+    PayloadNotSerializable,
+    Queue,
+    Rate,
+    backoff_delay,
+    parse_rate,
+)
+from .engine.classify import exception_types
+from .engine.validate import validate_queue_name
+from .results import JobResult
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+NAME_KEY_PREFIX = "name:"  # a task's rate limit and breaker are the engine's "name:<task name>" keys
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...] | list[type[BaseException]]
+
+
+class Registry:
+    """This process's tasks by name. A second, different function under a taken name is refused (the first
+    keeps the name) and listed in ``conflicts()``; re-registering the same module.qualname (a reload)
+    replaces it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: dict[str, Task[..., Any]] = {}
+        self._conflicts: list[tuple[str, str, str]] = []
+
+    def register(self, task: Task[..., Any]) -> None:
+        with self._lock:
+            existing = self._tasks.get(task.name)
+            if existing is not None and existing.path != task.path:
+                self._conflicts.append((task.name, existing.path, task.path))
+                return
+            self._tasks[task.name] = task
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._tasks.pop(name, None)
+
+    def get(self, name: str) -> Task[..., Any] | None:
+        return self._tasks.get(name)
+
+    def __getitem__(self, name: str) -> Task[..., Any]:
+        return self._tasks[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def names(self) -> list[str]:
+        return sorted(self._tasks)
+
+    def conflicts(self) -> list[tuple[str, str, str]]:
+        """(name, the registered function's path, the refused one's path) for each name claimed twice."""
+        return list(self._conflicts)
+
+
+registry = Registry()
+
+
+def _check_options(
+    *,
+    priority: int,
+    queue: str,
+    max_retries: int | None,
+    retry_backoff: float | None,
+    timeout: float | None,
+) -> None:
+    if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValueError(f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}")
+    validate_queue_name(queue)
+    if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
+        raise ValueError(f"max_retries must be None or an int >= 0, not {max_retries!r}")
+    for label, value, minimum in (("retry_backoff", retry_backoff, 0.0), ("timeout", timeout, 0.001)):
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < minimum
+        ):
+            raise ValueError(f"{label} must be None or a number of seconds >= {minimum:g}, not {value!r}")
+
+
+def _breaker_policy(value: bool | Mapping[str, Any] | None) -> BreakerPolicy | bool | None:
+    """``circuit_breaker=``: None/False (none), True (``QUEUE_MAX["CIRCUIT_BREAKER"]``, read at enqueue), or
+    a dict with ``THRESHOLD``/``TIMEOUT``."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return True
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"THRESHOLD", "TIMEOUT"}
+        if unknown:
+            raise ValueError(f"circuit_breaker takes the keys THRESHOLD and TIMEOUT, not {sorted(unknown)}")
+        return BreakerPolicy(value.get("THRESHOLD", 5), float(value.get("TIMEOUT", 60.0)))
+    raise TypeError(f"circuit_breaker must be True, None or a dict of THRESHOLD/TIMEOUT, not {value!r}")
+
+
+def _unstorable(value: Any) -> str | None:
+    """Why msgpack cannot encode ``value`` (None when it can), as the engine's codec encodes payloads."""
+    try:
+        msgpack.packb(value, use_bin_type=True, datetime=False)
+    except (TypeError, ValueError, OverflowError) as exc:
+        return str(exc)
+    return None
+
+
+class Task(Generic[P, R]):
+    """A decorated function. Called directly it runs here and now; ``.delay()`` stores a job for a worker."""
+
+    def __init__(
+        self,
+        func: Callable[P, R],
+        *,
+        name: str | None = None,
+        priority: int = 0,
+        queue: str = "default",
+        max_retries: int | None = None,
+        retry_backoff: float | None = None,
+        timeout: float | None = None,
+        rate_limit: str | int | tuple[int, float] | None = None,
+        circuit_breaker: bool | Mapping[str, Any] | None = None,
+        retry_on: ExceptionTypes = (),
+        permanent_on: ExceptionTypes = (),
+    ) -> None:
+        if not callable(func):
+            raise TypeError(f"@task decorates a function, not {func!r}")
+        _check_options(
+            priority=priority,
+            queue=queue,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            timeout=timeout,
+        )
+        self.func = func
+        self.path = f"{func.__module__}.{func.__qualname__}"
+        self.name = self.path if name is None else name
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name must be a non-empty str, not {self.name!r}")
+        self.priority = priority
+        self.queue = queue
+        self.max_retries = max_retries
+        self.retry_backoff = None if retry_backoff is None else float(retry_backoff)
+        self.timeout = None if timeout is None else float(timeout)
+        self.rate_limit: Rate | None = None if rate_limit is None else parse_rate(rate_limit)
+        self.circuit_breaker = _breaker_policy(circuit_breaker)
+        self.retry_on = exception_types(retry_on, name="retry_on")
+        self.permanent_on = exception_types(permanent_on, name="permanent_on")
+        self.delay_seconds: float | None = None
+        self.eta: float | dt.datetime | None = None
+        self.is_async = inspect.iscoroutinefunction(func)
+        self._signature = inspect.signature(func)
+        self._flow_applied: weakref.ref[Queue] | None = None
+        functools.update_wrapper(self, func)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    # ------------------------------------------------------------------ options
+
+    def using(
+        self,
+        *,
+        priority: int | None = None,
+        queue: str | None = None,
+        delay: float | None = None,
+        eta: float | dt.datetime | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+    ) -> Task[P, R]:
+        """A copy with other options (not registered: jobs still name this task)."""
+        clone = copy.copy(self)
+        clone.priority = self.priority if priority is None else priority
+        clone.queue = self.queue if queue is None else queue
+        clone.max_retries = self.max_retries if max_retries is None else max_retries
+        clone.timeout = self.timeout if timeout is None else float(timeout)
+        _check_options(
+            priority=clone.priority,
+            queue=clone.queue,
+            max_retries=clone.max_retries,
+            retry_backoff=clone.retry_backoff,
+            timeout=clone.timeout,
+        )
+        if delay is not None or eta is not None:
+            clone.delay_seconds, clone.eta = delay, eta
+        return clone
+
+    # ------------------------------------------------------------------ enqueueing
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobResult:
+        """Store one job calling this task with these arguments. -> its result handle. In ``IMMEDIATE``
+        mode the job is run here, now, and the handle is finished. With ``ENQUEUE_ON_COMMIT``, inside a
+        transaction of the default database, the job is stored when it commits (nothing on rollback) and the
+        handle has no id until then."""
+        return self._enqueue_maybe_on_commit(args, kwargs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobResult:
+        """The same as ``delay`` (Django's Tasks name)."""
+        return self._enqueue_maybe_on_commit(args, kwargs)
+
+    def schedule_in(self, seconds: float | dt.timedelta, *args: P.args, **kwargs: P.kwargs) -> JobResult:
+        """Store a job that becomes runnable in ``seconds``."""
+        if isinstance(seconds, dt.timedelta):
+            seconds = seconds.total_seconds()
+        return self.using(delay=seconds)._enqueue_maybe_on_commit(args, kwargs)
+
+    def schedule_at(self, when: dt.datetime | float, *args: P.args, **kwargs: P.kwargs) -> JobResult:
+        """Store a job that becomes runnable at ``when`` (an aware datetime, or unix seconds)."""
+        return self.using(eta=when)._enqueue_maybe_on_commit(args, kwargs)
+
+    def delay_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> None:
+        """Store the job when the current database transaction commits (at once outside one); nothing is
+        stored on rollback. Returns None: the job does not exist yet."""
+        transaction.on_commit(functools.partial(self._enqueue, args, kwargs))
+
+    def map(self, iterable: Iterable[Any], *args: Any, **kwargs: Any) -> list[JobResult]:
+        """One job per item (the item first, then ``args``/``kwargs``), spread over the shards with one
+        all-or-nothing ``put_many`` per shard. -> the handles, in the items' order."""
+        calls = [((item, *args), kwargs) for item in iterable]
+        for index, (call_args, call_kwargs) in enumerate(calls):
+            self._bind(call_args, call_kwargs, label=f"item {index} of .map()")
+        payloads = [self._payload(a, k) for a, k in calls]
+        if _unstorable(payloads) is not None:
+            for index, (call_args, call_kwargs) in enumerate(calls):
+                self._check_storable(call_args, call_kwargs, label=f"item {index} of .map()")
+        if not payloads:
+            return []
+        if get_config().immediate:
+            return [self._run_now(payload) for payload in payloads]
+        queue = self._prepare(get_queue())
+        count = queue.shard_count
+        size = -(-len(payloads) // count)
+        first = random.randrange(count)
+        options = self._put_options()
+        ids: list[int] = []
+        for part, start in enumerate(range(0, len(payloads), size)):
+            ids += queue.put_many_to_shard((first + part) % count, payloads[start : start + size], **options)
+        return [JobResult(job_id, task_name=self.name) for job_id in ids]
+
+    # ------------------------------------------------------------------ internals
+
+    def _payload(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        return {"args": list(args), "kwargs": dict(kwargs)}
+
+    def _bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, label: str = "") -> None:
+        try:
+            self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            where = f" ({label})" if label else ""
+            message = f"task {self.name!r} cannot be called with these arguments{where}: {exc}"
+            raise TypeError(message) from None
+
+    def _check_storable(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, label: str = "") -> None:
+        """``PayloadNotSerializable`` naming the first argument msgpack cannot encode."""
+        bound = self._signature.bind(*args, **kwargs).arguments
+        params = self._signature.parameters
+        for pname, value in bound.items():
+            kind = params[pname].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                items: list[tuple[str, Any]] = [(f"{pname}[{i}]", v) for i, v in enumerate(value)]
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                items = [(f"{pname}[{k!r}]", v) for k, v in value.items()]
+            else:
+                items = [(pname, value)]
+            for argument, item in items:
+                problem = _unstorable(item)
+                if problem is not None:
+                    where = f" ({label})" if label else ""
+                    raise PayloadNotSerializable(
+                        f"argument {argument!r} of task {self.name!r}{where} cannot be stored: "
+                        f"{type(item).__name__} is not msgpack data ({problem}). Pass None, bool, int, "
+                        f"float, str, bytes, or lists/dicts of those (an id rather than a model instance)."
+                    )
+
+    def _put_options(self) -> dict[str, Any]:
+        timeout = self.timeout if self.timeout is not None else get_config().timeout
+        return {
+            "priority": self.priority,
+            "queue": self.queue,
+            "name": self.name,
+            "max_retries": self.max_retries,
+            "timeout": timeout,
+            "delay": self.delay_seconds,
+            "eta": self.eta,
+        }
+
+    def _prepare(self, queue: Queue) -> Queue:
+        """Apply this task's rate limit and breaker to the store, once per ``Queue`` (the first enqueue in
+        a process, and again after the settings changed)."""
+        applied = self._flow_applied
+        if applied is not None and applied() is queue:
+            return queue
+        key = NAME_KEY_PREFIX + self.name
+        if self.rate_limit is not None and queue.rate_limits().get(key) != self.rate_limit:
+            queue.set_rate_limit(key, self.rate_limit)
+        policy = self.circuit_breaker
+        if policy is True:
+            breaker = get_config().circuit_breaker
+            policy = BreakerPolicy(breaker.threshold, breaker.timeout)
+        if isinstance(policy, BreakerPolicy):
+            current = queue.circuit_breakers().get(key)
+            if current is None or (current["threshold"], current["recovery_timeout"]) != (
+                policy.threshold,
+                policy.recovery_timeout,
+            ):
+                queue.set_circuit_breaker(
+                    key, threshold=policy.threshold, recovery_timeout=policy.recovery_timeout
+                )
+        self._flow_applied = weakref.ref(queue)
+        return queue
+
+    def _enqueue_maybe_on_commit(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> JobResult:
+        if not get_config().enqueue_on_commit or not transaction.get_connection().in_atomic_block:
+            return self._enqueue(args, kwargs)
+        self._bind(args, kwargs)  # fail now, not at commit, on arguments that cannot be stored
+        if _unstorable(self._payload(args, kwargs)) is not None:
+            self._check_storable(args, kwargs)
+        handle = JobResult(None, task_name=self.name)
+        transaction.on_commit(lambda: handle.bind(self._enqueue(args, kwargs)))
+        return handle
+
+    def _enqueue(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> JobResult:
+        self._bind(args, kwargs)
+        payload = self._payload(args, kwargs)
+        if _unstorable(payload) is not None:
+            self._check_storable(args, kwargs)
+        if get_config().immediate:
+            return self._run_now(payload)
+        queue = self._prepare(get_queue())
+        job_id = queue.put(payload, **self._put_options())
+        return JobResult(job_id, task_name=self.name)
+
+    def _run_now(self, payload: dict[str, Any]) -> JobResult:
+        """IMMEDIATE: store the job, then claim exactly that job and run it here, once, through the runner
+        (a failure is final, as with Django's ImmediateBackend)."""
+        from .runner import run_now
+
+        queue = self._prepare(get_queue())
+        options = {**self._put_options(), "delay": None, "eta": None}
+        job_id = queue.put(payload, **options)
+        run_now(queue, job_id)
+        result = JobResult(job_id, task_name=self.name)
+        result.refresh()
+        return result
+
+
+class RetryableTask(Task[P, R]):
+    """A task whose direct call retries in-process: an exception of ``retry_on`` is retried after the
+    backoff, up to ``max_retries`` times. ``.delay()`` works as for any task (the worker retries)."""
+
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
+
+    def __init__(self, func: Callable[P, R], **options: Any) -> None:
+        super().__init__(func, **options)
+        # The direct call retries these; with no retry_on given, any Exception (the worker still classifies
+        # with the engine's rules, so an HTTP 4xx fails there for good).
+        self.direct_retry_on = self.retry_on or (Exception,)
+
+    def _direct_retries(self) -> int:
+        return 3 if self.max_retries is None else self.max_retries
+
+    def _pause(self, attempt: int) -> float:
+        base = 1.0 if self.retry_backoff is None else self.retry_backoff
+        return backoff_delay(attempt, base)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self.is_async:
+            return self._call_async(*args, **kwargs)  # type: ignore[return-value]
+        attempt = 0
+        while True:
+            try:
+                return self.func(*args, **kwargs)
+            except self.direct_retry_on:
+                attempt += 1
+                if attempt > self._direct_retries():
+                    raise
+                type(self).sleep(self._pause(attempt))
+
+    async def _call_async(self, *args: Any, **kwargs: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return await self.func(*args, **kwargs)  # type: ignore[misc]
+            except self.direct_retry_on:
+                attempt += 1
+                if attempt > self._direct_retries():
+                    raise
+                await asyncio.sleep(self._pause(attempt))
+
+
+@overload
+def task(func: Callable[P, R], /) -> Task[P, R]: ...
+@overload
+def task(
+    *,
+    name: str | None = ...,
+    priority: int = ...,
+    queue: str = ...,
+    max_retries: int | None = ...,
+    retry_backoff: float | None = ...,
+    timeout: float | None = ...,
+    rate_limit: str | int | tuple[int, float] | None = ...,
+    circuit_breaker: bool | Mapping[str, Any] | None = ...,
+    retry_on: ExceptionTypes = ...,
+    permanent_on: ExceptionTypes = ...,
+) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+def task(func: Callable[P, R] | None = None, /, **options: Any) -> Any:
+    """Make a function a task: ``@task`` or ``@task(priority=..., queue=..., ...)``; registers it."""
+
+    def decorate(function: Callable[P, R]) -> Task[P, R]:
+        made: Task[P, R] = Task(function, **options)
+        registry.register(made)
+        return made
+
+    return decorate if func is None else decorate(func)
+
+
+@overload
+def retryable_task(func: Callable[P, R], /) -> RetryableTask[P, R]: ...
+@overload
+def retryable_task(
+    *,
+    max_retries: int | None = ...,
+    retry_on: ExceptionTypes = ...,
+    retry_backoff: float | None = ...,
+    name: str | None = ...,
+    priority: int = ...,
+    queue: str = ...,
+    timeout: float | None = ...,
+    rate_limit: str | int | tuple[int, float] | None = ...,
+    circuit_breaker: bool | Mapping[str, Any] | None = ...,
+    permanent_on: ExceptionTypes = ...,
+) -> Callable[[Callable[P, R]], RetryableTask[P, R]]: ...
+def retryable_task(func: Callable[P, R] | None = None, /, **options: Any) -> Any:
+    """``@task`` whose direct call also retries: ``retry_on`` (default: ``Exception``) errors are retried
+    ``max_retries`` times (default 3) after the backoff (``retry_backoff``, default 1 s, doubling)."""
+
+    def decorate(function: Callable[P, R]) -> RetryableTask[P, R]:
+        made: RetryableTask[P, R] = RetryableTask(function, **options)
+        registry.register(made)
+        return made
+
+    return decorate if func is None else decorate(func)

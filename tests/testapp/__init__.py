@@ -1,0 +1,1 @@
+"""A test app: its tasks.py is imported by queue_max_django's autodiscovery."""
