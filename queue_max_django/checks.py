@@ -368,11 +368,27 @@ def problems() -> list[Problem]:
     return found
 
 
+def task_problems() -> list[Problem]:
+    """Mistakes in this process's task registry: each task name claimed by two functions."""
+    from .tasks import registry  # here, not at the top: apps.py imports this module while apps load
+
+    return [
+        Problem(
+            f"{PREFIX}.E013",
+            f"The task name {name!r} is registered twice: by {first} and by {second}. Jobs of that name "
+            f"run {first}, even those enqueued through {second}.",
+            f"Give one of them another name: @task(name=...) on {first} or on {second}.",
+        )
+        for name, first, second in registry.conflicts()
+    ]
+
+
 def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """The system check: one message per mistake in ``QUEUE_MAX`` and in the store it points at."""
+    """The system check: one message per mistake in ``QUEUE_MAX``, in the store it points at, and in the
+    task registry."""
     return [
         (checks.Error if problem.is_error else checks.Warning)(problem.msg, hint=problem.hint, id=problem.id)
-        for problem in problems()
+        for problem in problems() + task_problems()
     ]

@@ -203,7 +203,8 @@ def get_config() -> QueueMaxConfig:
 def get_queue() -> Queue:
     """This process's engine ``Queue``, built from ``get_config()`` on first use and kept until the settings
     change (``reset()`` closes it). It applies ``RATE_LIMIT`` (key ``"*"``) and ``QUEUE_RATE_LIMITS`` (keys
-    ``"queue:<name>"``) to the store, and removes limits on those keys that the settings no longer name."""
+    ``"queue:<name>"``) to the store, and removes limits on those keys that the settings no longer name. Its
+    engine events are sent as the Django signals of signals.py."""
     with _cache.lock:  # reset() takes it too: a queue is never cached for a config already forgotten
         config = get_config()
         queue = _cache.queue
@@ -216,6 +217,8 @@ def get_queue() -> Queue:
 
 
 def _open_queue(config: QueueMaxConfig) -> Queue:
+    from .signals import connect  # its engine events become Django signals (signals.py)
+
     queue = Queue(
         config.data_dir,
         shards=config.shards,
@@ -230,6 +233,7 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
         alert_threshold=config.alert_threshold,
     )
     try:
+        connect(queue)
         _apply_rate_limits(queue, config)
     except BaseException:
         queue.close()

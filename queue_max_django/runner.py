@@ -17,6 +17,7 @@ from typing import Any
 
 from .conf import get_config
 from .engine import (
+    JOB_STARTED,
     PayloadNotSerializable,
     PayloadTooLarge,
     Queue,
@@ -130,4 +131,8 @@ def run_now(queue: Queue, job_id: int) -> Outcome | None:
     record = queue.claim(job_id)
     if record is None:
         return None
+    if queue.events.listening(JOB_STARTED):  # claim() does not send it, get() does: as a worker's job
+        queue.events.emit(
+            JOB_STARTED, job_id=job_id, queue=record.queue, name=record.name, attempt=record.attempts
+        )
     return run_job(record, final=True)

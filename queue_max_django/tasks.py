@@ -14,6 +14,7 @@ import functools
 import inspect
 import math
 import random
+import sys
 import threading
 import time
 import weakref
@@ -165,6 +166,7 @@ class Task(Generic[P, R]):
         self.name = self.path if name is None else name
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name must be a non-empty str, not {self.name!r}")
+        self.name = sys.intern(self.name)  # the signals' sender: Django matches senders by identity
         self.priority = priority
         self.queue = queue
         self.max_retries = max_retries
@@ -215,6 +217,14 @@ class Task(Generic[P, R]):
         if delay is not None or eta is not None:
             clone.delay_seconds, clone.eta = delay, eta
         return clone
+
+    def get_stats(self) -> dict[str, Any]:
+        """This task's ``enqueued``, ``succeeded``, ``failed`` (dead-lettered) and ``retried`` counts and
+        ``mean_run_time`` (seconds; None before any timed run), as seen by THIS process since it started:
+        per-process counters of the engine's events (signals.py), not store-wide figures."""
+        from .signals import task_stats
+
+        return task_stats(self.name)
 
     # ------------------------------------------------------------------ enqueueing
 

@@ -20,6 +20,7 @@ from django.test import override_settings
 from queue_max_django import apps as app_module
 from queue_max_django.checks import TAG, check_settings
 from queue_max_django.engine import Queue
+from queue_max_django.tasks import registry, task
 
 Configure = Callable[..., override_settings]
 ROOT = Path(__file__).resolve().parents[2]
@@ -526,6 +527,42 @@ def test_w002_relative_base_dir() -> None:
         ]
 
 
+@pytest.fixture
+def scratch_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task registry's tasks and conflicts as copies, put back after the test."""
+    monkeypatch.setattr(registry, "_tasks", dict(registry._tasks))
+    monkeypatch.setattr(registry, "_conflicts", list(registry._conflicts))
+
+
+def test_e013_a_task_name_registered_twice(queue_max: Configure, scratch_registry: None) -> None:
+    @task(name="checks.twice")
+    def first() -> None: ...
+
+    @task(name="checks.twice")
+    def second() -> None: ...
+
+    where = f"{__name__}.test_e013_a_task_name_registered_twice.<locals>"
+    assert registry["checks.twice"] is first
+    assert run(queue_max) == [
+        Error(
+            f"The task name 'checks.twice' is registered twice: by {where}.first and by {where}.second. "
+            f"Jobs of that name run {where}.first, even those enqueued through {where}.second.",
+            hint=f"Give one of them another name: @task(name=...) on {where}.first or on {where}.second.",
+            id="queue_max_django.E013",
+        )
+    ]
+
+
+def test_e013_not_for_the_same_function_registered_again(
+    queue_max: Configure, scratch_registry: None
+) -> None:
+    def again() -> None: ...
+
+    task(name="checks.again")(again)
+    task(name="checks.again")(again)
+    assert run(queue_max) == []
+
+
 def test_every_mistake_is_reported_at_once(queue_max: Configure) -> None:
     found = run(queue_max, LEASE_TIME=0, SYNC="no", UNKNOWN=1, RATE_LIMIT="x")
     assert [message.id for message in found] == [
@@ -585,6 +622,6 @@ def test_every_check_id_is_documented() -> None:
     source = (ROOT / "queue_max_django" / "checks.py").read_text()
     docs = (ROOT / "docs" / "reference" / "checks.md").read_text()
     ids = sorted(set(re.findall(r"\{PREFIX\}\.([EW]\d{3})", source)))
-    assert ids == [f"E{n:03d}" for n in range(1, 13)] + ["W001", "W002"]
+    assert ids == [f"E{n:03d}" for n in range(1, 14)] + ["W001", "W002"]
     for check_id in ids:
         assert f"### `queue_max_django.{check_id}`" in docs, check_id

@@ -1,0 +1,194 @@
+"""Django signals sent from the engine's events, and the per-process task counters of ``Task.get_stats()``.
+
+``conf.get_queue()`` connects this module's callbacks to the events of the process's engine ``Queue`` when
+it builds it (``connect(queue)``); the engine never imports Django. Every job signal is sent with ``sender`` =
+the job's name (for a ``@task``, the task name; None for an engine job put without a name) and the keyword
+arguments ``job_id``, ``queue``, ``name`` plus the event's own fields (docs/reference/signals.md).
+
+A receiver that raises is logged (logger ``queue_max_django.signals``, naming the receiver) and never breaks
+the queue operation nor the other receivers (``send_robust``). With no receiver connected a signal costs a
+``has_listeners()`` call; the task counters are kept whether anyone listens or not.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from django.dispatch import Signal
+
+from .engine import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Queue
+
+__all__ = [
+    "job_enqueued",
+    "job_failed",
+    "job_retried",
+    "job_started",
+    "job_succeeded",
+    "queue_alert",
+    "reset_stats",
+    "task_stats",
+]
+
+logger = logging.getLogger("queue_max_django.signals")
+
+job_enqueued = Signal()  # job_id, queue, name
+job_started = Signal()  # job_id, queue, name, attempt
+job_succeeded = Signal()  # job_id, queue, name, result
+job_retried = Signal()  # job_id, queue, name, error, state
+job_failed = Signal()  # job_id, queue, name, error, state (the job is a dead letter)
+queue_alert = Signal()  # kind, pending, threshold (sender None)
+
+_NAMES: dict[Signal, str] = {
+    job_enqueued: "job_enqueued",
+    job_started: "job_started",
+    job_succeeded: "job_succeeded",
+    job_retried: "job_retried",
+    job_failed: "job_failed",
+    queue_alert: "queue_alert",
+}
+
+MAX_TIMED_JOBS = 10_000  # started jobs whose start time is kept to measure their run (oldest forgotten first)
+
+
+def _label(receiver: Any) -> str:
+    module = getattr(receiver, "__module__", None)
+    qualname = getattr(receiver, "__qualname__", None)
+    return f"{module}.{qualname}" if module and qualname else repr(receiver)
+
+
+def send(signal: Signal, sender: str | None, **kwargs: Any) -> None:
+    """``signal.send_robust(sender, **kwargs)`` if anyone listens; each receiver that raised is logged.
+    ``sender`` is interned, as ``Task.name`` is: Django matches a receiver's ``sender=`` by identity, so
+    ``connect(receiver, sender=my_task.name)`` gets that task's jobs only."""
+    if sender is not None:
+        sender = sys.intern(sender)
+    if not signal.has_listeners(sender):
+        return
+    for receiver, response in signal.send_robust(sender, **kwargs):
+        if isinstance(response, Exception):
+            logger.error(
+                "the %s receiver %s raised; the job goes on",
+                _NAMES.get(signal, "queue_max_django"),
+                _label(receiver),
+                exc_info=(type(response), response, response.__traceback__),
+            )
+
+
+class TaskStats:
+    """Counts per job name of what this process saw the engine do, and the monotonic run times between a
+    job's start and its outcome (success, retry or failure) in this process. Thread-safe."""
+
+    def __init__(self, max_timed: int = MAX_TIMED_JOBS) -> None:
+        self._lock = threading.Lock()
+        self._max_timed = max_timed
+        self._counts: dict[str, dict[str, int]] = {}
+        self._run_time: dict[str, tuple[float, int]] = {}  # name -> (total seconds, runs timed)
+        self._started: OrderedDict[int, float] = OrderedDict()  # job_id -> monotonic start
+
+    def _count(self, name: str, key: str) -> None:
+        counts = self._counts.setdefault(name, {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0})
+        counts[key] += 1
+
+    def enqueued(self, name: str | None) -> None:
+        if name is not None:
+            with self._lock:
+                self._count(name, "enqueued")
+
+    def started(self, job_id: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            started = self._started
+            started.pop(job_id, None)
+            started[job_id] = now
+            while len(started) > self._max_timed:
+                started.popitem(last=False)
+
+    def finished(self, job_id: int, name: str | None, key: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            start = self._started.pop(job_id, None)
+            if name is None:
+                return
+            self._count(name, key)
+            if start is not None:
+                total, runs = self._run_time.get(name, (0.0, 0))
+                self._run_time[name] = (total + now - start, runs + 1)
+
+    def get(self, name: str) -> dict[str, Any]:
+        with self._lock:
+            counts = dict(self._counts.get(name, {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0}))
+            total, runs = self._run_time.get(name, (0.0, 0))
+        return {**counts, "mean_run_time": total / runs if runs else None}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
+            self._run_time.clear()
+            self._started.clear()
+
+
+_stats = TaskStats()
+
+
+def task_stats(name: str) -> dict[str, Any]:
+    """This process's counters of the jobs named ``name`` (``Task.get_stats()``)."""
+    return _stats.get(name)
+
+
+def reset_stats() -> None:
+    """Forget every task's counters in this process (for tests)."""
+    _stats.clear()
+
+
+# ---------------------------------------------------------------------- engine callbacks
+
+
+def _on_enqueued(*, job_id: int, queue: str, name: str | None) -> None:
+    _stats.enqueued(name)
+    send(job_enqueued, name, job_id=job_id, queue=queue, name=name)
+
+
+def _on_started(*, job_id: int, queue: str, name: str | None, attempt: int) -> None:
+    _stats.started(job_id)
+    send(job_started, name, job_id=job_id, queue=queue, name=name, attempt=attempt)
+
+
+def _on_succeeded(*, job_id: int, queue: str, name: str | None, result: Any) -> None:
+    _stats.finished(job_id, name, "succeeded")
+    send(job_succeeded, name, job_id=job_id, queue=queue, name=name, result=result)
+
+
+def _on_retried(*, job_id: int, queue: str, name: str | None, error: str, state: Any) -> None:
+    _stats.finished(job_id, name, "retried")
+    send(job_retried, name, job_id=job_id, queue=queue, name=name, error=error, state=state)
+
+
+def _on_failed(*, job_id: int, queue: str, name: str | None, error: str, state: Any) -> None:
+    _stats.finished(job_id, name, "failed")
+    send(job_failed, name, job_id=job_id, queue=queue, name=name, error=error, state=state)
+
+
+def _on_alert(*, type: str, pending: int, threshold: int, **fields: Any) -> None:
+    send(queue_alert, None, kind=type, pending=pending, threshold=threshold)
+
+
+CALLBACKS = (
+    (JOB_ENQUEUED, _on_enqueued),
+    (JOB_STARTED, _on_started),
+    (JOB_SUCCEEDED, _on_succeeded),
+    (JOB_RETRIED, _on_retried),
+    (JOB_FAILED, _on_failed),
+    (ALERT, _on_alert),
+)
+
+
+def connect(queue: Queue) -> None:
+    """Turn ``queue``'s engine events into this module's signals and counters (``conf.get_queue()`` does
+    it for the process's queue). Connecting twice changes nothing."""
+    for event, callback in CALLBACKS:
+        queue.events.on(event, callback)
