@@ -20,10 +20,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .engine import GLOBAL_KEY, Queue, Rate, parse_rate
+from .engine import GLOBAL_KEY, QUEUE_KEY_PREFIX, Queue, Rate, parse_rate
 
 DATA_DIR_NAME = "queue_max_data"  # the default DATA_DIR is BASE_DIR / DATA_DIR_NAME
-QUEUE_KEY_PREFIX = "queue:"  # QUEUE_RATE_LIMITS apply to the engine's "queue:<name>" keys
 
 CIRCUIT_BREAKER_DEFAULTS: Mapping[str, Any] = MappingProxyType({"THRESHOLD": 5, "TIMEOUT": 60.0})
 WORKER_DEFAULTS: Mapping[str, Any] = MappingProxyType(

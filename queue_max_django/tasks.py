@@ -26,6 +26,7 @@ from django.db import transaction
 
 from .conf import get_config, get_queue
 from .engine import (
+    NAME_KEY_PREFIX,
     BreakerPolicy,
     PayloadNotSerializable,
     Queue,
@@ -40,7 +41,6 @@ from .results import JobResult
 P = ParamSpec("P")
 R = TypeVar("R")
 
-NAME_KEY_PREFIX = "name:"  # a task's rate limit and breaker are the engine's "name:<task name>" keys
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...] | list[type[BaseException]]
 

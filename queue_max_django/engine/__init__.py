@@ -3,7 +3,7 @@
 from .aio import AsyncQueue, AsyncRecord
 from .breaker import BreakerPolicy, BreakerState, InvalidBreakerPolicy
 from .classify import Decision, Permanent, Retry, classify
-from .control import GLOBAL_KEY, job_keys
+from .control import GLOBAL_KEY, NAME_KEY_PREFIX, QUEUE_KEY_PREFIX, job_keys
 from .errors import (
     ConfigurationError,
     InvalidJob,
@@ -35,6 +35,8 @@ __all__ = [
     "JOB_RETRIED",
     "JOB_STARTED",
     "JOB_SUCCEEDED",
+    "NAME_KEY_PREFIX",
+    "QUEUE_KEY_PREFIX",
     "AsyncQueue",
     "AsyncRecord",
     "BreakerPolicy",

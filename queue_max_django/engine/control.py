@@ -23,13 +23,15 @@ from .ratelimit import BucketState, Rate
 from .store import Env
 
 GLOBAL_KEY = "*"
+QUEUE_KEY_PREFIX = "queue:"
+NAME_KEY_PREFIX = "name:"
 
 
 def job_keys(queue: str, name: str | None) -> tuple[str, ...]:
     """The limit/breaker keys a job falls under: store-wide, its queue, and its name (task)."""
     if name is None:
-        return (GLOBAL_KEY, f"queue:{queue}")
-    return (GLOBAL_KEY, f"queue:{queue}", f"name:{name}")
+        return (GLOBAL_KEY, QUEUE_KEY_PREFIX + queue)
+    return (GLOBAL_KEY, QUEUE_KEY_PREFIX + queue, NAME_KEY_PREFIX + name)
 
 
 @dataclass(frozen=True, slots=True)

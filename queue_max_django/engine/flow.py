@@ -17,7 +17,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .breaker import BreakerPolicy
-from .control import GLOBAL_KEY, Control, FlowState, breaker_summary, job_keys
+from .control import (
+    GLOBAL_KEY,
+    NAME_KEY_PREFIX,
+    QUEUE_KEY_PREFIX,
+    Control,
+    FlowState,
+    breaker_summary,
+    job_keys,
+)
 from .errors import InvalidJob, RateLimited
 from .ratelimit import Rate, parse_rate
 from .validate import check_number
@@ -243,8 +251,8 @@ class FlowControl:
     def _claim_under_flow(
         self, allowed: list[bytes] | None, state: FlowState
     ) -> tuple[Record | None, float | None]:
-        """Claim the best job that limits and breakers let start now. -> (record, seconds until it is worth
-        looking again: the earliest ETA or unblocking)."""
+        """Claim the best job that limits and breakers let start now. -> (record, or None and the clock time
+        when it is worth looking again: the earliest ETA or unblocking, None if nothing is in sight)."""
         from .record import Record
 
         shards = self._live()
@@ -257,10 +265,14 @@ class FlowControl:
                 if is_blocked:
                     blocked[key] = wait if wait is not None else 0.05
             soonest = min(blocked.values()) if blocked else None
-            if "*" in blocked:
+            if GLOBAL_KEY in blocked:
                 return None, now + (soonest or 0.0)
-            skip_queues = frozenset(k[6:].encode() for k in blocked if k.startswith("queue:"))
-            skip_names = frozenset(k[5:] for k in blocked if k.startswith("name:"))
+            skip_queues = frozenset(
+                k[len(QUEUE_KEY_PREFIX) :].encode() for k in blocked if k.startswith(QUEUE_KEY_PREFIX)
+            )
+            skip_names = frozenset(
+                k[len(NAME_KEY_PREFIX) :] for k in blocked if k.startswith(NAME_KEY_PREFIX)
+            )
             best: Candidate | None = None
             next_eta: float | None = None
             due = False
