@@ -28,6 +28,8 @@ from .engine import (
 )
 from .tasks import Task, registry
 
+DJANGO_TASK_KEY = "django_task"  # in a payload: a job of Django's Tasks framework (backend.py runs it)
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -82,7 +84,15 @@ def run_job(record: Record, *, retry_delay: float | None = None, final: bool = F
     exception classified by ``engine.classify`` (the task's ``retry_on``/``permanent_on``; a task's own
     ``retry_backoff`` gives the delay when it differs from the queue's). ``retry_delay`` overrides every
     retry delay. ``final``: a failure is not retried (the immediate mode). ``KeyboardInterrupt`` and
-    ``SystemExit`` release the job and propagate: not the job's fault."""
+    ``SystemExit`` release the job and propagate: not the job's fault. A django.tasks job (its payload has
+    ``DJANGO_TASK_KEY``) is run by backend.py, which needs Django >= 6.0."""
+    if isinstance(record.payload, dict) and DJANGO_TASK_KEY in record.payload:
+        try:
+            from .backend import run_django_task_job
+        except ImportError as exc:  # Django < 6.0: the job cannot run in this process
+            message = f"job {record.job_id} is a django.tasks job: {exc}"
+            return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
+        return run_django_task_job(record, retry_delay=retry_delay, final=final)
     task = registry.get(record.name) if record.name is not None else None
     if task is None:
         message = unknown_task_message(record.name)

@@ -1,0 +1,375 @@
+"""``QueueMaxBackend``: a backend for Django's Tasks framework (``django.tasks``, Django >= 6.0).
+
+``TASKS = {"default": {"BACKEND": "queue_max_django.backend.QueueMaxBackend"}}`` makes
+``django.tasks.task``-decorated functions run on this app's store: ``enqueue`` puts one engine job, the worker
+(or ``testing.run_queued``) runs it through ``runner.run_job``, which hands django.tasks jobs to
+``run_django_task_job`` here, and ``get_result`` reads the job back from the store, from any process.
+
+A job's payload is msgpack data: ``{DJANGO_TASK_KEY: 1, "task": <module path>, "backend": <alias>, "args":
+[...], "kwargs": {...}}``; its engine name is the task's module path. Invariant 6: the run side looks the
+module path up only among the ``django.tasks.Task`` objects this process has registered (every Task this
+backend validates or enqueues, and those defined by the modules listed in ``OPTIONS["MODULES"]``, which come
+from settings, never from a job). Nothing is imported from a job's data.
+"""
+
+from __future__ import annotations
+
+try:
+    from django.tasks import Task, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+except ImportError as exc:  # Django < 6.0
+    raise ImportError(
+        "queue_max_django.backend needs Django's Tasks framework (django.tasks), added in Django 6.0; "
+        "this is Django older than that. Everything else in queue_max_django works without it: remove "
+        "QueueMaxBackend from the TASKS setting, or upgrade Django."
+    ) from exc
+
+import dataclasses
+import datetime as dt
+import importlib
+import inspect
+import os
+import socket
+import threading
+import time
+import traceback
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.utils import timezone
+from django.utils.json import normalize_json
+
+from .conf import get_config, get_queue
+from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify
+from .engine.validate import validate_queue_name
+from .runner import DJANGO_TASK_KEY, Outcome, _run_coroutine
+
+OPTION_KEYS = frozenset({"MODULES", "MAX_RETRIES"})
+CHECK_PREFIX = "queue_max_django.backend"
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"  # this process, as it appears in worker_ids
+
+_STATUS = {
+    State.PENDING: TaskResultStatus.READY,
+    State.SCHEDULED: TaskResultStatus.READY,
+    State.RUNNING: TaskResultStatus.RUNNING,
+    State.DONE: TaskResultStatus.SUCCESSFUL,
+    State.FAILED: TaskResultStatus.FAILED,
+}
+
+
+class _Registered:
+    """This process's django.tasks ``Task`` objects by module path: the only tasks its jobs may run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: dict[str, Task[..., Any]] = {}
+
+    def add(self, task: Task[..., Any]) -> None:
+        with self._lock:
+            self._tasks[task.module_path] = task
+
+    def get(self, module_path: Any) -> Task[..., Any] | None:
+        return self._tasks.get(module_path) if isinstance(module_path, str) else None
+
+    def __contains__(self, module_path: object) -> bool:
+        return module_path in self._tasks
+
+
+registered = _Registered()
+
+
+def unknown_django_task_message(module_path: Any) -> str:
+    return (
+        f"no django.tasks task {module_path!r} is registered in this process: is the module that defines "
+        f"it imported (an installed app's tasks.py, or listed in the backend's OPTIONS['MODULES'])?"
+    )
+
+
+def _datetime(seconds: float | None) -> dt.datetime | None:
+    if seconds is None:
+        return None
+    moment = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    return moment if settings.USE_TZ else timezone.make_naive(moment)
+
+
+def _class_path(error_type: str | None) -> str:
+    """The engine stores builtins' types bare (``"ValueError"``); Django wants ``"builtins.ValueError"``."""
+    if not error_type:
+        return "builtins.Exception"  # an error the runner recorded as text (e.g. an unknown task)
+    return error_type if "." in error_type else f"builtins.{error_type}"
+
+
+def _worker_ids(attempts: int, last: str | None = None) -> list[str]:
+    """One entry per attempt. The store counts attempts but does not record who made them: earlier
+    attempts are ``"attempt-N"``; the running attempt, on the run side, is this process."""
+    ids = [f"attempt-{n}" for n in range(1, attempts + 1)]
+    if last is not None and ids:
+        ids[-1] = last
+    return ids
+
+
+def _import_modules(alias: Any) -> None:
+    """Import the modules of ``OPTIONS["MODULES"]`` of the configured backend ``alias`` (names from
+    settings, never from a job): their tasks register themselves when the backend validates them."""
+    params = getattr(settings, "TASKS", {}).get(alias) if isinstance(alias, str) else None
+    if not isinstance(params, dict):
+        return
+    for module in (params.get("OPTIONS") or {}).get("MODULES", ()):
+        importlib.import_module(module)
+
+
+def lookup(module_path: Any, alias: Any) -> Task[..., Any] | None:
+    """The registered Task of ``module_path``; the backend's ``MODULES`` are imported once if missing."""
+    found = registered.get(module_path)
+    if found is None:
+        _import_modules(alias)
+        found = registered.get(module_path)
+    return found
+
+
+class QueueMaxBackend(BaseTaskBackend):
+    """Django Tasks on the queue_max store: deferral, coroutine tasks, results and priorities are real."""
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def validate_task(self, task: Task[..., Any]) -> None:
+        super().validate_task(task)
+        registered.add(task)
+
+    def _max_retries(self) -> int | None:
+        value = self.options.get("MAX_RETRIES")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
+        self.validate_task(task)
+        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+        payload = {DJANGO_TASK_KEY: 1, "task": task.module_path, "backend": self.alias}
+        payload.update(args=args, kwargs=kwargs)
+        queue = get_queue()
+        job_id = queue.put(
+            payload,
+            priority=task.priority,
+            eta=task.run_after,
+            queue=task.queue_name,
+            name=task.module_path,
+            max_retries=self._max_retries(),
+        )
+        job = queue.job(job_id)
+        result: TaskResult[Any, Any] = TaskResult(
+            task=task,
+            id=str(job_id),
+            status=TaskResultStatus.READY,
+            enqueued_at=_datetime(job.enqueued_at) if job is not None else timezone.now(),
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
+        try:
+            job_id = int(result_id)
+        except (TypeError, ValueError):
+            raise TaskResultDoesNotExist(f"{result_id!r} is not a result id of this backend") from None
+        job = get_queue().job(job_id) if job_id > 0 else None
+        payload = job.payload if job is not None else None
+        if job is None or not isinstance(payload, dict) or DJANGO_TASK_KEY not in payload:
+            raise TaskResultDoesNotExist(f"no django.tasks job {result_id!r} in the store")
+        task = lookup(payload.get("task"), payload.get("backend"))
+        if task is None:
+            raise TaskResultDoesNotExist(unknown_django_task_message(payload.get("task")))
+        return result_of(job, task, payload)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        messages: list[checks.CheckMessage] = []
+        where = f"TASKS[{self.alias!r}]"
+        unknown = sorted(set(self.options) - OPTION_KEYS)
+        if unknown:
+            messages.append(
+                checks.Error(
+                    f"{where}['OPTIONS'] has unknown keys: {', '.join(unknown)}",
+                    hint=f"QueueMaxBackend takes {', '.join(sorted(OPTION_KEYS))}.",
+                    id=f"{CHECK_PREFIX}.E001",
+                )
+            )
+        retries = self.options.get("MAX_RETRIES")
+        if retries is not None and self._max_retries() is None:
+            messages.append(
+                checks.Error(
+                    f"{where}['OPTIONS']['MAX_RETRIES'] must be None or an int >= 0, not {retries!r}",
+                    id=f"{CHECK_PREFIX}.E002",
+                )
+            )
+        for module in self.options.get("MODULES", ()):
+            try:
+                importlib.import_module(module)
+            except Exception as exc:
+                messages.append(
+                    checks.Error(
+                        f"{where}['OPTIONS']['MODULES'] names {module!r}, which cannot be imported: {exc!r}",
+                        id=f"{CHECK_PREFIX}.E003",
+                    )
+                )
+        try:
+            engine_queues = get_config().queues
+        except Exception:  # QUEUE_MAX itself is wrong: queue_max_django's own checks report it
+            engine_queues = None
+        for name in sorted(self.queues):
+            try:
+                validate_queue_name(name)
+            except Exception as exc:
+                messages.append(checks.Error(f"{where}['QUEUES']: {exc}", id=f"{CHECK_PREFIX}.E004"))
+                continue
+            if engine_queues is not None and name not in engine_queues:
+                messages.append(
+                    checks.Error(
+                        f"{where}['QUEUES'] names {name!r}, which QUEUE_MAX['QUEUES'] does not list",
+                        hint="Add it to QUEUE_MAX['QUEUES'] (the engine refuses jobs for other queues).",
+                        id=f"{CHECK_PREFIX}.E005",
+                    )
+                )
+        return messages
+
+
+def _as_stored(task: Task[Any, Any], **stored: Any) -> Task[Any, Any]:
+    """The task with the options its job was stored with (``using()`` may have changed them); the
+    registered task as it is when this process's backend refuses them (e.g. an alias not configured here)."""
+    try:
+        return dataclasses.replace(task, **stored)
+    except Exception:
+        return task
+
+
+def result_of(job: Job, task: Task[Any, Any], payload: dict[str, Any]) -> TaskResult[Any, Any]:
+    """The ``TaskResult`` of a stored job. A job waiting for a retry is READY with the last error."""
+    status = _STATUS[job.state]
+    errors = []
+    if job.error is not None and job.state is not State.DONE:
+        errors.append(
+            TaskError(exception_class_path=_class_path(job.error_type), traceback=job.traceback or job.error)
+        )
+    task = _as_stored(task, priority=job.priority, queue_name=job.queue)
+    finished = job.state in (State.DONE, State.FAILED)
+    result: TaskResult[Any, Any] = TaskResult(
+        task=task,
+        id=str(job.job_id),
+        status=status,
+        enqueued_at=_datetime(job.enqueued_at),
+        started_at=_datetime(job.started_at),
+        last_attempted_at=_datetime(job.started_at),
+        finished_at=_datetime(job.finished_at) if finished else None,
+        args=payload.get("args", []),
+        kwargs=payload.get("kwargs", {}),
+        backend=str(payload.get("backend")),
+        errors=errors,
+        worker_ids=_worker_ids(job.attempts),
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", job.result)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- run side
+
+
+def _fail_now(record: Record, message: str) -> Outcome:
+    return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
+
+
+def run_django_task_job(record: Record, *, retry_delay: float | None = None, final: bool = False) -> Outcome:
+    """Run one claimed django.tasks job as ``ImmediateBackend._execute_task`` does (statuses, timestamps,
+    ``TaskContext``, ``TaskError`` with the traceback, ``task_started``/``task_finished``), then ack with
+    the return value or nack (retried per the queue's ``MAX_RETRIES``; ``final``: not retried)."""
+    payload = record.payload
+    module_path, alias = payload.get("task"), payload.get("backend")
+    task = lookup(module_path, alias)
+    if task is None:
+        return _fail_now(record, unknown_django_task_message(module_path))
+    args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(alias, str):
+        return _fail_now(record, f"the payload of django.tasks job {record.job_id} is malformed")
+    task = _as_stored(task, priority=record.priority, queue_name=record.queue, backend=alias)
+    sender = QueueMaxBackend
+    started = timezone.now()
+    result: TaskResult[Any, Any] = TaskResult(
+        task=task,
+        id=str(record.job_id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=_datetime(record.enqueued_at),
+        started_at=started,
+        last_attempted_at=started,
+        finished_at=None,
+        args=args,
+        kwargs=kwargs,
+        backend=alias,
+        errors=[],
+        worker_ids=_worker_ids(record.attempts, WORKER_ID),
+    )
+    task_started.send(sender=sender, task_result=result)
+    try:
+        call_args = [TaskContext(task_result=result), *result.args] if task.takes_context else result.args
+        value = task.func(*call_args, **result.kwargs)
+        if inspect.iscoroutine(value):
+            value = _run_coroutine(value)
+    except (KeyboardInterrupt, SystemExit):
+        if not record.finished:
+            record.release()
+        raise
+    except Exception as exc:
+        decision = classify(exc, now=time.time())
+        delay = retry_delay if decision.retry else None
+        permanent = final or not decision.retry
+        return _finish_failed(record, result, exc, delay=delay, permanent=permanent, reason=decision.reason)
+    try:
+        value = normalize_json(value)  # as Django requires: JSON data (which msgpack stores as is)
+        record.ack(value)
+    except (TypeError, ValueError, PayloadNotSerializable, PayloadTooLarge) as exc:
+        reason = "the return value cannot be stored"
+        return _finish_failed(record, result, exc, delay=None, permanent=True, reason=reason)
+    object.__setattr__(result, "finished_at", timezone.now())
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "_return_value", value)
+    task_finished.send(sender, task_result=result)
+    return Outcome(record.job_id, State.DONE, result=value)
+
+
+def _finish_failed(
+    record: Record,
+    result: TaskResult[Any, Any],
+    exc: Exception,
+    *,
+    delay: float | None,
+    permanent: bool,
+    reason: str | None,
+) -> Outcome:
+    """Nack the job, record the error on ``result`` and send ``task_finished`` (called inside the except
+    block, so that Django's logging receiver sees the exception). A retried job's status is READY."""
+    state = record.nack(exc, delay=delay, permanent=permanent)
+    kind = type(exc)
+    result.errors.append(
+        TaskError(
+            exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+            traceback="".join(traceback.format_exception(exc)),
+        )
+    )
+    if state is State.FAILED:
+        object.__setattr__(result, "finished_at", timezone.now())
+    object.__setattr__(result, "status", _STATUS[state])
+    task_finished.send(QueueMaxBackend, task_result=result)
+    return Outcome(record.job_id, state, error=exc, reason=reason)
+
+
+__all__ = ["QueueMaxBackend", "registered", "run_django_task_job", "task_backends"]

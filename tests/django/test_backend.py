@@ -1,0 +1,319 @@
+"""QueueMaxBackend: Django's Tasks framework (django.tasks, Django >= 6.0) on the queue_max store.
+
+Jobs are run in-process by ``testing.run_queued()`` (the worker's runner). On Django 5.2 every test here is
+skipped but one, which checks that importing the backend gives a clear ImportError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from queue_max_django import conf
+from queue_max_django.conf import get_queue
+from queue_max_django.engine import Queue, State
+from queue_max_django.testing import run_queued
+
+HAS_TASKS = importlib.util.find_spec("django.tasks") is not None
+needs_tasks = pytest.mark.skipif(not HAS_TASKS, reason="django.tasks needs Django >= 6.0")
+
+if HAS_TASKS:
+    from django.tasks import TaskResultStatus, task_backends
+    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+
+    from queue_max_django.backend import QueueMaxBackend, unknown_django_task_message
+    from tests.testapp import django_tasks as dt_tasks
+
+BACKEND = "queue_max_django.backend.QueueMaxBackend"
+IMMEDIATE = "django.tasks.backends.immediate.ImmediateBackend"
+Configure = Callable[..., override_settings]
+
+
+def tasks_setting(backend: str = BACKEND, **params: Any) -> dict[str, Any]:
+    return {"default": {"BACKEND": backend, **params}}
+
+
+@pytest.fixture
+def store(queue_max: Configure) -> Iterator[None]:
+    if not HAS_TASKS:
+        pytest.skip("django.tasks needs Django >= 6.0")
+    with queue_max(), override_settings(TASKS=tasks_setting()):
+        yield
+
+
+@needs_tasks
+def test_the_backend_supports_defer_async_results_and_priority(store: None) -> None:
+    backend = task_backends["default"]
+    assert isinstance(backend, QueueMaxBackend)
+    assert (backend.supports_defer, backend.supports_async_task) == (True, True)
+    assert (backend.supports_get_result, backend.supports_priority) == (True, True)
+
+
+@needs_tasks
+def test_enqueue_puts_one_job_and_returns_a_ready_result(store: None) -> None:
+    result = dt_tasks.add.enqueue(2, 3)
+    assert result.status == TaskResultStatus.READY
+    assert (result.args, result.kwargs, result.backend) == ([2, 3], {}, "default")
+    assert result.enqueued_at is not None and result.started_at is None
+    job = get_queue().job(int(result.id))
+    assert job is not None
+    assert (job.state, job.name, job.queue, job.priority) == (
+        State.PENDING,
+        "tests.testapp.django_tasks.add",
+        "default",
+        0,
+    )
+
+
+@needs_tasks
+def test_a_run_job_is_successful_with_its_return_value_read_back_from_the_store(
+    store: None, data_dir: Path
+) -> None:
+    result = dt_tasks.add.enqueue(2, 3)
+    (outcome,) = run_queued()
+    assert (outcome.state, outcome.result) == (State.DONE, 5)
+    conf.reset()  # the store is read again from scratch: a new Queue, a new backend
+    with override_settings(TASKS=tasks_setting()):
+        fresh = task_backends["default"].get_result(result.id)
+    assert (fresh.status, fresh.return_value, fresh.errors) == (TaskResultStatus.SUCCESSFUL, 5, [])
+    assert fresh.enqueued_at and fresh.started_at and fresh.finished_at and fresh.last_attempted_at
+    assert fresh.enqueued_at <= fresh.started_at <= fresh.finished_at
+    assert fresh.attempts == 1 and fresh.is_finished
+    with Queue(data_dir) as raw:  # what any process opening the store sees
+        job = raw.job(int(result.id))
+        assert job is not None and (job.state, job.result) == (State.DONE, 5)
+    result.refresh()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
+    assert dt_tasks.add.get_result(result.id).return_value == 5
+
+
+@needs_tasks
+def test_aget_result_reads_the_result_too(store: None) -> None:
+    result = dt_tasks.pair.enqueue(1, 2)
+    run_queued()
+    fresh = asyncio.run(task_backends["default"].aget_result(result.id))
+    assert fresh.return_value == [1, 2]  # normalized to JSON, as Django does
+
+
+@needs_tasks
+def test_unknown_result_ids_raise_task_result_does_not_exist(store: None) -> None:
+    backend = task_backends["default"]
+    for result_id in ("not-a-number", "0", "123456789"):
+        with pytest.raises(TaskResultDoesNotExist):
+            backend.get_result(result_id)
+    own_job = get_queue().put({"args": [], "kwargs": {}}, name="tests.testapp.tasks.add")
+    with pytest.raises(TaskResultDoesNotExist):  # a job of our own @task is not a django.tasks result
+        backend.get_result(str(own_job))
+
+
+@needs_tasks
+def test_higher_priority_runs_first(store: None) -> None:
+    low = dt_tasks.low.enqueue()
+    default = dt_tasks.add.enqueue(1, 1)
+    high = dt_tasks.high.enqueue()
+    boosted = dt_tasks.add.using(priority=100).enqueue(0, 0)
+    assert get_queue().job(int(boosted.id)).priority == 100  # type: ignore[union-attr]
+    order = [str(outcome.job_id) for outcome in run_queued()]
+    assert order == [boosted.id, high.id, default.id, low.id]
+
+
+@needs_tasks
+def test_run_after_keeps_the_job_scheduled_until_then(store: None) -> None:
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    result = dt_tasks.add.using(run_after=later).enqueue(1, 2)
+    assert run_queued() == []
+    job = get_queue().job(int(result.id))
+    assert job is not None and job.state is State.SCHEDULED
+    assert job.eta == pytest.approx(later.timestamp(), abs=0.01)
+    assert task_backends["default"].get_result(result.id).status == TaskResultStatus.READY
+
+
+@needs_tasks
+def test_a_failure_is_failed_with_the_exception_class_and_traceback(store: None) -> None:
+    result = dt_tasks.fail.enqueue("boom")
+    outcomes = run_queued()  # retry_delay=0: retried at once until out of retries (MAX_RETRIES 3)
+    assert [o.state for o in outcomes] == [State.PENDING] * 3 + [State.FAILED]  # delay 0: pending again
+    fresh = task_backends["default"].get_result(result.id)
+    assert fresh.status == TaskResultStatus.FAILED and fresh.is_finished
+    (error,) = fresh.errors
+    assert error.exception_class_path == "builtins.ValueError"
+    assert error.exception_class is ValueError
+    assert "raise ValueError(message)" in error.traceback and "ValueError: boom" in error.traceback
+    assert fresh.attempts == 4 and fresh.finished_at is not None
+    with pytest.raises(ValueError, match="Task failed"):
+        fresh.return_value  # noqa: B018
+
+
+@needs_tasks
+def test_a_job_waiting_for_a_retry_is_ready_with_the_last_error(store: None) -> None:
+    result = dt_tasks.fail.enqueue("boom")
+    (outcome,) = run_queued(retry_delay=None)  # keep the backoff: the retry waits
+    assert outcome.state is State.SCHEDULED
+    fresh = task_backends["default"].get_result(result.id)
+    assert (fresh.status, fresh.attempts, fresh.finished_at) == (TaskResultStatus.READY, 1, None)
+    assert [e.exception_class_path for e in fresh.errors] == ["builtins.ValueError"]
+
+
+@needs_tasks
+def test_options_max_retries_bounds_the_attempts(queue_max: Configure) -> None:
+    with queue_max(), override_settings(TASKS=tasks_setting(OPTIONS={"MAX_RETRIES": 0})):
+        result = dt_tasks.fail.enqueue("once")
+        assert [o.state for o in run_queued()] == [State.FAILED]
+        assert task_backends["default"].get_result(result.id).attempts == 1
+
+
+@needs_tasks
+def test_takes_context_gets_the_attempt_and_the_running_task_result(store: None) -> None:
+    result = dt_tasks.with_context.enqueue(7)
+    run_queued()
+    value = task_backends["default"].get_result(result.id).return_value
+    assert value == {"attempt": 1, "id_is_set": True, "status": "RUNNING", "value": 7}
+
+
+@needs_tasks
+def test_a_coroutine_task_runs(store: None) -> None:
+    result = dt_tasks.async_add.enqueue(4, 5)
+    run_queued()
+    assert task_backends["default"].get_result(result.id).return_value == 9
+
+
+@needs_tasks
+def test_enqueued_started_and_finished_signals_are_sent(store: None) -> None:
+    seen: list[tuple[str, Any, str, str]] = []
+
+    def receiver(name: str) -> Callable[..., None]:
+        def receive(sender: Any, task_result: Any, **kwargs: Any) -> None:
+            seen.append((name, sender, task_result.id, str(task_result.status)))
+
+        return receive
+
+    signals = ((task_enqueued, "enqueued"), (task_started, "started"), (task_finished, "finished"))
+    receivers = [(signal, receiver(name)) for signal, name in signals]
+    for signal, function in receivers:
+        signal.connect(function)
+    try:
+        ok = dt_tasks.add.enqueue(1, 2)
+        bad = dt_tasks.fail.using(priority=-1).enqueue("x")
+        run_queued(retry_delay=None)
+    finally:
+        for signal, function in receivers:
+            signal.disconnect(function)
+    assert seen == [
+        ("enqueued", QueueMaxBackend, ok.id, "READY"),
+        ("enqueued", QueueMaxBackend, bad.id, "READY"),
+        ("started", QueueMaxBackend, ok.id, "RUNNING"),
+        ("finished", QueueMaxBackend, ok.id, "SUCCESSFUL"),
+        ("started", QueueMaxBackend, bad.id, "RUNNING"),
+        ("finished", QueueMaxBackend, bad.id, "READY"),  # a retry is scheduled: ready to run again
+    ]
+
+
+@pytest.mark.inv_6
+@needs_tasks
+def test_a_job_naming_an_unregistered_task_is_a_dead_letter_and_nothing_is_imported(store: None) -> None:
+    payload = {"django_task": 1, "task": "os.system", "backend": "default", "args": ["true"], "kwargs": {}}
+    job_id = get_queue().put(payload, name="os.system")
+    (outcome,) = run_queued()
+    assert outcome.state is State.FAILED
+    job = get_queue().job(job_id)
+    assert job is not None and job.error == unknown_django_task_message("os.system")
+    assert job.retries == 1  # permanent: not retried
+
+
+@needs_tasks
+def test_modules_listed_in_options_are_imported_to_find_tasks(
+    queue_max: Configure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from queue_max_django import backend
+
+    # As in a fresh worker process: the fixture module is not imported and no django.tasks task registered.
+    monkeypatch.setattr(backend.registered, "_tasks", {})
+    monkeypatch.delitem(sys.modules, dt_tasks.__name__)
+    payload = {"django_task": 1, "task": "tests.testapp.django_tasks.add", "backend": "default",
+               "args": [1, 2], "kwargs": {}}  # fmt: skip
+    setting = tasks_setting(OPTIONS={"MODULES": ["tests.testapp.django_tasks"]})
+    with queue_max(), override_settings(TASKS=setting):
+        job_id = get_queue().put(payload, name="tests.testapp.django_tasks.add")
+        (outcome,) = run_queued()
+    assert (outcome.job_id, outcome.state, outcome.result) == (job_id, State.DONE, 3)
+    assert "tests.testapp.django_tasks.add" in backend.registered
+
+
+@needs_tasks
+def test_check_reports_queues_the_engine_does_not_accept(queue_max: Configure) -> None:
+    setting = tasks_setting(QUEUES=["default", "reports"], OPTIONS={"COLOR": 1, "MODULES": ["no.such.mod"]})
+    with queue_max(QUEUES=["default"]), override_settings(TASKS=setting):
+        messages = task_backends["default"].check()
+    ids = sorted(m.id for m in messages)
+    assert ids == [
+        "queue_max_django.backend.E001",
+        "queue_max_django.backend.E003",
+        "queue_max_django.backend.E005",
+    ]
+    assert any("'reports'" in m.msg for m in messages)
+    with queue_max(QUEUES=["default", "reports"]), override_settings(TASKS=tasks_setting(QUEUES=["reports"])):
+        assert task_backends["default"].check() == []
+
+
+def _outcomes(results: list[Any]) -> list[tuple[str, Any]]:
+    return [
+        (
+            str(r.status),
+            r.return_value
+            if r.status == TaskResultStatus.SUCCESSFUL
+            else [e.exception_class_path for e in r.errors],
+        )
+        for r in results
+    ]
+
+
+@needs_tasks
+def test_the_same_task_module_gives_the_same_results_under_immediate_backend_and_ours(
+    queue_max: Configure,
+) -> None:
+    calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = [
+        (dt_tasks.add, (2, 3), {}),
+        (dt_tasks.echo, (1, "a"), {"k": [1, 2]}),
+        (dt_tasks.pair, (3, 4), {}),
+        (dt_tasks.high, (), {}),
+        (dt_tasks.fail, ("boom",), {}),
+        (dt_tasks.with_context, (5,), {}),
+        (dt_tasks.async_add, (1, 1), {}),
+    ]
+    with override_settings(TASKS=tasks_setting(IMMEDIATE)):
+        immediate = [task.enqueue(*args, **kwargs) for task, args, kwargs in calls]
+    with queue_max(), override_settings(TASKS=tasks_setting(OPTIONS={"MAX_RETRIES": 0})):
+        enqueued = [task.enqueue(*args, **kwargs) for task, args, kwargs in calls]
+        run_queued()
+        ours = [task_backends["default"].get_result(r.id) for r in enqueued]
+    assert _outcomes(ours) == _outcomes(immediate)
+    assert [r.attempts for r in ours] == [r.attempts for r in immediate] == [1] * len(calls)
+    assert _outcomes(ours)[4] == ("FAILED", ["builtins.ValueError"])
+
+
+@pytest.mark.skipif(HAS_TASKS, reason="checks the import error on Django < 6.0")
+def test_importing_the_backend_before_django_6_is_a_clear_import_error() -> None:
+    with pytest.raises(ImportError, match=r"needs Django's Tasks framework \(django.tasks\), added in"):
+        importlib.import_module("queue_max_django.backend")
+
+
+@pytest.mark.skipif(HAS_TASKS, reason="checks Django < 6.0")
+def test_a_django_tasks_job_on_django_before_6_is_a_dead_letter(queue_max: Configure) -> None:
+    payload = {"django_task": 1, "task": "tests.testapp.django_tasks.add", "backend": "default",
+               "args": [1, 2], "kwargs": {}}  # fmt: skip
+    with queue_max():
+        job_id = get_queue().put(payload, name="tests.testapp.django_tasks.add")
+        (outcome,) = run_queued()
+        job = get_queue().job(job_id)
+    assert outcome.state is State.FAILED
+    assert job is not None and "needs Django's Tasks framework" in (job.error or "")
