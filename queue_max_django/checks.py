@@ -369,10 +369,13 @@ def problems() -> list[Problem]:
 
 
 def task_problems() -> list[Problem]:
-    """Mistakes in this process's task registry: each task name claimed by two functions."""
-    from .tasks import registry  # here, not at the top: apps.py imports this module while apps load
+    """Mistakes in this process's task registry: each task name claimed by two functions, then each
+    periodic task whose schedule does not parse."""
+    # here, not at the top: apps.py imports this module while apps load
+    from .periodic import unscheduled_periodic_tasks
+    from .tasks import registry
 
-    return [
+    conflicts = [
         Problem(
             f"{PREFIX}.E013",
             f"The task name {name!r} is registered twice: by {first} and by {second}. Jobs of that name "
@@ -381,6 +384,17 @@ def task_problems() -> list[Problem]:
         )
         for name, first, second in registry.conflicts()
     ]
+    schedules = [
+        Problem(
+            f"{PREFIX}.E014",
+            f"The periodic task {made.name!r} has a schedule that does not parse: {made.schedule_error}. "
+            f"It is not scheduled.",
+            "Give @periodic_task interval= (a positive number of seconds) or cron= (five fields: minute hour "
+            'day-of-month month day-of-week, such as "*/15 * * * *").',
+        )
+        for made in unscheduled_periodic_tasks()
+    ]
+    return conflicts + schedules
 
 
 def check_settings(

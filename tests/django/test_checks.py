@@ -20,6 +20,7 @@ from django.test import override_settings
 from queue_max_django import apps as app_module
 from queue_max_django.checks import TAG, check_settings
 from queue_max_django.engine import Queue
+from queue_max_django.periodic import periodic_task
 from queue_max_django.tasks import registry, task
 
 Configure = Callable[..., override_settings]
@@ -563,6 +564,37 @@ def test_e013_not_for_the_same_function_registered_again(
     assert run(queue_max) == []
 
 
+def test_e014_a_periodic_schedule_that_does_not_parse(queue_max: Configure, scratch_registry: None) -> None:
+    @periodic_task(cron="*/15 * * *", name="checks.periodic.fields")
+    def fields() -> None: ...
+
+    @periodic_task(interval=0, name="checks.periodic.interval")
+    def interval() -> None: ...
+
+    @periodic_task(cron="*/15 * * * *", name="checks.periodic.fine")
+    def fine() -> None: ...
+
+    hint = (
+        "Give @periodic_task interval= (a positive number of seconds) or cron= (five fields: minute hour "
+        'day-of-month month day-of-week, such as "*/15 * * * *").'
+    )
+    assert run(queue_max) == [
+        Error(
+            "The periodic task 'checks.periodic.fields' has a schedule that does not parse: "
+            "cron '*/15 * * *' has 4 fields; it needs 5: minute hour day-of-month month day-of-week. "
+            "It is not scheduled.",
+            hint=hint,
+            id="queue_max_django.E014",
+        ),
+        Error(
+            "The periodic task 'checks.periodic.interval' has a schedule that does not parse: interval must "
+            "be a positive, finite number of seconds, not 0. It is not scheduled.",
+            hint=hint,
+            id="queue_max_django.E014",
+        ),
+    ]
+
+
 def test_every_mistake_is_reported_at_once(queue_max: Configure) -> None:
     found = run(queue_max, LEASE_TIME=0, SYNC="no", UNKNOWN=1, RATE_LIMIT="x")
     assert [message.id for message in found] == [
@@ -622,6 +654,6 @@ def test_every_check_id_is_documented() -> None:
     source = (ROOT / "queue_max_django" / "checks.py").read_text()
     docs = (ROOT / "docs" / "reference" / "checks.md").read_text()
     ids = sorted(set(re.findall(r"\{PREFIX\}\.([EW]\d{3})", source)))
-    assert ids == [f"E{n:03d}" for n in range(1, 14)] + ["W001", "W002"]
+    assert ids == [f"E{n:03d}" for n in range(1, 15)] + ["W001", "W002"]
     for check_id in ids:
         assert f"### `queue_max_django.{check_id}`" in docs, check_id

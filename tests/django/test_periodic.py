@@ -1,0 +1,113 @@
+"""``@periodic_task``: registration, schedules, the periodic registry, and a task like any other."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.test import override_settings
+
+import queue_max_django
+from queue_max_django.periodic import PeriodicTask, periodic_task, periodic_tasks, unscheduled_periodic_tasks
+from queue_max_django.schedules import Cron, Interval
+from queue_max_django.tasks import Task, registry
+
+Configure = Callable[..., override_settings]
+UTC = dt.UTC
+
+
+@pytest.fixture(autouse=True)
+def scratch_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_tasks", dict(registry._tasks))
+    monkeypatch.setattr(registry, "_conflicts", list(registry._conflicts))
+
+
+def test_exported_lazily_from_the_package() -> None:
+    assert queue_max_django.periodic_task is periodic_task
+
+
+def test_an_interval_task_is_registered_with_its_schedule() -> None:
+    @periodic_task(interval=300, name="periodic.cleanup", queue="maintenance", priority=5)
+    def cleanup() -> str:
+        return "cleaned"
+
+    assert isinstance(cleanup, PeriodicTask) and isinstance(cleanup, Task)
+    assert registry["periodic.cleanup"] is cleanup
+    assert (cleanup.queue, cleanup.priority) == ("maintenance", 5)
+    assert cleanup.schedule == Interval(300)
+    assert cleanup.schedule_error is None
+    assert cleanup.next_run_after(dt.datetime(2026, 1, 1, 0, 4, tzinfo=UTC)) == dt.datetime(
+        2026, 1, 1, 0, 5, tzinfo=UTC
+    )
+    assert cleanup() == "cleaned"
+    assert cleanup in periodic_tasks()
+    assert repr(cleanup) == "<PeriodicTask periodic.cleanup (every 300s)>"
+
+
+def test_a_cron_task_in_a_zone() -> None:
+    @periodic_task(cron="0 9 * * mon-fri", tz="Europe/Berlin")
+    def report() -> None: ...
+
+    assert report.name == f"{__name__}.test_a_cron_task_in_a_zone.<locals>.report"
+    assert report.schedule == Cron("0 9 * * mon-fri", tz=ZoneInfo("Europe/Berlin"))
+    # 2026-11-27 is a Friday: next is Monday 09:00 CET
+    after = dt.datetime(2026, 11, 27, 9, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert report.next_run_after(after) == dt.datetime(2026, 11, 30, 8, tzinfo=UTC)
+
+
+def test_a_schedule_that_does_not_parse_is_recorded_not_raised() -> None:
+    @periodic_task(cron="61 * * * *", name="periodic.bad")
+    def bad() -> int:
+        return 1
+
+    assert registry["periodic.bad"] is bad
+    assert bad.schedule is None
+    assert bad.schedule_error == "cron '61 * * * *': the minute field '61': 61 is out of range 0-59"
+    assert bad.next_run_after(dt.datetime(2026, 1, 1, tzinfo=UTC)) is None
+    assert bad not in periodic_tasks()
+    assert bad in unscheduled_periodic_tasks()
+    assert bad() == 1
+
+
+def test_task_options_are_still_checked_at_decoration() -> None:
+    with pytest.raises(ValueError, match="priority must be an int"):
+
+        @periodic_task(interval=5, priority=1000)
+        def loud() -> None: ...
+
+
+def test_periodic_tasks_lists_only_periodic_tasks_by_name() -> None:
+    @periodic_task(interval=60, name="periodic.b")
+    def b() -> None: ...
+
+    @periodic_task(interval=60, name="periodic.a")
+    def a() -> None: ...
+
+    @queue_max_django.task(name="periodic.plain")
+    def plain() -> None: ...
+
+    names = [made.name for made in periodic_tasks()]
+    assert "periodic.plain" not in names
+    assert names.index("periodic.a") < names.index("periodic.b")
+
+
+def test_a_refused_duplicate_name_is_not_scheduled() -> None:
+    @periodic_task(interval=60, name="periodic.twice")
+    def first() -> None: ...
+
+    @periodic_task(interval=1, name="periodic.twice")
+    def second() -> None: ...
+
+    assert [made for made in periodic_tasks() if made.name == "periodic.twice"] == [first]
+
+
+def test_delay_works_as_for_any_task(queue_max: Configure) -> None:
+    @periodic_task(interval=60, name="periodic.delayed")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    with queue_max(IMMEDIATE=True):
+        result = add.delay(2, 3)
+    assert result.return_value == 5
