@@ -177,7 +177,8 @@ class Queue(FlowControl):
         self._maintenance: threading.Thread | None = None
         self._local = threading.local()  # per consumer thread: its view of the shards' heads
         self._consumer_numbers = itertools.count()
-        self._valid_names: set[str] = set()  # queue and task names already validated
+        self._valid_queues: set[str] = set()  # queue names already validated
+        self._valid_names: set[str] = set()  # job names already validated
         self._scrub_from: list[bytes | None] = [None] * self.shard_count  # recover()'s walk through records
         self._open_shards()
 
@@ -292,17 +293,17 @@ class Queue(FlowControl):
             raise InvalidJob(
                 f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}"
             )
-        if queue not in self._valid_names:
+        if queue not in self._valid_queues:
             validate_queue_name(queue)
             if self.queues is not None and queue not in self.queues:
                 raise UnknownQueue(f"unknown queue {queue!r}: this Queue serves {sorted(self.queues)}")
-            self._remember_valid(queue)
+            _remember(self._valid_queues, queue)
         if name is not None and name not in self._valid_names:
             if not isinstance(name, str) or not name or len(name) > MAX_NAME:
                 raise InvalidJob(
                     f"name must be None or a non-empty str of at most {MAX_NAME} characters, not {name!r}"
                 )
-            self._remember_valid(name)
+            _remember(self._valid_names, name)
         if max_retries is None:
             max_retries = self.max_retries
         elif type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES_LIMIT:
@@ -315,11 +316,6 @@ class Queue(FlowControl):
             check_partition_key(partition_key)
         ready = None if delay is None and eta is None else ready_at(delay, eta, now)
         return (queue, name, priority, ready, max_retries, timeout, partition_key)
-
-    def _remember_valid(self, name: str) -> None:
-        if len(self._valid_names) > 10_000:  # names are few in practice; never let the cache grow unbounded
-            self._valid_names.clear()
-        self._valid_names.add(name)
 
     def _pack_payload(self, payload: Any) -> bytes:
         return codec.pack_value(payload, what="payload", limit=self.max_payload_bytes)
@@ -860,3 +856,10 @@ class Queue(FlowControl):
                 return
             except Exception:  # keep maintaining; the next round retries
                 logger.exception("background maintenance of %s failed", self.path)
+
+
+def _remember(valid: set[str], name: str) -> None:
+    """Add to a cache of validated names; names are few in practice, but never let it grow unbounded."""
+    if len(valid) > 10_000:
+        valid.clear()
+    valid.add(name)

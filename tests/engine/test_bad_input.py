@@ -326,3 +326,15 @@ def test_good_configuration_is_kept(tmp_path: Path, clock: FakeClock) -> None:
         assert q.shard_count == 3
         assert (q.lease_time, q.max_retries, q.retry_backoff, q.retry_backoff_max) == (5.0, 0, 0.5, 10.0)
         assert (q.result_ttl, q.max_payload_bytes, q.queues) == (0.0, 100, frozenset({"a", "b"}))
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+def test_a_job_name_never_passes_as_a_queue_name(tmp_path: Path, clock: FakeClock) -> None:
+    """inv_7: names already accepted as job names are not thereby accepted as queue names: a Queue limited
+    to some queues still refuses another queue after a job used that string as its name."""
+    with open_queue(tmp_path / "store", clock, queues=["mail"]) as q:
+        q.put("x", queue="mail", name="reports")
+        with pytest.raises(UnknownQueue):
+            q.put("y", queue="reports")
+        assert q.stats()["total"] == 1
