@@ -29,12 +29,7 @@ from queue_max_django.engine import (
     keys,
 )
 from queue_max_django.engine.job import STATE_CODE
-from tests.engine.conftest import FakeClock
-
-
-def open_queue(path: Path, clock: FakeClock, **options: Any) -> Queue:
-    defaults: dict[str, Any] = {"clock": clock, "do_recover": False, "do_vacuum": False, "retry_backoff": 0}
-    return Queue(path, **(defaults | options))
+from tests.engine.conftest import FakeClock, dump_store, open_queue
 
 
 def _no_ext(code: int, data: bytes) -> Any:
@@ -64,15 +59,6 @@ def stored_payload(q: Queue, job_id: int) -> bytes:
     record = stored_record(q, job_id)
     assert inline_field is not None and isinstance(record[inline_field], bytes), "payload not found"
     return bytes(record[inline_field])
-
-
-def dump_store(q: Queue) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
-    out = {}
-    for shard in q._shards:
-        with shard.env.env.begin() as txn:
-            for name, db in shard.env.dbs.items():
-                out[shard.index, name] = list(txn.cursor(db=db))
-    return out
 
 
 def partition_keys_for_distinct_shards(tmp_path: Path, count: int, shards: int = 6) -> list[str]:

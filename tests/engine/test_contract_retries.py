@@ -16,18 +16,13 @@ import msgpack
 import pytest
 
 from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, backoff_delay, codec, keys
-from tests.engine.conftest import FakeClock
+from tests.engine.conftest import FakeClock, dump_store, open_queue
 
 LEASE = 30.0  # the fixture queue's lease_time
 
 
 class PaymentDeclined(Exception):
     """A user-defined error: its dead letter names it module.Class."""
-
-
-def open_queue(path: Path, clock: FakeClock, **options: Any) -> Queue:
-    defaults: dict[str, Any] = {"clock": clock, "do_recover": False, "do_vacuum": False, "retry_backoff": 0}
-    return Queue(path, **(defaults | options))
 
 
 def stored_record(q: Queue, job_id: int) -> list[Any]:
@@ -56,16 +51,6 @@ def delete_lease_entry(q: Queue, job_id: int) -> None:
     lease_us = stored_record(q, job_id)[codec.F_LEASE_UNTIL]
     with shard.env.env.begin(write=True) as txn:
         assert txn.delete(keys.time_key(lease_us, job_id), db=shard.env.dbs["lease"])
-
-
-def dump_store(q: Queue) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
-    """Every key and value of every database of every shard."""
-    out = {}
-    for shard in q._shards:
-        with shard.env.env.begin() as txn:
-            for name, db in shard.env.dbs.items():
-                out[shard.index, name] = list(txn.cursor(db=db))
-    return out
 
 
 def remove_payload(q: Queue, job_id: int) -> None:

@@ -25,14 +25,9 @@ from queue_max_django.engine import (
     keys,
 )
 from queue_max_django.engine.job import STATE_CODE
-from tests.engine.conftest import FakeClock
+from tests.engine.conftest import FakeClock, open_queue
 
 LEASE = 30.0  # the fixture queue's lease_time
-
-
-def open_queue(path: Path, clock: FakeClock, **options: Any) -> Queue:
-    defaults: dict[str, Any] = {"clock": clock, "do_recover": False, "do_vacuum": False, "retry_backoff": 0}
-    return Queue(path, **(defaults | options))
 
 
 def raw(q: Queue, job_id: int, db: str = "jobs") -> bytes | None:

@@ -23,23 +23,9 @@ from queue_max_django.engine import (
     StoreMismatch,
     keys,
 )
-from tests.engine.conftest import FakeClock
+from tests.engine.conftest import FakeClock, dump_store, open_queue
 
 LIFECYCLE = ("pending", "scheduled", "running", "done", "failed")
-
-
-def open_queue(path: Path, clock: FakeClock, **options: Any) -> Queue:
-    defaults: dict[str, Any] = {"clock": clock, "do_recover": False, "do_vacuum": False, "retry_backoff": 0}
-    return Queue(path, **(defaults | options))
-
-
-def dump_store(q: Queue) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
-    out = {}
-    for shard in q._shards:
-        with shard.env.env.begin() as txn:
-            for name, db in shard.env.dbs.items():
-                out[shard.index, name] = list(txn.cursor(db=db))
-    return out
 
 
 def keys_naming(q: Queue, job_id: int) -> list[tuple[int, str]]:

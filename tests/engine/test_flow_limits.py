@@ -28,16 +28,9 @@ from queue_max_django.engine import (
     State,
     flow,
 )
-from tests.engine.conftest import FakeClock
+from tests.engine.conftest import FakeClock, open_queue
 
 pytestmark = pytest.mark.contract
-
-
-def open_queue(path: Path, clock: Any = None, **options: Any) -> Queue:
-    defaults: dict[str, Any] = {"do_recover": False, "do_vacuum": False, "retry_backoff": 0}
-    if clock is not None:
-        defaults["clock"] = clock
-    return Queue(path, **(defaults | options))
 
 
 def drain(q: Queue, **get_options: Any) -> list[Record]:
