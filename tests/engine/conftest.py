@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from queue_max_django.engine import Queue
+from tests.engine.procs import Children
 
 
 class FakeClock:
@@ -51,6 +52,14 @@ def dump_store(q: Queue) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
             for name, db in shard.env.dbs.items():
                 out[shard.index, name] = list(txn.cursor(db=db))
     return out
+
+
+@pytest.fixture
+def children() -> Iterator[Children]:
+    """Start child processes with ``children.start(target, *args)``; any still alive are SIGKILLed after."""
+    started = Children()
+    yield started
+    started.kill_all()
 
 
 @pytest.fixture

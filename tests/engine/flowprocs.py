@@ -1,7 +1,7 @@
-"""What the flow-control multi-process tests run in their child processes, and how the parent starts them.
+"""What the flow-control multi-process tests run in their child processes.
 
-The children are fresh interpreters, started as tests/engine/procs.py starts its own (``subprocess`` +
-``sys.executable``, never ``fork``), but they run a target of this module. Each child opens its own
+The children are fresh interpreters started by ``procs.Children`` (``subprocess`` + ``sys.executable``,
+never ``fork``), running a target of this module. Each child opens its own
 ``Queue`` on the real clock and reports JSON lines on its stdout (``procs.send``). Children that must act
 together wait for a "go" file the parent creates once every child said it is ready, so that interpreter
 start-up (a few hundred ms on a busy machine) is not part of what is measured.
@@ -9,56 +9,13 @@ start-up (a few hundred ms on a busy machine) is not part of what is measured.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from queue_max_django.engine import QueueEmpty
 
-from . import procs
-from .procs import CHILD_TIMEOUT, REPO_ROOT, Child, opened, send
-
-_BOOT = (
-    "import json, sys; from tests.engine import flowprocs; "
-    "getattr(flowprocs, sys.argv[1])(*json.loads(sys.argv[2]))"
-)
-
-# ---------------------------------------------------------------------------------------------- parent side
-
-
-class FlowChild(Child):
-    """``procs.Child``, running ``flowprocs.<target>(*args)`` instead of a target of procs.py."""
-
-    def __init__(self, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        self.name = target.__name__
-        self.popen = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, self.name, json.dumps(args)],
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-        )
-        self.pid = self.popen.pid
-        self._buffer = b""
-
-
-class FlowChildren(procs.Children):
-    """The children one test started; ``kill_all()`` at teardown SIGKILLs those still alive, by pid."""
-
-    def start(self, target: Callable[..., Any], *args: Any) -> Child:
-        child = FlowChild(target, args)
-        self.started.append(child)
-        return child
-
-    def together(self, go: Path, children: list[Child]) -> list[Any]:
-        """Wait until each child said "ready", then let them all go at once. -> their ready messages."""
-        ready = [child.recv() for child in children]
-        go.touch()
-        return ready
-
+from .procs import CHILD_TIMEOUT, opened, send
 
 # ---------------------------------------------------------------------------------------------- child side
 

@@ -29,19 +29,21 @@ from queue_max_django.engine import Queue, QueueEmpty, State
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT = 60.0  # generous: the machine is shared, but a child that hangs must not hang the suite
 _BOOT = (
-    "import json, sys; from tests.engine import procs; getattr(procs, sys.argv[1])(*json.loads(sys.argv[2]))"
+    "import importlib, json, sys; "
+    "getattr(importlib.import_module(sys.argv[1]), sys.argv[2])(*json.loads(sys.argv[3]))"
 )
 
 # ---------------------------------------------------------------------------------------------- parent side
 
 
 class Child:
-    """One child interpreter running ``procs.<target>(*args)``."""
+    """One child interpreter running ``target(*args)``: a function of an importable module (procs.py,
+    flowprocs.py), found again by module and name in the child."""
 
     def __init__(self, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.name = target.__name__
         self.popen = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, self.name, json.dumps(args)],
+            [sys.executable, "-c", _BOOT, target.__module__, self.name, json.dumps(args)],
             cwd=REPO_ROOT,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -99,6 +101,12 @@ class Children:
     def kill_all(self) -> None:
         for child in self.started:
             child.close()
+
+    def together(self, go: Path, children: list[Child]) -> list[Any]:
+        """Wait until each child said "ready", then let them all go at once. -> their ready messages."""
+        ready = [child.recv() for child in children]
+        go.touch()
+        return ready
 
 
 def kill(child: Child) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,6 @@ from . import procs
 from .procs import Children, finish, kill, opened, read_lines, wait_for
 
 pytestmark = pytest.mark.contract
-
-
-@pytest.fixture
-def children() -> Iterator[Children]:
-    started = Children()
-    yield started
-    started.kill_all()
 
 
 # ------------------------------------------------------------------------------------------ INV-2

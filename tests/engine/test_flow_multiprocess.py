@@ -7,7 +7,6 @@ start together on a "go" file so that their start-up is not measured.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +15,13 @@ import pytest
 from queue_max_django.engine import State
 
 from . import flowprocs
-from .flowprocs import FlowChildren
-from .procs import all_jobs, finish, opened
+from .procs import Children, all_jobs, finish, opened
 
 pytestmark = [pytest.mark.contract, pytest.mark.slow]
 
 
-@pytest.fixture
-def children() -> Iterator[FlowChildren]:
-    started = FlowChildren()
-    yield started
-    started.kill_all()
-
-
 @pytest.mark.flow_limit_shared
-def test_two_processes_share_one_limit(store_path: Path, tmp_path: Path, children: FlowChildren) -> None:
+def test_two_processes_share_one_limit(store_path: Path, tmp_path: Path, children: Children) -> None:
     """flow_limit_shared: two processes calling try_acquire in a tight loop on one key of 1000/s (burst 50)
     for 2 s are granted together at most rate x elapsed + burst, elapsed from the earliest start to the
     latest end, and at least 80% of it (the rate is really usable, by both)."""
@@ -69,7 +60,7 @@ def most_in_any_window(times: list[float], window: float) -> int:
 @pytest.mark.flow_limit_shared
 @pytest.mark.flow_rate_aware_claim
 def test_two_consumers_start_jobs_within_one_shared_limit(
-    store_path: Path, tmp_path: Path, children: FlowChildren
+    store_path: Path, tmp_path: Path, children: Children
 ) -> None:
     """flow_limit_shared: two processes draining jobs of a task limited to 20/s (burst 5) for 1.5 s start,
     together, at most rate x window + burst jobs in any window (start times read from the store), no job
@@ -105,7 +96,7 @@ def test_two_consumers_start_jobs_within_one_shared_limit(
 
 @pytest.mark.flow_breaker_shared
 def test_a_breaker_opened_in_one_process_holds_jobs_in_another(
-    store_path: Path, tmp_path: Path, children: FlowChildren
+    store_path: Path, tmp_path: Path, children: Children
 ) -> None:
     """flow_breaker_shared: failures in one process open the breaker; another process (a long-lived Queue
     that had already read the breakers) sees it open and skips its jobs while serving the others; the

@@ -17,7 +17,7 @@ import time
 import traceback
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,13 +28,6 @@ from . import procs
 from .procs import Children, finish, kill, opened, read_lines, wait_for
 
 pytestmark = pytest.mark.contract
-
-
-@pytest.fixture
-def children() -> Iterator[Children]:
-    started = Children()
-    yield started
-    started.kill_all()
 
 
 def _fork(child: Callable[[], None]) -> int:
