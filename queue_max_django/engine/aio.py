@@ -17,8 +17,9 @@ from .errors import QueueEmpty
 from .job import Job, State
 from .queue import MAX_IDLE_WAIT, Queue
 from .record import Record
+from .store import WAKE_FILE
 from .validate import check_number
-from .wake import _IN_CLOEXEC, _IN_MODIFY, _IN_NONBLOCK, _LIBC
+from .wake import watch
 
 
 class AsyncRecord:
@@ -120,18 +121,8 @@ class AsyncQueue:
             loop.remove_reader(fd)
 
     def _hint_fd(self) -> int | None:
-        if self._watch_fd is None and _LIBC is not None:
-            fd = _LIBC.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-            if fd >= 0:
-                if (
-                    _LIBC.inotify_add_watch(
-                        fd, os.fsencode(os.path.join(self.queue.path, "wake")), _IN_MODIFY
-                    )
-                    < 0
-                ):
-                    os.close(fd)
-                else:
-                    self._watch_fd = fd
+        if self._watch_fd is None:
+            self._watch_fd = watch(os.path.join(self.queue.path, WAKE_FILE))
         return self._watch_fd
 
     @contextlib.asynccontextmanager

@@ -44,6 +44,7 @@ from .store import (
     CONTROL_DB_NAMES,
     CONTROL_DIR,
     REGISTRY,
+    WAKE_FILE,
     EnvOptions,
     fork_generation,
     open_store_meta,
@@ -172,7 +173,7 @@ class Queue(FlowControl):
         self._lock = threading.Lock()
         self._closed = False
         self._rotation = itertools.count(self._rng.randrange(self.shard_count))
-        self._waker = Waker(os.path.join(self.path, "wake"))
+        self._waker = Waker(os.path.join(self.path, WAKE_FILE))
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
         self._local = threading.local()  # per consumer thread: its view of the shards' heads

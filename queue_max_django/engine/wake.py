@@ -35,6 +35,20 @@ def _load_libc() -> ctypes.CDLL | None:
 _LIBC = _load_libc()
 
 
+def watch(path: str) -> int | None:
+    """A new non-blocking inotify descriptor that becomes readable when ``path`` is written to, or None
+    where inotify is not available. The caller owns (and closes) it."""
+    if _LIBC is None:
+        return None
+    fd = int(_LIBC.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC))
+    if fd < 0:
+        return None
+    if _LIBC.inotify_add_watch(fd, os.fsencode(path), _IN_MODIFY) < 0:
+        os.close(fd)
+        return None
+    return fd
+
+
 class Waker:
     """One per ``Queue``: ``notify()`` after a commit; ``wait(timeout)`` in a consumer thread."""
 
@@ -109,13 +123,10 @@ class Waker:
         fd: int | None = getattr(self._local, "fd", None)
         if fd is not None and self._local.pid == os.getpid():
             return fd
-        if _LIBC is None or self._closed:
+        if self._closed:
             return None
-        new_fd = int(_LIBC.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC))
-        if new_fd < 0:
-            return None
-        if _LIBC.inotify_add_watch(new_fd, os.fsencode(self._path), _IN_MODIFY) < 0:
-            os.close(new_fd)
+        new_fd = watch(self._path)
+        if new_fd is None:
             return None
         with self._lock:
             if self._closed:
