@@ -16,7 +16,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from .breaker import BreakerPolicy
+from . import ratelimit
+from .breaker import BreakerPolicy, success_changes
 from .control import (
     GLOBAL_KEY,
     NAME_KEY_PREFIX,
@@ -28,10 +29,10 @@ from .control import (
 )
 from .errors import InvalidJob, RateLimited
 from .ratelimit import Rate, parse_rate
+from .record import Record
 from .validate import check_number
 
 if TYPE_CHECKING:
-    from .record import Record
     from .shard import Candidate, Shard
 
 MAX_KEY = 200
@@ -122,9 +123,7 @@ class FlowControl:
         limit = self._control.state().limits.get(_check_key(key))
         if limit is None:
             return None
-        from .ratelimit import remaining
-
-        return remaining(limit.bucket, limit.rate, self._clock())
+        return ratelimit.remaining(limit.bucket, limit.rate, self._clock())
 
     def retry_after(self, key: str) -> float:
         """Seconds until ``key`` has a token (0 if it has one now, or has no limit)."""
@@ -132,9 +131,7 @@ class FlowControl:
         limit = self._control.state().limits.get(_check_key(key))
         if limit is None:
             return 0.0
-        from .ratelimit import retry_after
-
-        return retry_after(limit.bucket, limit.rate, self._clock())
+        return ratelimit.retry_after(limit.bucket, limit.rate, self._clock())
 
     # ------------------------------------------------------------------ circuit breakers
 
@@ -178,12 +175,13 @@ class FlowControl:
         if state is None:
             return {}
         now = self._clock()
-        from .ratelimit import remaining
-
         out: dict[str, Any] = {}
         if state.limits:
             out["rate_limits"] = {
-                key: {"rate": str(limit.rate), "remaining": remaining(limit.bucket, limit.rate, now)}
+                key: {
+                    "rate": str(limit.rate),
+                    "remaining": ratelimit.remaining(limit.bucket, limit.rate, now),
+                }
                 for key, limit in state.limits.items()
             }
         if state.breakers:
@@ -200,11 +198,8 @@ class FlowControl:
         keys = [key for key in job_keys(queue, name) if key in state.breakers]
         if not keys:
             return
-        if success:
-            from .breaker import success_changes
-
-            if not any(success_changes(state.breakers[key].breaker) for key in keys):
-                return
+        if success and not any(success_changes(state.breakers[key].breaker) for key in keys):
+            return
         self._control.record(keys, success)
 
     def _fast_admission(self, state: FlowState) -> list[str] | None:
@@ -253,8 +248,6 @@ class FlowControl:
     ) -> tuple[Record | None, float | None]:
         """Claim the best job that limits and breakers let start now. -> (record, or None and the clock time
         when it is worth looking again: the earliest ETA or unblocking, None if nothing is in sight)."""
-        from .record import Record
-
         shards = self._live()
         for _round in range(MAX_ADMIT_ROUNDS):
             now = self._clock()

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from .keys import shard_of
+
 
 class State(enum.StrEnum):
     """A job's state. The values are the ``stats()`` keys and what ``jobs()``/``purge()`` take."""
@@ -50,6 +52,4 @@ class Job:
     @property
     def shard(self) -> int:
         """The shard that holds this job (derivable from its id)."""
-        from .keys import shard_of
-
         return shard_of(self.job_id)
