@@ -777,26 +777,25 @@ class Queue(FlowControl):
         if older_than is not None:
             check_number("older_than", older_than, minimum=0, error=InvalidJob)
         cutoff = self._clock() - (self.result_ttl if older_than is None else older_than)
-        total = 0
-        for shard in self._live():
-            while True:
-                count = shard.vacuum(cutoff, BATCH)
-                total += count
-                if count < BATCH:
-                    break
-        return total
+        return self._in_batches(lambda shard: shard.vacuum(cutoff, BATCH))
 
     def promote(self) -> int:
         """Scheduled jobs whose ETA passed become pending now (``get()`` also does this as it goes)."""
+        total = self._in_batches(lambda shard: shard.promote_due(self._clock(), BATCH))
+        if total:
+            self._waker.notify()
+        return total
+
+    def _in_batches(self, step: Callable[[Shard], int]) -> int:
+        """Repeat ``step`` (one transaction of at most BATCH jobs) on each shard until a step does less
+        than a full batch. -> the total done."""
         total = 0
         for shard in self._live():
             while True:
-                count = shard.promote_due(self._clock(), BATCH)
+                count = step(shard)
                 total += count
                 if count < BATCH:
                     break
-        if total:
-            self._waker.notify()
         return total
 
     def wait_until_empty(self, timeout: float | None = None, *, poll_interval: float = 0.005) -> bool:
