@@ -4,6 +4,7 @@ from .aio import AsyncQueue, AsyncRecord
 from .breaker import BreakerPolicy, BreakerState, InvalidBreakerPolicy
 from .classify import Decision, Permanent, Retry, classify
 from .control import GLOBAL_KEY, NAME_KEY_PREFIX, QUEUE_KEY_PREFIX, job_keys
+from .coordination import LockHolder, WorkerInfo
 from .errors import (
     ConfigurationError,
     InvalidJob,
@@ -48,6 +49,7 @@ __all__ = [
     "InvalidJob",
     "InvalidRate",
     "Job",
+    "LockHolder",
     "PayloadNotSerializable",
     "PayloadTooLarge",
     "Permanent",
@@ -65,6 +67,7 @@ __all__ = [
     "StoreFull",
     "StoreMismatch",
     "UnknownQueue",
+    "WorkerInfo",
     "backoff_delay",
     "classify",
     "job_keys",

@@ -36,7 +36,10 @@ F_ATTEMPTS = 18
 F_PAYLOAD = (
     19  # the packed payload when it is small (<= INLINE_PAYLOAD_MAX); else None and it is in "payloads"
 )
-RECORD_FIELDS = 20
+F_WORKERS = 20  # ids of the workers that claimed the job, one per attempt (the last HISTORY_MAX), or None
+F_ERRORS = 21  # [error type, error] of each failed attempt (the last HISTORY_MAX), or None
+RECORD_FIELDS = 22
+HISTORY_MAX = 10
 
 # Small payloads live inside the record: one B-tree page written per put instead of two. Large ones live in
 # their own database, written once, so that state changes never copy them.

@@ -57,6 +57,7 @@ class FlowControl:
     """Mixed into ``Queue``. Everything here shares state across processes through the control store."""
 
     _control: Control
+    worker_id: str | None
     _flow_cache: tuple[int, FlowState | None]
     _reserve: dict[str, tuple[int, float]]  # key -> (tokens held locally, when they were taken: monotonic)
     _reserve_lock: Any
@@ -292,7 +293,9 @@ class FlowControl:
             if not admitted:
                 state = self._control.state()  # someone else spent it; look again with fresh state
                 continue
-            claimed = shards[best.shard].claim_job(now, best.job_id, self.lease_time, os.urandom(16))
+            claimed = shards[best.shard].claim_job(
+                now, best.job_id, self.lease_time, os.urandom(16), worker=self.worker_id
+            )
             if claimed is None:
                 self._control.give_back(job_keys_)
                 continue

@@ -48,6 +48,8 @@ class Job:
     timeout: float | None = None
     partition_key: Any = None
     lease_until: float | None = None
+    worker_ids: tuple[str, ...] = ()  # who claimed each attempt (the last 10), when workers said who they are
+    errors: tuple[tuple[str | None, str | None], ...] = ()  # (error type, error) of each failed attempt
 
     @property
     def shard(self) -> int:

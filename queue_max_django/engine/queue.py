@@ -24,6 +24,7 @@ import msgpack
 
 from . import codec
 from .control import Control
+from .coordination import Coordination, LockHolder, WorkerInfo
 from .errors import (
     ConfigurationError,
     InvalidJob,
@@ -114,6 +115,7 @@ class Queue(FlowControl):
         alert_threshold: int | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        worker_id: str | None = None,
     ) -> None:
         if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
                                    or not 1 <= shards <= MAX_SHARDS):  # fmt: skip
@@ -158,6 +160,9 @@ class Queue(FlowControl):
         if alert_threshold is not None and (type(alert_threshold) is not int or alert_threshold < 0):
             raise ConfigurationError(f"alert_threshold must be None or an int >= 0, not {alert_threshold!r}")
         self.alert_threshold = alert_threshold
+        if worker_id is not None and (not isinstance(worker_id, str) or not 0 < len(worker_id) <= MAX_NAME):
+            raise ConfigurationError(f"worker_id must be None or a str of 1 to {MAX_NAME} characters")
+        self.worker_id = worker_id  # recorded in each job this Queue claims (Job.worker_ids)
         self.events = Events()  # callbacks: see events.py; the Django layer turns them into signals
         self._alert_quiet_until = 0.0
         self._pending_cache: dict[int, tuple[int, int]] = {}  # shard -> (last txn id, pending jobs)
@@ -205,6 +210,7 @@ class Queue(FlowControl):
                 REGISTRY.release(env)
             raise
         self._control = Control(control_env, self._clock)
+        self._coordination = Coordination(control_env, self._clock)
         self._flow_cache = (-1, None)
         self._reserve = {}
         self._reserve_lock = threading.Lock()
@@ -347,15 +353,29 @@ class Queue(FlowControl):
         max_retries: int | None = None,
         timeout: float | None = None,
         partition_key: Any = None,
+        unique_key: str | None = None,
     ) -> int:
-        """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input."""
+        """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input.
+
+        ``unique_key``: put this job only if no put used the same key in the last ``result_ttl`` seconds;
+        otherwise write nothing and return the id of the job that key made (checked in the same transaction
+        as the write, so it holds across processes and crashes; the periodic scheduler relies on it)."""
         shards = self._live()
         now = self._clock()
         options = self._job_options(
             priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
-        job = NewJobs((self._pack_payload(payload),), *options)
+        unique = None
+        if unique_key is not None:
+            if not isinstance(unique_key, str) or not 0 < len(unique_key) <= MAX_NAME:
+                raise InvalidJob(
+                    f"unique_key must be a str of 1 to {MAX_NAME} characters, not {unique_key!r}"
+                )
+            unique = unique_key.encode()
+            if partition_key is None:
+                partition_key = unique_key  # one key, one shard: the check and the write meet there
+        job = NewJobs((self._pack_payload(payload),), *options, unique)
         if self.sync:
             index = self._route_durable(partition_key)
             job_id, wake = self._committers[index].submit([job])[0]
@@ -515,7 +535,9 @@ class Queue(FlowControl):
             if best < 0:
                 return None, view.next_eta
             try:
-                outcome = shards[best].claim(now, allowed, self.lease_time, os.urandom(16), runner_up)
+                outcome = shards[best].claim(
+                    now, allowed, self.lease_time, os.urandom(16), runner_up, self.worker_id
+                )
             except CorruptedJobQuarantined as exc:
                 local.view = None
                 raise QueueCorrupted(
@@ -707,7 +729,9 @@ class Queue(FlowControl):
         shard = self._job_shard(job_id)
         if shard is None:
             return None
-        claimed = shard.claim_job(self._clock(), job_id, self.lease_time, os.urandom(16), scheduled_too=True)
+        claimed = shard.claim_job(
+            self._clock(), job_id, self.lease_time, os.urandom(16), scheduled_too=True, worker=self.worker_id
+        )
         return None if claimed is None else Record(self, claimed)
 
     def requeue(self, job_id: int) -> bool:
@@ -777,6 +801,7 @@ class Queue(FlowControl):
         if older_than is not None:
             check_number("older_than", older_than, minimum=0, error=InvalidJob)
         cutoff = self._clock() - (self.result_ttl if older_than is None else older_than)
+        self._in_batches(lambda shard: shard.forget_unique(self._clock() - self.result_ttl, BATCH))
         return self._in_batches(lambda shard: shard.vacuum(cutoff, BATCH))
 
     def promote(self) -> int:
@@ -816,6 +841,45 @@ class Queue(FlowControl):
         for shard in self._live():
             problems.extend(shard.verify())
         return problems
+
+    # ------------------------------------------------------------------ locks and the worker registry
+
+    def acquire_lock(self, name: str, owner: str, ttl: float) -> bool:
+        """Take (or, if ``owner`` already holds it, renew) the store-wide lock ``name`` for ``ttl`` seconds.
+        -> False if another owner holds it. A holder that dies loses it when the ttl runs out."""
+        check_number("ttl", ttl, minimum=0.001, error=InvalidJob)
+        self._live()
+        return self._coordination.acquire_lock(name, owner, float(ttl))
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        """Give up ``name`` if ``owner`` holds it. -> whether it did."""
+        self._live()
+        return self._coordination.release_lock(name, owner)
+
+    def lock_holder(self, name: str) -> LockHolder | None:
+        self._live()
+        return self._coordination.lock_holder(name)
+
+    def report_worker(self, worker_id: str, *, stale_after: float, **fields: Any) -> None:
+        """Register or refresh a worker in the store's registry (``workers()`` reads it). Fields: ``pid``,
+        ``host``, ``started_at``, ``queues``, ``threads``, ``current_jobs``, ``processed``, ``failed``."""
+        check_number("stale_after", stale_after, minimum=0.001, error=InvalidJob)
+        self._live()
+        self._coordination.report_worker(worker_id, stale_after=float(stale_after), **fields)
+
+    def remove_worker(self, worker_id: str) -> bool:
+        self._live()
+        return self._coordination.remove_worker(worker_id)
+
+    def workers(self, *, include_dead: bool = False) -> list[WorkerInfo]:
+        """Workers that reported within their ``stale_after`` (all registered ones with ``include_dead``)."""
+        self._live()
+        return self._coordination.workers(include_dead=include_dead)
+
+    def prune_workers(self) -> int:
+        """Forget workers that stopped reporting. -> how many."""
+        self._live()
+        return self._coordination.prune_workers()
 
     def reader_check(self) -> int:
         """Reclaim LMDB reader slots of dead processes. -> how many. (The background thread does this.)"""

@@ -19,6 +19,7 @@ from .codec import (
     F_ENQUEUED_AT,
     F_ERROR,
     F_ERROR_TYPE,
+    F_ERRORS,
     F_FINISHED_AT,
     F_LEASE_UNTIL,
     F_MAX_RETRIES,
@@ -35,6 +36,8 @@ from .codec import (
     F_TIMEOUT,
     F_TOKEN,
     F_TRACEBACK,
+    F_WORKERS,
+    HISTORY_MAX,
 )
 from .errors import QueueCorrupted
 from .job import STATE_CODE, STATES, Job, State
@@ -65,7 +68,10 @@ _COUNTERS_KEY = b"\xff" * 8
 _COUNTERS = struct.Struct(">QQ")
 _ID = struct.Struct(">Q")
 _TIME_KEY = struct.Struct(">QQ")
-_READY_TAIL = struct.Struct(">QQ")  # after the queue name, NUL and the 2-byte flipped priority
+_READY_TAIL = struct.Struct(">QQ")
+_UNIQUE = struct.Struct(
+    ">QQ"
+)  # (job id, when the key was used, µs)  # after the queue name, NUL and the 2-byte flipped priority
 LEASE_EXPIRED = "LeaseExpired"
 CORRUPTED = "Corrupted"
 
@@ -82,6 +88,7 @@ class NewJobs:
     max_retries: int
     timeout: float | None
     partition_key: Any
+    unique_key: bytes | None = None  # one payload only: if the key was seen, nothing is written
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +177,15 @@ def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
         timeout=record[F_TIMEOUT],
         partition_key=record[F_PARTITION_KEY],
         lease_until=seconds(record[F_LEASE_UNTIL]) if state is State.RUNNING else None,
+        worker_ids=tuple(record[F_WORKERS] or ()),
+        errors=tuple((error_type, error) for error_type, error in record[F_ERRORS] or ()),
     )
+
+
+def _remember_worker(record: list[Any], worker: str) -> None:
+    workers = record[F_WORKERS] or []
+    workers.append(worker)
+    record[F_WORKERS] = workers[-HISTORY_MAX:]
 
 
 class Shard:
@@ -185,6 +200,7 @@ class Shard:
         self.lease = dbs["lease"]
         self.done_at = dbs["done_at"]
         self.failed = dbs["failed"]
+        self.unique = dbs["unique"]
         # One index per state; its entry count is the state's count.
         self.indexes = {State.PENDING: self.ready, State.SCHEDULED: self.sched, State.RUNNING: self.lease,
                         State.DONE: self.done_at, State.FAILED: self.failed}  # fmt: skip
@@ -281,13 +297,19 @@ class Shard:
             wake = False
             count = 0
             for batch in batches:
+                unique_key = batch.unique_key
+                if unique_key is not None:
+                    seen = txn.get(unique_key, db=self.unique)
+                    if seen is not None:
+                        ids.append(_UNIQUE.unpack(seen)[0])
+                        continue
                 ready_us = now_us if batch.ready_at is None else micros(batch.ready_at)
                 scheduled = ready_us > now_us
                 # Field order: see codec.F_*. Per job only the ready time and the payload differ.
                 record = [
                     SCHEDULED if scheduled else PENDING, batch.queue, batch.name, batch.priority, 0,
                     batch.max_retries, now_us, ready_us, None, None, None, None,
-                    None, None, None, None, batch.timeout, batch.partition_key, 0, None,
+                    None, None, None, None, batch.timeout, batch.partition_key, 0, None, None, None,
                 ]  # fmt: skip
                 queue = batch.queue.encode()
                 prefix = ready_prefix(queue, batch.priority)  # + (ready time, id) = the ready key
@@ -326,6 +348,8 @@ class Shard:
                         put(prefix + pack_ready_tail(sequence, job_id), name, db=ready_db)
                     ids.append(job_id)
                     count += 1
+                if unique_key is not None:
+                    put(unique_key, _UNIQUE.pack(ids[-1], now_us), db=self.unique)
             put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + count), db=jobs_db)
             return ids, wake
 
@@ -417,7 +441,14 @@ class Shard:
         return self.env.read(txn_fn)
 
     def claim_job(
-        self, now: float, job_id: int, lease_time: float, token: bytes, *, scheduled_too: bool = False
+        self,
+        now: float,
+        job_id: int,
+        lease_time: float,
+        token: bytes,
+        *,
+        scheduled_too: bool = False,
+        worker: str | None = None,
     ) -> Claimed | None:
         """Claim exactly this job if it is still pending (or scheduled, with ``scheduled_too``: it starts
         now, before its ETA). -> None if it is in another state or gone."""
@@ -439,6 +470,8 @@ class Shard:
             record[F_LEASE_UNTIL] = lease_us
             record[F_TOKEN] = token
             record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
+            if worker is not None:
+                _remember_worker(record, worker)
             self._index(txn, job_id, record)
             self._store(txn, job_id, record)
             return Claimed(job_id, record, payload)
@@ -477,6 +510,7 @@ class Shard:
         lease_time: float,
         token: bytes,
         min_priority: int | None = None,
+        worker: str | None = None,
     ) -> Claimed | Outranked | None:
         """Take the next job of this shard: pending -> running with a fresh lease and claim token.
 
@@ -515,6 +549,8 @@ class Shard:
             record[F_LEASE_UNTIL] = lease_us
             record[F_TOKEN] = token
             record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
+            if worker is not None:
+                _remember_worker(record, worker)
             txn.put(id_k, codec.pack_record(record), db=self.jobs)
             return Claimed(job_id, record, payload)
 
@@ -522,7 +558,7 @@ class Shard:
         if isinstance(outcome, CorruptedJobQuarantined):
             raise outcome
         if isinstance(outcome, StrayEntry):
-            return self.claim(now, queues, lease_time, token, min_priority)
+            return self.claim(now, queues, lease_time, token, min_priority, worker)
         return outcome
 
     def _drop_stray(self, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
@@ -623,6 +659,9 @@ class Shard:
         retries = record[F_RETRIES] + 1
         record[F_RETRIES] = retries
         record[F_ERROR], record[F_ERROR_TYPE], record[F_TRACEBACK] = error
+        history = record[F_ERRORS] or []
+        history.append([error[1], error[0]])
+        record[F_ERRORS] = history[-HISTORY_MAX:]
         record[F_TOKEN] = None
         record[F_LEASE_UNTIL] = None
         if permanent or retries > record[F_MAX_RETRIES]:
@@ -740,6 +779,19 @@ class Shard:
                     txn.delete(key, db=self.payloads)
                 removed += 1
             return removed
+
+        return self.env.write(txn_fn)
+
+    def forget_unique(self, cutoff: float, batch: int = 1000) -> int:
+        """Drop unique keys used at or before ``cutoff``. -> how many (at most ``batch``). A scan: unique
+        keys are few (one per periodic tick)."""
+        cutoff_us = micros(cutoff)
+
+        def txn_fn(txn: Any) -> int:
+            old = [k for k, v in txn.cursor(db=self.unique) if _UNIQUE.unpack(v)[1] <= cutoff_us][:batch]
+            for key in old:
+                txn.delete(key, db=self.unique)
+            return len(old)
 
         return self.env.write(txn_fn)
 

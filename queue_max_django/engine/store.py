@@ -36,11 +36,14 @@ DB_NAMES = (
     "lease",  # running: (lease expiry, id)
     "done_at",  # done: (finished time, id)
     "failed",  # failed: id
+    "unique",  # a put's unique key -> (job id, when): an enqueue that must happen once (periodic ticks)
 )
 CONTROL_DIR = "control"
 CONTROL_DB_NAMES = (
     "limits",  # limit key -> (rate, bucket state): token buckets shared by every process
     "breakers",  # breaker key -> (policy, breaker state)
+    "locks",  # lock name -> (owner, expiry, since): leases such as the periodic scheduler's leadership
+    "workers",  # worker id -> its last report (see coordination.py)
 )
 
 T = TypeVar("T")

@@ -1,0 +1,195 @@
+"""What the processes of one store tell each other: named locks (leases) and the worker registry.
+
+Both live in the control environment beside the limits and breakers. A lock is a lease with an owner and an
+expiry: taking it succeeds when it is free, expired, or already ours (which renews it), all in one write
+transaction with ``now`` read inside it, so two processes can never both hold it. Workers report who they are
+and what they are doing; a report older than its ``stale_after`` means a dead worker and is pruned.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from .errors import InvalidJob
+from .store import Env
+
+MAX_ID = 200
+
+
+@dataclass(frozen=True, slots=True)
+class LockHolder:
+    owner: str
+    expires_at: float  # unix seconds
+    since: float  # when this owner took it (renewals keep it)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One worker process as it last reported itself. Times are unix seconds."""
+
+    worker_id: str
+    pid: int
+    host: str
+    started_at: float
+    last_heartbeat: float
+    stale_after: float  # seconds without a report after which the worker counts as dead
+    queues: tuple[str, ...] | None  # None: every queue
+    threads: int
+    current_jobs: tuple[int, ...]
+    processed: int
+    failed: int
+
+    def alive(self, now: float) -> bool:
+        return now - self.last_heartbeat <= self.stale_after
+
+
+def check_id(what: str, value: Any) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID:
+        raise InvalidJob(f"{what} must be a non-empty str of at most {MAX_ID} characters, not {value!r}")
+    return value
+
+
+def default_host() -> str:
+    return socket.gethostname()
+
+
+class Coordination:
+    def __init__(self, env: Env, clock: Callable[[], float]) -> None:
+        self.env = env
+        self._clock = clock
+        self.locks_db = env.dbs["locks"]
+        self.workers_db = env.dbs["workers"]
+
+    # ------------------------------------------------------------------ locks
+
+    def acquire_lock(self, name: str, owner: str, ttl: float) -> bool:
+        """Take or renew the lock ``name`` for ``ttl`` seconds. -> False if someone else holds it."""
+        key = check_id("a lock name", name).encode()
+        check_id("a lock owner", owner)
+
+        def txn_fn(txn: Any) -> bool:
+            now = self._clock()
+            raw = txn.get(key, db=self.locks_db)
+            since = now
+            if raw is not None:
+                holder, expires_at, held_since = msgpack.unpackb(raw)
+                if holder != owner and expires_at > now:
+                    return False
+                if holder == owner:
+                    since = held_since
+            txn.put(key, msgpack.packb([owner, now + ttl, since]), db=self.locks_db)
+            return True
+
+        return self.env.write(txn_fn)
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        """Give the lock up if ``owner`` holds it. -> whether it did."""
+        key = check_id("a lock name", name).encode()
+
+        def txn_fn(txn: Any) -> bool:
+            raw = txn.get(key, db=self.locks_db)
+            if raw is None or msgpack.unpackb(raw)[0] != owner:
+                return False
+            txn.delete(key, db=self.locks_db)
+            return True
+
+        return self.env.write(txn_fn)
+
+    def lock_holder(self, name: str) -> LockHolder | None:
+        """Who holds ``name`` now (an expired lease counts as free)."""
+        key = check_id("a lock name", name).encode()
+        raw = self.env.read(lambda txn: txn.get(key, db=self.locks_db))
+        if raw is None:
+            return None
+        holder = LockHolder(*msgpack.unpackb(raw))
+        return holder if holder.expires_at > self._clock() else None
+
+    # ------------------------------------------------------------------ workers
+
+    def report_worker(
+        self,
+        worker_id: str,
+        *,
+        stale_after: float,
+        started_at: float | None = None,
+        pid: int | None = None,
+        host: str | None = None,
+        queues: tuple[str, ...] | None = None,
+        threads: int = 1,
+        current_jobs: tuple[int, ...] = (),
+        processed: int = 0,
+        failed: int = 0,
+    ) -> None:
+        """Record (or refresh) one worker's report; ``last_heartbeat`` is now."""
+        key = check_id("a worker id", worker_id).encode()
+
+        def txn_fn(txn: Any) -> None:
+            now = self._clock()
+            raw = txn.get(key, db=self.workers_db)
+            first_seen = msgpack.unpackb(raw, raw=False)[2] if raw is not None else now
+            value = [
+                os.getpid() if pid is None else pid,
+                default_host() if host is None else host,
+                first_seen if started_at is None else started_at,
+                now,
+                stale_after,
+                None if queues is None else list(queues),
+                threads,
+                list(current_jobs),
+                processed,
+                failed,
+            ]
+            txn.put(key, msgpack.packb(value, use_bin_type=True), db=self.workers_db)
+
+        self.env.write(txn_fn)
+
+    def remove_worker(self, worker_id: str) -> bool:
+        key = check_id("a worker id", worker_id).encode()
+        return bool(self.env.write(lambda txn: txn.delete(key, db=self.workers_db)))
+
+    def workers(self, *, include_dead: bool = False) -> list[WorkerInfo]:
+        """The registered workers, ordered by id; only live ones unless ``include_dead``."""
+
+        def txn_fn(txn: Any) -> list[WorkerInfo]:
+            return [_unpack_worker(k, v) for k, v in txn.cursor(db=self.workers_db)]
+
+        everyone = self.env.read(txn_fn)
+        now = self._clock()
+        return [w for w in everyone if include_dead or w.alive(now)]
+
+    def prune_workers(self) -> int:
+        """Forget workers that stopped reporting (past their ``stale_after``). -> how many."""
+
+        def txn_fn(txn: Any) -> int:
+            now = self._clock()
+            dead = [k for k, v in txn.cursor(db=self.workers_db) if not _unpack_worker(k, v).alive(now)]
+            for key in dead:
+                txn.delete(key, db=self.workers_db)
+            return len(dead)
+
+        return self.env.write(txn_fn)
+
+
+def _unpack_worker(key: bytes, raw: bytes) -> WorkerInfo:
+    pid, host, started_at, last, stale_after, queues, threads, jobs, processed, failed = msgpack.unpackb(
+        raw, raw=False
+    )
+    return WorkerInfo(
+        worker_id=key.decode(),
+        pid=pid,
+        host=host,
+        started_at=started_at,
+        last_heartbeat=last,
+        stale_after=stale_after,
+        queues=None if queues is None else tuple(queues),
+        threads=threads,
+        current_jobs=tuple(jobs),
+        processed=processed,
+        failed=failed,
+    )
