@@ -667,6 +667,17 @@ class Queue(FlowControl):
         out.update(self._flow_stats())
         return out
 
+    def queue_counts(self) -> dict[str, dict[str, int]]:
+        """Per queue name: {"pending", "scheduled", "running"} jobs, over all shards, sorted by name. Walks
+        those indexes (unlike ``stats()``): fine for dashboards, not for a hot loop."""
+        total: dict[str, dict[str, int]] = {}
+        for shard in self._live():
+            for queue, counts in shard.queue_counts().items():
+                into = total.setdefault(queue, {"pending": 0, "scheduled": 0, "running": 0})
+                for state, count in counts.items():
+                    into[state] += count
+        return dict(sorted(total.items()))
+
     def shard_stats(self) -> list[dict[str, int]]:
         """``stats()`` of each shard, in shard order."""
         return [shard.counts() for shard in self._live()]
