@@ -230,6 +230,8 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
         queues=config.queues,
         sync=config.sync,
         alert_threshold=config.alert_threshold,
+        # a lease that expired is noticed within half a lease time (at most 15 s): short leases recover fast
+        recover_interval=min(15.0, max(0.5, config.lease_time / 2)),
     )
     try:
         connect(queue)

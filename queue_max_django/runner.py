@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import threading
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -61,8 +62,21 @@ def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]] | None:
     return args, kwargs
 
 
+_thread = threading.local()
+
+
+def use_event_loop(loop: asyncio.AbstractEventLoop | None) -> None:
+    """Run this thread's coroutine tasks on ``loop`` (a worker thread keeps one loop for all its jobs)
+    instead of a new loop per job. None: back to ``asyncio.run``."""
+    _thread.loop = loop
+
+
 def _run_coroutine(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """``asyncio.run`` it; in a thread of its own when this thread already runs an event loop."""
+    """On this thread's loop (``use_event_loop``), else ``asyncio.run`` it; in a thread of its own when
+    this thread already runs an event loop."""
+    loop = getattr(_thread, "loop", None)
+    if loop is not None and not loop.is_running():
+        return loop.run_until_complete(coroutine)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -1,0 +1,101 @@
+"""``manage.py queue_worker``: run worker processes over the store until stopped (or, with --burst, done)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...conf import get_config, get_queue
+from ...engine import QueueError
+from ...worker import WorkerOptionError, run_worker
+from ...worker.logs import configure_logging
+from ...worker.options import from_config, parse_autoscale
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the queue's workers: a supervisor starts worker processes (each with threads that claim and run "
+        "jobs) and replaces any that dies. SIGTERM or Ctrl-C finishes running jobs first; a second one stops "
+        "at once. Defaults come from QUEUE_MAX['WORKER']."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--processes", type=int, help="worker processes (default: CPUs)")
+        parser.add_argument("--threads", type=int, help="threads per process (default: 1)")
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME",
+            help="serve this queue (repeatable; default all)",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="exit 0 once nothing is waiting, running or due within --burst-wait",
+        )
+        parser.add_argument(
+            "--burst-wait", type=float, metavar="S", help="with --burst: wait for jobs due within S seconds"
+        )
+        parser.add_argument("--max-jobs", type=int, metavar="N", help="replace a process after N jobs")
+        parser.add_argument(
+            "--max-memory",
+            type=int,
+            metavar="MB",
+            dest="max_memory_mb",
+            help="replace a process past MB of RssAnon",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=float,
+            metavar="S",
+            help="seconds running jobs get to finish on stop (default 30)",
+        )
+        parser.add_argument(
+            "--worker-id", help="this command's id in the worker registry (default: host-pid)"
+        )
+        parser.add_argument(
+            "--no-scheduler", action="store_true", help="never enqueue periodic tasks from here"
+        )
+        parser.add_argument(
+            "--autoscale",
+            metavar="MIN,MAX",
+            help="threads per process follow the waiting jobs between MIN and MAX",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        verbosity = int(options["verbosity"])
+        try:
+            worker_options = from_config(
+                get_config().worker,
+                processes=options["processes"],
+                threads=options["threads"],
+                queues=tuple(options["queues"]) if options["queues"] else None,
+                burst=options["burst"] or None,
+                burst_wait=options["burst_wait"],
+                max_jobs=options["max_jobs"],
+                max_memory_mb=options["max_memory_mb"],
+                shutdown_timeout=options["shutdown_timeout"],
+                worker_id=options["worker_id"],
+                scheduler=False if options["no_scheduler"] else None,
+                autoscale=parse_autoscale(options["autoscale"]) if options["autoscale"] else None,
+                verbosity=verbosity,
+            )
+        except WorkerOptionError as exc:
+            raise CommandError(str(exc)) from None
+        configure_logging(verbosity)
+        try:
+            queue = get_queue()
+            if worker_options.queues is not None and queue.queues is not None:
+                unknown = sorted(set(worker_options.queues) - set(queue.queues))
+                if unknown:
+                    served = ", ".join(sorted(queue.queues))
+                    raise CommandError(
+                        f"unknown queue(s) {', '.join(unknown)}: QUEUE_MAX['QUEUES'] lists {served}"
+                    )
+            code = run_worker(queue, worker_options)
+        except QueueError as exc:
+            raise CommandError(f"the store cannot be used: {exc}") from None
+        if code:
+            raise SystemExit(code)

@@ -1,0 +1,352 @@
+"""One worker process: threads that claim and run jobs, and a main thread that watches over them.
+
+The worker threads loop on ``Queue.get`` and ``runner.run_job``. The main thread renews the leases of running
+jobs (heartbeats), reports this process to the store's worker registry, stops a job that overran its
+timeout, and decides when the process ends:
+
+- stop requested (SIGTERM, or the supervisor's stop event): stop claiming, let running jobs finish within the
+  shutdown timeout, release the rest (back to waiting, no attempt counted), exit ``DONE``; a second SIGTERM
+  exits at once (the leases bring those jobs back later);
+- ``--burst`` and nothing left to do: exit ``DONE``;
+- ``--max-jobs``/``--max-memory`` reached: finish the running jobs, exit ``RECYCLE`` (the supervisor starts a
+  fresh process);
+- a job overran its timeout: it is failed with ``JobTimeout`` (an attempt, retried as usual); a thread cannot
+  be stopped, so the other running jobs are released at once and the process exits ``TIMED_OUT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine import Queue, QueueCorrupted, QueueEmpty, QueueError, Record, State
+from ..runner import Outcome, run_job, use_event_loop
+from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
+
+logger = logging.getLogger("queue_max_django.worker")
+
+WATCH_EVERY = 0.1  # seconds between the main thread's checks (timeouts, stop requests)
+POLL = 0.25  # a worker thread waiting for a job re-checks whether to stop at least this often
+
+
+class JobTimeout(Exception):
+    """A job ran longer than its timeout (``@task(timeout=)`` or the ``TIMEOUT`` setting)."""
+
+
+@dataclass
+class Slot:
+    """A job being run by one worker thread."""
+
+    record: Record
+    started: float  # monotonic
+    deadline: float | None  # monotonic, from the job's timeout
+    timed_out: bool = False
+
+
+def rss_anon_mb() -> float | None:
+    """This process's anonymous resident memory in MiB (``RssAnon``: LMDB's mapped pages are not ours)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+class WorkerProcess:
+    def __init__(
+        self, queue: Queue, options: WorkerOptions, index: int, *, stop_event: Any = None, parent_pid: int = 0
+    ) -> None:
+        self.queue = queue
+        self.options = options
+        self.index = index
+        self.worker_id = options.process_id(index)
+        queue.worker_id = self.worker_id
+        self._stop_event = stop_event  # the supervisor's (a multiprocessing.Event), if any
+        self._parent_pid = parent_pid
+        self._queues = None if options.queues is None else list(options.queues)
+        self._claiming = threading.Event()
+        self._claiming.set()
+        self._lock = threading.Lock()
+        self._running: dict[int, Slot] = {}
+        self._threads: dict[int, threading.Thread] = {}
+        self._wanted = options.autoscale[0] if options.autoscale else options.threads
+        self._exit_code: int | None = None  # set once the process decided to end
+        self._signals = 0
+        self.processed = 0
+        self.failed = 0
+        self._started = time.time()
+        self._heartbeat = options.heartbeat_every(queue.lease_time)
+
+    # ------------------------------------------------------------------ signals
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which tells us
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            os._exit(DONE)  # second signal: now; the leases of running jobs bring them back later
+        self.stop(DONE)
+
+    def stop(self, code: int) -> None:
+        """Stop claiming; the main loop then ends the process with ``code`` (the first reason wins)."""
+        with self._lock:
+            if self._exit_code is None:
+                self._exit_code = code
+        self._claiming.clear()
+
+    # ------------------------------------------------------------------ the main thread
+
+    def run(self) -> int:
+        """Work until told to stop. -> the exit code."""
+        self._report()
+        last_beat = time.monotonic()
+        self._scale()
+        try:
+            while True:
+                time.sleep(WATCH_EVERY)
+                now = time.monotonic()
+                self._check_timeouts(now)
+                if self._exit_code == TIMED_OUT:
+                    return self._end(TIMED_OUT, wait=False)
+                if self._exit_code is not None:
+                    return self._end(self._exit_code, wait=True)
+                if self._stop_event is not None and self._stop_event.is_set():
+                    self.stop(DONE)
+                if self._parent_pid and os.getppid() != self._parent_pid:
+                    logger.warning("worker %s: the supervisor is gone; stopping", self.worker_id)
+                    self.stop(DONE)
+                if now - last_beat >= self._heartbeat:
+                    last_beat = now
+                    self._beat()
+        finally:
+            self._forget()
+
+    def _beat(self) -> None:
+        for slot in self._slots():
+            try:
+                slot.record.touch()
+            except QueueCorrupted:
+                pass  # it finished (or timed out) since we looked
+            except QueueError:
+                logger.exception(
+                    "worker %s: renewing the lease of job %s failed", self.worker_id, slot.record.job_id
+                )
+        self._report()
+        limit = self.options.max_memory_mb
+        if limit is not None:
+            used = rss_anon_mb()
+            if used is not None and used > limit:
+                logger.info("worker %s: %.0f MiB anonymous memory is over --max-memory %s; recycling",
+                            self.worker_id, used, limit)  # fmt: skip
+                self.stop(RECYCLE)
+        self._scale()
+
+    def _scale(self) -> None:
+        """Start the threads wanted (with --autoscale: one per waiting job, within the bounds)."""
+        autoscale = self.options.autoscale
+        if autoscale is not None:
+            low, high = autoscale
+            try:
+                waiting = self.queue.stats()["pending"]
+            except QueueError:
+                waiting = 0
+            self._wanted = max(low, min(high, waiting))
+        if not self._claiming.is_set():
+            return
+        for number in range(self._wanted):
+            thread = self._threads.get(number)
+            if thread is None or not thread.is_alive():
+                thread = threading.Thread(
+                    target=self._work, args=(number,), name=f"queue-worker-{self.index}-{number}", daemon=True
+                )
+                self._threads[number] = thread
+                thread.start()
+
+    def _slots(self) -> list[Slot]:
+        with self._lock:
+            return list(self._running.values())
+
+    def _check_timeouts(self, now: float) -> None:
+        for slot in self._slots():
+            if slot.deadline is None or slot.timed_out or now < slot.deadline:
+                continue
+            record = slot.record
+            slot.timed_out = True
+            error = JobTimeout(
+                f"job {record.job_id} ({record.name}) ran over its timeout of {record.timeout}s"
+            )
+            try:
+                state = record.nack(error)
+            except QueueCorrupted:
+                continue  # it finished just now
+            self.failed += 1
+            logger.error("worker %s: %s; it is now %s. This process is replaced, since a thread cannot be "
+                         "stopped.", self.worker_id, error, state.value)  # fmt: skip
+            self.stop(TIMED_OUT)
+
+    def _end(self, code: int, *, wait: bool) -> int:
+        """Let running jobs finish (within the shutdown timeout) when ``wait``; release the others."""
+        self._claiming.clear()
+        if wait:
+            deadline = time.monotonic() + self.options.shutdown_timeout
+            while self._slots() and time.monotonic() < deadline:
+                time.sleep(WATCH_EVERY)
+                self._check_timeouts(time.monotonic())
+        released = 0
+        for slot in self._slots():
+            if slot.timed_out:
+                continue
+            try:
+                slot.record.release()
+                released += 1
+            except QueueCorrupted:
+                pass  # finished meanwhile
+        if released:
+            logger.warning(
+                "worker %s: released %d unfinished job(s) back to waiting", self.worker_id, released
+            )
+        return code
+
+    # ------------------------------------------------------------------ registry
+
+    def _report(self) -> None:
+        try:
+            self.queue.report_worker(
+                self.worker_id,
+                stale_after=3 * self._heartbeat + 2.0,
+                started_at=self._started,
+                queues=self.options.queues,
+                threads=self._wanted,
+                current_jobs=tuple(slot.record.job_id for slot in self._slots()),
+                processed=self.processed,
+                failed=self.failed,
+            )
+        except QueueError:
+            logger.exception("worker %s: reporting to the worker registry failed", self.worker_id)
+
+    def _forget(self) -> None:
+        with contextlib.suppress(QueueError):
+            self.queue.remove_worker(self.worker_id)
+
+    # ------------------------------------------------------------------ worker threads
+
+    def _work(self, number: int) -> None:
+        loop = asyncio.new_event_loop()  # coroutine tasks of this thread run here, one loop for all
+        use_event_loop(loop)
+        try:
+            while self._claiming.is_set() and number < self._wanted:
+                record = self._claim()
+                if record is not None:
+                    self._run(number, record)
+        finally:
+            use_event_loop(None)
+            loop.close()
+
+    def _claim(self) -> Record | None:
+        try:
+            record = self.queue.get(POLL, queues=self._queues)
+        except QueueEmpty:
+            if self.options.burst and self._nothing_left():
+                self.stop(DONE)
+            return None
+        except QueueCorrupted as exc:  # a broken record was moved to the dead letters; go on
+            logger.error("worker %s: %s", self.worker_id, exc)
+            return None
+        if not self._claiming.is_set():
+            record.release()  # claimed just as we were told to stop
+            return None
+        return record
+
+    def _run(self, number: int, record: Record) -> None:
+        started = time.monotonic()
+        timeout = record.timeout
+        slot = Slot(record, started, None if timeout is None else started + timeout)
+        with self._lock:
+            self._running[number] = slot
+        outcome: Outcome | None = None
+        try:
+            outcome = run_job(record)
+        except QueueCorrupted:
+            if not slot.timed_out:
+                logger.warning("worker %s: job %s was taken back while it ran (its lease expired)",
+                               self.worker_id, record.job_id)  # fmt: skip
+        except Exception:
+            logger.exception("worker %s: job %s could not be finished", self.worker_id, record.job_id)
+        finally:
+            with self._lock:
+                self._running.pop(number, None)
+        if slot.timed_out or outcome is None:
+            return
+        self._count(outcome, time.monotonic() - started, record)
+
+    def _count(self, outcome: Outcome, seconds: float, record: Record) -> None:
+        with self._lock:
+            self.processed += 1
+            if outcome.state is not State.DONE:
+                self.failed += 1
+            done = self.processed
+        if outcome.state is not State.DONE and isinstance(outcome.error, BaseException):
+            logger.warning("job %s (%s) failed, now %s: %s", record.job_id, record.name, outcome.state.value,
+                           outcome.error, exc_info=outcome.error)  # fmt: skip
+        elif outcome.state is not State.DONE:
+            logger.warning("job %s (%s) failed, now %s: %s", record.job_id, record.name, outcome.state.value,
+                           outcome.error)  # fmt: skip
+        if self.options.verbosity >= 2:
+            logger.info("job %s %s -> %s in %.3fs", record.job_id, record.name, outcome.state.value, seconds)
+        max_jobs = self.options.max_jobs
+        if max_jobs is not None and done >= max_jobs:
+            logger.info("worker %s: ran %d jobs (--max-jobs); recycling", self.worker_id, done)
+            self.stop(RECYCLE)
+
+    def _nothing_left(self) -> bool:
+        """--burst: nothing waiting or running, and nothing scheduled within --burst-wait seconds."""
+        queue = self.queue
+        stats = queue.stats()
+        if self._queues is not None:
+            counts = queue.queue_counts()
+            pending = sum(counts.get(name, {}).get("pending", 0) for name in self._queues)
+            running = sum(counts.get(name, {}).get("running", 0) for name in self._queues)
+        else:
+            pending, running = stats["pending"], stats["running"]
+        if pending or running:
+            return False
+        if stats["scheduled"]:
+            for job in queue.jobs(State.SCHEDULED, limit=50):
+                if self._queues is not None and job.queue not in self._queues:
+                    continue
+                if job.eta is None or job.eta - time.time() <= self.options.burst_wait:
+                    return False
+                break
+        return True
+
+
+def main(options: WorkerOptions, index: int, stop_event: Any, parent_pid: int) -> None:
+    """The entry point of a worker process (started with spawn by the supervisor)."""
+    import django
+
+    django.setup()
+    from ..conf import get_queue
+    from .logs import configure_logging
+
+    configure_logging(options.verbosity)
+    queue = get_queue()
+    worker = WorkerProcess(queue, options, index, stop_event=stop_event, parent_pid=parent_pid)
+    worker.install_signal_handlers()
+    code = worker.run()
+    try:
+        queue.close()
+    finally:
+        logging.shutdown()
+        os._exit(code)  # a timed-out job's thread may still run: don't wait for it

@@ -1,0 +1,215 @@
+"""The supervisor: starts the worker processes (spawn: no LMDB handle crosses a fork), replaces any that
+dies, runs the periodic scheduler, prunes dead workers from the registry, logs throughput, and turns
+SIGTERM/SIGINT into a graceful stop (a second signal: immediate)."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine import Queue, QueueError
+from ..tasks import registry
+from . import process
+from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
+from .scheduler import Scheduler
+
+logger = logging.getLogger("queue_max_django.worker")
+
+KILL_GRACE = 10.0  # seconds past the shutdown timeout before a process that did not stop is killed
+RESTART_BACKOFF_MAX = 30.0
+
+
+@dataclass
+class Child:
+    index: int
+    process: Any  # multiprocessing.process.BaseProcess
+    started: float = field(default_factory=time.monotonic)
+    quick_deaths: int = 0  # consecutive deaths soon after start: restarts back off
+
+
+class Supervisor:
+    def __init__(self, queue: Queue, options: WorkerOptions) -> None:
+        self.queue = queue
+        self.options = options
+        self._context = multiprocessing.get_context("spawn")
+        self._stop_event = self._context.Event()
+        self._children: dict[int, Child] = {}
+        self._restart_at: dict[int, tuple[float, int]] = {}  # index -> (when, quick deaths so far)
+        self._finished: set[int] = set()  # --burst: processes that found nothing more to do
+        self._signals = 0
+        self._stopping_since: float | None = None
+        self.replaced = 0
+        use_scheduler = options.scheduler and not options.burst
+        self._scheduler = Scheduler(queue, options.worker_id) if use_scheduler else None
+
+    # ------------------------------------------------------------------ signals
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            logger.warning("%s received: finishing running jobs (up to %ss); send it again to stop now",
+                           signal.Signals(signum).name, self.options.shutdown_timeout)  # fmt: skip
+            self.request_stop()
+        else:
+            logger.warning("stopping now: running jobs come back when their leases expire")
+            for child in self._children.values():
+                if child.process.is_alive():
+                    child.process.kill()
+
+    def request_stop(self) -> None:
+        if self._stopping_since is None:
+            self._stopping_since = time.monotonic()
+        self._stop_event.set()
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> int:
+        """Run until stopped (or, with --burst, until every process found nothing to do). -> exit code."""
+        self._banner()
+        for index in range(self.options.processes):
+            self._start(index)
+        if self._scheduler is not None:
+            self._scheduler.start()
+        last_line = time.monotonic()
+        last_counts = self._counts()
+        try:
+            while self._children or self._restart_at:
+                sentinels = [child.process.sentinel for child in self._children.values()]
+                multiprocessing.connection.wait(sentinels, timeout=0.5)
+                self._reap()
+                self._restart_due()
+                if self._stopping_since is not None:
+                    self._restart_at.clear()
+                    self._kill_overdue()
+                now = time.monotonic()
+                if now - last_line >= self.options.stats_interval:
+                    last_counts = self._throughput(now - last_line, last_counts)
+                    last_line = now
+                    self._prune()
+        finally:
+            if self._scheduler is not None:
+                self._scheduler.stop()
+        self._prune()
+        if self._signals > 1:
+            return 1
+        return 0
+
+    def _start(self, index: int) -> None:
+        proc = self._context.Process(
+            target=process.main,
+            args=(self.options, index, self._stop_event, os.getpid()),
+            name=f"queue_worker-{index}",
+        )
+        proc.start()
+        self._children[index] = Child(index, proc)
+
+    def _reap(self) -> None:
+        for index, child in list(self._children.items()):
+            proc = child.process
+            if proc.is_alive():
+                continue
+            proc.join()
+            del self._children[index]
+            code = proc.exitcode
+            if self._stopping_since is not None:
+                continue
+            if code == DONE and self.options.burst:
+                self._finished.add(index)
+                continue
+            self._schedule_restart(index, child, code)
+
+    def _schedule_restart(self, index: int, child: Child, code: int | None) -> None:
+        self.replaced += 1
+        quick = child.quick_deaths + 1 if time.monotonic() - child.started < 5.0 else 0
+        if code == RECYCLE:
+            why, quick = "recycled", 0
+        elif code == DONE:  # a SIGTERM sent to it alone; if the whole group got one, we stop before 1 s
+            why, quick = "stopped", 2
+        elif code == TIMED_OUT:
+            why = "replaced after a job timed out"
+        elif code is not None and code < 0:
+            why = f"killed by {signal.Signals(-code).name}"
+        else:
+            why = f"exited with code {code}"
+        delay = 0.0 if quick <= 1 else min(RESTART_BACKOFF_MAX, 0.5 * 2 ** (quick - 2))
+        log = logger.info if code == RECYCLE else logger.warning
+        log("worker process %s (pid %s) %s; starting a new one%s", index, child.process.pid, why,
+            f" in {delay:.1f}s" if delay else "")  # fmt: skip
+        self._restart_at[index] = (time.monotonic() + delay, quick)
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for index, (when, quick) in list(self._restart_at.items()):
+            if now >= when and self._stopping_since is None:
+                del self._restart_at[index]
+                self._start(index)
+                self._children[index].quick_deaths = quick
+
+    def _kill_overdue(self) -> None:
+        assert self._stopping_since is not None
+        if time.monotonic() - self._stopping_since < self.options.shutdown_timeout + KILL_GRACE:
+            return
+        for child in self._children.values():
+            if child.process.is_alive():
+                logger.error("worker process %s (pid %s) did not stop in time; killing it",
+                             child.index, child.process.pid)  # fmt: skip
+                child.process.kill()
+
+    # ------------------------------------------------------------------ logs and registry
+
+    def _banner(self) -> None:
+        options = self.options
+        threads = (
+            f"{options.autoscale[0]}-{options.autoscale[1]} (autoscale)"
+            if options.autoscale
+            else options.threads
+        )
+        stats = self.queue.stats()
+        logger.info(
+            "queue_worker %s: store %s (%d shards); queues: %s; %d process(es) x %s thread(s)%s%s",
+            options.worker_id, self.queue.path, self.queue.shard_count,
+            ", ".join(options.queues) if options.queues else "all", options.processes, threads,
+            "; burst" if options.burst else "", "" if self._scheduler else "; no scheduler",
+        )  # fmt: skip
+        logger.info("registered tasks (%d): %s", len(registry.names()), ", ".join(registry.names()) or "none")
+        logger.info(
+            "waiting %d, scheduled %d, running %d, done %d, dead letters %d",
+            *(stats[state] for state in ("pending", "scheduled", "running", "done", "failed")),
+        )
+
+    def _counts(self) -> tuple[int, int]:
+        try:
+            stats = self.queue.stats()
+        except QueueError:
+            return (0, 0)
+        return stats["done"], stats["failed"]
+
+    def _throughput(self, seconds: float, before: tuple[int, int]) -> tuple[int, int]:
+        now = self._counts()
+        done = max(0, now[0] - before[0])
+        logger.info("%d job(s) done in the last %.0fs (%.1f/s); %d dead letters in all", done, seconds,
+                    done / seconds if seconds else 0.0, now[1])  # fmt: skip
+        return now
+
+    def _prune(self) -> None:
+        try:
+            self.queue.prune_workers()
+        except QueueError:
+            logger.exception("pruning the worker registry failed")
+
+
+def run_worker(queue: Queue, options: WorkerOptions) -> int:
+    """What ``manage.py queue_worker`` does. -> the exit code."""
+    supervisor = Supervisor(queue, options)
+    supervisor.install_signal_handlers()
+    return supervisor.run()

@@ -1,0 +1,20 @@
+"""Settings of the ``queue_worker`` subprocesses that the worker tests start.
+
+The store, the lease time and where the tasks write their marks come from the environment, which each test
+sets for its own subprocesses (``tests/worker/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from tests.settings import *  # noqa: F403
+from tests.settings import INSTALLED_APPS
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.worker.workapp"]
+
+QUEUE_MAX = {
+    "DATA_DIR": os.environ.get("QUEUE_MAX_TEST_DATA_DIR", "/nonexistent/set-QUEUE_MAX_TEST_DATA_DIR"),
+    "LEASE_TIME": float(os.environ.get("QUEUE_MAX_TEST_LEASE_TIME", "30")),
+    "RETRY_BACKOFF": 0.0,
+}

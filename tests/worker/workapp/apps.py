@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WorkappConfig(AppConfig):
+    name = "tests.worker.workapp"
+    label = "workapp"

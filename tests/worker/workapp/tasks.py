@@ -1,0 +1,62 @@
+"""Tasks that the worker tests run in real ``queue_worker`` subprocesses. They leave marks in files under
+``$QUEUE_MAX_TEST_MARKS`` so that a test can see, on disk, what ran, where and how often."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from queue_max_django import periodic_task, task
+
+
+def mark(kind: str, value: object) -> None:
+    folder = Path(os.environ["QUEUE_MAX_TEST_MARKS"])
+    with open(folder / kind, "a", encoding="utf-8") as marks:
+        marks.write(f"{value} {os.getpid()}\n")
+
+
+@task
+def noop() -> None:
+    return None
+
+
+@task
+def finish(value: int) -> int:
+    """Marks ``value`` once it has finished."""
+    mark("finished", value)
+    return value
+
+
+@task
+def slow(value: int, seconds: float) -> int:
+    """Marks ``value`` when it starts and when it has finished."""
+    mark("started", value)
+    time.sleep(seconds)
+    mark("finished", value)
+    return value
+
+
+@task
+async def async_finish(value: int) -> int:
+    await asyncio.sleep(0.01)
+    mark("finished", value)
+    return value
+
+
+@task(timeout=0.5, max_retries=1)
+def hang(value: int) -> None:
+    """Never returns in time: the worker stops it after 0.5 s (and the retry too)."""
+    mark("started", value)
+    time.sleep(3600)
+
+
+@task
+def boom() -> None:
+    raise ValueError("boom")
+
+
+@periodic_task(interval=1)
+def every_second() -> None:
+    mark("ticks", time.time())
