@@ -1,0 +1,42 @@
+"""``manage.py queue_check``: walk the whole store and report any inconsistency (exit 1 if there is one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ..common import STATES, engine_errors, open_queue, to_json
+
+
+class Command(BaseCommand):
+    help = (
+        "Check the job store: every record, index and counter of every shard must agree (the engine's "
+        "verify(); reads only, O(jobs)). Exits with status 1 and lists the problems if anything is off."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--json", action="store_true", help='Print {"ok": ..., "problems": [...]} instead of a report.'
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queue = open_queue()
+        with engine_errors():
+            problems = queue.verify()
+            jobs = sum(queue.stats()[state] for state in STATES)
+        if options["json"]:
+            data = {"ok": not problems, "store": queue.path, "shards": queue.shard_count, "jobs": jobs}
+            self.stdout.write(to_json({**data, "problems": problems}))
+        elif not problems:
+            self.stdout.write(
+                f"The store {queue.path} is consistent ({queue.shard_count} shards, {jobs:,} jobs)."
+            )
+        else:
+            self.stdout.write(f"The store {queue.path} has {len(problems)} problem(s):")
+            self.stdout.write("\n".join(f"  {problem}" for problem in problems))
+        if problems:
+            raise CommandError(
+                f"{len(problems)} problem(s) in the store. Stop the workers and keep a copy of the data "
+                f"directory before repairing anything; `queue_list` and `queue_purge` can remove bad jobs."
+            )

@@ -1,0 +1,234 @@
+"""``manage.py queue_enqueue``: store jobs of a registered task, one from the options or many from a file."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...conf import QueueMaxConfig
+from ...engine import Queue
+from ...engine.codec import pack_value
+from ...tasks import Task
+from ..common import ProgressBar, engine_errors, find_task, load_config, open_queue, positive_int, to_json
+
+LINE_KEYS = ("task", "args", "kwargs", "priority", "delay", "queue")
+SHOWN_ERRORS = 20  # bad lines listed in the error; the rest are counted
+
+
+@dataclass(frozen=True)
+class Call:
+    """One job to store: the task with this job's options (``Task.using``), and its payload."""
+
+    task: Task[..., Any]
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+    @property
+    def group(self) -> tuple[str, int, str, float | None]:
+        """Calls with equal groups share their put options, so one ``put_many`` can store them."""
+        return self.task.name, self.task.priority, self.task.queue, self.task.delay_seconds
+
+
+def check_call(
+    task: Task[..., Any],
+    args: Any,
+    kwargs: Any,
+    *,
+    priority: Any,
+    queue: Any,
+    delay: Any,
+    config: QueueMaxConfig,
+) -> Call:
+    """A ``Call`` if the task takes these arguments and options and the store would take the payload;
+    ``ValueError`` saying what is wrong otherwise."""
+    if not isinstance(args, list):
+        raise ValueError(f"args must be a JSON list, not {json.dumps(args)}")
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"kwargs must be a JSON object, not {json.dumps(kwargs)}")
+    try:
+        inspect.signature(task.func).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise ValueError(f"task {task.name!r} cannot be called with these arguments: {exc}") from None
+    if delay is not None and (
+        isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay < math.inf
+    ):
+        raise ValueError(f"delay must be a number of seconds >= 0, not {json.dumps(delay)}")
+    clone = task.using(priority=priority, queue=queue, delay=delay)  # ValueError on a bad priority or queue
+    if config.queues is not None and clone.queue not in config.queues:
+        raise ValueError(f"unknown queue {clone.queue!r}: QUEUE_MAX['QUEUES'] allows {list(config.queues)}")
+    call = Call(clone, args, kwargs)
+    pack_value(call.task._payload(tuple(args), kwargs), what="payload", limit=config.max_payload_bytes)
+    return call
+
+
+def parse_line(text: str, defaults: dict[str, Any], config: QueueMaxConfig) -> Call:
+    """One line of a ``--file``: a JSON object with some of ``LINE_KEYS``; ``defaults`` come from the
+    command's options (``task``: a ``Task`` or None)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f'expected a JSON object such as {{"task": ..., "args": [...]}}, not {text.strip()}')
+    unknown = sorted(set(data) - set(LINE_KEYS))
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r}: a line takes {', '.join(LINE_KEYS)}")
+    task = defaults["task"]
+    if "task" in data:
+        if not isinstance(data["task"], str):
+            raise ValueError(f"task must be a task name, not {json.dumps(data['task'])}")
+        try:
+            task = find_task(data["task"], listing=False)
+        except CommandError as exc:
+            raise ValueError(str(exc)) from None
+    if task is None:
+        raise ValueError('no "task" on this line and no --task option')
+    options = {key: data.get(key, defaults[key]) for key in ("priority", "queue", "delay")}
+    return check_call(task, data.get("args", []), data.get("kwargs", {}), config=config, **options)
+
+
+def put(queue: Queue, calls: list[Call], batch: int, progress: ProgressBar) -> tuple[list[int], int]:
+    """Store ``calls``: each group of equal options in transactions of ``batch`` jobs, spread over the
+    shards. -> (job ids in the calls' order, transactions)."""
+    groups: dict[tuple[str, int, str, float | None], list[int]] = {}
+    for index, call in enumerate(calls):
+        groups.setdefault(call.group, []).append(index)
+    ids = [0] * len(calls)
+    shard, transactions = random.randrange(queue.shard_count), 0
+    for indexes in groups.values():
+        task = calls[indexes[0]].task
+        task._prepare(queue)  # the task's rate limit and breaker, as .delay() applies them
+        options = task._put_options()
+        for start in range(0, len(indexes), batch):
+            part = indexes[start : start + batch]
+            payloads = [task._payload(tuple(calls[i].args), calls[i].kwargs) for i in part]
+            stored = queue.put_many_to_shard(shard % queue.shard_count, payloads, **options)
+            shard, transactions = shard + 1, transactions + 1
+            for index, job_id in zip(part, stored, strict=True):
+                ids[index] = job_id
+            progress.advance(len(part))
+    progress.close()
+    return ids, transactions
+
+
+class Command(BaseCommand):
+    help = (
+        "Enqueue jobs of a registered task: one from --task/--args/--kwargs, or many from --file, a "
+        'JSON-lines file of objects such as {"task": "app.tasks.send", "args": [1], "kwargs": {}, '
+        '"priority": 0, "delay": 0, "queue": "default"} (the options fill in what a line leaves out). '
+        "Every line is checked first: if any is bad, nothing is enqueued."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--task", help="The task's registered name (module.function unless name= was given)."
+        )
+        parser.add_argument(
+            "--args", dest="call_args", help="The positional arguments as a JSON list, e.g. '[1, \"a\"]'."
+        )
+        parser.add_argument(
+            "--kwargs",
+            dest="call_kwargs",
+            help='The keyword arguments as a JSON object, e.g. \'{"to": "x"}\'.',
+        )
+        parser.add_argument(
+            "--priority", type=int, help="-100 to 100, higher runs first (default: the task's)."
+        )
+        parser.add_argument(
+            "--delay", type=float, metavar="SECONDS", help="Run no sooner than this from now."
+        )
+        parser.add_argument("--queue", help="The queue to put the jobs in (default: the task's).")
+        parser.add_argument(
+            "--file", help="A JSON-lines file of jobs, one object a line ('-': standard input)."
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=10_000,
+            help="Jobs per transaction with --file (default 10000).",
+        )
+        parser.add_argument("--json", action="store_true", help='Print {"count": N, "job_ids": [...]}.')
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        config = load_config()
+        task = None if options["task"] is None else find_task(options["task"])
+        call_options = {key: options[key] for key in ("priority", "queue", "delay")}
+        if options["file"] is not None:
+            if options["call_args"] is not None or options["call_kwargs"] is not None:
+                raise CommandError(
+                    "--args and --kwargs go without --file: each line of the file has its own."
+                )
+            calls = self._read_file(options["file"], {"task": task, **call_options}, config)
+        else:
+            if task is None:
+                raise CommandError("say what to enqueue: --task NAME (with --args/--kwargs), or --file.")
+            call_args = _json_option(options["call_args"], "--args", list, [])
+            call_kwargs = _json_option(options["call_kwargs"], "--kwargs", dict, {})
+            try:
+                calls = [check_call(task, call_args, call_kwargs, config=config, **call_options)]
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+        queue = open_queue()
+        with engine_errors():
+            if (
+                config.immediate or options["file"] is None
+            ):  # one job, or IMMEDIATE: the usual .enqueue() path
+                ids, transactions = [c.task.enqueue(*c.args, **c.kwargs).job_id for c in calls], len(calls)
+            else:
+                ids, transactions = put(
+                    queue, calls, options["batch_size"], ProgressBar(self.stderr, len(calls))
+                )
+        if options["json"]:
+            self.stdout.write(to_json({"count": len(ids), "job_ids": ids}))
+        elif options["file"] is None:
+            call = calls[0]
+            self.stdout.write(f"Enqueued job {ids[0]}: {call.task.name} on queue {call.task.queue!r}.")
+        else:
+            jobs = f"{len(ids):,} job{'' if len(ids) == 1 else 's'}"
+            batches = f"{transactions:,} transaction{'' if transactions == 1 else 's'}"
+            self.stdout.write(f"Enqueued {jobs} from {options['file']} in {batches}.")
+
+    def _read_file(self, path: str, defaults: dict[str, Any], config: QueueMaxConfig) -> list[Call]:
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(f"cannot read {path}: {exc}") from None
+        calls: list[Call] = []
+        errors: list[str] = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                calls.append(parse_line(line, defaults, config))
+            except ValueError as exc:
+                errors.append(f"  line {number}: {exc}")
+        if errors:
+            more = len(errors) - SHOWN_ERRORS
+            shown = errors[:SHOWN_ERRORS] + ([f"  ... and {more} more bad lines"] if more > 0 else [])
+            raise CommandError(
+                f"{path}: {len(errors)} bad line{'' if len(errors) == 1 else 's'}, so nothing "
+                f"was enqueued:\n" + "\n".join(shown)
+            )
+        if not calls:
+            raise CommandError(f"{path} holds no jobs.")
+        return calls
+
+
+def _json_option(text: str | None, option: str, kind: type, default: Any) -> Any:
+    if text is None:
+        return default
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"{option} is not JSON: {exc}") from None
+    if not isinstance(value, kind):
+        raise CommandError(f"{option} must be a JSON {'list' if kind is list else 'object'}, not {text}")
+    return value

@@ -1,0 +1,102 @@
+"""``manage.py queue_list``: the jobs in one state, a page at a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from ...engine import Job, State
+from ..common import (
+    STATUS_HELP,
+    engine_errors,
+    job_dict,
+    open_queue,
+    parse_status,
+    positive_int,
+    table,
+    to_json,
+    when,
+)
+
+ERROR_WIDTH = 60  # characters of a failed job's error shown in the table
+
+
+class Command(BaseCommand):
+    help = (
+        "List the jobs in one state (claim order for pending, ETA order for scheduled, finish order for "
+        'done, enqueue order for running and failed). --json prints one JSON object with a "jobs" list.'
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--status", help=f"Which jobs to list (required): {STATUS_HELP}.")
+        parser.add_argument("--queue", help="Only jobs of this queue.")
+        parser.add_argument("--task", help="Only jobs of this task (its registered name).")
+        parser.add_argument("--limit", type=positive_int, default=50, help="At most this many (default 50).")
+        parser.add_argument(
+            "--after",
+            type=positive_int,
+            metavar="JOB_ID",
+            help="The next page: the jobs after this one (the previous page's last id).",
+        )
+        parser.add_argument("--newest-first", action="store_true", help="Reverse the order.")
+        parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        state = parse_status(options["status"])
+        queue = open_queue()
+        with engine_errors():
+            jobs = queue.jobs(
+                state,
+                queue=options["queue"],
+                name=options["task"],
+                after=options["after"],
+                limit=options["limit"],
+                newest_first=options["newest_first"],
+            )
+        more = len(jobs) == options["limit"]
+        if options["json"]:
+            next_after = jobs[-1].job_id if more else None
+            data = {"status": state.value, "count": len(jobs), "next_after": next_after}
+            self.stdout.write(to_json({**data, "jobs": [job_dict(job) for job in jobs]}))
+            return
+        if not jobs:
+            self.stdout.write(f"No {state.value} jobs.")
+            return
+        self.stdout.write(table(*_columns(state, jobs)))
+        footer = f"{len(jobs)} {state.value} job{'s' if len(jobs) != 1 else ''}"
+        if more:
+            footer += f"; more may follow: --after {jobs[-1].job_id}"
+        self.stdout.write(footer + ".")
+
+
+def _columns(state: State, jobs: list[Job]) -> tuple[list[str], list[list[Any]]]:
+    headers = ["ID", "QUEUE", "TASK", "PRIORITY", "RETRIES", "ENQUEUED (UTC)"]
+    rows: list[list[Any]] = [
+        [
+            job.job_id,
+            job.queue,
+            job.name,
+            job.priority,
+            f"{job.retries}/{job.max_retries}",
+            when(job.enqueued_at),
+        ]
+        for job in jobs
+    ]
+    extra: dict[State, tuple[str, Any]] = {
+        State.SCHEDULED: ("ETA (UTC)", lambda job: when(job.eta)),
+        State.RUNNING: ("STARTED (UTC)", lambda job: when(job.started_at)),
+        State.DONE: ("FINISHED (UTC)", lambda job: when(job.finished_at)),
+        State.FAILED: ("ERROR", lambda job: _short(f"{job.error_type or 'Error'}: {job.error or ''}")),
+    }
+    if state in extra:
+        title, value = extra[state]
+        headers.append(title)
+        for row, job in zip(rows, jobs, strict=True):
+            row.append(value(job))
+    return headers, rows
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= ERROR_WIDTH else text[: ERROR_WIDTH - 1] + "…"

@@ -1,0 +1,109 @@
+"""``manage.py queue_purge``: delete the jobs in one state (never running ones), after a confirmation."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...engine import Job, Queue, State
+from ..common import STATUS_HELP, engine_errors, non_negative_float, open_queue, parse_status
+
+PAGE = 1000
+DAY = 86400.0  # seconds
+
+
+def matching(queue: Queue, state: State, *, older_than: float | None, name: str | None) -> list[int]:
+    """The ids of the jobs ``purge``/``cancel`` would remove: in ``state`` (of queue ``name``), finished
+    (done/failed) or enqueued (pending/scheduled) at least ``older_than`` seconds ago."""
+    cutoff = None if older_than is None else time.time() - older_than
+    ids: list[int] = []
+    after = None
+    while True:
+        page = queue.jobs(state, queue=name, after=after, limit=PAGE)
+        ids += [job.job_id for job in page if cutoff is None or _stamp(job) <= cutoff]
+        if len(page) < PAGE:
+            return ids
+        after = page[-1].job_id
+
+
+def _stamp(job: Job) -> float:
+    finished = job.finished_at if job.state in (State.DONE, State.FAILED) else None
+    return job.enqueued_at if finished is None else finished
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete the jobs in one state (not running ones), optionally only those older than --days and of one "
+        "--queue. Asks for confirmation on a terminal unless --yes; refuses without --yes elsewhere."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--status", help=f"Which jobs to delete (required): {STATUS_HELP} (not running).")
+        parser.add_argument(
+            "--days",
+            type=non_negative_float,
+            help="Only jobs finished (done, failed) or enqueued (pending, scheduled) "
+            "at least this many days ago.",
+        )
+        parser.add_argument("--queue", help="Only jobs of this queue (pending and scheduled jobs only).")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
+        )
+        parser.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        state = parse_status(options["status"])
+        if state is State.RUNNING:
+            raise CommandError(
+                "running jobs cannot be purged: they belong to live workers (an expired lease "
+                "brings a dead worker's job back by itself)."
+            )
+        name, days = options["queue"], options["days"]
+        if name is not None and state not in (State.PENDING, State.SCHEDULED):
+            raise CommandError(
+                f"--queue works with --status pending or scheduled only: the engine cannot "
+                f"delete one {state.value} job at a time. Purge all {state.value} jobs "
+                f"(with --days if need be) instead."
+            )
+        older_than = None if days is None else days * DAY
+        queue = open_queue()
+        with engine_errors():
+            if name is None and older_than is None:
+                count = queue.stats()[state.value]
+                ids = None
+            else:
+                ids = matching(queue, state, older_than=older_than, name=name)
+                count = len(ids)
+            what = f"{count} {state.value} job{'' if count == 1 else 's'}"
+            if name is not None:
+                what += f" of queue {name!r}"
+            if days is not None:
+                what += f" older than {days:g} days"
+            if options["dry_run"]:
+                self.stdout.write(f"Would remove {what} (dry run: nothing removed).")
+                return
+            if count == 0:
+                self.stdout.write(f"Removed 0 {state.value} jobs.")
+                return
+            if not options["yes"] and not self._confirm(f"Delete {what}? This cannot be undone. [y/N] "):
+                self.stdout.write("Purge cancelled: nothing removed.")
+                return
+            if name is not None and ids is not None:
+                removed = sum(queue.cancel(job_id) for job_id in ids)  # False: it started or is gone
+            else:
+                removed = queue.purge(state, older_than=older_than)
+        where = "" if name is None else f" of queue {name!r}"
+        self.stdout.write(f"Removed {removed} {state.value} job{'' if removed == 1 else 's'}{where}.")
+
+    def _confirm(self, question: str) -> bool:
+        if not sys.stdin.isatty():
+            raise CommandError(
+                "refusing to purge without --yes: stdin is not a terminal, so nobody can "
+                "confirm. Add --yes (or --dry-run to count first)."
+            )
+        self.stdout.write(question, ending="")
+        self.stdout.flush()
+        return sys.stdin.readline().strip().lower() in ("y", "yes")

@@ -1,0 +1,126 @@
+"""``manage.py queue_stats``: jobs per state, queue and shard, live workers, breakers and rate limits."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from ...engine import Queue
+from ..common import STATES, check_shard, non_negative_float, open_queue, positive_int, table, to_json, when
+
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def collect(queue: Queue, shard: int | None) -> dict[str, Any]:
+    """The figures as one JSON-ready dict: state counts and ``total`` at the top level (of one shard with
+    ``shard``), then ``shards``, ``queues``, ``workers``, ``circuit_breakers`` and ``rate_limits``."""
+    rows = [{"shard": index, **counts} for index, counts in enumerate(queue.shard_stats())]
+    if shard is not None:
+        rows = [rows[shard]]
+    out: dict[str, Any] = {key: sum(row[key] for row in rows) for key in (*STATES, "total")}
+    out.update(store=queue.path, shard_count=queue.shard_count)
+    if shard is not None:
+        out["shard"] = shard
+    out["shards"] = rows
+    out["queues"] = queue.queue_counts()
+    out["workers"] = [dataclasses.asdict(worker) for worker in queue.workers()]
+    out["circuit_breakers"] = queue.circuit_breakers()
+    out["rate_limits"] = {
+        key: {"rate": str(rate), "remaining": queue.remaining(key)}
+        for key, rate in queue.rate_limits().items()
+    }
+    return out
+
+
+def render(stats: dict[str, Any]) -> str:
+    """The figures of ``collect()`` as tables for people."""
+    where = f"shard {stats['shard']} of " if "shard" in stats else ""
+    parts = [f"Store {stats['store']} ({where}{stats['shard_count']} shards)"]
+    parts.append(table(["STATE", "JOBS"], [*((s, stats[s]) for s in STATES), ("total puts", stats["total"])]))
+    queues = [(name, c["pending"], c["scheduled"], c["running"]) for name, c in stats["queues"].items()]
+    parts.append(_section("Queues (all shards)", ["QUEUE", "PENDING", "SCHEDULED", "RUNNING"], queues))
+    shards = [[row["shard"], *(row[s] for s in STATES), row["total"]] for row in stats["shards"]]
+    parts.append(_section("Shards", ["SHARD", *(s.upper() for s in STATES), "TOTAL"], shards))
+    workers = [
+        (
+            w["worker_id"],
+            w["pid"],
+            w["host"],
+            w["threads"],
+            ",".join(w["queues"] or ["*"]),
+            len(w["current_jobs"]),
+            w["processed"],
+            w["failed"],
+            when(w["started_at"]),
+            when(w["last_heartbeat"]),
+        )
+        for w in stats["workers"]
+    ]
+    headers = [
+        "WORKER",
+        "PID",
+        "HOST",
+        "THREADS",
+        "QUEUES",
+        "RUNNING",
+        "PROCESSED",
+        "FAILED",
+        "STARTED",
+        "HEARTBEAT (UTC)",
+    ]
+    parts.append(_section(f"Workers ({len(workers)} live)", headers, workers))
+    breakers = [
+        (key, b["state"], b["failures"], b["threshold"], b["recovery_timeout"], b["seconds_to_trial"])
+        for key, b in stats["circuit_breakers"].items()
+    ]
+    headers = ["KEY", "STATE", "FAILURES", "THRESHOLD", "TIMEOUT (S)", "TRIAL IN (S)"]
+    parts.append(_section("Circuit breakers", headers, breakers))
+    limits = [(key, limit["rate"], limit["remaining"]) for key, limit in stats["rate_limits"].items()]
+    parts.append(_section("Rate limits", ["KEY", "RATE", "TOKENS"], limits))
+    return "\n\n".join(parts)
+
+
+def _section(title: str, headers: list[str], rows: list[Any]) -> str:
+    return f"{title}\n{table(headers, rows) if rows else '(none)'}"
+
+
+class Command(BaseCommand):
+    help = (
+        "Show the job queue's figures: jobs per state, per queue and per shard, live workers, circuit "
+        "breakers and rate-limit tokens. --json prints one JSON object whose top level holds the state "
+        "counts."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", help="Print one JSON object instead of tables.")
+        parser.add_argument("--shard", type=int, help="Count the jobs of this shard only (0-based).")
+        parser.add_argument(
+            "--watch", type=non_negative_float, metavar="SECONDS", help="Redraw every SECONDS until Ctrl-C."
+        )
+        parser.add_argument("--iterations", type=positive_int, help=argparse.SUPPRESS)  # bounds --watch
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queue = open_queue()
+        check_shard(queue, options["shard"])
+        watch, iterations = options["watch"], options["iterations"]
+        drawn = 0
+        try:
+            while True:
+                stats = collect(queue, options["shard"])
+                if options["json"]:
+                    self.stdout.write(to_json(stats))
+                else:
+                    clear = CLEAR_SCREEN if watch is not None and self.stdout.isatty() else ""
+                    self.stdout.write(clear + render(stats))
+                drawn += 1
+                if watch is None or (iterations is not None and drawn >= iterations):
+                    return
+                if not options["json"]:
+                    self.stdout.write("")
+                time.sleep(watch)
+        except KeyboardInterrupt:  # Ctrl-C ends --watch; that is not an error
+            self.stdout.write("")

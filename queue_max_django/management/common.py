@@ -1,0 +1,184 @@
+"""What the maintenance commands share: opening the store, reading options, and printing tables and JSON."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import difflib
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import CommandError, OutputWrapper
+
+from ..conf import QueueMaxConfig, get_config, get_queue
+from ..engine import Job, Queue, QueueError, State
+from ..tasks import Task, registry
+
+STATES = tuple(state.value for state in State)
+STATUS_HELP = f"a job state: one of {', '.join(STATES)}"
+
+
+def parse_status(value: str | None, *, option: str = "--status") -> State:
+    """``--status`` as a ``State``; a ``CommandError`` naming the valid values otherwise."""
+    if value is None:
+        raise CommandError(f"{option} is required: {STATUS_HELP}.")
+    try:
+        return State(value)
+    except ValueError:
+        raise CommandError(f"unknown status {value!r}: use one of {', '.join(STATES)}.") from None
+
+
+def find_task(name: str, *, listing: bool = True) -> Task[..., Any]:
+    """The registered task called ``name``; a ``CommandError`` naming close matches (and with ``listing``,
+    every registered task) otherwise."""
+    found = registry.get(name)
+    if found is not None:
+        return found
+    names = registry.names()
+    close = [n for n in names if n.endswith("." + name)]
+    close += [n for n in difflib.get_close_matches(name, names, n=3, cutoff=0.6) if n not in close]
+    advice = f" Did you mean {', '.join(repr(n) for n in close[:3])}?" if close else ""
+    known = f" Registered tasks: {', '.join(names) if names else 'none'}." if listing else ""
+    raise CommandError(f"unknown task {name!r}.{advice}{known}")
+
+
+def load_config() -> QueueMaxConfig:
+    """The ``QUEUE_MAX`` config (opens no store); a ``CommandError`` when the settings are wrong."""
+    try:
+        return get_config()
+    except ImproperlyConfigured as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def open_queue() -> Queue:
+    """This process's queue (``conf.get_queue()``); ``CommandError`` when the settings or store are wrong."""
+    with engine_errors():
+        try:
+            return get_queue()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+
+
+@contextmanager
+def engine_errors() -> Iterator[None]:
+    """Engine errors (bad input, a store that cannot be opened) become ``CommandError``s with their text."""
+    try:
+        yield
+    except QueueError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def check_shard(queue: Queue, shard: int | None) -> None:
+    if shard is not None and not 0 <= shard < queue.shard_count:
+        raise CommandError(
+            f"--shard must be from 0 to {queue.shard_count - 1}: this store has "
+            f"{queue.shard_count} shards, not {shard}."
+        )
+
+
+# ---------------------------------------------------------------------------------------- argument types
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError(text)
+    return value
+
+
+# ---------------------------------------------------------------------------------------- printing
+
+
+def when(seconds: float | None) -> str:
+    """Unix seconds as ``YYYY-MM-DD HH:MM:SS`` UTC; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Rows under headers, in columns two spaces apart: numbers right-aligned, text left-aligned."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+    numeric = [bool(rows) and all(_is_number(row[i]) for row in rows) for i in range(len(headers))]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), *(line(row) for row in cells)])
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def to_json(value: Any) -> str:
+    """One JSON document; bytes become ``"base64:..."``, tuples lists, anything else its ``str``."""
+    return json.dumps(value, default=_json_default, ensure_ascii=False)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return "base64:" + base64.b64encode(value).decode("ascii")
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    return str(value)
+
+
+def job_dict(job: Job) -> dict[str, Any]:
+    """A job as JSON-ready data: every field of ``Job`` plus its ``shard``; the name is its ``task``."""
+    data = {field.name: getattr(job, field.name) for field in dataclasses.fields(job)}
+    data["task"] = data.pop("name")
+    data["state"] = job.state.value
+    data["shard"] = job.shard
+    return data
+
+
+class ProgressBar:
+    """``[#####.....]  50%  500/1,000`` redrawn in place on ``stream``, only when it is a terminal."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: OutputWrapper, total: int) -> None:
+        self.stream, self.total, self.done = stream, total, 0
+        self.enabled = total > 0 and stream.isatty()
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        if self.enabled:
+            filled = self.WIDTH * self.done // self.total
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            percent = 100 * self.done // self.total
+            self.stream.write(f"\r[{bar}] {percent:3d}%  {self.done:,}/{self.total:,}", ending="")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("")
