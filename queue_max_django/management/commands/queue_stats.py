@@ -45,33 +45,14 @@ def render(stats: dict[str, Any]) -> str:
     parts.append(_section("Queues (all shards)", ["QUEUE", "PENDING", "SCHEDULED", "RUNNING"], queues))
     shards = [[row["shard"], *(row[s] for s in STATES), row["total"]] for row in stats["shards"]]
     parts.append(_section("Shards", ["SHARD", *(s.upper() for s in STATES), "TOTAL"], shards))
+    fields = ("worker_id", "pid", "host", "threads", "queues", "current_jobs", "processed", "failed")
     workers = [
-        (
-            w["worker_id"],
-            w["pid"],
-            w["host"],
-            w["threads"],
-            ",".join(w["queues"] or ["*"]),
-            len(w["current_jobs"]),
-            w["processed"],
-            w["failed"],
-            when(w["started_at"]),
-            when(w["last_heartbeat"]),
-        )
-        for w in stats["workers"]
+        [w[f] for f in fields] + [when(w["started_at"]), when(w["last_heartbeat"])] for w in stats["workers"]
     ]
-    headers = [
-        "WORKER",
-        "PID",
-        "HOST",
-        "THREADS",
-        "QUEUES",
-        "RUNNING",
-        "PROCESSED",
-        "FAILED",
-        "STARTED",
-        "HEARTBEAT (UTC)",
-    ]
+    for row in workers:
+        row[4], row[5] = ",".join(row[4] or ["*"]), len(row[5])
+    headers = ["WORKER", "PID", "HOST", "THREADS", "QUEUES", "RUNNING", "PROCESSED", "FAILED"]
+    headers += ["STARTED (UTC)", "LAST HEARTBEAT (UTC)"]
     parts.append(_section(f"Workers ({len(workers)} live)", headers, workers))
     breakers = [
         (key, b["state"], b["failures"], b["threshold"], b["recovery_timeout"], b["seconds_to_trial"])
