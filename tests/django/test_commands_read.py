@@ -16,7 +16,6 @@ from django.test import override_settings
 
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, Record, State
-from queue_max_django.management.commands import queue_stats
 from queue_max_django.management.common import when
 from tests.testapp import tasks as t
 
@@ -203,7 +202,7 @@ def test_stats_watch_ends_quietly_on_ctrl_c(store: Store, monkeypatch: pytest.Mo
         assert seconds == 5.0
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(queue_stats.time, "sleep", interrupt)
+    monkeypatch.setattr("time.sleep", interrupt)  # the pause between two redraws
     lines = call("queue_stats", "--json", "--watch", "5").splitlines()
     assert len(lines) == 2 and json.loads(lines[0])["failed"] == 1 and lines[1] == ""
 
