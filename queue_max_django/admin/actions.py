@@ -1,0 +1,92 @@
+"""What the admin's buttons do to jobs: retry, cancel and delete, one job or many, with what happened counted.
+
+Each action runs one engine call per job (each its own LMDB transaction), and a job no longer in a state the
+action fits is skipped and counted, never an error: other processes change the store between the page that
+listed a job and the click.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ..engine import Queue, State
+
+RETRY, CANCEL, DELETE = "retry", "cancel", "delete"
+
+# The actions that fit the jobs of each state, and the permission each one needs.
+STATE_ACTIONS: dict[State, tuple[str, ...]] = {
+    State.PENDING: (CANCEL,),
+    State.SCHEDULED: (CANCEL,),
+    State.RUNNING: (),
+    State.DONE: (),
+    State.FAILED: (RETRY, DELETE),
+}
+PERMISSION = {RETRY: "change", CANCEL: "change", DELETE: "delete"}
+VERBS = {RETRY: ("Retry", "Retried"), CANCEL: ("Cancel", "Cancelled"), DELETE: ("Delete", "Deleted")}
+
+
+def delete_job(queue: Queue, job_id: int) -> bool:
+    """Delete one job that is not running. -> False if it is running, done or gone.
+
+    The engine has no call that deletes one failed job (``purge`` takes a whole state), so a dead letter is
+    requeued and at once cancelled: two transactions, and a worker waiting on an empty queue may claim the
+    job in between (it then runs once more and this returns False). Replace both calls by an engine
+    ``delete(job_id)`` when there is one.
+    """
+    job = queue.job(job_id)
+    if job is None:
+        return False
+    if job.state is State.FAILED:
+        return queue.requeue(job_id) and queue.cancel(job_id)
+    return queue.cancel(job_id)
+
+
+def _operation(queue: Queue, action: str) -> Callable[[int], bool]:
+    if action == RETRY:
+        return queue.requeue
+    if action == CANCEL:
+        return queue.cancel
+    if action == DELETE:
+        return lambda job_id: delete_job(queue, job_id)
+    raise ValueError(f"unknown action {action!r}")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How many jobs an action changed, and how many it skipped (gone, or in another state by then)."""
+
+    action: str
+    done: int
+    skipped: int
+
+    def message(self) -> str:
+        """The admin message: "Retried 12 jobs." plus the skipped ones, if any."""
+        text = f"{VERBS[self.action][1]} {_jobs(self.done)}."
+        if self.skipped:
+            text += f" Skipped {_jobs(self.skipped)} that no longer fit (gone, or in another state by now)."
+        return text
+
+
+def apply(queue: Queue, action: str, job_ids: Iterable[int], *, state: State) -> Outcome:
+    """Run ``action`` on each job that is still in ``state`` (the list it was picked from). -> how many it
+    changed and how many it skipped."""
+    operation = _operation(queue, action)
+    done = skipped = 0
+    for job_id in job_ids:
+        job = queue.job(job_id)
+        if job is not None and job.state is state and operation(job_id):
+            done += 1
+        else:
+            skipped += 1
+    return Outcome(action, done, skipped)
+
+
+def purge_failed(queue: Queue, *, failed_before: float, now: float) -> Outcome:
+    """Delete every dead letter that failed at or before ``failed_before`` (unix seconds, ``now`` being the
+    time on the queue's clock): the engine's ``purge``, for "delete all matching" with no filter."""
+    return Outcome(DELETE, queue.purge(State.FAILED, older_than=max(0.0, now - failed_before)), 0)
+
+
+def _jobs(count: int) -> str:
+    return f"{count:,} job" if count == 1 else f"{count:,} jobs"

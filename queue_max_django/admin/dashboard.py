@@ -1,0 +1,118 @@
+"""What the dashboard shows, read from the engine in one go: counts per state, queue and shard, jobs finished
+and failed lately, live workers, circuit breakers and rate limits.
+
+Everything is O(shards + keys) but the recent-activity counts, which walk the newest finished jobs and stop
+at ``RECENT_LIMIT`` (shown as "10,000+"), so the page costs the same on a store of any size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine import Queue, State, WorkerInfo
+from .listing import LABELS, Count, Filters, Scan, matching
+
+RECENT_LIMIT = 10_000  # finished jobs looked at, at most, per state, to count the last minute/hour
+MINUTE, HOUR = 60.0, 3600.0
+
+
+@dataclass(frozen=True)
+class StateCount:
+    state: str  # the State value (URLs, data)
+    label: str  # what people call it
+    count: Count
+
+
+@dataclass(frozen=True)
+class Recent:
+    """Jobs that finished in a state in the last minute and the last hour."""
+
+    state: str
+    label: str
+    last_minute: Count
+    last_hour: Count
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    info: WorkerInfo
+    heartbeat_age: float  # seconds since its last report
+    uptime: float
+
+
+@dataclass(frozen=True)
+class BreakerRow:
+    key: str
+    state: str
+    failures: int
+    threshold: int
+    recovery_timeout: float
+    seconds_to_trial: float | None
+
+
+@dataclass(frozen=True)
+class LimitRow:
+    key: str
+    rate: str
+    remaining: float | None
+    retry_after: float
+
+
+def recent(queue: Queue, state: State, now: float, *, limit: int = RECENT_LIMIT) -> Recent:
+    """Jobs in ``state`` (done or failed) that finished within a minute and an hour of ``now``. Done jobs
+    are listed by finish time, so the walk stops at the first older than an hour; dead letters are listed by
+    job id, so their walk looks at the newest ``limit`` and the count is a lower bound when there are more."""
+    minute = hour = 0
+    scan = Scan(limit=limit)
+    for job in matching(queue, state, Filters(), newest_first=True, scan=scan):
+        age = now - (job.finished_at or 0.0)
+        if age > HOUR and state is State.DONE:
+            scan.stopped_after = None  # the rest are older still: the count is exact
+            break
+        hour += age <= HOUR
+        minute += age <= MINUTE
+    exact = scan.stopped_after is None
+    return Recent(state.value, LABELS[state], Count(minute, exact), Count(hour, exact))
+
+
+def snapshot(queue: Queue, now: float) -> dict[str, Any]:
+    """The dashboard's data (the template context of its panels)."""
+    stats = queue.stats()
+    breakers = [
+        BreakerRow(
+            key,
+            summary["state"],
+            summary["failures"],
+            summary["threshold"],
+            summary["recovery_timeout"],
+            summary["seconds_to_trial"],
+        )
+        for key, summary in sorted(queue.circuit_breakers().items())
+    ]
+    limits = [
+        LimitRow(key, str(rate), queue.remaining(key), queue.retry_after(key))
+        for key, rate in sorted(queue.rate_limits().items())
+    ]
+    workers = [
+        WorkerRow(info, max(0.0, now - info.last_heartbeat), max(0.0, now - info.started_at))
+        for info in sorted(queue.workers(), key=lambda info: (info.host, info.pid, info.worker_id))
+    ]
+    return {
+        "states": [StateCount(state.value, LABELS[state], Count(stats[state.value])) for state in State],
+        "total": Count(stats["total"]),
+        "queues": {
+            name: {state: Count(value) for state, value in counts.items()}
+            for name, counts in queue.queue_counts().items()
+        },
+        "shards": [
+            [Count(shard_counts.get(state.value, 0)) for state in State]
+            for shard_counts in queue.shard_stats()
+        ],
+        "recent": [recent(queue, State.DONE, now), recent(queue, State.FAILED, now)],
+        "recent_limit": RECENT_LIMIT,
+        "workers": workers,
+        "breakers": breakers,
+        "limits": limits,
+        "labels": [LABELS[state] for state in State],
+    }

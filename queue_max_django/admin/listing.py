@@ -1,0 +1,252 @@
+"""Which jobs a list page shows: the filters of its query string, bounded scans, and keyset pages.
+
+Every read goes through the engine's keyset listing (``Queue.jobs``), so a page costs the same at any depth of
+any store. The engine filters by queue and task name itself; the search text, error type and shard are
+tested here, on jobs the engine hands over in batches, and a scan stops after ``SCAN_LIMIT`` jobs (the page
+then offers to search further from where it stopped). Sorting dead letters by failed-at is exact: the engine
+lists them by job id, so that order needs one bounded scan of (failed-at, id) pairs, never of whole jobs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine import InvalidJob, Job, Queue, State
+
+PAGE_SIZE = 50
+SCAN_LIMIT = 100_000  # jobs one search, count or "all matching" action examines at most
+BATCH = 500  # jobs asked of the engine at a time while scanning
+MAX_JOB_ID = 2**64 - 1  # ids are stored as unsigned 64-bit keys; anything larger names no job
+
+# How people call the states; URLs and data use the State values.
+LABELS: dict[State, str] = {
+    State.PENDING: "waiting",
+    State.SCHEDULED: "scheduled",
+    State.RUNNING: "running",
+    State.DONE: "done",
+    State.FAILED: "dead letters",
+}
+# The order each state's index lists jobs in (engine/shard.py list_jobs).
+INDEX_ORDER: dict[State, str] = {
+    State.PENDING: "claim order",
+    State.SCHEDULED: "due time",
+    State.RUNNING: "job id",
+    State.DONE: "finish time",
+    State.FAILED: "job id",
+}
+# That order as listed (first) and reversed (?o=reverse).
+DIRECTIONS: dict[State, tuple[str, str]] = {
+    State.PENDING: ("claim order, next to run first", "claim order, last to run first"),
+    State.SCHEDULED: ("due time, soonest first", "due time, latest first"),
+    State.RUNNING: ("job id, oldest first", "job id, newest first"),
+    State.DONE: ("finish time, newest first", "finish time, oldest first"),
+    State.FAILED: ("job id, newest first", "job id, oldest first"),
+}
+# Sort orders a list page takes (?o=): the index order either way, and for dead letters failed-at.
+INDEX_FIRST, INDEX_LAST, FAILED_NEWEST, FAILED_OLDEST = "", "reverse", "-failed_at", "failed_at"
+ORDERS = (INDEX_FIRST, INDEX_LAST, FAILED_NEWEST, FAILED_OLDEST)
+NEWEST_FIRST_BY_DEFAULT = frozenset({State.DONE, State.FAILED})  # most recent first; the rest claim order
+
+
+class ListingMoved(Exception):
+    """The job a page continues from is gone from the store, so that page cannot be computed any more."""
+
+
+def parse_job_id(value: Any) -> int | None:
+    """A job id from a URL or form value, or None when it cannot name a job."""
+    try:
+        job_id = int(value)
+    except (TypeError, ValueError):
+        return None
+    return job_id if 0 < job_id <= MAX_JOB_ID else None
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The filters of a list page: ``q`` searches task names, error types and error texts (case-insensitive);
+    ``task``, ``queue`` and ``error_type`` match exactly; ``shard`` is a shard number."""
+
+    search: str = ""
+    task: str = ""
+    queue: str = ""
+    error_type: str = ""
+    shard: int | None = None
+
+    @classmethod
+    def from_query(cls, data: Mapping[str, Any]) -> Filters:
+        def text(key: str) -> str:
+            value = data.get(key, "")
+            return value.strip() if isinstance(value, str) else ""
+
+        shard = text("shard")
+        return cls(
+            search=text("q"),
+            task=text("task"),
+            queue=text("queue"),
+            error_type=text("error_type"),
+            shard=int(shard) if shard.isdigit() else None,
+        )
+
+    def as_query(self) -> dict[str, str]:
+        """The query-string parameters that give these filters back (empty ones left out)."""
+        pairs = {
+            "q": self.search,
+            "task": self.task,
+            "queue": self.queue,
+            "error_type": self.error_type,
+            "shard": "" if self.shard is None else str(self.shard),
+        }
+        return {key: value for key, value in pairs.items() if value}
+
+    @property
+    def active(self) -> bool:
+        return bool(self.as_query())
+
+    @property
+    def scans(self) -> bool:
+        """True when some filter is tested here rather than by the engine (the list is then a scan)."""
+        return bool(self.search or self.error_type or self.shard is not None)
+
+    def engine_options(self) -> dict[str, str]:
+        return {key: value for key, value in (("queue", self.queue), ("name", self.task)) if value}
+
+    def matches(self, job: Job) -> bool:
+        if self.shard is not None and job.shard != self.shard:
+            return False
+        if self.error_type and job.error_type != self.error_type:
+            return False
+        if self.search:
+            needle = self.search.casefold()
+            haystacks = (job.name, job.error_type, job.error)
+            return any(needle in text.casefold() for text in haystacks if text)
+        return True
+
+
+@dataclass
+class Scan:
+    """How far a scan went: jobs examined, and where to go on from when it stopped at its limit."""
+
+    limit: int = SCAN_LIMIT
+    examined: int = 0
+    stopped_after: int | None = None  # the last job id examined, when the limit cut the scan short
+
+
+def matching(
+    queue: Queue,
+    state: State,
+    filters: Filters,
+    *,
+    after: int | None = None,
+    newest_first: bool = False,
+    scan: Scan | None = None,
+    want: int = BATCH,
+) -> Iterator[Job]:
+    """The jobs in ``state`` that match ``filters``, in the index order, from past ``after``, until the
+    engine has none left or ``scan.limit`` jobs were examined. ``want`` sizes the engine calls when no filter
+    is tested here (a page asks for just what it shows). ``ListingMoved`` when ``after`` is gone."""
+    scan = scan if scan is not None else Scan()
+    cursor = after
+    while scan.examined < scan.limit:
+        size = min(BATCH if filters.scans else want, scan.limit - scan.examined)
+        try:
+            batch = queue.jobs(
+                state, after=cursor, limit=size, newest_first=newest_first, **filters.engine_options()
+            )
+        except InvalidJob as exc:
+            raise ListingMoved(str(exc)) from exc
+        for job in batch:
+            scan.examined += 1
+            cursor = job.job_id
+            if filters.matches(job):
+                yield job
+        if len(batch) < size:
+            return
+    scan.stopped_after = cursor
+
+
+@dataclass
+class Page:
+    """One page of a list: its jobs, where the next page starts, and whether a scan limit cut it short."""
+
+    jobs: list[Job]
+    next_after: str | None  # the ``after`` of the next page, None on the last one
+    scan: Scan = field(default_factory=Scan)
+
+    @property
+    def cut_short(self) -> bool:
+        """True when the scan limit stopped the search before the page was full."""
+        return self.scan.stopped_after is not None
+
+
+def page(
+    queue: Queue, state: State, filters: Filters, *, after: str | None, order: str, size: int = PAGE_SIZE
+) -> Page:
+    """The page of ``state`` after ``after`` (None: the first) in ``order`` (one of ``ORDERS``)."""
+    if order in (FAILED_NEWEST, FAILED_OLDEST):
+        return _page_by_failed_at(queue, filters, after=after, newest_first=order == FAILED_NEWEST, size=size)
+    newest_first = (state in NEWEST_FIRST_BY_DEFAULT) != (order == INDEX_LAST)
+    scan = Scan()
+    jobs: list[Job] = []
+    start = parse_job_id(after) if after else None
+    for job in matching(
+        queue, state, filters, after=start, newest_first=newest_first, scan=scan, want=size + 1
+    ):
+        jobs.append(job)
+        if len(jobs) > size:
+            break
+    if len(jobs) > size:
+        return Page(jobs[:size], str(jobs[size - 1].job_id), scan)
+    return Page(jobs, None if scan.stopped_after is None else str(scan.stopped_after), scan)
+
+
+def _page_by_failed_at(
+    queue: Queue, filters: Filters, *, after: str | None, newest_first: bool, size: int
+) -> Page:
+    """Dead letters by (failed-at, id): one bounded scan keeps the ``size + 1`` keys past ``after``, then
+    reads only those jobs. ``after`` is ``"<failed-at µs>:<job id>"``."""
+    bound = _failed_at_key(after)
+    scan = Scan()
+    keys: Iterator[tuple[int, int]] = (
+        (round((job.finished_at or 0.0) * 1_000_000), job.job_id)
+        for job in matching(queue, State.FAILED, filters, scan=scan)
+    )
+    if bound is not None:
+        keys = (key for key in keys if (key < bound if newest_first else key > bound))
+    chosen = (heapq.nlargest if newest_first else heapq.nsmallest)(size + 1, keys)
+    jobs = [job for job in (queue.job(job_id) for _at, job_id in chosen[:size]) if job is not None]
+    next_after = f"{chosen[size - 1][0]}:{chosen[size - 1][1]}" if len(chosen) > size else None
+    return Page(jobs, next_after, scan)
+
+
+def _failed_at_key(after: str | None) -> tuple[int, int] | None:
+    if not after or ":" not in after:
+        return None
+    at, _, job_id = after.partition(":")
+    return (int(at), int(job_id)) if at.isdigit() and job_id.isdigit() else None
+
+
+@dataclass(frozen=True)
+class Count:
+    """How many jobs match: exact, or at least ``value`` when counting stopped at the scan limit."""
+
+    value: int
+    exact: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.value:,}" if self.exact else f"{self.value:,}+"
+
+
+def count(queue: Queue, state: State, filters: Filters, *, limit: int = SCAN_LIMIT) -> Count:
+    """How many jobs in ``state`` match ``filters``: O(1) from the counters when nothing is filtered, per
+    queue from the engine's queue counts for the live states, else a scan of at most ``limit`` jobs."""
+    if not filters.active:
+        return Count(queue.stats()[state.value])
+    live = state in (State.PENDING, State.SCHEDULED, State.RUNNING)
+    if live and filters.queue and not (filters.task or filters.scans):
+        return Count(queue.queue_counts().get(filters.queue, {}).get(state.value, 0))
+    scan = Scan(limit=limit)
+    found = sum(1 for _job in matching(queue, state, filters, scan=scan))
+    return Count(found, exact=scan.stopped_after is None)

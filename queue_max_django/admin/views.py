@@ -1,0 +1,357 @@
+"""The admin pages over the store: the dashboard, the list of each state, a job's page, and the actions.
+
+``JobAdmin`` is registered for the unmanaged ``Job`` model (models.py) and replaces its URLs with these
+views, each wrapped by ``admin_site.admin_view`` (staff login, CSRF, no caching) and checking Django's own
+permissions: view to see, change to retry or cancel, delete to delete. State changes are POST only, go
+through a confirmation page when they touch more than the one job on screen, and end in a redirect with a
+message.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, re_path, reverse
+
+from ..conf import get_config, get_queue
+from ..engine import Job, State
+from ..models import Job as JobModel
+from ..tasks import registry
+from . import actions, dashboard, display, listing
+
+STATE_PATTERN = "|".join(state.value for state in State)
+PREVIEW_SIZE = 20  # jobs listed on a confirmation page
+FINISHED_LABELS = {State.DONE: "Finished", State.FAILED: "Failed"}
+
+
+if TYPE_CHECKING:  # django-stubs makes ModelAdmin generic; Django's class takes no subscript
+    ModelAdmin = admin.ModelAdmin[JobModel]
+else:
+    ModelAdmin = admin.ModelAdmin
+
+
+class JobAdmin(ModelAdmin):
+    """The queue's pages under ``admin/queue_max_django/job/``; the index entry opens the dashboard."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+            return self.admin_site.admin_view(view)
+
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path("", wrap(self.dashboard_view), name=f"{name}_changelist"),
+            path("panels/", wrap(self.panels_view), name=f"{name}_panels"),
+            re_path(rf"^(?P<state>{STATE_PATTERN})/$", wrap(self.list_view), name=f"{name}_list"),
+            re_path(rf"^(?P<state>{STATE_PATTERN})/action/$", wrap(self.action_view), name=f"{name}_action"),
+            path("<int:job_id>/", wrap(self.job_view), name=f"{name}_job"),
+            re_path(
+                r"^(?P<job_id>[0-9]+)/(?P<action>retry|cancel)/$",
+                wrap(self.job_action_view),
+                name=f"{name}_job_action",
+            ),
+        ]
+
+    # ------------------------------------------------------------------ helpers
+
+    def _url(self, view: str, *args: Any, query: dict[str, str] | None = None) -> str:
+        url = reverse(
+            f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{view}", args=args
+        )
+        query = {key: value for key, value in (query or {}).items() if value}
+        return f"{url}?{urlencode(query)}" if query else url
+
+    def _require(self, request: HttpRequest, permission: str) -> None:
+        allowed = {
+            "view": self.has_view_permission,
+            "change": self.has_change_permission,
+            "delete": self.has_delete_permission,
+        }[permission](request)
+        if not allowed:
+            raise PermissionDenied
+
+    def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": title,
+            "labels": {state.value: label for state, label in listing.LABELS.items()},
+            "dashboard_url": self._url("changelist"),
+            **extra,
+        }
+
+    def _render(self, request: HttpRequest, template: str, context: dict[str, Any]) -> TemplateResponse:
+        return TemplateResponse(request, f"queue_max_django/admin/{template}", context)
+
+    def _allowed_actions(self, request: HttpRequest, state: State) -> list[dict[str, str]]:
+        permitted = {
+            "change": self.has_change_permission(request),
+            "delete": self.has_delete_permission(request),
+        }
+        return [
+            {"name": action, "verb": actions.VERBS[action][0]}
+            for action in actions.STATE_ACTIONS[state]
+            if permitted[actions.PERMISSION[action]]
+        ]
+
+    # ------------------------------------------------------------------ the dashboard
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        self._require(request, "view")
+        context = self._context(request, "Queue dashboard", **self._panels(request))
+        context["panels_url"] = self._url("panels")
+        return self._render(request, "dashboard.html", context)
+
+    def panels_view(self, request: HttpRequest) -> HttpResponse:
+        """The dashboard's panels alone: what its refresh control fetches and swaps in."""
+        self._require(request, "view")
+        return self._render(
+            request, "dashboard_panels.html", self._context(request, "", **self._panels(request))
+        )
+
+    def _panels(self, request: HttpRequest) -> dict[str, Any]:
+        now = time.time()
+        data = dashboard.snapshot(get_queue(), now)
+        data["list_urls"] = {state.value: self._url("list", state.value) for state in State}
+        data["now"] = display.when(now)
+        return data
+
+    # ------------------------------------------------------------------ lists
+
+    def list_view(self, request: HttpRequest, state: str) -> HttpResponse:
+        self._require(request, "view")
+        current = State(state)
+        queue = get_queue()
+        filters = listing.Filters.from_query(request.GET)
+        order = request.GET.get("o", "")
+        by_failed_at = order in (listing.FAILED_NEWEST, listing.FAILED_OLDEST)
+        if order not in listing.ORDERS or (by_failed_at and current is not State.FAILED):
+            order = listing.INDEX_FIRST
+        after = request.GET.get("after") or None
+        try:
+            page = listing.page(queue, current, filters, after=after, order=order)
+        except listing.ListingMoved:
+            messages.warning(request, "The job this page went on from is gone; back to the first page.")
+            return HttpResponseRedirect(self._url("list", state, query={**filters.as_query(), "o": order}))
+        base = {**filters.as_query(), "o": order}
+        id_order = listing.INDEX_LAST if order == listing.INDEX_FIRST else listing.INDEX_FIRST
+        failed_order = listing.FAILED_OLDEST if order == listing.FAILED_NEWEST else listing.FAILED_NEWEST
+        label = listing.LABELS[current]
+        cheap_count = None if filters.scans or filters.task else listing.count(queue, current, filters)
+        context = self._context(
+            request,
+            label.capitalize(),
+            state=current.value,
+            label=label,
+            filters=filters,
+            order=order,
+            index_order=listing.INDEX_ORDER[current],
+            page=page,
+            rows=[(job, display.short(job.payload), _list_times(current, job)) for job in page.jobs],
+            listed_by=_listed_by(current, order),
+            id_sort_url=self._url("list", state, query={**filters.as_query(), "o": id_order}),
+            failed_sort_url=self._url("list", state, query={**filters.as_query(), "o": failed_order}),
+            count=cheap_count,
+            first_url=self._url("list", state, query=base) if after else None,
+            next_url=self._url("list", state, query={**base, "after": page.next_after or ""}),
+            has_next=page.next_after is not None,
+            clear_url=self._url("list", state),
+            action_url=self._url("action", state),
+            actions=self._allowed_actions(request, current),
+            task_names=registry.names(),
+            queue_names=sorted(set(get_config().queues or ()) | set(queue.queue_counts())),
+            shard_numbers=range(queue.shard_count),
+            scan_limit=listing.SCAN_LIMIT,
+            page_size=listing.PAGE_SIZE,
+        )
+        return self._render(request, "job_list.html", context)
+
+    # ------------------------------------------------------------------ bulk actions
+
+    def action_view(self, request: HttpRequest, state: str) -> HttpResponse:
+        """POST from a list (or a job page): show what an action would touch, and do it once confirmed."""
+        if request.method != "POST":
+            return HttpResponseRedirect(self._url("list", state))
+        current = State(state)
+        action = request.POST.get("action", "")
+        if action not in actions.STATE_ACTIONS[current]:
+            messages.error(request, f"No action {action!r} applies to {listing.LABELS[current]}.")
+            return HttpResponseRedirect(self._url("list", state))
+        self._require(request, actions.PERMISSION[action])
+        queue = get_queue()
+        filters = listing.Filters.from_query(request.POST)
+        back = self._url("list", state, query=filters.as_query())
+        matching_scope = request.POST.get("scope") == "matching"
+        ids = [job_id for job_id in map(listing.parse_job_id, request.POST.getlist("ids")) if job_id]
+        if not matching_scope and not ids:
+            messages.warning(request, "No job was selected: tick the jobs to act on first.")
+            return HttpResponseRedirect(back)
+        if request.POST.get("confirmed") != "yes":
+            return self._confirm(request, current, action, filters, ids, matching_scope)
+        if matching_scope:
+            outcome, note = self._act_on_matching(request, current, action, filters)
+        else:
+            outcome, note = actions.apply(queue, action, ids, state=current), ""
+        messages.success(request, outcome.message() + note)
+        return HttpResponseRedirect(back)
+
+    def _confirm(
+        self,
+        request: HttpRequest,
+        state: State,
+        action: str,
+        filters: listing.Filters,
+        ids: list[int],
+        matching_scope: bool,
+    ) -> HttpResponse:
+        queue = get_queue()
+        if matching_scope:
+            how_many = listing.count(queue, state, filters)
+            preview = listing.page(queue, state, filters, after=None, order="", size=PREVIEW_SIZE).jobs
+        else:
+            found = [job for job in map(queue.job, ids) if job is not None and job.state is state]
+            how_many = listing.Count(len(found))
+            preview = found[:PREVIEW_SIZE]
+            ids = [job.job_id for job in found]
+        verb = actions.VERBS[action][0]
+        context = self._context(
+            request,
+            f"{verb} {how_many} {'job' if how_many.value == 1 and how_many.exact else 'jobs'}?",
+            state=state.value,
+            label=listing.LABELS[state],
+            action=action,
+            verb=verb,
+            how_many=how_many,
+            matching_scope=matching_scope,
+            filters=filters,
+            ids=ids,
+            preview=preview,
+            as_of=repr(time.time()),
+            back_url=self._url("list", state.value, query=filters.as_query()),
+            list_url=self._url("list", state.value),
+            action_url=self._url("action", state.value),
+            scan_limit=listing.SCAN_LIMIT,
+        )
+        return self._render(request, "confirm_action.html", context)
+
+    def _act_on_matching(
+        self, request: HttpRequest, state: State, action: str, filters: listing.Filters
+    ) -> tuple[actions.Outcome, str]:
+        """Act on every job that matched when the confirmation page was shown (``as_of``): jobs that failed
+        or were enqueued after it are left alone."""
+        queue = get_queue()
+        try:
+            as_of = float(request.POST.get("as_of", ""))
+        except ValueError:
+            as_of = time.time()
+        if action == actions.DELETE and state is State.FAILED and not filters.active:
+            return actions.purge_failed(queue, failed_before=as_of, now=time.time()), ""
+        scan = listing.Scan()
+
+        def stamp(job: Job) -> float:
+            return job.finished_at or 0.0 if state is State.FAILED else job.enqueued_at
+
+        ids = [
+            job.job_id for job in listing.matching(queue, state, filters, scan=scan) if stamp(job) <= as_of
+        ]
+        note = ""
+        if scan.stopped_after is not None:
+            note = (
+                f" Only the first {listing.SCAN_LIMIT:,} jobs were looked at: more may match, run the action "
+                f"again."
+            )
+        return actions.apply(queue, action, ids, state=state), note
+
+    # ------------------------------------------------------------------ one job
+
+    def _job_or_404(self, job_id: Any) -> Job:
+        parsed = listing.parse_job_id(job_id)
+        job = None if parsed is None else get_queue().job(parsed)
+        if job is None:
+            raise Http404(f"There is no job {job_id} (any more): it finished long ago, or was deleted.")
+        return job
+
+    def job_view(self, request: HttpRequest, job_id: int) -> HttpResponse:
+        self._require(request, "view")
+        job = self._job_or_404(job_id)
+        label = listing.LABELS[job.state]
+        can_change = self.has_change_permission(request)
+        context = self._context(
+            request,
+            f"Job {job.job_id}",
+            job=job,
+            state=job.state.value,
+            label=label,
+            arguments=display.arguments(job.payload),
+            result=display.pretty(job.result) if job.state is State.DONE else None,
+            attempts=display.attempts(job),
+            times=[
+                ("Enqueued", display.when(job.enqueued_at)),
+                ("Due" if job.state is State.SCHEDULED else "Ready at", display.when(job.eta)),
+                ("Started", display.when(job.started_at)),
+                ("Lease until", display.when(job.lease_until)),
+                (FINISHED_LABELS.get(job.state, "Last finished"), display.when(job.finished_at)),
+            ],
+            list_url=self._url("list", job.state.value),
+            can_retry=job.state is State.FAILED and can_change,
+            can_cancel=job.state in (State.PENDING, State.SCHEDULED) and can_change,
+            can_delete=job.state is State.FAILED and self.has_delete_permission(request),
+            retry_url=self._url("job_action", job.job_id, "retry"),
+            cancel_url=self._url("job_action", job.job_id, "cancel"),
+            delete_url=self._url("action", job.state.value),
+        )
+        return self._render(request, "job_detail.html", context)
+
+    def job_action_view(self, request: HttpRequest, job_id: str, action: str) -> HttpResponse:
+        """Retry or cancel the job whose page the button was on; then back to that page (or its list)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        self._require(request, actions.PERMISSION[action])
+        parsed = listing.parse_job_id(job_id)
+        job = None if parsed is None else get_queue().job(parsed)
+        if job is None:
+            messages.error(request, f"There is no job {job_id} (any more): nothing was done.")
+            return HttpResponseRedirect(self._url("changelist"))
+        outcome = actions.apply(get_queue(), action, [job.job_id], state=job.state)
+        if not outcome.done:
+            messages.warning(
+                request,
+                f"Job {job.job_id} is {listing.LABELS[job.state]}: "
+                f"{actions.VERBS[action][0].lower()} does not apply to it, nothing was done.",
+            )
+            return HttpResponseRedirect(self._url("job", job.job_id))
+        messages.success(request, f"{actions.VERBS[action][1]} job {job.job_id}.")
+        if action == actions.CANCEL:  # the job is gone: back to the list it was on
+            return HttpResponseRedirect(self._url("list", job.state.value))
+        return HttpResponseRedirect(self._url("job", job.job_id))
+
+
+def _list_times(state: State, job: Job) -> list[dt.datetime | None]:
+    """The time columns of a list row: when it failed or finished, is due, started and holds its lease
+    until, or was enqueued."""
+    columns: dict[State, list[float | None]] = {
+        State.PENDING: [job.enqueued_at],
+        State.SCHEDULED: [job.eta],
+        State.RUNNING: [job.started_at, job.lease_until],
+        State.DONE: [job.finished_at],
+        State.FAILED: [job.finished_at],
+    }
+    return [display.when(value) for value in columns[state]]
+
+
+def _listed_by(state: State, order: str) -> str:
+    if order == listing.FAILED_NEWEST:
+        return "failed at, newest first"
+    if order == listing.FAILED_OLDEST:
+        return "failed at, oldest first"
+    return listing.DIRECTIONS[state][order == listing.INDEX_LAST]

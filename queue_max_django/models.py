@@ -1,0 +1,23 @@
+"""An unmanaged model with no table: it only gives the admin its index entry ("Queue Max", "Jobs") and
+Django's permissions over the queue (view, change = retry/cancel, delete = delete/purge).
+
+Jobs live in the engine's store, never in the database; nothing ever queries this model.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Job(models.Model):
+    """Stands for the jobs of the store in the admin and in ``auth.Permission`` (``queue_max_django.view_job``
+    and friends). There is no add permission: jobs are enqueued by code."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view", "change", "delete")
+        verbose_name = "job"
+        verbose_name_plural = "jobs"
+
+    def __str__(self) -> str:
+        return f"job {self.pk}"
