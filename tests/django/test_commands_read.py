@@ -75,9 +75,18 @@ def test_stats_prints_a_table_per_state_queue_shard_worker_breaker_and_limit(sto
     q = store.queue
     t.limited.delay()  # sets its rate limit (10/m) on the store
     t.guarded.delay()  # sets its circuit breaker (threshold 2, 30 s)
-    q.report_worker("w-1", stale_after=3600, pid=4242, host="box", started_at=1_700_000_000.0,
-                    queues=("default", "mail"), threads=4, current_jobs=(store.running.job_id,),
-                    processed=7, failed=1)  # fmt: skip
+    q.report_worker(
+        "w-1",
+        stale_after=3600,
+        pid=4242,
+        host="box",
+        started_at=1_700_000_000.0,
+        queues=("default", "mail"),
+        threads=4,
+        current_jobs=(store.running.job_id,),
+        processed=7,
+        failed=1,
+    )
     (worker,) = q.workers()
     assert call("queue_stats") == (
         f"Store {q.path} (1 shards)\n"
@@ -208,9 +217,10 @@ def test_stats_watch_ends_quietly_on_ctrl_c(store: Store, monkeypatch: pytest.Mo
 
 
 def test_stats_on_bad_settings_is_a_command_error(data_dir: Path) -> None:
-    with override_settings(QUEUE_MAX={"DATA_DIR": data_dir, "LEASE_TIM": 3}), pytest.raises(
-        CommandError, match=r"(?s)QUEUE_MAX is misconfigured.*queue_max_django\.E002"
-    ):  # fmt: skip
+    with (
+        override_settings(QUEUE_MAX={"DATA_DIR": data_dir, "LEASE_TIM": 3}),
+        pytest.raises(CommandError, match=r"(?s)QUEUE_MAX is misconfigured.*queue_max_django\.E002"),
+    ):
         call("queue_stats")
     assert not data_dir.exists()
 
