@@ -15,7 +15,7 @@ PAGE = 1000
 DAY = 86400.0  # seconds
 
 
-def matching(queue: Queue, state: State, *, older_than: float | None, name: str | None) -> list[int]:
+def matching(queue: Queue, state: State, older_than: float | None, name: str | None) -> list[int]:
     """The ids of the jobs ``purge``/``cancel`` would remove: in ``state`` (of queue ``name``), finished
     (done/failed) or enqueued (pending/scheduled) at least ``older_than`` seconds ago."""
     cutoff = None if older_than is None else time.time() - older_than
@@ -61,49 +61,47 @@ class Command(BaseCommand):
                 "running jobs cannot be purged: they belong to live workers (an expired lease "
                 "brings a dead worker's job back by itself)."
             )
-        name, days = options["queue"], options["days"]
+        name, days, dry_run = options["queue"], options["days"], options["dry_run"]
         if name is not None and state not in (State.PENDING, State.SCHEDULED):
             raise CommandError(
                 f"--queue works with --status pending or scheduled only: the engine cannot "
                 f"delete one {state.value} job at a time. Purge all {state.value} jobs "
                 f"(with --days if need be) instead."
             )
-        older_than = None if days is None else days * DAY
-        queue = open_queue()
-        with engine_errors():
-            if name is None and older_than is None:
-                count = queue.stats()[state.value]
-                ids = None
-            else:
-                ids = matching(queue, state, older_than=older_than, name=name)
-                count = len(ids)
-            what = f"{count} {state.value} job{'' if count == 1 else 's'}"
-            if name is not None:
-                what += f" of queue {name!r}"
-            if days is not None:
-                what += f" older than {days:g} days"
-            if options["dry_run"]:
-                self.stdout.write(f"Would remove {what} (dry run: nothing removed).")
-                return
-            if count == 0:
-                self.stdout.write(f"Removed 0 {state.value} jobs.")
-                return
-            if not options["yes"] and not self._confirm(f"Delete {what}? This cannot be undone. [y/N] "):
-                self.stdout.write("Purge cancelled: nothing removed.")
-                return
-            if name is not None and ids is not None:
-                removed = sum(queue.cancel(job_id) for job_id in ids)  # False: it started or is gone
-            else:
-                removed = queue.purge(state, older_than=older_than)
-        where = "" if name is None else f" of queue {name!r}"
-        self.stdout.write(f"Removed {removed} {state.value} job{'' if removed == 1 else 's'}{where}.")
-
-    def _confirm(self, question: str) -> bool:
-        if not sys.stdin.isatty():
+        ask = not options["yes"] and not dry_run
+        if ask and not sys.stdin.isatty():
             raise CommandError(
                 "refusing to purge without --yes: stdin is not a terminal, so nobody can "
                 "confirm. Add --yes (or --dry-run to count first)."
             )
+        older_than = None if days is None else days * DAY
+        queue = open_queue()
+        with engine_errors():
+            ids = None if name is None and older_than is None else matching(queue, state, older_than, name)
+            count = queue.stats()[state.value] if ids is None else len(ids)
+            what = _jobs(count, state, name) + ("" if days is None else f" older than {days:g} days")
+            if dry_run:
+                self.stdout.write(f"Would remove {what} (dry run: nothing removed).")
+                return
+            if count and ask and not self._confirm(f"Delete {what}? This cannot be undone. [y/N] "):
+                self.stdout.write("Purge cancelled: nothing removed.")
+                return
+            if not count:
+                removed = 0
+            elif name is None:
+                removed = queue.purge(state, older_than=older_than)
+            else:  # one job at a time: cancel() takes a pending or scheduled job only
+                removed = sum(queue.cancel(job_id) for job_id in ids or ())
+        self.stdout.write(f"Removed {_jobs(removed, state, name)}.")
+
+    def _confirm(self, question: str) -> bool:
         self.stdout.write(question, ending="")
         self.stdout.flush()
         return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _jobs(count: int, state: State, queue: str | None) -> str:
+    """``3 failed jobs``, ``1 pending job of queue 'mail'``."""
+    return f"{count} {state.value} job{'' if count == 1 else 's'}" + (
+        "" if queue is None else f" of queue {queue!r}"
+    )
