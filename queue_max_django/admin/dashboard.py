@@ -59,12 +59,12 @@ class LimitRow:
     retry_after: float
 
 
-def recent(queue: Queue, state: State, now: float, *, limit: int = RECENT_LIMIT) -> Recent:
+def recent(queue: Queue, state: State, now: float, *, limit: int | None = None) -> Recent:
     """Jobs in ``state`` (done or failed) that finished within a minute and an hour of ``now``. Done jobs
     are listed by finish time, so the walk stops at the first older than an hour; dead letters are listed by
     job id, so their walk looks at the newest ``limit`` and the count is a lower bound when there are more."""
     minute = hour = 0
-    scan = Scan(limit=limit)
+    scan = Scan(limit=RECENT_LIMIT if limit is None else limit)
     for job in matching(queue, state, Filters(), newest_first=True, scan=scan):
         age = now - (job.finished_at or 0.0)
         if age > HOUR and state is State.DONE:

@@ -129,7 +129,7 @@ class Filters:
 class Scan:
     """How far a scan went: jobs examined, and where to go on from when it stopped at its limit."""
 
-    limit: int = SCAN_LIMIT
+    limit: int = field(default_factory=lambda: SCAN_LIMIT)
     examined: int = 0
     stopped_after: int | None = None  # the last job id examined, when the limit cut the scan short
 
@@ -239,7 +239,7 @@ class Count:
         return f"{self.value:,}" if self.exact else f"{self.value:,}+"
 
 
-def count(queue: Queue, state: State, filters: Filters, *, limit: int = SCAN_LIMIT) -> Count:
+def count(queue: Queue, state: State, filters: Filters, *, limit: int | None = None) -> Count:
     """How many jobs in ``state`` match ``filters``: O(1) from the counters when nothing is filtered, per
     queue from the engine's queue counts for the live states, else a scan of at most ``limit`` jobs."""
     if not filters.active:
@@ -247,6 +247,6 @@ def count(queue: Queue, state: State, filters: Filters, *, limit: int = SCAN_LIM
     live = state in (State.PENDING, State.SCHEDULED, State.RUNNING)
     if live and filters.queue and not (filters.task or filters.scans):
         return Count(queue.queue_counts().get(filters.queue, {}).get(state.value, 0))
-    scan = Scan(limit=limit)
+    scan = Scan() if limit is None else Scan(limit=limit)
     found = sum(1 for _job in matching(queue, state, filters, scan=scan))
     return Count(found, exact=scan.stopped_after is None)

@@ -139,7 +139,7 @@ class JobAdmin(ModelAdmin):
             order = listing.INDEX_FIRST
         after = request.GET.get("after") or None
         try:
-            page = listing.page(queue, current, filters, after=after, order=order)
+            page = listing.page(queue, current, filters, after=after, order=order, size=listing.PAGE_SIZE)
         except listing.ListingMoved:
             messages.warning(request, "The job this page went on from is gone; back to the first page.")
             return HttpResponseRedirect(self._url("list", state, query={**filters.as_query(), "o": order}))

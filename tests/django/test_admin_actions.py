@@ -1,0 +1,319 @@
+"""The admin's actions with Django's test client: each is a POST with CSRF, needs its permission, asks for
+confirmation when it touches a selection or a filter, then changes the store, redirects and says so."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client, override_settings
+
+from queue_max_django.admin import actions, listing
+from queue_max_django.conf import get_queue
+from queue_max_django.engine import Queue, State
+
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse as Response
+
+Configure = Callable[..., override_settings]
+BASE = "/admin/queue_max_django/job/"
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def store(queue_max: Configure) -> Iterator[Queue]:
+    with queue_max(RETRY_BACKOFF=0):
+        yield get_queue()
+
+
+def staff(*codenames: str) -> Client:
+    user = User.objects.create_user("-".join(codenames) or "none", password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="queue_max_django", codename__in=codenames)
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def fail(store: Queue, text: str, *, name: str = "t.task", error: type[Exception] = ValueError) -> int:
+    job_id = store.put({"args": [text], "kwargs": {}}, name=name, max_retries=0)
+    record = store.claim(job_id)
+    assert record is not None
+    record.nack(error(text))
+    return job_id
+
+
+def messages_of(response: Response) -> list[str]:
+    """The admin messages of a redirecting response, read from the page it leads to (as a person sees them;
+    reading them there also clears them for the next request)."""
+    assert response.status_code == 302, response.status_code
+    shown = response.client.get(response["Location"])
+    return [str(message) for message in shown.context["messages"]]
+
+
+def state(store: Queue, job_id: int) -> State | None:
+    job = store.job(job_id)
+    return None if job is None else job.state
+
+
+def post(client: Client, state_value: str, **data: object) -> Response:
+    return client.post(f"{BASE}{state_value}/action/", data)
+
+
+# ---------------------------------------------------------------------------- selected jobs
+
+
+def test_retry_selected_asks_first_then_retries_and_says_how_many(admin_client: Client, store: Queue) -> None:
+    a, b, c = (fail(store, f"job {n}") for n in range(3))
+    confirm = post(admin_client, "failed", action="retry", scope="selected", ids=[a, b])
+    assert confirm.status_code == 200
+    html = confirm.content.decode()
+    assert 'data-testid="how-many">2<' in html and "Retry" in html
+    assert [state(store, i) for i in (a, b, c)] == [State.FAILED] * 3  # nothing happened yet
+    done = post(admin_client, "failed", action="retry", scope="selected", ids=[a, b], confirmed="yes")
+    assert done.status_code == 302 and done["Location"] == f"{BASE}failed/"
+    assert messages_of(done) == ["Retried 2 jobs."]
+    assert [state(store, i) for i in (a, b, c)] == [State.PENDING, State.PENDING, State.FAILED]
+    assert store.job(a).retries == 0  # type: ignore[union-attr]
+
+
+def test_delete_selected_removes_dead_letters_from_the_store(admin_client: Client, store: Queue) -> None:
+    a, b = fail(store, "a"), fail(store, "b")
+    confirm = post(admin_client, "failed", action="delete", scope="selected", ids=[a])
+    assert 'data-testid="how-many">1<' in confirm.content.decode()
+    done = post(admin_client, "failed", action="delete", scope="selected", ids=[a], confirmed="yes")
+    assert messages_of(done) == ["Deleted 1 job."]
+    assert store.job(a) is None and state(store, b) is State.FAILED
+    assert store.stats()["failed"] == 1 and store.stats()["pending"] == 0
+
+
+def test_jobs_that_left_the_state_meanwhile_are_skipped_and_counted(
+    admin_client: Client, store: Queue
+) -> None:
+    a, b = fail(store, "a"), fail(store, "b")
+    store.requeue(b)  # someone else retried it between the list and the click
+    confirm = post(admin_client, "failed", action="delete", scope="selected", ids=[a, b, 424242])
+    assert 'data-testid="how-many">1<' in confirm.content.decode()
+    done = post(admin_client, "failed", action="delete", scope="selected", ids=[a, b], confirmed="yes")
+    assert messages_of(done) == [
+        "Deleted 1 job. Skipped 1 job that no longer fit (gone, or in another state by now)."
+    ]
+    assert state(store, b) is State.PENDING  # not deleted: it was no longer a dead letter
+
+
+def test_cancel_selected_waiting_and_scheduled_jobs(admin_client: Client, store: Queue) -> None:
+    waiting, kept = store.put(1), store.put(2)
+    later = store.put(3, delay=3600)
+    done = post(admin_client, "pending", action="cancel", scope="selected", ids=[waiting], confirmed="yes")
+    assert messages_of(done) == ["Cancelled 1 job."]
+    done = post(admin_client, "scheduled", action="cancel", scope="selected", ids=[later], confirmed="yes")
+    assert messages_of(done) == ["Cancelled 1 job."]
+    assert store.job(waiting) is None and store.job(later) is None and state(store, kept) is State.PENDING
+
+
+def test_no_selection_is_a_message_not_an_error(admin_client: Client, store: Queue) -> None:
+    fail(store, "a")
+    response = post(admin_client, "failed", action="retry", scope="selected")
+    assert response.status_code == 302
+    assert messages_of(response) == ["No job was selected: tick the jobs to act on first."]
+
+
+def test_an_action_that_does_not_fit_the_state_changes_nothing(admin_client: Client, store: Queue) -> None:
+    job_id = store.put(1)
+    for state_value, action in (("pending", "retry"), ("running", "cancel"), ("done", "delete"),
+                                ("failed", "cancel"), ("failed", "launch")):  # fmt: skip
+        response = post(
+            admin_client, state_value, action=action, scope="selected", ids=[job_id], confirmed="yes"
+        )
+        assert response.status_code == 302
+        assert messages_of(response)[0].startswith(f"No action '{action}' applies to")
+    assert state(store, job_id) is State.PENDING
+
+
+def test_get_on_an_action_url_changes_nothing(admin_client: Client, store: Queue) -> None:
+    job_id = fail(store, "a")
+    url = f"{BASE}failed/action/?action=retry&scope=selected&ids={job_id}&confirmed=yes"
+    assert admin_client.get(url).status_code == 302
+    assert admin_client.get(f"{BASE}{job_id}/retry/").status_code == 405
+    assert state(store, job_id) is State.FAILED
+
+
+def test_state_changes_need_the_csrf_token(store: Queue) -> None:
+    job_id = fail(store, "a")
+    user = User.objects.create_superuser("root", password="pw")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    data = {"action": "retry", "scope": "selected", "ids": [job_id], "confirmed": "yes"}
+    assert client.post(f"{BASE}failed/action/", data).status_code == 403
+    assert client.post(f"{BASE}{job_id}/retry/").status_code == 403
+    assert state(store, job_id) is State.FAILED
+
+
+# ---------------------------------------------------------------------------- permissions per action
+
+
+@pytest.mark.parametrize(
+    ("codenames", "action", "allowed"),
+    [
+        (("view_job",), "retry", False),
+        (("view_job",), "delete", False),
+        (("view_job", "change_job"), "retry", True),
+        (("view_job", "change_job"), "delete", False),
+        (("view_job", "delete_job"), "delete", True),
+        (("view_job", "delete_job"), "retry", False),
+    ],
+)
+def test_each_action_needs_its_permission(
+    store: Queue, codenames: tuple[str, ...], action: str, allowed: bool
+) -> None:
+    job_id = fail(store, "a")
+    client = staff(*codenames)
+    confirm = post(client, "failed", action=action, scope="selected", ids=[job_id])
+    done = post(client, "failed", action=action, scope="selected", ids=[job_id], confirmed="yes")
+    assert (confirm.status_code, done.status_code) == ((200, 302) if allowed else (403, 403))
+    expected = (None if action == "delete" else State.PENDING) if allowed else State.FAILED
+    assert state(store, job_id) is expected
+
+
+@pytest.mark.parametrize(
+    ("codenames", "allowed"), [(("view_job",), False), (("view_job", "change_job"), True)]
+)
+def test_cancel_needs_the_change_permission(store: Queue, codenames: tuple[str, ...], allowed: bool) -> None:
+    job_id = store.put(1)
+    response = staff(*codenames).post(f"{BASE}{job_id}/cancel/")
+    assert response.status_code == (302 if allowed else 403)
+    assert (store.job(job_id) is None) == allowed
+
+
+# ---------------------------------------------------------------------------- all matching
+
+
+def test_retry_all_matching_acts_on_the_filter_only(admin_client: Client, store: Queue) -> None:
+    timeouts = [fail(store, f"timeout {n}", name="t.fetch", error=TimeoutError) for n in range(3)]
+    others = [
+        fail(store, "bad value", name="t.fetch"),
+        fail(store, "timeout", name="t.other", error=TimeoutError),
+    ]
+    filters = {"task": "t.fetch", "error_type": "TimeoutError"}
+    confirm = post(admin_client, "failed", action="retry", scope="matching", **filters)
+    html = confirm.content.decode()
+    assert 'data-testid="how-many">3<' in html and "matching the filter" in html
+    as_of = html.split('name="as_of" value="')[1].split('"')[0]
+    done = post(
+        admin_client, "failed", action="retry", scope="matching", confirmed="yes", as_of=as_of, **filters
+    )
+    assert messages_of(done) == ["Retried 3 jobs."]
+    assert done["Location"] == f"{BASE}failed/?task=t.fetch&error_type=TimeoutError"
+    assert [state(store, i) for i in timeouts] == [State.PENDING] * 3
+    assert [state(store, i) for i in others] == [State.FAILED] * 2
+
+
+def test_all_matching_leaves_jobs_that_failed_after_the_confirmation(
+    admin_client: Client, store: Queue
+) -> None:
+    before = fail(store, "early")
+    as_of = repr(time.time())
+    time.sleep(0.002)  # failed-at times are in microseconds: the next failure is strictly later
+    after = fail(store, "late")
+    done = post(admin_client, "failed", action="retry", scope="matching", q="e", confirmed="yes", as_of=as_of)
+    assert messages_of(done) == ["Retried 1 job."]
+    assert (state(store, before), state(store, after)) == (State.PENDING, State.FAILED)
+
+
+def test_delete_all_dead_letters_purges_them(admin_client: Client, store: Queue) -> None:
+    ids = [fail(store, f"x{n}") for n in range(4)]
+    waiting = store.put(1)
+    confirm = post(admin_client, "failed", action="delete", scope="matching")
+    assert 'data-testid="how-many">4<' in confirm.content.decode()
+    as_of = confirm.content.decode().split('name="as_of" value="')[1].split('"')[0]
+    done = post(admin_client, "failed", action="delete", scope="matching", confirmed="yes", as_of=as_of)
+    assert messages_of(done) == ["Deleted 4 jobs."]
+    assert all(store.job(i) is None for i in ids) and state(store, waiting) is State.PENDING
+    assert store.stats()["failed"] == 0
+
+
+def test_cancel_all_matching_waiting_jobs_of_one_queue(admin_client: Client, store: Queue) -> None:
+    mail = store.put_many([1, 2, 3], queue="mail")
+    other = store.put(4)
+    confirm = post(admin_client, "pending", action="cancel", scope="matching", queue="mail")
+    assert 'data-testid="how-many">3<' in confirm.content.decode()
+    as_of = repr(time.time())
+    done = post(admin_client, "pending", action="cancel", scope="matching", queue="mail", confirmed="yes",
+                as_of=as_of)  # fmt: skip
+    assert messages_of(done) == ["Cancelled 3 jobs."]
+    assert all(store.job(i) is None for i in mail) and state(store, other) is State.PENDING
+
+
+def test_counting_stops_at_the_scan_limit(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listing, "SCAN_LIMIT", 3)
+    monkeypatch.setattr(listing, "BATCH", 2)
+    ids = [fail(store, f"same {n}") for n in range(5)]
+    confirm = post(admin_client, "failed", action="retry", scope="matching", q="same")
+    html = confirm.content.decode()
+    assert 'data-testid="how-many">3+<' in html and "Counting stopped after 3 jobs" in html
+    done = post(admin_client, "failed", action="retry", scope="matching", q="same", confirmed="yes",
+                as_of=repr(time.time()))  # fmt: skip
+    assert messages_of(done)[0].startswith("Retried 3 jobs. Only the first 3 jobs were looked at")
+    assert sorted(state(store, i) or "gone" for i in ids).count(State.PENDING) == 3
+
+
+def test_nothing_matching_says_so(admin_client: Client, store: Queue) -> None:
+    fail(store, "a")
+    confirm = post(admin_client, "failed", action="retry", scope="matching", task="nothing")
+    assert "there is nothing to retry" in confirm.content.decode()
+
+
+# ---------------------------------------------------------------------------- one job's buttons
+
+
+def test_retry_from_a_jobs_page(admin_client: Client, store: Queue) -> None:
+    job_id = fail(store, "a")
+    response = admin_client.post(f"{BASE}{job_id}/retry/")
+    assert response.status_code == 302 and response["Location"] == f"{BASE}{job_id}/"
+    assert messages_of(response) == [f"Retried job {job_id}."]
+    assert state(store, job_id) is State.PENDING
+    again = admin_client.post(f"{BASE}{job_id}/retry/")
+    assert messages_of(again) == [f"Job {job_id} is waiting: retry does not apply to it, nothing was done."]
+
+
+def test_cancel_from_a_jobs_page_goes_back_to_its_list(admin_client: Client, store: Queue) -> None:
+    job_id = store.put(1, delay=60)
+    response = admin_client.post(f"{BASE}{job_id}/cancel/")
+    assert response["Location"] == f"{BASE}scheduled/"
+    assert messages_of(response) == [f"Cancelled job {job_id}."]
+    assert store.job(job_id) is None
+
+
+def test_delete_from_a_jobs_page_goes_through_the_confirmation(admin_client: Client, store: Queue) -> None:
+    job_id = fail(store, "a")
+    html = admin_client.get(f"{BASE}{job_id}/").content.decode()
+    assert f'action="{BASE}failed/action/"' in html and f'name="ids" value="{job_id}"' in html
+    confirm = post(admin_client, "failed", action="delete", scope="selected", ids=[job_id])
+    assert "Delete 1 job?" in confirm.content.decode()
+
+
+def test_a_button_for_a_job_that_is_gone_says_so(admin_client: Client, store: Queue) -> None:
+    for job_id in ("4242", "99999999999999999999999"):
+        response = admin_client.post(f"{BASE}{job_id}/retry/")
+        assert response.status_code == 302 and response["Location"] == BASE
+        assert messages_of(response) == [f"There is no job {job_id} (any more): nothing was done."]
+
+
+# ---------------------------------------------------------------------------- the actions module
+
+
+def test_delete_job_removes_a_dead_letter_or_a_waiting_job_never_a_running_one(store: Queue) -> None:
+    dead, waiting = fail(store, "a"), store.put(1)
+    running = store.put(2)
+    assert store.claim(running) is not None
+    assert actions.delete_job(store, dead) and actions.delete_job(store, waiting)
+    assert not actions.delete_job(store, running) and not actions.delete_job(store, 4242)
+    assert store.job(dead) is None and store.job(waiting) is None and state(store, running) is State.RUNNING
+    assert store.verify() == []

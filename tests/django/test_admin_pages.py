@@ -1,0 +1,313 @@
+"""The admin's queue pages with Django's test client: every page renders what the store holds, escapes what
+jobs carry, and answers 403 without the permission, 404 for a job that is not there."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client, override_settings
+
+from queue_max_django.admin import dashboard, listing
+from queue_max_django.conf import get_queue
+from queue_max_django.engine import Queue, State, parse_rate
+
+Configure = Callable[..., override_settings]
+BASE = "/admin/queue_max_django/job/"
+XSS = "<script>alert(1)</script>"
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def store(queue_max: Configure) -> Iterator[Queue]:
+    with queue_max(RETRY_BACKOFF=0, MAX_RETRIES=1):
+        yield get_queue()
+
+
+def staff(*codenames: str, username: str = "staff") -> Client:
+    """A client logged in as a staff user (not superuser) with these permissions of the queue's model."""
+    user = User.objects.create_user(username, password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="queue_max_django", codename__in=codenames)
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def fail(store: Queue, payload: Any = None, *, name: str = "tests.testapp.tasks.add", **options: Any) -> int:
+    """Put a job and make it a dead letter at once: one attempt that raises ValueError with a traceback."""
+    job_id = store.put({"args": [payload], "kwargs": {}}, name=name, max_retries=0, **options)
+    record = store.claim(job_id)
+    assert record is not None
+    try:
+        raise ValueError(f"boom {payload}")
+    except ValueError as exc:
+        record.nack(exc)
+    return job_id
+
+
+def page(client: Client, url: str, status: int = 200) -> str:
+    response = client.get(url)
+    assert response.status_code == status, (url, response.status_code)
+    return response.content.decode()
+
+
+def ids_listed(html: str) -> list[int]:
+    return [int(value) for value in re.findall(r'<tr data-job-id="(\d+)"', html)]
+
+
+# ---------------------------------------------------------------------------- the index and the dashboard
+
+
+def test_the_admin_index_lists_queue_max_for_a_user_with_the_view_permission(admin_client: Client) -> None:
+    html = page(admin_client, "/admin/")
+    assert "Queue Max" in html
+    assert f'href="{BASE}"' in html
+    assert 'href="/admin/queue_max_django/job/add/"' not in html  # jobs are enqueued by code
+    assert f'href="{BASE}"' in page(staff("view_job"), "/admin/")
+
+
+def test_a_staff_user_without_the_view_permission_sees_no_entry_and_gets_403(store: Queue) -> None:
+    job_id = fail(store, 1)
+    client = staff()
+    assert "Queue Max" not in page(client, "/admin/")
+    for url in (BASE, f"{BASE}panels/", f"{BASE}failed/", f"{BASE}pending/", f"{BASE}{job_id}/"):
+        assert client.get(url).status_code == 403, url
+    for action in ("retry", "delete"):
+        response = client.post(
+            f"{BASE}failed/action/", {"action": action, "scope": "selected", "ids": [job_id]}
+        )
+        assert response.status_code == 403
+    assert client.post(f"{BASE}{job_id}/retry/").status_code == 403
+    assert store.job(job_id).state is State.FAILED  # type: ignore[union-attr]
+
+
+def test_anonymous_users_are_sent_to_the_login_page() -> None:
+    response = Client().get(BASE)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
+def test_the_dashboard_shows_counts_per_state_queue_and_shard(admin_client: Client, store: Queue) -> None:
+    store.put_many([{"args": [n], "kwargs": {}} for n in range(3)], queue="default", name="a.task")
+    store.put({"args": [], "kwargs": {}}, queue="mail", delay=3600)
+    fail(store, 1)
+    html = page(admin_client, BASE)
+    assert "<h1>Queue dashboard</h1>" in html
+    assert 'data-state="pending">3<' in html
+    assert 'data-state="scheduled">1<' in html
+    assert 'data-state="failed">1<' in html
+    assert ">Dead letters</a>" in html and ">Waiting</a>" in html
+    assert re.search(r'<th scope="row">mail</th>\s*<td[^>]*><a href="[^"]*pending/\?queue=mail">0</a>', html)
+    assert html.count('<th scope="row">') >= store.shard_count  # one row per shard
+    assert 'data-recent="failed-minute">1<' in html
+    assert 'data-recent="done-hour">0<' in html
+    assert "No live worker." in html and "No circuit breaker." in html and "No rate limit." in html
+
+
+def test_the_dashboard_shows_workers_breakers_and_rate_limits(admin_client: Client, store: Queue) -> None:
+    store.report_worker("w-1", stale_after=60.0, pid=4242, host="box", queues=("mail",), threads=2,
+                        current_jobs=(77,), processed=9, failed=1, started_at=0.0)  # fmt: skip
+    store.set_circuit_breaker("name:flaky.task", threshold=1, recovery_timeout=300.0)
+    job_id = store.put({"args": [], "kwargs": {}}, name="flaky.task")
+    record = store.claim(job_id)
+    assert record is not None
+    record.nack("down", permanent=True)
+    store.set_rate_limit("queue:mail", parse_rate("10/m"))
+    html = page(admin_client, BASE)
+    assert "<td>box</td><td>4242</td>" in html
+    assert f'href="{BASE}77/"' in html
+    assert "name:flaky.task" in html and "qm-breaker-open" in html
+    assert re.search(r"1 / 1</td>\s*<td>(29\d|300)\.\d s</td>", html)  # the next trial, in seconds
+    assert "queue:mail" in html and re.search(r"<td class=\"qm-number\">10\.0</td>", html)
+
+
+def test_the_panels_endpoint_renders_the_numbers_alone(admin_client: Client, store: Queue) -> None:
+    store.put(1)
+    html = page(admin_client, f"{BASE}panels/")
+    assert 'data-state="pending">1<' in html
+    assert "<html" not in html  # a fragment for the refresh control to swap in
+    assert "data-refresh-url" in page(admin_client, BASE)
+
+
+def test_recent_counts_stop_at_their_cap(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(4):
+        fail(store, n)
+    monkeypatch.setattr(dashboard, "RECENT_LIMIT", 3)
+    assert 'data-recent="failed-hour">3+<' in page(admin_client, BASE)
+
+
+# ---------------------------------------------------------------------------- lists
+
+
+def test_the_dead_letter_list_shows_task_queue_shard_error_attempts(
+    admin_client: Client, store: Queue
+) -> None:
+    job_id = fail(store, 5, queue="mail")
+    html = page(admin_client, f"{BASE}failed/")
+    assert ids_listed(html) == [job_id]
+    job = store.job(job_id)
+    assert job is not None
+    row = html[html.index(f'data-job-id="{job_id}"') :].split("</tr>")[0]
+    for text in ("tests.testapp.tasks.add", "<td>mail</td>", f"<td>{job.shard}</td>", "ValueError", "boom 5"):
+        assert text in row
+    assert '<strong data-testid="count">1</strong>' in html
+
+
+@pytest.mark.parametrize("state", ["pending", "scheduled", "running", "done"])
+def test_each_state_has_its_list(admin_client: Client, store: Queue, state: str) -> None:
+    job_id = store.put(
+        {"args": [state], "kwargs": {}}, name="x.task", delay=60 if state == "scheduled" else None
+    )
+    if state in ("running", "done"):
+        record = store.get(0)
+        if state == "done":
+            record.ack("ok")
+    html = page(admin_client, f"{BASE}{state}/")
+    assert ids_listed(html) == [job_id]
+    assert ("Cancel" in html) == (state in ("pending", "scheduled"))
+    assert 'name="ids"' in html if state in ("pending", "scheduled") else 'name="ids"' not in html
+
+
+def test_keyset_pages_walk_every_dead_letter_once(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listing, "PAGE_SIZE", 3)
+    ids = [fail(store, n) for n in range(7)]
+    seen: list[int] = []
+    url: str | None = f"{BASE}failed/"
+    while url:
+        html = page(admin_client, url)
+        seen.extend(ids_listed(html))
+        found = re.search(r'<a href="([^"]+)" class="qm-next">', html)
+        url = found.group(1).replace("&amp;", "&") if found else None
+    assert seen == sorted(ids, reverse=True)  # newest first, no job twice, none left out
+
+
+def test_filters_by_task_queue_error_type_shard_and_search(admin_client: Client, store: Queue) -> None:
+    a = fail(store, "alpha", name="t.alpha", queue="default")
+    b = fail(store, "beta", name="t.beta", queue="mail")
+    job = store.put({"args": [], "kwargs": {}}, name="t.gamma", max_retries=0)
+    record = store.claim(job)
+    assert record is not None
+    record.nack(KeyError("missing"))
+    shard_of_b = store.job(b).shard  # type: ignore[union-attr]
+
+    def listed(query: str) -> set[int]:
+        return set(ids_listed(page(admin_client, f"{BASE}failed/?{query}")))
+
+    assert listed("") == {a, b, job}
+    assert listed("task=t.alpha") == {a}
+    assert listed("queue=mail") == {b}
+    assert listed("error_type=KeyError") == {job}
+    assert listed("q=BOOM+BETA") == {b}  # error text, any case
+    assert listed("q=gamma") == {job}  # task name
+    assert b in listed(f"shard={shard_of_b}")
+    assert all(store.job(i).shard == shard_of_b for i in listed(f"shard={shard_of_b}"))  # type: ignore[union-attr]
+    assert listed("task=t.alpha&queue=mail") == set()
+    assert "No dead letters match these filters." in page(admin_client, f"{BASE}failed/?task=nothing")
+
+
+def test_sorting_by_failed_at_differs_from_job_id_order(admin_client: Client, store: Queue) -> None:
+    first = store.put({"args": [], "kwargs": {}}, name="t.x", max_retries=0)
+    second = fail(store, 2)
+    record = store.claim(first)  # enqueued first, failed last
+    assert record is not None
+    record.nack("late")
+    assert ids_listed(page(admin_client, f"{BASE}failed/")) == [second, first]
+    assert ids_listed(page(admin_client, f"{BASE}failed/?o=-failed_at")) == [first, second]
+    assert ids_listed(page(admin_client, f"{BASE}failed/?o=failed_at")) == [second, first]
+    assert ids_listed(page(admin_client, f"{BASE}failed/?o=reverse")) == [first, second]
+    assert "Listed by failed at, newest first." in page(admin_client, f"{BASE}failed/?o=-failed_at")
+
+
+def test_a_page_after_a_vanished_job_starts_over_with_a_message(admin_client: Client, store: Queue) -> None:
+    gone = store.put(1)
+    store.cancel(gone)
+    response = admin_client.get(f"{BASE}pending/?after={gone}", follow=True)
+    assert response.status_code == 200
+    assert "back to the first page" in response.content.decode()
+
+
+def test_junk_query_values_never_give_a_500(admin_client: Client, store: Queue) -> None:
+    fail(store, 1)
+    for query in ("after=abc", "after=-5", "after=99999999999999999999999", "shard=x", "o=nonsense",
+                  "o=-failed_at&after=1:2:3", "shard=999"):  # fmt: skip
+        assert admin_client.get(f"{BASE}failed/?{query}").status_code in (200, 302), query
+    assert admin_client.get(f"{BASE}pending/?o=-failed_at").status_code == 200
+    assert admin_client.get(f"{BASE}nonsense/").status_code == 404
+
+
+# ---------------------------------------------------------------------------- a job's page
+
+
+def test_a_dead_letters_page_shows_arguments_error_traceback_attempts(
+    admin_client: Client, store: Queue
+) -> None:
+    job_id = store.put({"args": [1, {"deep": [1, 2]}], "kwargs": {"to": "a@b"}}, name="t.x", max_retries=1)
+    for attempt in range(2):
+        record = store.get(0)
+        try:
+            raise RuntimeError(f"attempt {attempt} broke")
+        except RuntimeError as exc:
+            record.nack(exc, delay=0)
+    html = page(admin_client, f"{BASE}{job_id}/")
+    assert f"<h1>Job {job_id}</h1>" in html
+    assert 'data-testid="state">dead letters<' in html
+    assert "{&#x27;deep&#x27;: [1, 2]}" in html  # pretty-printed, escaped
+    assert 'to=</th><td><pre class="qm-pre">&#x27;a@b&#x27;</pre>' in html
+    assert 'data-testid="traceback">Traceback (most recent call last)' in html
+    assert "attempt 0 broke" in html and "attempt 1 broke" in html  # the error of each attempt
+    assert "Retry" in html and "Delete" in html and "Cancel job" not in html
+
+
+def test_payloads_results_errors_and_tracebacks_are_escaped(admin_client: Client, store: Queue) -> None:
+    dead = fail(store, XSS, name=XSS)
+    done = store.put({"args": [XSS], "kwargs": {XSS: XSS}}, name="t.x")
+    record = store.get(0)
+    record.ack({"html": XSS})
+    raw = store.put(XSS)
+    for job_id in (dead, done, raw):
+        html = page(admin_client, f"{BASE}{job_id}/")
+        assert "<script>alert" not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    for state in ("failed", "done", "pending"):
+        html = page(admin_client, f"{BASE}{state}/?q={XSS}" if state == "failed" else f"{BASE}{state}/")
+        assert "<script>alert" not in html
+
+
+def test_a_done_jobs_page_shows_its_result_and_no_action(admin_client: Client, store: Queue) -> None:
+    job_id = store.put({"args": [], "kwargs": {}}, name="t.x")
+    store.get(0).ack({"sum": 3})
+    html = page(admin_client, f"{BASE}{job_id}/")
+    assert 'data-testid="result">{&#x27;sum&#x27;: 3}<' in html
+    assert 'type="submit"' not in html.split('id="content-main"')[1]
+
+
+def test_a_raw_engine_payload_is_shown_as_stored(admin_client: Client, store: Queue) -> None:
+    job_id = store.put([1, 2, 3])
+    assert 'data-testid="payload">[1, 2, 3]<' in page(admin_client, f"{BASE}{job_id}/")
+
+
+@pytest.mark.parametrize("job_id", ["12345", "0", "99999999999999999999999999"])
+def test_a_missing_job_is_a_404(admin_client: Client, job_id: str) -> None:
+    assert admin_client.get(f"{BASE}{job_id}/").status_code == 404
+
+
+def test_actions_shown_follow_the_users_permissions(store: Queue) -> None:
+    job_id = fail(store, 1)
+    viewer = page(staff("view_job"), f"{BASE}{job_id}/")
+    assert 'value="Retry"' not in viewer and "Delete" not in viewer
+    changer = page(staff("view_job", "change_job", username="changer"), f"{BASE}{job_id}/")
+    assert 'value="Retry"' in changer and "Delete…" not in changer
+    deleter = page(staff("view_job", "delete_job", username="deleter"), f"{BASE}{job_id}/")
+    assert 'value="Retry"' not in deleter and "Delete…" in deleter
+    listing = page(staff("view_job", username="viewer2"), f"{BASE}failed/")
+    assert 'name="ids"' not in listing  # no action, so no checkboxes
