@@ -132,11 +132,15 @@ class Command(BaseCommand):
             "--task", help="The task's registered name (module.function unless name= was given)."
         )
         parser.add_argument(
-            "--args", dest="call_args", help="The positional arguments as a JSON list, e.g. '[1, \"a\"]'."
+            "--args",
+            dest="call_args",
+            metavar="JSON",
+            help="The positional arguments as a JSON list, e.g. '[1, \"a\"]'.",
         )
         parser.add_argument(
             "--kwargs",
             dest="call_kwargs",
+            metavar="JSON",
             help='The keyword arguments as a JSON object, e.g. \'{"to": "x"}\'.',
         )
         parser.add_argument(
@@ -147,10 +151,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--queue", help="The queue to put the jobs in (default: the task's).")
         parser.add_argument(
-            "--file", help="A JSON-lines file of jobs, one object a line ('-': standard input)."
+            "--file",
+            metavar="PATH",
+            help="A JSON-lines file of jobs, one object a line ('-': standard input).",
         )
         parser.add_argument(
             "--batch-size",
+            metavar="N",
             type=positive_int,
             default=10_000,
             help="Jobs per transaction with --file (default 10000).",

@@ -29,10 +29,14 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--status", help=f"Which jobs to list (required): {STATUS_HELP}.")
+        parser.add_argument(
+            "--status", metavar="STATE", help=f"Which jobs to list (required): {STATUS_HELP}."
+        )
         parser.add_argument("--queue", help="Only jobs of this queue.")
         parser.add_argument("--task", help="Only jobs of this task (its registered name).")
-        parser.add_argument("--limit", type=positive_int, default=50, help="At most this many (default 50).")
+        parser.add_argument(
+            "--limit", type=positive_int, default=50, metavar="N", help="At most this many (default 50)."
+        )
         parser.add_argument(
             "--after",
             type=positive_int,

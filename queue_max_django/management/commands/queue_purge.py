@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...engine import Job, Queue, State
-from ..common import STATUS_HELP, engine_errors, non_negative_float, open_queue, parse_status
+from ..common import engine_errors, non_negative_float, open_queue, parse_status
 
 PAGE = 1000
 DAY = 86400.0  # seconds
@@ -41,10 +41,15 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--status", help=f"Which jobs to delete (required): {STATUS_HELP} (not running).")
+        parser.add_argument(
+            "--status",
+            metavar="STATE",
+            help="Which jobs to delete (required): pending, scheduled, done or failed.",
+        )
         parser.add_argument(
             "--days",
             type=non_negative_float,
+            metavar="N",
             help="Only jobs finished (done, failed) or enqueued (pending, scheduled) "
             "at least this many days ago.",
         )

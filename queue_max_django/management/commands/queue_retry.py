@@ -32,9 +32,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         which = parser.add_mutually_exclusive_group()
-        which.add_argument("--job-id", type=positive_int, help="Retry this failed job.")
+        which.add_argument("--job-id", type=positive_int, metavar="ID", help="Retry this failed job.")
         which.add_argument("--all", action="store_true", help="Retry every failed job (see --shard, --task).")
-        parser.add_argument("--shard", type=int, help="With --all: only the failed jobs of this shard.")
+        parser.add_argument(
+            "--shard", type=int, metavar="N", help="With --all: only the failed jobs of this shard."
+        )
         parser.add_argument(
             "--task", help="With --all: only the failed jobs of this task (its registered name)."
         )

@@ -78,7 +78,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead of tables.")
-        parser.add_argument("--shard", type=int, help="Count the jobs of this shard only (0-based).")
+        parser.add_argument(
+            "--shard", type=int, metavar="N", help="Count the jobs of this shard only (0-based)."
+        )
         parser.add_argument(
             "--watch", type=non_negative_float, metavar="SECONDS", help="Redraw every SECONDS until Ctrl-C."
         )
