@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..engine import Queue, QueueError
 from ..periodic import PeriodicTask, periodic_tasks
@@ -45,7 +46,7 @@ class Scheduler:
         queue: Queue,
         owner: str,
         *,
-        tasks: Callable[[], list[PeriodicTask[..., object]]] = periodic_tasks,
+        tasks: Callable[[], list[PeriodicTask[..., Any]]] = periodic_tasks,
         clock: Callable[[], float] = time.time,
         lock_ttl: float = LOCK_TTL,
     ) -> None:
@@ -91,7 +92,7 @@ class Scheduler:
                 self._next[task.name] = following
         return enqueued
 
-    def _enqueue(self, task: PeriodicTask[..., object], due: dt.datetime) -> bool:
+    def _enqueue(self, task: PeriodicTask[..., Any], due: dt.datetime) -> bool:
         options = {**task._put_options(), "delay": None, "eta": None}
         try:
             task._prepare(self.queue)

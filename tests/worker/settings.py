@@ -13,7 +13,7 @@ from tests.settings import INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.worker.workapp"]
 
-QUEUE_MAX = {
+QUEUE_MAX = {  # type: ignore[dict-item]
     "DATA_DIR": os.environ.get("QUEUE_MAX_TEST_DATA_DIR", "/nonexistent/set-QUEUE_MAX_TEST_DATA_DIR"),
     "LEASE_TIME": float(os.environ.get("QUEUE_MAX_TEST_LEASE_TIME", "30")),
     "RETRY_BACKOFF": 0.0,

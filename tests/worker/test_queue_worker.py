@@ -1,0 +1,192 @@
+"""``manage.py queue_worker`` as users run it: real subprocesses, real signals, the store checked on disk."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+from collections import Counter
+
+from queue_max_django.engine import State
+
+from .conftest import TASKS, Site, wait_for
+
+
+def test_burst_drains_the_store_and_exits_zero(site: Site) -> None:
+    with site.queue() as queue:
+        for value in range(300):
+            queue.put({"args": [value], "kwargs": {}}, name=TASKS + "finish")
+        queue.put({"args": [1000], "kwargs": {}}, name=TASKS + "async_finish")
+        dead = queue.put({"args": [], "kwargs": {}}, name=TASKS + "boom", max_retries=1)
+
+    done = site.run("--burst", "--processes", "2", "--threads", "2", "--worker-id", "drain", "--no-scheduler")
+
+    assert done.returncode == 0, done.stderr
+    finished = Counter(value for value, _pid in site.marks("finished"))
+    assert finished == Counter({str(value): 1 for value in [*range(300), 1000]})
+    with site.queue() as queue:
+        stats = queue.stats()
+        assert (stats["pending"], stats["scheduled"], stats["running"]) == (0, 0, 0)
+        assert (stats["done"], stats["failed"]) == (301, 1)
+        assert queue.verify() == []
+        job = queue.job(dead)
+        assert job is not None and job.state is State.FAILED
+        assert [kind for kind, _error in job.errors] == ["ValueError", "ValueError"]
+        assert all(worker.startswith("drain/") for worker in job.worker_ids) and len(job.worker_ids) == 2
+        assert queue.workers(include_dead=True) == []  # each process took itself off the registry
+    assert "queue_worker drain" in done.stderr and "2 process(es) x 2 thread(s)" in done.stderr
+
+
+def test_sigterm_lets_running_jobs_finish_and_loses_nothing(site: Site) -> None:
+    with site.queue() as queue:
+        slow = [queue.put({"args": [value, 1.0], "kwargs": {}}, name=TASKS + "slow") for value in (1, 2)]
+        quick = [queue.put({"args": [value], "kwargs": {}}, name=TASKS + "finish") for value in range(10, 40)]
+    worker = site.start("--processes", "1", "--threads", "2", "--no-scheduler", "--shutdown-timeout", "20")
+    wait_for(lambda: len(site.marks("started")) == 2, what="both slow jobs to start")
+
+    worker.signal(signal.SIGTERM)
+
+    assert worker.wait() == 0, worker.output()
+    assert sorted(value for value, _ in site.marks("finished") if value in ("1", "2")) == ["1", "2"]
+    with site.queue() as queue:
+        states = {job_id: queue.job(job_id).state for job_id in [*slow, *quick]}  # type: ignore[union-attr]
+        assert set(states.values()) <= {State.DONE, State.PENDING}  # finished, or never started
+        assert all(states[job_id] is State.DONE for job_id in slow)
+        assert queue.stats()["running"] == 0
+    # What was left runs later, once: nothing was lost and nothing runs twice.
+    assert site.run("--burst", "--processes", "1", "--no-scheduler").returncode == 0
+    finished = Counter(value for value, _ in site.marks("finished"))
+    assert finished == Counter({str(value): 1 for value in [1, 2, *range(10, 40)]})
+
+
+def test_unfinished_jobs_are_released_after_the_shutdown_timeout(site: Site) -> None:
+    job_id = site.put("slow", 7, 30.0)
+    worker = site.start("--processes", "1", "--no-scheduler", "--shutdown-timeout", "0.3")
+    wait_for(lambda: site.marks("started"), what="the job to start")
+
+    worker.signal(signal.SIGTERM)
+
+    assert worker.wait(15) == 0, worker.output()
+    with site.queue() as queue:
+        job = queue.job(job_id)
+        assert job is not None and job.state is State.PENDING  # back to waiting at once
+        assert (job.retries, job.attempts) == (0, 0)  # a release is not an attempt
+    assert "released 1 unfinished job(s)" in worker.output()
+    assert site.marks("finished") == []
+
+
+def test_a_second_signal_stops_at_once_and_the_lease_brings_the_job_back(site: Site) -> None:
+    site.env["QUEUE_MAX_TEST_LEASE_TIME"] = "1.0"
+    job_id = site.put("slow", 8, 30.0)
+    worker = site.start("--processes", "1", "--no-scheduler", "--shutdown-timeout", "60")
+    wait_for(lambda: site.marks("started"), what="the job to start")
+
+    worker.signal(signal.SIGTERM)
+    wait_for(lambda: "SIGTERM received" in worker.output(), 10, "the first signal to be handled")
+    worker.signal(signal.SIGTERM)
+
+    assert worker.wait(15) == 1, worker.output()
+    with site.queue(lease_time=1.0) as queue:
+        job = queue.job(job_id)
+        assert job is not None and job.state is State.RUNNING  # nobody finished it: its lease runs out
+        wait_for(lambda: queue.recover() or queue.job(job_id).state is not State.RUNNING, 10)  # type: ignore[union-attr]
+        job = queue.job(job_id)
+        assert job is not None and job.state is State.PENDING and job.error_type == "LeaseExpired"
+
+
+def test_a_killed_worker_process_is_replaced_and_its_job_runs_again(site: Site) -> None:
+    site.env["QUEUE_MAX_TEST_LEASE_TIME"] = "1.5"
+    job_id = site.put("slow", 9, 1.0)
+    worker = site.start("--processes", "1", "--no-scheduler", "--worker-id", "crashy")
+    started = wait_for(lambda: site.marks("started"), what="the job to start")
+    victim = started[0][1]
+    with site.queue() as queue:
+        registered = wait_for(lambda: [w for w in queue.workers() if w.current_jobs], 10, "a heartbeat")
+        assert [(w.worker_id, w.pid, w.current_jobs) for w in registered] == [("crashy/0", victim, (job_id,))]
+
+    os.kill(victim, signal.SIGKILL)
+
+    finished = wait_for(lambda: site.marks("finished"), what="the job to run again and finish")
+    assert [value for value, _ in finished] == ["9"] and finished[0][1] != victim
+    assert next(pid for _, pid in site.marks("started")) == victim and len(site.marks("started")) == 2
+    with site.queue() as queue:
+        job = queue.job(job_id)
+        assert job is not None and job.state is State.DONE
+        assert job.errors == (("LeaseExpired", "lease expired: the worker holding the job died or stalled"),)
+        assert job.worker_ids == ("crashy/0", "crashy/0")
+        assert [w.pid for w in queue.workers()] != [victim]
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert "killed by SIGKILL; starting a new one" in worker.output()
+
+
+def test_a_job_over_its_timeout_is_stopped_counted_and_retried(site: Site) -> None:
+    job_id = site.put("hang", 5, max_retries=1, timeout=0.5)
+
+    done = site.run("--burst", "--processes", "1", "--no-scheduler")
+
+    assert done.returncode == 0, done.stderr
+    with site.queue() as queue:
+        job = queue.job(job_id)
+        assert job is not None and job.state is State.FAILED
+        assert [kind for kind, _ in job.errors] == ["queue_max_django.worker.process.JobTimeout"] * 2
+        assert job.attempts == 2 and job.retries == 2
+    started = site.marks("started")
+    assert len(started) == 2 and started[0][1] != started[1][1]  # each time in a new process
+    assert done.stderr.count("replaced after a job timed out") == 2
+
+
+def test_max_jobs_recycles_the_process(site: Site) -> None:
+    with site.queue() as queue:
+        for value in range(12):
+            queue.put({"args": [value], "kwargs": {}}, name=TASKS + "finish")
+
+    done = site.run("--burst", "--processes", "1", "--max-jobs", "4", "--no-scheduler")
+
+    assert done.returncode == 0, done.stderr
+    by_pid = Counter(pid for _, pid in site.marks("finished"))
+    assert sorted(by_pid.values()) == [4, 4, 4]
+    assert done.stderr.count("recycled; starting a new one") == 3  # the third too; the fourth finds nothing
+
+
+def test_burst_waits_for_jobs_due_within_burst_wait(site: Site) -> None:
+    soon = site.put("finish", 1, delay=0.5)
+    later = site.put("finish", 2, delay=3600)
+
+    done = site.run("--burst", "--burst-wait", "5", "--processes", "1", "--no-scheduler")
+
+    assert done.returncode == 0, done.stderr
+    with site.queue() as queue:
+        assert queue.job(soon).state is State.DONE  # type: ignore[union-attr]
+        assert queue.job(later).state is State.SCHEDULED  # type: ignore[union-attr]
+
+
+def test_a_periodic_task_is_enqueued_once_per_tick_with_two_worker_commands(site: Site) -> None:
+    first = site.start("--processes", "1", "--worker-id", "one")
+    second = site.start("--processes", "1", "--worker-id", "two")
+    wait_for(lambda: len(site.marks("ticks")) >= 4, 30, "four ticks to run")
+    leaders = [w for w in (first, second) if "leads" in w.output()]
+    assert len(leaders) == 1  # while both ran, one of them led
+    for worker in (first, second):
+        worker.signal(signal.SIGTERM)
+    for worker in (first, second):
+        assert worker.wait() == 0, worker.output()
+
+    with site.queue() as queue:
+        ticks = [j for state in State for j in queue.jobs(state, name=TASKS + "every_second", limit=1000)]
+    enqueued = sorted(job.enqueued_at for job in ticks)
+    assert len(enqueued) >= 4
+    gaps = [b - a for a, b in itertools.pairwise(enqueued)]
+    assert min(gaps) > 0.5, gaps  # one job per one-second tick, never two for the same tick
+
+
+def test_queue_worker_refuses_bad_options(site: Site) -> None:
+    for args, message in [
+        (["--processes", "0"], "--processes must be a whole number >= 1"),
+        (["--autoscale", "4,2"], "--autoscale needs 1 <= MIN <= MAX"),
+        (["--autoscale", "x"], "--autoscale takes MIN,MAX"),
+        (["--worker-id", "a/b"], "--worker-id must be 1 to 150 characters without '/'"),
+    ]:
+        done = site.run("--burst", *args)
+        assert done.returncode == 1 and f"CommandError: {message}" in done.stderr, (args, done.stderr)
+    assert not site.store.exists()  # nothing was written
