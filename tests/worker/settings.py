@@ -7,13 +7,14 @@ sets for its own subprocesses (``tests/worker/conftest.py``).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from tests.settings import *  # noqa: F403
 from tests.settings import INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.worker.workapp"]
 
-QUEUE_MAX = {  # type: ignore[dict-item]
+QUEUE_MAX: dict[str, Any] = {  # type: ignore[no-redef]
     "DATA_DIR": os.environ.get("QUEUE_MAX_TEST_DATA_DIR", "/nonexistent/set-QUEUE_MAX_TEST_DATA_DIR"),
     "LEASE_TIME": float(os.environ.get("QUEUE_MAX_TEST_LEASE_TIME", "30")),
     "RETRY_BACKOFF": 0.0,
