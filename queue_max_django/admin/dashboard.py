@@ -110,7 +110,7 @@ def snapshot(queue: Queue, now: float) -> dict[str, Any]:
             for shard_counts in queue.shard_stats()
         ],
         "recent": [recent(queue, State.DONE, now), recent(queue, State.FAILED, now)],
-        "recent_limit": RECENT_LIMIT,
+        "recent_limit": f"{RECENT_LIMIT:,}",
         "workers": workers,
         "breakers": breakers,
         "limits": limits,

@@ -171,7 +171,7 @@ class JobAdmin(ModelAdmin):
             task_names=registry.names(),
             queue_names=sorted(set(get_config().queues or ()) | set(queue.queue_counts())),
             shard_numbers=range(queue.shard_count),
-            scan_limit=listing.SCAN_LIMIT,
+            scan_limit=f"{listing.SCAN_LIMIT:,}",
             page_size=listing.PAGE_SIZE,
         )
         return self._render(request, "job_list.html", context)
@@ -240,7 +240,7 @@ class JobAdmin(ModelAdmin):
             back_url=self._url("list", state.value, query=filters.as_query()),
             list_url=self._url("list", state.value),
             action_url=self._url("action", state.value),
-            scan_limit=listing.SCAN_LIMIT,
+            scan_limit=f"{listing.SCAN_LIMIT:,}",
         )
         return self._render(request, "confirm_action.html", context)
 
