@@ -37,62 +37,73 @@ class Call:
         return self.task.name, self.task.priority, self.task.queue, self.task.delay_seconds
 
 
-def check_call(
-    task: Task[..., Any],
-    args: Any,
-    kwargs: Any,
-    *,
-    priority: Any,
-    queue: Any,
-    delay: Any,
-    config: QueueMaxConfig,
-) -> Call:
-    """A ``Call`` if the task takes these arguments and options and the store would take the payload;
-    ``ValueError`` saying what is wrong otherwise."""
-    if not isinstance(args, list):
-        raise ValueError(f"args must be a JSON list, not {json.dumps(args)}")
-    if not isinstance(kwargs, dict):
-        raise ValueError(f"kwargs must be a JSON object, not {json.dumps(kwargs)}")
-    try:
-        inspect.signature(task.func).bind(*args, **kwargs)
-    except TypeError as exc:
-        raise ValueError(f"task {task.name!r} cannot be called with these arguments: {exc}") from None
-    if delay is not None and (
-        isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay < math.inf
-    ):
-        raise ValueError(f"delay must be a number of seconds >= 0, not {json.dumps(delay)}")
-    clone = task.using(priority=priority, queue=queue, delay=delay)  # ValueError on a bad priority or queue
-    if config.queues is not None and clone.queue not in config.queues:
-        raise ValueError(f"unknown queue {clone.queue!r}: QUEUE_MAX['QUEUES'] allows {list(config.queues)}")
-    call = Call(clone, args, kwargs)
-    pack_value(call.task._payload(tuple(args), kwargs), what="payload", limit=config.max_payload_bytes)
-    return call
+class Checker:
+    """Turns what the user gave into ``Call``s, or a ``ValueError`` saying what is wrong. It remembers each
+    task's signature and each set of options it checked, so a file of a million lines checks fast."""
 
+    def __init__(self, config: QueueMaxConfig, defaults: dict[str, Any]) -> None:
+        self.config = config
+        self.defaults = defaults  # from the options: "task" (a Task or None), "priority", "queue", "delay"
+        self._signatures: dict[str, inspect.Signature] = {}
+        self._variants: dict[tuple[str, str], Task[..., Any]] = {}
 
-def parse_line(text: str, defaults: dict[str, Any], config: QueueMaxConfig) -> Call:
-    """One line of a ``--file``: a JSON object with some of ``LINE_KEYS``; ``defaults`` come from the
-    command's options (``task``: a ``Task`` or None)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f'expected a JSON object such as {{"task": ..., "args": [...]}}, not {text.strip()}')
-    unknown = sorted(set(data) - set(LINE_KEYS))
-    if unknown:
-        raise ValueError(f"unknown key {unknown[0]!r}: a line takes {', '.join(LINE_KEYS)}")
-    task = defaults["task"]
-    if "task" in data:
-        if not isinstance(data["task"], str):
-            raise ValueError(f"task must be a task name, not {json.dumps(data['task'])}")
+    def call(self, task: Task[..., Any], args: Any, kwargs: Any, **options: Any) -> Call:
+        """A ``Call`` if the task takes these arguments and ``options`` (priority, queue, delay) and the
+        store would take the payload."""
+        if not isinstance(args, list):
+            raise ValueError(f"args must be a JSON list, not {json.dumps(args)}")
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"kwargs must be a JSON object, not {json.dumps(kwargs)}")
+        signature = self._signatures.get(task.name)
+        if signature is None:
+            signature = self._signatures[task.name] = inspect.signature(task.func)
         try:
-            task = find_task(data["task"], listing=False)
-        except CommandError as exc:
-            raise ValueError(str(exc)) from None
-    if task is None:
-        raise ValueError('no "task" on this line and no --task option')
-    options = {key: data.get(key, defaults[key]) for key in ("priority", "queue", "delay")}
-    return check_call(task, data.get("args", []), data.get("kwargs", {}), config=config, **options)
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise ValueError(f"task {task.name!r} cannot be called with these arguments: {exc}") from None
+        key = (task.name, repr(sorted(options.items())))
+        variant = self._variants.get(key)
+        if variant is None:
+            variant = self._variants[key] = self._variant(task, **options)
+        pack_value(variant._payload(tuple(args), kwargs), what="payload", limit=self.config.max_payload_bytes)
+        return Call(variant, args, kwargs)
+
+    def _variant(self, task: Task[..., Any], *, priority: Any, queue: Any, delay: Any) -> Task[..., Any]:
+        if delay is not None and (
+            isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay < math.inf
+        ):
+            raise ValueError(f"delay must be a number of seconds >= 0, not {json.dumps(delay)}")
+        variant = task.using(priority=priority, queue=queue, delay=delay)  # ValueError: bad priority, queue
+        allowed = self.config.queues
+        if allowed is not None and variant.queue not in allowed:
+            raise ValueError(f"unknown queue {variant.queue!r}: QUEUE_MAX['QUEUES'] allows {list(allowed)}")
+        return variant
+
+    def line(self, text: str) -> Call:
+        """One line of a ``--file``: a JSON object with some of ``LINE_KEYS``."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(
+                f'expected a JSON object such as {{"task": ..., "args": [...]}}, not {text.strip()}'
+            )
+        unknown = sorted(set(data) - set(LINE_KEYS))
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r}: a line takes {', '.join(LINE_KEYS)}")
+        task = self.defaults["task"]
+        if "task" in data:
+            if not isinstance(data["task"], str):
+                raise ValueError(f"task must be a task name, not {json.dumps(data['task'])}")
+            try:
+                task = find_task(data["task"], listing=False)
+            except CommandError as exc:
+                raise ValueError(str(exc)) from None
+        if task is None:
+            raise ValueError('no "task" on this line and no --task option')
+        options = {key: data.get(key, self.defaults[key]) for key in ("priority", "queue", "delay")}
+        return self.call(task, data.get("args", []), data.get("kwargs", {}), **options)
 
 
 def put(queue: Queue, calls: list[Call], batch: int, progress: ProgressBar) -> tuple[list[int], int]:
@@ -165,45 +176,43 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help='Print {"count": N, "job_ids": [...]}.')
 
     def handle(self, *args: Any, **options: Any) -> None:
-        config = load_config()
         task = None if options["task"] is None else find_task(options["task"])
-        call_options = {key: options[key] for key in ("priority", "queue", "delay")}
-        if options["file"] is not None:
+        defaults = {"task": task, **{key: options[key] for key in ("priority", "queue", "delay")}}
+        checker = Checker(load_config(), defaults)
+        path = options["file"]
+        if path is not None:
             if options["call_args"] is not None or options["call_kwargs"] is not None:
-                raise CommandError(
-                    "--args and --kwargs go without --file: each line of the file has its own."
-                )
-            calls = self._read_file(options["file"], {"task": task, **call_options}, config)
+                raise CommandError("--args and --kwargs go without --file: each line has its own.")
+            calls = self._read_file(path, checker)
+        elif task is None:
+            raise CommandError("say what to enqueue: --task NAME (with --args/--kwargs), or --file.")
         else:
-            if task is None:
-                raise CommandError("say what to enqueue: --task NAME (with --args/--kwargs), or --file.")
             call_args = _json_option(options["call_args"], "--args", list, [])
             call_kwargs = _json_option(options["call_kwargs"], "--kwargs", dict, {})
             try:
-                calls = [check_call(task, call_args, call_kwargs, config=config, **call_options)]
+                options_given = {key: defaults[key] for key in ("priority", "queue", "delay")}
+                calls = [checker.call(task, call_args, call_kwargs, **options_given)]
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
         queue = open_queue()
         with engine_errors():
-            if (
-                config.immediate or options["file"] is None
-            ):  # one job, or IMMEDIATE: the usual .enqueue() path
+            if path is None or checker.config.immediate:  # the usual .enqueue() path, one job at a time
                 ids, transactions = [c.task.enqueue(*c.args, **c.kwargs).job_id for c in calls], len(calls)
             else:
-                ids, transactions = put(
-                    queue, calls, options["batch_size"], ProgressBar(self.stderr, len(calls))
-                )
+                progress = ProgressBar(self.stderr, len(calls))
+                ids, transactions = put(queue, calls, options["batch_size"], progress)
         if options["json"]:
             self.stdout.write(to_json({"count": len(ids), "job_ids": ids}))
-        elif options["file"] is None:
-            call = calls[0]
-            self.stdout.write(f"Enqueued job {ids[0]}: {call.task.name} on queue {call.task.queue!r}.")
+        elif path is None:
+            variant = calls[0].task
+            self.stdout.write(f"Enqueued job {ids[0]}: {variant.name} on queue {variant.queue!r}.")
         else:
             jobs = f"{len(ids):,} job{'' if len(ids) == 1 else 's'}"
             batches = f"{transactions:,} transaction{'' if transactions == 1 else 's'}"
-            self.stdout.write(f"Enqueued {jobs} from {options['file']} in {batches}.")
+            self.stdout.write(f"Enqueued {jobs} from {path} in {batches}.")
 
-    def _read_file(self, path: str, defaults: dict[str, Any], config: QueueMaxConfig) -> list[Call]:
+    def _read_file(self, path: str, checker: Checker) -> list[Call]:
+        """Every line checked; a ``CommandError`` naming the bad lines by number if there is any."""
         try:
             text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -211,19 +220,16 @@ class Command(BaseCommand):
         calls: list[Call] = []
         errors: list[str] = []
         for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                calls.append(parse_line(line, defaults, config))
-            except ValueError as exc:
-                errors.append(f"  line {number}: {exc}")
+            if line.strip():
+                try:
+                    calls.append(checker.line(line))
+                except ValueError as exc:
+                    errors.append(f"  line {number}: {exc}")
         if errors:
             more = len(errors) - SHOWN_ERRORS
             shown = errors[:SHOWN_ERRORS] + ([f"  ... and {more} more bad lines"] if more > 0 else [])
-            raise CommandError(
-                f"{path}: {len(errors)} bad line{'' if len(errors) == 1 else 's'}, so nothing "
-                f"was enqueued:\n" + "\n".join(shown)
-            )
+            bad = f"{len(errors)} bad line{'' if len(errors) == 1 else 's'}"
+            raise CommandError(f"{path}: {bad}, so nothing was enqueued:\n" + "\n".join(shown))
         if not calls:
             raise CommandError(f"{path} holds no jobs.")
         return calls
