@@ -206,6 +206,18 @@ def test_stats_watch_redraws_until_its_iterations_run_out(store: Store) -> None:
     assert "\x1b[" not in text  # no screen clearing off a terminal
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_stats_watch_clears_the_screen_on_a_terminal(store: Store) -> None:
+    out = Terminal()
+    call_command("queue_stats", "--watch", "0", "--iterations", "2", stdout=out)
+    frames = out.getvalue().split("\x1b[H\x1b[2J")
+    assert len(frames) == 3 and frames[0] == "" and frames[1] == frames[2].rstrip("\n") + "\n\n"
+
+
 def test_stats_watch_ends_quietly_on_ctrl_c(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupt(seconds: float) -> None:
         assert seconds == 5.0
@@ -291,6 +303,13 @@ def test_list_json_has_the_jobs_under_jobs(store: Store) -> None:
     assert listed["shard"] == failed.shard == 0
     assert listed["enqueued_at"] == failed.enqueued_at and listed["retries"] == failed.retries == 1
     assert listed["errors"] == [["ValueError", "boom"]]
+
+
+def test_list_json_writes_bytes_as_base64(queue_max: Configure) -> None:
+    with queue_max():
+        job_id = get_queue().put({"args": [b"\x00\xff"], "kwargs": {}}, name=t.record_call.name)
+        (listed,) = json.loads(call("queue_list", "--status", "pending", "--json"))["jobs"]
+        assert listed["job_id"] == job_id and listed["payload"] == {"args": ["base64:AP8="], "kwargs": {}}
 
 
 def test_list_pages_with_limit_and_after(queue_max: Configure) -> None:
