@@ -239,14 +239,23 @@ class Count:
         return f"{self.value:,}" if self.exact else f"{self.value:,}+"
 
 
-def count(queue: Queue, state: State, filters: Filters, *, limit: int | None = None) -> Count:
-    """How many jobs in ``state`` match ``filters``: O(1) from the counters when nothing is filtered, per
-    queue from the engine's queue counts for the live states, else a scan of at most ``limit`` jobs."""
+def count_without_scan(queue: Queue, state: State, filters: Filters) -> Count | None:
+    """How many jobs in ``state`` match ``filters`` when the engine's counters tell (no filter: O(1); one
+    queue of a live state: the engine's queue counts), else None."""
     if not filters.active:
         return Count(queue.stats()[state.value])
     live = state in (State.PENDING, State.SCHEDULED, State.RUNNING)
     if live and filters.queue and not (filters.task or filters.scans):
         return Count(queue.queue_counts().get(filters.queue, {}).get(state.value, 0))
+    return None
+
+
+def count(queue: Queue, state: State, filters: Filters, *, limit: int | None = None) -> Count:
+    """How many jobs in ``state`` match ``filters``: from the counters when they tell, else a scan of at most
+    ``limit`` jobs (``SCAN_LIMIT``)."""
+    counted = count_without_scan(queue, state, filters)
+    if counted is not None:
+        return counted
     scan = Scan() if limit is None else Scan(limit=limit)
     found = sum(1 for _job in matching(queue, state, filters, scan=scan))
     return Count(found, exact=scan.stopped_after is None)

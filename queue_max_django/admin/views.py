@@ -147,7 +147,6 @@ class JobAdmin(ModelAdmin):
         id_order = listing.INDEX_LAST if order == listing.INDEX_FIRST else listing.INDEX_FIRST
         failed_order = listing.FAILED_OLDEST if order == listing.FAILED_NEWEST else listing.FAILED_NEWEST
         label = listing.LABELS[current]
-        cheap_count = None if filters.scans or filters.task else listing.count(queue, current, filters)
         context = self._context(
             request,
             label.capitalize(),
@@ -161,7 +160,7 @@ class JobAdmin(ModelAdmin):
             listed_by=_listed_by(current, order),
             id_sort_url=self._url("list", state, query={**filters.as_query(), "o": id_order}),
             failed_sort_url=self._url("list", state, query={**filters.as_query(), "o": failed_order}),
-            count=cheap_count,
+            count=None if filters.active else listing.count_without_scan(queue, current, filters),
             first_url=self._url("list", state, query=base) if after else None,
             next_url=self._url("list", state, query={**base, "after": page.next_after or ""}),
             has_next=page.next_after is not None,
@@ -169,7 +168,7 @@ class JobAdmin(ModelAdmin):
             action_url=self._url("action", state),
             actions=self._allowed_actions(request, current),
             task_names=registry.names(),
-            queue_names=sorted(set(get_config().queues or ()) | set(queue.queue_counts())),
+            queue_names=sorted(set(get_config().queues or ()) | {job.queue for job in page.jobs}),
             shard_numbers=range(queue.shard_count),
             scan_limit=f"{listing.SCAN_LIMIT:,}",
             page_size=listing.PAGE_SIZE,
