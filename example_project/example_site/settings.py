@@ -1,0 +1,83 @@
+"""Settings of the example project: SQLite and the queue's store under this folder, no other service.
+
+``EXAMPLE_STATE_DIR`` (an environment variable) moves both the database and the store elsewhere, so that
+tests (and several checkouts) can run the project without touching each other's files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import django
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+STATE_DIR = Path(os.environ.get("EXAMPLE_STATE_DIR") or BASE_DIR)
+
+# An example, never a deployment: the key is public and DEBUG is on (runserver serves the admin's files).
+SECRET_KEY = "example-project-only-never-use-this-key-in-production"
+DEBUG = True
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "queue_max_django",  # the queue: @task, the worker, the commands and its pages in the admin
+    "example_app",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+ROOT_URLCONF = "example_site.urls"
+WSGI_APPLICATION = "example_site.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": STATE_DIR / "db.sqlite3"}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+TIME_ZONE = "UTC"
+STATIC_URL = "static/"
+LOGIN_URL = "admin:login"
+
+QUEUE_MAX: dict[str, Any] = {
+    "DATA_DIR": STATE_DIR / "queue_max_data",
+    "LEASE_TIME": 10.0,  # a worker killed mid-job gives its job back within 10 s
+    "MAX_RETRIES": 3,
+    "RETRY_BACKOFF": 0.2,  # short, so that the demo's retries happen while you watch: 0.2 s, 0.4 s, 0.8 s
+    "QUEUE_RATE_LIMITS": {"partners": "20/s"},  # every worker process shares this budget
+    "WORKER": {"THREADS": 4},
+}
+
+# Django's own Tasks framework (Django >= 6.0) runs on the same store, through our backend. On Django 5.2
+# there is no django.tasks: the project runs without it (example_app/django_tasks.py is then not used).
+HAS_DJANGO_TASKS = django.VERSION >= (6, 0)
+if HAS_DJANGO_TASKS:
+    TASKS = {
+        "default": {
+            "BACKEND": "queue_max_django.backend.QueueMaxBackend",
+            "OPTIONS": {"MODULES": ["example_app.django_tasks"]},
+        }
+    }
