@@ -2,7 +2,7 @@
 and failed lately, live workers, circuit breakers and rate limits.
 
 Everything is O(shards + keys) but the recent-activity counts, which walk the newest finished jobs and stop
-at ``RECENT_LIMIT`` (shown as "10,000+"), so the page costs the same on a store of any size.
+at ``RECENT_LIMIT`` (shown as "5,000+"), so the page costs the same on a store of any size.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from ..engine import Queue, State, WorkerInfo
 from .listing import LABELS, Count, Filters, Scan, matching
 
-RECENT_LIMIT = 10_000  # finished jobs looked at, at most, per state, to count the last minute/hour
+RECENT_LIMIT = 5_000  # finished jobs looked at, at most, per state, to count the last minute/hour
 MINUTE, HOUR = 60.0, 3600.0
 
 

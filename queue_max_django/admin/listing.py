@@ -17,7 +17,8 @@ from typing import Any
 from ..engine import InvalidJob, Job, Queue, State
 
 PAGE_SIZE = 50
-SCAN_LIMIT = 100_000  # jobs one search, count or "all matching" action examines at most
+PAGE_SCAN_LIMIT = 25_000  # jobs a list page examines at most to fill itself (then: "search further")
+SCAN_LIMIT = 100_000  # jobs a count, a failed-at sort or an "all matching" action examines at most
 BATCH = 500  # jobs asked of the engine at a time while scanning
 MAX_JOB_ID = 2**64 - 1  # ids are stored as unsigned 64-bit keys; anything larger names no job
 
@@ -188,7 +189,7 @@ def page(
     if order in (FAILED_NEWEST, FAILED_OLDEST):
         return _page_by_failed_at(queue, filters, after=after, newest_first=order == FAILED_NEWEST, size=size)
     newest_first = (state in NEWEST_FIRST_BY_DEFAULT) != (order == INDEX_LAST)
-    scan = Scan()
+    scan = Scan(limit=PAGE_SCAN_LIMIT)
     jobs: list[Job] = []
     start = parse_job_id(after) if after else None
     for job in matching(
@@ -205,13 +206,13 @@ def page(
 def _page_by_failed_at(
     queue: Queue, filters: Filters, *, after: str | None, newest_first: bool, size: int
 ) -> Page:
-    """Dead letters by (failed-at, id): one bounded scan keeps the ``size + 1`` keys past ``after``, then
-    reads only those jobs. ``after`` is ``"<failed-at µs>:<job id>"``."""
+    """Dead letters by (failed-at, id): one bounded scan of the newest by id keeps the ``size + 1`` keys past
+    ``after``, then reads only those jobs. ``after`` is ``"<failed-at µs>:<job id>"``."""
     bound = _failed_at_key(after)
     scan = Scan()
     keys: Iterator[tuple[int, int]] = (
         (round((job.finished_at or 0.0) * 1_000_000), job.job_id)
-        for job in matching(queue, State.FAILED, filters, scan=scan)
+        for job in matching(queue, State.FAILED, filters, newest_first=True, scan=scan)
     )
     if bound is not None:
         keys = (key for key in keys if (key < bound if newest_first else key > bound))

@@ -136,7 +136,7 @@ class JobAdmin(ModelAdmin):
         order = request.GET.get("o", "")
         by_failed_at = order in (listing.FAILED_NEWEST, listing.FAILED_OLDEST)
         if order not in listing.ORDERS or (by_failed_at and current is not State.FAILED):
-            order = listing.INDEX_FIRST
+            order, by_failed_at = listing.INDEX_FIRST, False
         after = request.GET.get("after") or None
         try:
             page = listing.page(queue, current, filters, after=after, order=order, size=listing.PAGE_SIZE)
@@ -170,7 +170,9 @@ class JobAdmin(ModelAdmin):
             task_names=registry.names(),
             queue_names=sorted(set(get_config().queues or ()) | {job.queue for job in page.jobs}),
             shard_numbers=range(queue.shard_count),
-            scan_limit=f"{listing.SCAN_LIMIT:,}",
+            scan_limit=f"{(listing.SCAN_LIMIT if by_failed_at else listing.PAGE_SCAN_LIMIT):,}",
+            by_failed_at=by_failed_at,
+            show_next=page.next_after is not None and (by_failed_at or not page.cut_short),
             page_size=listing.PAGE_SIZE,
         )
         return self._render(request, "job_list.html", context)

@@ -215,6 +215,32 @@ def test_filters_by_task_queue_error_type_shard_and_search(admin_client: Client,
     assert "No dead letters match these filters." in page(admin_client, f"{BASE}failed/?task=nothing")
 
 
+def test_a_search_that_stops_at_its_limit_offers_to_search_further(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listing, "PAGE_SCAN_LIMIT", 2)
+    monkeypatch.setattr(listing, "BATCH", 1)
+    wanted = fail(store, "needle")
+    others = [fail(store, f"hay {n}") for n in range(3)]  # newer: listed (and scanned) first
+    html = page(admin_client, f"{BASE}failed/?q=needle")
+    assert ids_listed(html) == [] and "Looked at 2 jobs without filling this page" in html
+    further = re.search(r'<a href="([^"]+)">search further</a>', html)
+    assert further is not None and f"after={others[1]}" in further.group(1)
+    html = page(admin_client, further.group(1).replace("&amp;", "&"))
+    assert ids_listed(html) == [wanted]
+
+
+def test_sorting_by_failed_at_says_when_it_saw_only_the_newest(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listing, "SCAN_LIMIT", 2)
+    monkeypatch.setattr(listing, "BATCH", 1)
+    ids = [fail(store, f"x{n}") for n in range(3)]
+    html = page(admin_client, f"{BASE}failed/?o=-failed_at")
+    assert ids_listed(html) == [ids[2], ids[1]]
+    assert "Sorted among the newest 2 dead letters (by job id) only" in html
+
+
 def test_sorting_by_failed_at_differs_from_job_id_order(admin_client: Client, store: Queue) -> None:
     first = store.put({"args": [], "kwargs": {}}, name="t.x", max_retries=0)
     second = fail(store, 2)
