@@ -1,0 +1,74 @@
+"""``manage.py queue_demo`` for real: a subprocess over a database and store in ``tmp_path``, run twice."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from queue_max_django.engine import Queue, State
+
+from .conftest import ROOT, Run
+
+pytestmark = pytest.mark.slow
+
+README_COMMAND = "uv run python example_project/manage.py queue_demo"
+
+
+def finished(output: str) -> tuple[int, int, int]:
+    """(jobs, done, dead letters) from the demo's "All N jobs finished" line."""
+    match = re.search(r"^All (\d+) jobs finished: (\d+) done, (\d+) dead letters\.$", output, re.MULTILINE)
+    assert match, output
+    jobs, done, dead = (int(group) for group in match.groups())
+    return jobs, done, dead
+
+
+def test_the_readme_runs_the_demo_with_this_command() -> None:
+    assert README_COMMAND in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_queue_demo_runs_every_job_to_done_or_the_dead_letters_and_runs_again(
+    manage: Run, tmp_path: Path
+) -> None:
+    first = manage("queue_demo")
+    assert first.returncode == 0, first.stdout + first.stderr
+    jobs, done, dead = finished(first.stdout)
+    assert jobs >= 60 and done + dead == jobs
+    assert dead >= 2  # the two unknown currencies: a 404 is never retried
+
+    out = first.stdout
+    assert "Admin user: admin / password: admin" in out
+    prefix = f"EXAMPLE_STATE_DIR={tmp_path} uv run python example_project/manage.py"
+    assert f"    {prefix} runserver\n" in out
+    assert f"    {prefix} queue_worker\n" in out
+    assert "http://127.0.0.1:8000/admin/" in out
+    assert "The worker exited with status 0" in out
+    assert re.search(r"^\[#{30}\] (\d+)/\1 ", out, re.MULTILINE), "the progress display reaches the end"
+    assert "STATE       JOBS" in out  # queue_stats' table
+    assert "no such currency: XAU" in out and "no such currency: BTC" in out  # this run's dead letters
+
+    second = manage("queue_demo")  # re-runnable: migrations applied, admin user there, store not empty
+    assert second.returncode == 0, second.stdout + second.stderr
+    jobs_again, done_again, dead_again = finished(second.stdout)
+    assert jobs_again == jobs
+
+    # What is on disk: nothing left to run, and every dead letter is an exchange rate that cannot be had.
+    with Queue(tmp_path / "queue_max_data") as queue:
+        stats = queue.stats()
+        assert (stats["pending"], stats["scheduled"], stats["running"]) == (0, 0, 0)
+        assert stats["total"] == 2 * jobs
+        assert (stats["done"], stats["failed"]) == (done + done_again, dead + dead_again)
+        failed = queue.jobs(State.FAILED, limit=1000)
+    assert {job.name for job in failed} == {"example_app.tasks.fetch_exchange_rate"}
+    unknown = [job for job in failed if job.payload["args"][0] in ("XAU", "BTC")]
+    assert len(unknown) == 4
+    for job in unknown:  # straight to the dead letters on the 404: only 503s before it were retried
+        if "404" in (job.error or ""):
+            assert job.error_type == "queue_max_django.engine.classify.Permanent"
+
+    with contextlib.closing(sqlite3.connect(tmp_path / "db.sqlite3")) as db:
+        users = db.execute("SELECT username, is_staff, is_superuser FROM auth_user").fetchall()
+    assert users == [("admin", 1, 1)]
