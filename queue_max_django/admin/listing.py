@@ -17,8 +17,8 @@ from typing import Any
 from ..engine import InvalidJob, Job, Queue, State
 
 PAGE_SIZE = 50
-PAGE_SCAN_LIMIT = 25_000  # jobs a list page examines at most to fill itself (then: "search further")
-SCAN_LIMIT = 100_000  # jobs a count, a failed-at sort or an "all matching" action examines at most
+PAGE_SCAN_LIMIT = 25_000  # jobs a list page examines at most (to fill itself, or to sort by failed-at)
+SCAN_LIMIT = 100_000  # jobs a count or an "all matching" action examines at most
 BATCH = 500  # jobs asked of the engine at a time while scanning
 MAX_JOB_ID = 2**64 - 1  # ids are stored as unsigned 64-bit keys; anything larger names no job
 
@@ -209,7 +209,7 @@ def _page_by_failed_at(
     """Dead letters by (failed-at, id): one bounded scan of the newest by id keeps the ``size + 1`` keys past
     ``after``, then reads only those jobs. ``after`` is ``"<failed-at µs>:<job id>"``."""
     bound = _failed_at_key(after)
-    scan = Scan()
+    scan = Scan(limit=PAGE_SCAN_LIMIT)
     keys: Iterator[tuple[int, int]] = (
         (round((job.finished_at or 0.0) * 1_000_000), job.job_id)
         for job in matching(queue, State.FAILED, filters, newest_first=True, scan=scan)

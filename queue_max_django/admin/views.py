@@ -170,7 +170,7 @@ class JobAdmin(ModelAdmin):
             task_names=registry.names(),
             queue_names=sorted(set(get_config().queues or ()) | {job.queue for job in page.jobs}),
             shard_numbers=range(queue.shard_count),
-            scan_limit=f"{(listing.SCAN_LIMIT if by_failed_at else listing.PAGE_SCAN_LIMIT):,}",
+            scan_limit=f"{listing.PAGE_SCAN_LIMIT:,}",
             by_failed_at=by_failed_at,
             show_next=page.next_after is not None and (by_failed_at or not page.cut_short),
             page_size=listing.PAGE_SIZE,

@@ -233,7 +233,7 @@ def test_a_search_that_stops_at_its_limit_offers_to_search_further(
 def test_sorting_by_failed_at_says_when_it_saw_only_the_newest(
     admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(listing, "SCAN_LIMIT", 2)
+    monkeypatch.setattr(listing, "PAGE_SCAN_LIMIT", 2)
     monkeypatch.setattr(listing, "BATCH", 1)
     ids = [fail(store, f"x{n}") for n in range(3)]
     html = page(admin_client, f"{BASE}failed/?o=-failed_at")
