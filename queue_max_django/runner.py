@@ -93,12 +93,20 @@ def call_task(task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> 
     return result
 
 
-def run_job(record: Record, *, retry_delay: float | None = None, final: bool = False) -> Outcome:
+def run_job(
+    record: Record,
+    *,
+    retry_delay: float | None = None,
+    final: bool = False,
+    acks: list[tuple[Record, Any]] | None = None,
+) -> Outcome:
     """Run the claimed job ``record`` and finish it: ``ack`` with the return value, or ``nack`` with the
     exception classified by ``engine.classify`` (the task's ``retry_on``/``permanent_on``; a task's own
     ``retry_backoff`` gives the delay when it differs from the queue's). ``retry_delay`` overrides every
     retry delay. ``final``: a failure is not retried (the immediate mode). ``KeyboardInterrupt`` and
-    ``SystemExit`` release the job and propagate: not the job's fault. A django.tasks job (its payload has
+    ``SystemExit`` release the job and propagate: not the job's fault. ``acks``: a success is not acked
+    here but appended as (record, result), for the caller's ``Queue.ack_many`` (the worker acks in
+    batches); the result is checked to be storable first. A django.tasks job (its payload has
     ``DJANGO_TASK_KEY``) is run by backend.py, which needs Django >= 6.0."""
     if isinstance(record.payload, dict) and DJANGO_TASK_KEY in record.payload:
         try:
@@ -127,7 +135,11 @@ def run_job(record: Record, *, retry_delay: float | None = None, final: bool = F
             record.release()
         raise
     try:
-        record.ack(result)
+        if acks is None:
+            record.ack(result)
+        else:
+            record.pack_result(result)
+            acks.append((record, result))
     except (PayloadNotSerializable, PayloadTooLarge) as exc:
         message = f"task {task.name!r} returned a value that cannot be stored as its result: {exc}"
         return Outcome(record.job_id, record.nack(message, permanent=True), error=message)

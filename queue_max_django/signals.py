@@ -65,6 +65,8 @@ def send(signal: Signal, sender: str | None, **kwargs: Any) -> None:
     """``signal.send_robust(sender, **kwargs)`` if anyone listens; each receiver that raised is logged.
     ``sender`` is interned, as ``Task.name`` is: Django matches a receiver's ``sender=`` by identity, so
     ``connect(receiver, sender=my_task.name)`` gets that task's jobs only."""
+    if not signal.receivers:  # the common case, checked first: nobody connected at all
+        return
     if sender is not None:
         sender = sys.intern(sender)
     if not signal.has_listeners(sender):

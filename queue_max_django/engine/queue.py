@@ -40,7 +40,7 @@ from .job import Job, State
 from .keys import MAX_SHARDS, PRIORITY_MAX, PRIORITY_MIN, shard_of
 from .record import Record
 from .retry import backoff_delay
-from .shard import Claimed, CorruptedJobQuarantined, NewJobs, Recovered, Shard
+from .shard import CorruptedJobQuarantined, NewJobs, Outranked, Recovered, Shard
 from .store import (
     CONTROL_DB_NAMES,
     CONTROL_DIR,
@@ -478,31 +478,33 @@ class Queue(FlowControl):
                 shard.promote_due(now)
             previous = None
 
-    def _try_claim(self, allowed: list[bytes] | None) -> tuple[Record | None, float | None]:
-        """Claim the highest-priority job across shards. -> (record or None, the earliest future ETA).
+    def _try_claim(self, allowed: list[bytes] | None, limit: int = 1) -> tuple[list[Record], float | None]:
+        """Claim the highest-priority job(s) across shards. -> (records, possibly none; the earliest future
+        ETA). More than one (``limit``) only when no rate limit or breaker is set: those admit job by job.
 
         Each consumer thread keeps a view of the shards' head priorities. Heads only fall when others
         claim; anything that can raise one (a put, a retry, a release, a requeue, recovery) writes the wake
         hint, so the view is re-read whenever a hint arrived or an ETA passed. A claim passes the best
-        priority the other shards may hold, and declines (and the view is refreshed) if its own head is
-        lower: no job is ever taken over a higher-priority one seen by the view."""
+        priority the other shards may hold, and takes nothing below it (the view is refreshed if its own
+        head is lower): no job is ever taken over a higher-priority one seen by the view."""
         shards = self._live()
         flow = self._flow()
         if flow is not None:
             held = self._fast_admission(flow)
             if held is None:
-                return self._claim_under_flow(allowed, flow)
-            record, next_eta = None, None
+                record, next_eta = self._claim_under_flow(allowed, flow)
+                return ([] if record is None else [record]), next_eta
+            records: list[Record] = []
             try:
-                record, next_eta = self._claim_best(shards, allowed)
+                records, next_eta = self._claim_best(shards, allowed, 1)
             finally:
-                self._settle(held, record)
-            return record, next_eta
-        return self._claim_best(shards, allowed)
+                self._settle(held, records[0] if records else None)
+            return records, next_eta
+        return self._claim_best(shards, allowed, limit)
 
     def _claim_best(
-        self, shards: list[Shard], allowed: list[bytes] | None
-    ) -> tuple[Record | None, float | None]:
+        self, shards: list[Shard], allowed: list[bytes] | None, limit: int
+    ) -> tuple[list[Record], float | None]:
         count = len(shards)
         local = self._local
         view: _View | None = getattr(local, "view", None)
@@ -533,10 +535,10 @@ class Queue(FlowControl):
                 elif runner_up is None or priority > runner_up:
                     runner_up = priority
             if best < 0:
-                return None, view.next_eta
+                return [], view.next_eta
             try:
-                outcome = shards[best].claim(
-                    now, allowed, self.lease_time, os.urandom(16), runner_up, self.worker_id
+                outcome = shards[best].claim_many(
+                    now, allowed, self.lease_time, os.urandom(16), runner_up, self.worker_id, limit=limit
                 )
             except CorruptedJobQuarantined as exc:
                 local.view = None
@@ -544,12 +546,12 @@ class Queue(FlowControl):
                     f"job {exc.job_id} could not be delivered: {exc.reason}. It was moved to the dead "
                     f"letters (error type 'Corrupted'); the queue goes on with the other jobs."
                 ) from None
-            if isinstance(outcome, Claimed):
-                priorities[best] = outcome.record[codec.F_PRIORITY]  # what is left there is not higher
-                return Record(self, outcome), view.next_eta
-            priorities[best] = None if outcome is None else outcome.priority
+            if isinstance(outcome, list) and outcome:
+                priorities[best] = outcome[-1].record[codec.F_PRIORITY]  # what is left there is not higher
+                return [Record(self, claimed) for claimed in outcome], view.next_eta
+            priorities[best] = None if not isinstance(outcome, Outranked) else outcome.priority
         local.view = None
-        return None, view.next_eta
+        return [], view.next_eta
 
     def _preferred_shard(self, local: threading.local, count: int) -> int:
         """Where this consumer thread looks first among shards of equal priority. Each thread has its own
@@ -568,18 +570,33 @@ class Queue(FlowControl):
     def get(self, timeout: float | None = None, *, queues: Iterable[str] | None = None) -> Record:
         """Claim the next job (highest priority first). ``timeout=None`` blocks; 0 looks once.
         Raises ``QueueEmpty`` when no job came in time."""
+        return self._get(1, timeout, queues)[0]
+
+    def get_many(
+        self, limit: int, timeout: float | None = None, *, queues: Iterable[str] | None = None
+    ) -> list[Record]:
+        """Claim up to ``limit`` jobs at once: the next ones of one shard, in one transaction, never one
+        below a priority another shard holds. Each is an ordinary ``Record`` with its own lease (renew
+        them with ``touch()`` if working through them takes long). With a rate limit or circuit breaker
+        set, one job at a time is admitted, so this returns one. Waits like ``get()``; ``QueueEmpty``."""
+        if type(limit) is not int or limit < 1:
+            raise InvalidJob(f"limit must be an int >= 1, not {limit!r}")
+        return self._get(limit, timeout, queues)
+
+    def _get(self, limit: int, timeout: float | None, queues: Iterable[str] | None) -> list[Record]:
         if timeout is not None:
             check_number("timeout", timeout, minimum=0, error=InvalidJob)
         allowed = self._queue_filter(queues)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            record, next_eta = self._try_claim(allowed)
-            if record is not None:
+            records, next_eta = self._try_claim(allowed, limit)
+            if records:
                 self._waker.reset_poll()
                 if self.events.listening(JOB_STARTED):
-                    self.events.emit(JOB_STARTED, job_id=record.job_id, queue=record.queue, name=record.name,
-                                     attempt=record.attempts)  # fmt: skip
-                return record
+                    for record in records:
+                        self.events.emit(JOB_STARTED, job_id=record.job_id, queue=record.queue,
+                                         name=record.name, attempt=record.attempts)  # fmt: skip
+                return records
             wait = MAX_IDLE_WAIT
             if deadline is not None:
                 remaining = deadline - time.monotonic()
@@ -590,6 +607,28 @@ class Queue(FlowControl):
                 wait = min(wait, max(next_eta - self._clock(), 0.0005))
             self._waker.wait(wait)
             self._local.view = None  # whatever woke us, look at the store afresh
+
+    def ack_many(self, done: Sequence[tuple[Record, Any]]) -> dict[int, str]:
+        """Acknowledge many (record, result) pairs: one transaction per shard. A record already finished,
+        or that no longer holds its job (lease expired and recovered), is skipped; the others complete.
+        Results are checked before anything is written (``PayloadNotSerializable``/``PayloadTooLarge``).
+        -> {job id: why} for the skipped ones."""
+        by_shard: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
+        skipped: dict[int, str] = {}
+        for record, result in done:
+            if record.finished:
+                skipped[record.job_id] = "this record was already acked, nacked or released"
+                continue
+            by_shard.setdefault(shard_of(record.job_id), []).append(
+                (record.job_id, record._token, record.pack_result(result))
+            )
+        shards = self._live()
+        for index, items in by_shard.items():
+            skipped.update(shards[index].complete_many(self._clock(), items, self.sync))
+        for record, result in done:
+            if record.job_id not in skipped and not record.finished:
+                record._succeeded(result)
+        return skipped
 
     @contextlib.contextmanager
     def processing(

@@ -57,11 +57,18 @@ class Record:
     def ack(self, result: Any = None) -> None:
         """Done. ``result`` (msgpack data) is kept with the job until vacuum (``result_ttl``)."""
         q = self._queue
-        packed = (
-            None if result is None else codec.pack_value(result, what="result", limit=q.max_payload_bytes)
-        )
         shard = q._shard(self.job_id)
-        shard.complete(q._clock(), self.job_id, self._token, packed, q.sync)
+        shard.complete(q._clock(), self.job_id, self._token, self.pack_result(result), q.sync)
+        self._succeeded(result)
+
+    def pack_result(self, result: Any) -> bytes | None:
+        """``result`` as it will be stored; raises ``PayloadNotSerializable``/``PayloadTooLarge``."""
+        if result is None:
+            return None
+        return codec.pack_value(result, what="result", limit=self._queue.max_payload_bytes)
+
+    def _succeeded(self, result: Any) -> None:
+        q = self._queue
         self.finished = True
         q._record_outcome(self.queue, self.name, True)
         if q.events.listening(JOB_SUCCEEDED):

@@ -516,50 +516,91 @@ class Shard:
 
         ``min_priority``: the best priority another shard may hold; if this shard's next job is below it,
         nothing is claimed and ``Outranked`` says what this shard's head is (the caller looks again)."""
+        claimed = self.claim_many(now, queues, lease_time, token, min_priority, worker, limit=1)
+        if isinstance(claimed, Outranked):
+            return claimed
+        return claimed[0] if claimed else None
+
+    def claim_many(
+        self,
+        now: float,
+        queues: Sequence[bytes] | None,
+        lease_time: float,
+        token: bytes,
+        min_priority: int | None = None,
+        worker: str | None = None,
+        *,
+        limit: int,
+    ) -> list[Claimed] | Outranked:
+        """Take up to ``limit`` next jobs of this shard, in claim order, in ONE transaction; stops before a
+        job below ``min_priority`` (-> ``Outranked`` if that is the first one). Each is claimed exactly as
+        ``claim()`` claims one. A corrupted job met on the way is quarantined; if it came first,
+        ``CorruptedJobQuarantined`` is raised (the jobs before it are claimed and returned otherwise)."""
         now_us = micros(now)
         lease_us = micros(now + lease_time)
 
-        def txn_fn(txn: Any) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | None:
-            key = self._best_ready(txn.cursor(db=self.ready), queues)
-            if key is None:
-                return None
-            _queue, priority, _ready_us, job_id = ready_key_parts(key)
-            if min_priority is not None and priority < min_priority:
-                return Outranked(priority)
-            id_k = id_key(job_id)
-            raw = txn.get(id_k, db=self.jobs)
-            if raw is None:
-                return self._drop_stray(txn, job_id, key)
-            try:
-                record = codec.unpack_record(raw, job_id)
-            except QueueCorrupted as exc:
-                return self._quarantine(txn, job_id, key, None, now_us, str(exc))
-            if record[F_STATE] != PENDING:
-                return self._drop_stray(txn, job_id, key)
-            payload = self._payload(txn, job_id, record)
-            if payload is None:
-                return self._quarantine(
-                    txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing"
-                )
-            # pending -> running, written out (the hot path: what _unindex() + _index() do, inlined)
-            txn.delete(key, db=self.ready)
-            txn.put(time_key(lease_us, job_id), b"", db=self.lease)
-            record[F_STATE] = RUNNING
-            record[F_STARTED_AT] = now_us
-            record[F_LEASE_UNTIL] = lease_us
-            record[F_TOKEN] = token
-            record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
-            if worker is not None:
-                _remember_worker(record, worker)
-            txn.put(id_k, codec.pack_record(record), db=self.jobs)
-            return Claimed(job_id, record, payload)
+        def txn_fn(txn: Any) -> list[Claimed] | Outranked | CorruptedJobQuarantined:
+            claimed: list[Claimed] = []
+            cursor = txn.cursor(db=self.ready)
+            while len(claimed) < limit:
+                step = self._claim_step(txn, cursor, queues, now_us, lease_us, token, min_priority, worker)
+                if isinstance(step, Claimed):
+                    claimed.append(step)
+                elif isinstance(step, StrayEntry):
+                    continue
+                elif step is None or claimed:
+                    break
+                else:
+                    return step
+            return claimed
 
         outcome = self.env.write(txn_fn)
         if isinstance(outcome, CorruptedJobQuarantined):
             raise outcome
-        if isinstance(outcome, StrayEntry):
-            return self.claim(now, queues, lease_time, token, min_priority, worker)
         return outcome
+
+    def _claim_step(
+        self,
+        txn: Any,
+        cursor: Any,
+        queues: Sequence[bytes] | None,
+        now_us: int,
+        lease_us: int,
+        token: bytes,
+        min_priority: int | None,
+        worker: str | None,
+    ) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | None:
+        key = self._best_ready(cursor, queues)
+        if key is None:
+            return None
+        _queue, priority, _ready_us, job_id = ready_key_parts(key)
+        if min_priority is not None and priority < min_priority:
+            return Outranked(priority)
+        id_k = id_key(job_id)
+        raw = txn.get(id_k, db=self.jobs)
+        if raw is None:
+            return self._drop_stray(txn, job_id, key)
+        try:
+            record = codec.unpack_record(raw, job_id)
+        except QueueCorrupted as exc:
+            return self._quarantine(txn, job_id, key, None, now_us, str(exc))
+        if record[F_STATE] != PENDING:
+            return self._drop_stray(txn, job_id, key)
+        payload = self._payload(txn, job_id, record)
+        if payload is None:
+            return self._quarantine(txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing")
+        # pending -> running, written out (the hot path: what _unindex() + _index() do, inlined)
+        txn.delete(key, db=self.ready)
+        txn.put(time_key(lease_us, job_id), b"", db=self.lease)
+        record[F_STATE] = RUNNING
+        record[F_STARTED_AT] = now_us
+        record[F_LEASE_UNTIL] = lease_us
+        record[F_TOKEN] = token
+        record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
+        if worker is not None:
+            _remember_worker(record, worker)
+        txn.put(id_k, codec.pack_record(record), db=self.jobs)
+        return Claimed(job_id, record, payload)
 
     def _drop_stray(self, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
         """A ready entry whose job is gone or not pending: remove the stray entries, keep the record."""
@@ -607,21 +648,37 @@ class Shard:
 
     def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
         now_us = micros(now)
+        self.env.write(lambda txn: self._complete(txn, now_us, job_id, token, result), durable=durable)
 
-        def txn_fn(txn: Any) -> None:
-            record = self._held(txn, job_id, token)
-            # running -> done, written out (the hot path: what _unindex() + _index() do, inlined)
-            key = id_key(job_id)
-            txn.delete(time_key(record[F_LEASE_UNTIL], job_id), db=self.lease)
-            txn.put(time_key(now_us, job_id), b"", db=self.done_at)
-            record[F_STATE] = DONE
-            record[F_FINISHED_AT] = now_us
-            record[F_TOKEN] = None
-            record[F_LEASE_UNTIL] = None
-            record[F_RESULT] = result
-            txn.put(key, codec.pack_record(record), db=self.jobs)
+    def complete_many(
+        self, now: float, done: Sequence[tuple[int, bytes, bytes | None]], durable: bool
+    ) -> dict[int, str]:
+        """``complete()`` each (job id, token, packed result) in ONE transaction. A job this token no longer
+        holds is skipped, the others still complete. -> {job id: why} for the skipped ones."""
+        now_us = micros(now)
 
-        self.env.write(txn_fn, durable=durable)
+        def txn_fn(txn: Any) -> dict[int, str]:
+            skipped: dict[int, str] = {}
+            for job_id, token, result in done:
+                try:
+                    self._complete(txn, now_us, job_id, token, result)
+                except QueueCorrupted as exc:
+                    skipped[job_id] = str(exc)
+            return skipped
+
+        return self.env.write(txn_fn, durable=durable)
+
+    def _complete(self, txn: Any, now_us: int, job_id: int, token: bytes, result: bytes | None) -> None:
+        record = self._held(txn, job_id, token)
+        # running -> done, written out (the hot path: what _unindex() + _index() do, inlined)
+        txn.delete(time_key(record[F_LEASE_UNTIL], job_id), db=self.lease)
+        txn.put(time_key(now_us, job_id), b"", db=self.done_at)
+        record[F_STATE] = DONE
+        record[F_FINISHED_AT] = now_us
+        record[F_TOKEN] = None
+        record[F_LEASE_UNTIL] = None
+        record[F_RESULT] = result
+        txn.put(id_key(job_id), codec.pack_record(record), db=self.jobs)
 
     def fail(
         self,

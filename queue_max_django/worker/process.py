@@ -34,6 +34,13 @@ logger = logging.getLogger("queue_max_django.worker")
 
 WATCH_EVERY = 0.1  # seconds between the main thread's checks (timeouts, stop requests)
 POLL = 0.25  # a worker thread waiting for a job re-checks whether to stop at least this often
+# Short jobs are claimed in batches (one transaction for several) and their successes acknowledged in
+# batches: a batch holds about BATCH_SECONDS of work (from the thread's running mean job time), at most
+# BATCH_MAX jobs, and successes wait at most ACK_EVERY seconds for their acknowledgement. Long jobs go one
+# at a time. A process killed meanwhile runs those jobs again (at-least-once, as any crash).
+BATCH_MAX = 64
+BATCH_SECONDS = 0.02
+ACK_EVERY = 0.05
 
 
 class JobTimeout(Exception):
@@ -78,6 +85,7 @@ class WorkerProcess:
         self._claiming.set()
         self._lock = threading.Lock()
         self._running: dict[int, Slot] = {}
+        self._held: dict[int, list[Record]] = {}  # per thread: claimed, not yet acked/nacked/released
         self._threads: dict[int, threading.Thread] = {}
         self._wanted = options.autoscale[0] if options.autoscale else options.threads
         self._exit_code: int | None = None  # set once the process decided to end
@@ -134,14 +142,14 @@ class WorkerProcess:
             self._forget()
 
     def _beat(self) -> None:
-        for slot in self._slots():
+        for record in self._held_records():
             try:
-                slot.record.touch()
+                record.touch()
             except QueueCorrupted:
                 pass  # it finished (or timed out) since we looked
             except QueueError:
                 logger.exception(
-                    "worker %s: renewing the lease of job %s failed", self.worker_id, slot.record.job_id
+                    "worker %s: renewing the lease of job %s failed", self.worker_id, record.job_id
                 )
         self._report()
         limit = self.options.max_memory_mb
@@ -178,6 +186,10 @@ class WorkerProcess:
         with self._lock:
             return list(self._running.values())
 
+    def _held_records(self) -> list[Record]:
+        with self._lock:
+            return [record for held in self._held.values() for record in held if not record.finished]
+
     def _check_timeouts(self, now: float) -> None:
         for slot in self._slots():
             if slot.deadline is None or slot.timed_out or now < slot.deadline:
@@ -197,19 +209,21 @@ class WorkerProcess:
             self.stop(TIMED_OUT)
 
     def _end(self, code: int, *, wait: bool) -> int:
-        """Let running jobs finish (within the shutdown timeout) when ``wait``; release the others."""
+        """Let the worker threads finish their running jobs (within the shutdown timeout) when ``wait``;
+        release every job still held (back to waiting, no attempt counted)."""
         self._claiming.clear()
         if wait:
             deadline = time.monotonic() + self.options.shutdown_timeout
-            while self._slots() and time.monotonic() < deadline:
+            while any(t.is_alive() for t in self._threads.values()) and time.monotonic() < deadline:
                 time.sleep(WATCH_EVERY)
                 self._check_timeouts(time.monotonic())
+        timed_out = {slot.record.job_id for slot in self._slots() if slot.timed_out}
         released = 0
-        for slot in self._slots():
-            if slot.timed_out:
+        for record in self._held_records():
+            if record.job_id in timed_out:
                 continue
             try:
-                slot.record.release()
+                record.release()
                 released += 1
             except QueueCorrupted:
                 pass  # finished meanwhile
@@ -245,31 +259,63 @@ class WorkerProcess:
     def _work(self, number: int) -> None:
         loop = asyncio.new_event_loop()  # coroutine tasks of this thread run here, one loop for all
         use_event_loop(loop)
+        held: list[Record] = []
+        with self._lock:
+            self._held[number] = held
+        acks: list[tuple[Record, Any]] = []
+        mean: float | None = None  # running mean of this thread's job times
         try:
             while self._claiming.is_set() and number < self._wanted:
-                record = self._claim()
-                if record is not None:
-                    self._run(number, record)
+                size = 1 if mean is None else max(1, min(BATCH_MAX, int(BATCH_SECONDS / max(mean, 1e-6))))
+                records = self._claim(size)
+                with self._lock:
+                    held.extend(records)
+                flushed = time.monotonic()
+                for record in records:
+                    if not self._claiming.is_set():
+                        break  # the rest are released (by _end) unstarted
+                    started = time.monotonic()
+                    self._run(number, record, acks)
+                    now = time.monotonic()
+                    mean = now - started if mean is None else 0.9 * mean + 0.1 * (now - started)
+                    if acks and now - flushed >= ACK_EVERY:
+                        self._flush(acks, held)
+                        flushed = now
+                self._flush(acks, held)
         finally:
+            self._flush(acks, held)
             use_event_loop(None)
             loop.close()
 
-    def _claim(self) -> Record | None:
+    def _flush(self, acks: list[tuple[Record, Any]], held: list[Record]) -> None:
+        """Acknowledge the successes waiting in ``acks`` (one transaction per shard)."""
+        if acks:
+            try:
+                skipped = self.queue.ack_many(acks)
+            except QueueError:
+                logger.exception("worker %s: acknowledging %d job(s) failed", self.worker_id, len(acks))
+                skipped = {}
+            for job_id, why in skipped.items():
+                logger.warning(
+                    "worker %s: job %s finished but was not acknowledged: %s", self.worker_id, job_id, why
+                )
+            acks.clear()
+        with self._lock:
+            held[:] = [record for record in held if not record.finished]
+
+    def _claim(self, size: int) -> list[Record]:
         try:
-            record = self.queue.get(POLL, queues=self._queues)
+            records = self.queue.get_many(size, POLL, queues=self._queues)
         except QueueEmpty:
             if self.options.burst and self._nothing_left():
                 self.stop(DONE)
-            return None
+            return []
         except QueueCorrupted as exc:  # a broken record was moved to the dead letters; go on
             logger.error("worker %s: %s", self.worker_id, exc)
-            return None
-        if not self._claiming.is_set():
-            record.release()  # claimed just as we were told to stop
-            return None
-        return record
+            return []
+        return records
 
-    def _run(self, number: int, record: Record) -> None:
+    def _run(self, number: int, record: Record, acks: list[tuple[Record, Any]]) -> None:
         started = time.monotonic()
         timeout = record.timeout
         slot = Slot(record, started, None if timeout is None else started + timeout)
@@ -277,7 +323,7 @@ class WorkerProcess:
             self._running[number] = slot
         outcome: Outcome | None = None
         try:
-            outcome = run_job(record)
+            outcome = run_job(record, acks=acks)
         except QueueCorrupted:
             if not slot.timed_out:
                 logger.warning("worker %s: job %s was taken back while it ran (its lease expired)",
