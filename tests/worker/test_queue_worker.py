@@ -190,3 +190,64 @@ def test_queue_worker_refuses_bad_options(site: Site) -> None:
         done = site.run("--burst", *args)
         assert done.returncode == 1 and f"CommandError: {message}" in done.stderr, (args, done.stderr)
     assert not site.store.exists()  # nothing was written
+
+
+def test_worker_processes_stop_when_the_supervisor_is_killed(site: Site) -> None:
+    job_id = site.put("slow", 3, 0.5)
+    worker = site.start("--processes", "1", "--no-scheduler", "--worker-id", "orphan")
+    started = wait_for(lambda: site.marks("started"), what="the job to start")
+    child = started[0][1]
+
+    worker.signal(signal.SIGKILL)  # the supervisor only: its worker process is left without a parent
+
+    worker.wait(10)
+    wait_for(lambda: not os.path.exists(f"/proc/{child}") or _zombie(child), 15, "the orphan to stop")
+    with site.queue() as queue:
+        job = queue.job(job_id)
+        assert job is not None and job.state is State.DONE  # it finished its running job first
+        assert queue.workers() == []  # and took itself off the registry
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().split(") ")[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def test_live_workers_are_in_the_registry_while_they_run(site: Site) -> None:
+    worker = site.start("--processes", "2", "--threads", "3", "--no-scheduler", "--worker-id", "seen")
+    with site.queue() as queue:
+        workers = wait_for(lambda: len(queue.workers()) == 2 and queue.workers(), 30, "two workers")
+        assert [(w.worker_id, w.threads, w.queues) for w in workers] == [
+            ("seen/0", 3, None),
+            ("seen/1", 3, None),
+        ]
+        assert len({w.pid for w in workers}) == 2 and all(w.pid != worker.proc.pid for w in workers)
+        for value in range(20):
+            queue.put({"args": [value], "kwargs": {}}, name=TASKS + "finish")
+        assert queue.wait_until_empty(30)
+        wait_for(lambda: sum(w.processed for w in queue.workers()) == 20, 30, "the counts to be reported")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+def test_autoscale_follows_the_waiting_jobs(site: Site) -> None:
+    site.env["QUEUE_MAX_TEST_LEASE_TIME"] = "0.6"  # heartbeats (and scaling decisions) every 0.2 s
+    with site.queue() as queue:
+        for value in range(12):
+            queue.put({"args": [value, 1.0], "kwargs": {}}, name=TASKS + "slow")
+    worker = site.start("--processes", "1", "--autoscale", "1,4", "--no-scheduler")
+    with site.queue() as queue:
+        wait_for(lambda: any(w.threads == 4 for w in queue.workers()), 30, "four threads")
+        running = wait_for(
+            lambda: queue.stats()["running"] >= 3 and queue.stats()["running"], 30, "parallel runs"
+        )
+        assert running <= 4
+        wait_for(
+            lambda: queue.stats()["pending"] == 0 and queue.stats()["running"] == 0, 30, "the backlog to go"
+        )
+        wait_for(lambda: any(w.threads == 1 for w in queue.workers()), 30, "one thread again")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
