@@ -122,7 +122,6 @@ class JobAdmin(ModelAdmin):
     def _panels(self, request: HttpRequest) -> dict[str, Any]:
         now = time.time()
         data = dashboard.snapshot(get_queue(), now)
-        data["list_urls"] = {state.value: self._url("list", state.value) for state in State}
         data["now"] = display.when(now)
         return data
 
