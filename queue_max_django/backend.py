@@ -31,8 +31,6 @@ import dataclasses
 import datetime as dt
 import importlib
 import inspect
-import os
-import socket
 import threading
 import time
 import traceback
@@ -46,11 +44,11 @@ from django.utils.json import normalize_json
 from .conf import get_config, get_queue
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify
 from .engine.validate import validate_queue_name
+from .results import attempt_errors, attempt_workers
 from .runner import DJANGO_TASK_KEY, Outcome, _run_coroutine
 
 OPTION_KEYS = frozenset({"MODULES", "MAX_RETRIES"})
 CHECK_PREFIX = "queue_max_django.backend"
-WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"  # this process, as it appears in worker_ids
 
 _STATUS = {
     State.PENDING: TaskResultStatus.READY,
@@ -101,15 +99,6 @@ def _class_path(error_type: str | None) -> str:
     if not error_type:
         return "builtins.Exception"  # an error the runner recorded as text (e.g. an unknown task)
     return error_type if "." in error_type else f"builtins.{error_type}"
-
-
-def _worker_ids(attempts: int, last: str | None = None) -> list[str]:
-    """One entry per attempt. The store counts attempts but does not record who made them: earlier
-    attempts are ``"attempt-N"``; the running attempt, on the run side, is this process."""
-    ids = [f"attempt-{n}" for n in range(1, attempts + 1)]
-    if last is not None and ids:
-        ids[-1] = last
-    return ids
 
 
 def _import_modules(alias: Any) -> None:
@@ -256,11 +245,10 @@ def _as_stored(task: Task[Any, Any], **stored: Any) -> Task[Any, Any]:
 def result_of(job: Job, task: Task[Any, Any], payload: dict[str, Any]) -> TaskResult[Any, Any]:
     """The ``TaskResult`` of a stored job. A job waiting for a retry is READY with the last error."""
     status = _STATUS[job.state]
-    errors = []
-    if job.error is not None and job.state is not State.DONE:
-        errors.append(
-            TaskError(exception_class_path=_class_path(job.error_type), traceback=job.traceback or job.error)
-        )
+    errors = [
+        TaskError(exception_class_path=_class_path(kind), traceback=traceback or message)
+        for kind, traceback, message in attempt_errors(job)
+    ]
     task = _as_stored(task, priority=job.priority, queue_name=job.queue)
     finished = job.state in (State.DONE, State.FAILED)
     result: TaskResult[Any, Any] = TaskResult(
@@ -275,7 +263,7 @@ def result_of(job: Job, task: Task[Any, Any], payload: dict[str, Any]) -> TaskRe
         kwargs=payload.get("kwargs", {}),
         backend=str(payload.get("backend")),
         errors=errors,
-        worker_ids=_worker_ids(job.attempts),
+        worker_ids=attempt_workers(job.attempts, job.worker_ids),
     )
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", job.result)
@@ -316,7 +304,7 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
         kwargs=kwargs,
         backend=alias,
         errors=[],
-        worker_ids=_worker_ids(record.attempts, WORKER_ID),
+        worker_ids=attempt_workers(record.attempts, record.worker_ids),
     )
     task_started.send(sender=sender, task_result=result)
     try:

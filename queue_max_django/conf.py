@@ -8,6 +8,7 @@ A config is built only from values that the system checks (checks.py) find no er
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -232,6 +233,7 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
         alert_threshold=config.alert_threshold,
         # a lease that expired is noticed within half a lease time (at most 15 s): short leases recover fast
         recover_interval=min(15.0, max(0.5, config.lease_time / 2)),
+        worker_id=f"{socket.gethostname()}:{os.getpid()}",  # queue_worker's processes name themselves
     )
     try:
         connect(queue)

@@ -54,6 +54,25 @@ class JobError:
     message: str
 
 
+def attempt_errors(job: Job) -> list[tuple[str, str, str]]:
+    """(error type, traceback, message) of each failed attempt, oldest first; the traceback is only kept for
+    the last one. Jobs stored before the engine kept a history give their last error only."""
+    history = [(kind or "", "", message or "") for kind, message in job.errors]
+    if job.error is not None:
+        last = (job.error_type or "", job.traceback or "", job.error)
+        if history and history[-1][0] == last[0] and history[-1][2] == last[2]:
+            history[-1] = last
+        elif not history:
+            history = [last]
+    return history
+
+
+def attempt_workers(attempts: int, recorded: tuple[str, ...]) -> list[str]:
+    """One id per attempt: the recorded ones (the last 10), "attempt-N" for attempts nobody recorded."""
+    known = list(recorded)[-attempts:] if attempts else []
+    return [f"attempt-{n}" for n in range(1, attempts - len(known) + 1)] + known
+
+
 def _aware(seconds: float | None) -> dt.datetime | None:
     return None if seconds is None else dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
 
@@ -134,12 +153,15 @@ class JobResult:
 
     @property
     def errors(self) -> list[JobError]:
-        """The recorded failure of the job's last failed attempt (the engine keeps the latest one): empty
-        when no attempt has failed."""
+        """One ``JobError`` per failed attempt, oldest first (the engine keeps the last 10); only the last
+        one carries the traceback. Empty when no attempt has failed."""
+        return [JobError(*error) for error in attempt_errors(self._job)]
+
+    @property
+    def worker_ids(self) -> list[str]:
+        """Who ran each attempt (the worker process id ``queue_worker`` registers, else ``host:pid``)."""
         job = self._job
-        if job.error is None:
-            return []
-        return [JobError(job.error_type or "", job.traceback or "", job.error)]
+        return attempt_workers(job.attempts, job.worker_ids)
 
     @property
     def attempts(self) -> int:

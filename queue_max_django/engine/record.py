@@ -33,6 +33,7 @@ class Record:
         "queue",
         "retries",
         "timeout",
+        "worker_ids",
     )
 
     def __init__(self, owner: Queue, claimed: Claimed) -> None:
@@ -49,6 +50,7 @@ class Record:
         self.name: str | None = record[codec.F_NAME]
         self.timeout: float | None = record[codec.F_TIMEOUT]
         self.lease_until: float = record[codec.F_LEASE_UNTIL] / 1_000_000
+        self.worker_ids: tuple[str, ...] = tuple(record[codec.F_WORKERS] or ())  # per attempt, last 10
         self.finished = False  # set once ack/nack/release succeeded through this object
 
     def __repr__(self) -> str:

@@ -145,7 +145,10 @@ def test_a_failure_is_failed_with_the_exception_class_and_traceback(store: None)
     assert [o.state for o in outcomes] == [State.PENDING] * 3 + [State.FAILED]  # delay 0: pending again
     fresh = task_backends["default"].get_result(result.id)
     assert fresh.status == TaskResultStatus.FAILED and fresh.is_finished
-    (error,) = fresh.errors
+    assert [e.exception_class_path for e in fresh.errors] == ["builtins.ValueError"] * 4  # one per attempt
+    assert [e.traceback for e in fresh.errors[:3]] == ["boom"] * 3  # earlier attempts keep their message
+    error = fresh.errors[-1]  # the last one keeps its traceback
+    assert len(set(fresh.worker_ids)) == 1 and len(fresh.worker_ids) == 4  # this process ran all four
     assert error.exception_class_path == "builtins.ValueError"
     assert error.exception_class is ValueError
     assert "raise ValueError(message)" in error.traceback and "ValueError: boom" in error.traceback

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 
@@ -74,6 +76,7 @@ def test_a_failed_job_reports_its_error_and_traceback() -> None:
     result.refresh()
     assert result.status is JobStatus.FAILED
     (error,) = result.errors
+    assert result.worker_ids == [f"{socket.gethostname()}:{os.getpid()}"]  # who ran it: this process
     assert error.exception_class_path == "queue_max_django.engine.classify.Permanent"
     assert error.message == "bad input"
     assert "Traceback" in error.traceback and "fail_permanent" in error.traceback

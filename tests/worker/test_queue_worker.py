@@ -251,3 +251,20 @@ def test_autoscale_follows_the_waiting_jobs(site: Site) -> None:
         wait_for(lambda: any(w.threads == 1 for w in queue.workers()), 30, "one thread again")
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_a_result_handle_in_this_process_follows_a_job_that_a_worker_process_runs(site: Site) -> None:
+    from django.test import override_settings
+
+    from tests.worker.workapp import tasks
+
+    with override_settings(QUEUE_MAX={"DATA_DIR": site.store}):
+        result = tasks.finish.delay(42)
+        worker = site.start("--processes", "1", "--no-scheduler", "--worker-id", "remote")
+        try:
+            result.wait(timeout=30)
+        finally:
+            worker.signal(signal.SIGTERM)
+            worker.wait()
+        assert (result.return_value, result.worker_ids, result.attempts) == (42, ["remote/0"], 1)
+        assert result.started_at is not None and result.finished_at is not None
