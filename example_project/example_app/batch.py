@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
+import django
 
 from queue_max_django.results import JobNotFound, JobResult
 
@@ -51,7 +51,7 @@ def enqueue_batch(*, seed: int | None = None) -> list[Entry]:
     add("partner call (10/s)", notify_partner.map(range(1000, 1030)))
     add("async check", check_website.map([f"https://example.com/page/{n}" for n in range(6)]))
     add("periodic report", [queue_report.delay()])
-    if settings.HAS_DJANGO_TASKS:
+    if django.VERSION >= (6, 0):  # django.tasks: see settings.TASKS
         from .django_tasks import make_invoice_number
 
         for order in range(3):
