@@ -26,29 +26,13 @@ PERMISSION = {RETRY: "change", CANCEL: "change", DELETE: "delete"}
 VERBS = {RETRY: ("Retry", "Retried"), CANCEL: ("Cancel", "Cancelled"), DELETE: ("Delete", "Deleted")}
 
 
-def delete_job(queue: Queue, job_id: int) -> bool:
-    """Delete one job that is not running. -> False if it is running, done or gone.
-
-    The engine has no call that deletes one failed job (``purge`` takes a whole state), so a dead letter is
-    requeued and at once cancelled: two transactions, and a worker waiting on an empty queue may claim the
-    job in between (it then runs once more and this returns False). Replace both calls by an engine
-    ``delete(job_id)`` when there is one.
-    """
-    job = queue.job(job_id)
-    if job is None:
-        return False
-    if job.state is State.FAILED:
-        return queue.requeue(job_id) and queue.cancel(job_id)
-    return queue.cancel(job_id)
-
-
 def _operation(queue: Queue, action: str) -> Callable[[int], bool]:
     if action == RETRY:
         return queue.requeue
     if action == CANCEL:
         return queue.cancel
     if action == DELETE:
-        return lambda job_id: delete_job(queue, job_id)
+        return queue.delete
     raise ValueError(f"unknown action {action!r}")
 
 

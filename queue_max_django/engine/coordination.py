@@ -49,10 +49,25 @@ class WorkerInfo:
         return now - self.last_heartbeat <= self.stale_after
 
 
+MAX_KEY_BYTES = 511  # LMDB's largest key
+
+
 def check_id(what: str, value: Any) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID:
-        raise InvalidJob(f"{what} must be a non-empty str of at most {MAX_ID} characters, not {value!r}")
-    return value
+    id_bytes(what, value)
+    return str(value)
+
+
+def id_bytes(what: str, value: Any, max_chars: int = MAX_ID) -> bytes:
+    """``value`` as a store key: a str of 1 to ``max_chars`` characters whose UTF-8 fits an LMDB key."""
+    if isinstance(value, str) and 0 < len(value) <= max_chars:
+        try:
+            encoded = value.encode()
+        except UnicodeEncodeError:
+            raise InvalidJob(f"{what} must be valid Unicode (no lone surrogates), not {value!r}") from None
+        if len(encoded) <= MAX_KEY_BYTES:
+            return encoded
+        raise InvalidJob(f"{what} is {len(encoded)} bytes in UTF-8, over the limit of {MAX_KEY_BYTES}")
+    raise InvalidJob(f"{what} must be a non-empty str of at most {max_chars} characters, not {value!r}")
 
 
 def default_host() -> str:
@@ -70,7 +85,7 @@ class Coordination:
 
     def acquire_lock(self, name: str, owner: str, ttl: float) -> bool:
         """Take or renew the lock ``name`` for ``ttl`` seconds. -> False if someone else holds it."""
-        key = check_id("a lock name", name).encode()
+        key = id_bytes("a lock name", name)
         check_id("a lock owner", owner)
 
         def txn_fn(txn: Any) -> bool:
@@ -81,8 +96,8 @@ class Coordination:
                 holder, expires_at, held_since = msgpack.unpackb(raw)
                 if holder != owner and expires_at > now:
                     return False
-                if holder == owner:
-                    since = held_since
+                if holder == owner and expires_at > now:
+                    since = held_since  # a renewal; an owner taking its expired lock again starts anew
             txn.put(key, msgpack.packb([owner, now + ttl, since]), db=self.locks_db)
             return True
 
@@ -90,7 +105,7 @@ class Coordination:
 
     def release_lock(self, name: str, owner: str) -> bool:
         """Give the lock up if ``owner`` holds it. -> whether it did."""
-        key = check_id("a lock name", name).encode()
+        key = id_bytes("a lock name", name)
 
         def txn_fn(txn: Any) -> bool:
             raw = txn.get(key, db=self.locks_db)
@@ -103,7 +118,7 @@ class Coordination:
 
     def lock_holder(self, name: str) -> LockHolder | None:
         """Who holds ``name`` now (an expired lease counts as free)."""
-        key = check_id("a lock name", name).encode()
+        key = id_bytes("a lock name", name)
         raw = self.env.read(lambda txn: txn.get(key, db=self.locks_db))
         if raw is None:
             return None
@@ -127,7 +142,7 @@ class Coordination:
         failed: int = 0,
     ) -> None:
         """Record (or refresh) one worker's report; ``last_heartbeat`` is now."""
-        key = check_id("a worker id", worker_id).encode()
+        key = id_bytes("a worker id", worker_id)
 
         def txn_fn(txn: Any) -> None:
             now = self._clock()
@@ -150,7 +165,7 @@ class Coordination:
         self.env.write(txn_fn)
 
     def remove_worker(self, worker_id: str) -> bool:
-        key = check_id("a worker id", worker_id).encode()
+        key = id_bytes("a worker id", worker_id)
         return bool(self.env.write(lambda txn: txn.delete(key, db=self.workers_db)))
 
     def workers(self, *, include_dead: bool = False) -> list[WorkerInfo]:

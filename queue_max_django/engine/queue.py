@@ -24,7 +24,7 @@ import msgpack
 
 from . import codec
 from .control import Control
-from .coordination import Coordination, LockHolder, WorkerInfo
+from .coordination import Coordination, LockHolder, WorkerInfo, id_bytes
 from .errors import (
     ConfigurationError,
     InvalidJob,
@@ -368,13 +368,10 @@ class Queue(FlowControl):
         )  # fmt: skip
         unique = None
         if unique_key is not None:
-            if not isinstance(unique_key, str) or not 0 < len(unique_key) <= MAX_NAME:
-                raise InvalidJob(
-                    f"unique_key must be a str of 1 to {MAX_NAME} characters, not {unique_key!r}"
-                )
-            unique = unique_key.encode()
-            if partition_key is None:
-                partition_key = unique_key  # one key, one shard: the check and the write meet there
+            unique = id_bytes("unique_key", unique_key, MAX_NAME)
+            if partition_key is not None:  # the key must route the job, or another shard would not know it
+                raise InvalidJob("give unique_key or partition_key, not both")
+            partition_key = unique_key  # one key, one shard: the check and the write meet there
         job = NewJobs((self._pack_payload(payload),), *options, unique)
         if self.sync:
             index = self._route_durable(partition_key)
@@ -384,7 +381,7 @@ class Queue(FlowControl):
             job_id = ids[0]
         if wake:
             self._waker.notify()
-        if self._watching:
+        if self._watching and not job.unique_hit:
             self._after_put([job_id], queue, name)
         return job_id
 
@@ -611,10 +608,12 @@ class Queue(FlowControl):
     def ack_many(self, done: Sequence[tuple[Record, Any]]) -> dict[int, str]:
         """Acknowledge many (record, result) pairs: one transaction per shard. A record already finished,
         or that no longer holds its job (lease expired and recovered), is skipped; the others complete.
-        Results are checked before anything is written (``PayloadNotSerializable``/``PayloadTooLarge``).
-        -> {job id: why} for the skipped ones."""
+        Results are checked before anything is written (``PayloadNotSerializable``/``PayloadTooLarge``, and
+        ``InvalidJob`` for a job listed twice). -> {job id: why} for the skipped ones."""
         by_shard: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
         skipped: dict[int, str] = {}
+        if len({record.job_id for record, _result in done}) != len(done):
+            raise InvalidJob("ack_many() was given the same job twice: each job can be acked once")
         for record, result in done:
             if record.finished:
                 skipped[record.job_id] = "this record was already acked, nacked or released"
@@ -723,7 +722,7 @@ class Queue(FlowControl):
 
     def job(self, job_id: int) -> Job | None:
         """A snapshot of one job, or None if there is no such job (any more)."""
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 1 << 64:
             return None
         shards = self._live()
         index = shard_of(job_id)
@@ -797,9 +796,15 @@ class Queue(FlowControl):
         shard = self._job_shard(job_id)
         return shard is not None and shard.cancel(job_id)
 
+    def delete(self, job_id: int) -> bool:
+        """Remove a job in any state but running (a dead letter, a done job, a waiting one), with its
+        payload and result. -> False if it is running or gone."""
+        shard = self._job_shard(job_id)
+        return shard is not None and shard.delete(job_id)
+
     def _job_shard(self, job_id: int) -> Shard | None:
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
-            raise InvalidJob(f"job_id must be a positive int, not {job_id!r}")
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 1 << 64:
+            raise InvalidJob(f"job_id must be a positive 64-bit int, not {job_id!r}")
         shards = self._live()
         index = shard_of(job_id)
         return shards[index] if index < len(shards) else None

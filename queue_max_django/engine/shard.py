@@ -89,6 +89,7 @@ class NewJobs:
     timeout: float | None
     partition_key: Any
     unique_key: bytes | None = None  # one payload only: if the key was seen, nothing is written
+    unique_hit: bool = False  # set by enqueue(): the key was seen, the id returned is the earlier job's
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +301,7 @@ class Shard:
                 unique_key = batch.unique_key
                 if unique_key is not None:
                     seen = txn.get(unique_key, db=self.unique)
+                    batch.unique_hit = seen is not None
                     if seen is not None:
                         ids.append(_UNIQUE.unpack(seen)[0])
                         continue
@@ -874,10 +876,15 @@ class Shard:
 
     def cancel(self, job_id: int) -> bool:
         """Pending or scheduled -> deleted. False if the job is in another state (or gone)."""
+        return self.delete(job_id, (PENDING, SCHEDULED))
+
+    def delete(self, job_id: int, states: tuple[int, ...] = (PENDING, SCHEDULED, DONE, FAILED)) -> bool:
+        """Delete the job, record and index entries in one transaction, if its state is one of ``states``
+        (never running: its holder still works on it). False otherwise (or gone)."""
 
         def txn_fn(txn: Any) -> bool:
             record = self._load(txn, job_id)
-            if record is None or record[F_STATE] not in (PENDING, SCHEDULED):
+            if record is None or record[F_STATE] not in states:
                 return False
             self._delete(txn, job_id, record)
             return True

@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 
-from queue_max_django.admin import actions, listing
+from queue_max_django.admin import listing
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, State
 
@@ -309,11 +309,11 @@ def test_a_button_for_a_job_that_is_gone_says_so(admin_client: Client, store: Qu
 # ---------------------------------------------------------------------------- the actions module
 
 
-def test_delete_job_removes_a_dead_letter_or_a_waiting_job_never_a_running_one(store: Queue) -> None:
+def test_the_delete_action_removes_a_dead_letter_or_a_waiting_job_never_a_running_one(store: Queue) -> None:
     dead, waiting = fail(store, "a"), store.put(1)
     running = store.put(2)
     assert store.claim(running) is not None
-    assert actions.delete_job(store, dead) and actions.delete_job(store, waiting)
-    assert not actions.delete_job(store, running) and not actions.delete_job(store, 4242)
+    assert store.delete(dead) and store.delete(waiting)
+    assert not store.delete(running) and not store.delete(4242)
     assert store.job(dead) is None and store.job(waiting) is None and state(store, running) is State.RUNNING
     assert store.verify() == []
