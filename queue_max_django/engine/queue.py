@@ -36,7 +36,7 @@ from .errors import (
 from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, Events
 from .flow import FlowControl
 from .groupcommit import GroupCommitter
-from .job import Job, State
+from .job import STATE_CODE, Job, State
 from .keys import MAX_SHARDS, PRIORITY_MAX, PRIORITY_MIN, shard_of
 from .record import Record
 from .retry import backoff_delay
@@ -796,11 +796,17 @@ class Queue(FlowControl):
         shard = self._job_shard(job_id)
         return shard is not None and shard.cancel(job_id)
 
-    def delete(self, job_id: int) -> bool:
+    def delete(self, job_id: int, *, state: State | str | None = None) -> bool:
         """Remove a job in any state but running (a dead letter, a done job, a waiting one), with its
-        payload and result. -> False if it is running or gone."""
+        payload and result; with ``state``, only if it is in that state. -> False if not removed (running,
+        in another state, or gone)."""
+        wanted = None if state is None else parse_state(state)
+        if wanted is State.RUNNING:
+            raise InvalidJob("a running job cannot be deleted: its holder still works on it")
         shard = self._job_shard(job_id)
-        return shard is not None and shard.delete(job_id)
+        if shard is None:
+            return False
+        return shard.delete(job_id) if wanted is None else shard.delete(job_id, (STATE_CODE[wanted],))
 
     def _job_shard(self, job_id: int) -> Shard | None:
         if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 1 << 64:

@@ -879,6 +879,7 @@ class Shard:
         return self.delete(job_id, (PENDING, SCHEDULED))
 
     def delete(self, job_id: int, states: tuple[int, ...] = (PENDING, SCHEDULED, DONE, FAILED)) -> bool:
+        assert RUNNING not in states
         """Delete the job, record and index entries in one transaction, if its state is one of ``states``
         (never running: its holder still works on it). False otherwise (or gone)."""
 

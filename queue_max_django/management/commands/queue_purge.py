@@ -53,7 +53,7 @@ class Command(BaseCommand):
             help="Only jobs finished (done, failed) or enqueued (pending, scheduled) "
             "at least this many days ago.",
         )
-        parser.add_argument("--queue", help="Only jobs of this queue (pending and scheduled jobs only).")
+        parser.add_argument("--queue", help="Only jobs of this queue.")
         parser.add_argument(
             "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
         )
@@ -67,12 +67,6 @@ class Command(BaseCommand):
                 "brings a dead worker's job back by itself)."
             )
         name, days, dry_run = options["queue"], options["days"], options["dry_run"]
-        if name is not None and state not in (State.PENDING, State.SCHEDULED):
-            raise CommandError(
-                f"--queue works with --status pending or scheduled only: the engine cannot "
-                f"delete one {state.value} job at a time. Purge all {state.value} jobs "
-                f"(with --days if need be) instead."
-            )
         ask = not options["yes"] and not dry_run
         if ask and not sys.stdin.isatty():
             raise CommandError(
@@ -95,8 +89,8 @@ class Command(BaseCommand):
                 removed = 0
             elif name is None:
                 removed = queue.purge(state, older_than=older_than)
-            else:  # one job at a time: cancel() takes a pending or scheduled job only
-                removed = sum(queue.cancel(job_id) for job_id in ids or ())
+            else:  # one job at a time, each only if it is still in that state
+                removed = sum(queue.delete(job_id, state=state) for job_id in ids or ())
         self.stdout.write(f"Removed {_jobs(removed, state, name)}.")
 
     def _confirm(self, question: str) -> bool:
