@@ -1,0 +1,22 @@
+"""The same no-op task for every queue under test."""
+
+from __future__ import annotations
+
+from django.tasks import task as django_task
+
+from queue_max_django import task
+
+
+def plain_noop() -> None:
+    """django-q2 calls a function by its dotted path."""
+    return None
+
+
+@task
+def noop() -> None:
+    return None
+
+
+@django_task()
+def tasks_noop() -> None:
+    return None

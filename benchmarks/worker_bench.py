@@ -1,0 +1,434 @@
+"""End-to-end worker benchmark: `queue_worker --burst --processes 2` against huey's consumer (SqliteHuey),
+django-tasks-db's `db_worker` and django-q2's ORM cluster, on the same no-op task, machine and run.
+
+    uv run --group bench python benchmarks/worker_bench.py --quick           # ~1.5 minutes
+    uv run --group bench python benchmarks/worker_bench.py --json out.json   # the full run
+    uv run --group bench python benchmarks/worker_bench.py --rss 1000000     # worker memory over 1M jobs
+
+Method (docs/benchmarks.md): each system gets a fresh directory (its store or SQLite database), is prefilled
+with N jobs of the same no-op task (untimed, in a child process), then its worker command drains them with 2
+worker processes. Two rates per system: "busy" = N / (first job started -> last job finished), read from the
+system's own records where it keeps timestamps (ours, django-tasks-db) and otherwise by polling its queue
+table every 5 ms (huey: its rows leave the table when dequeued; django-q2: when acknowledged); "wall" = N /
+(command launched -> all done), which includes starting Python, Django and the processes. Ratios are
+ours / theirs. Also: lmdb-queue's bare get/ack loop in 2 processes (engine_bench's workload 5), the idle
+worker's pickup latency (started_at - enqueued_at from the store), and, with --rss, the worker process's
+anonymous memory (RssAnon) after 10,000 jobs and after N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = "benchmarks.bench_project.settings"
+OUR_TASK = "benchmarks.bench_project.bench_app.tasks.noop"
+POLL = 0.005
+FULL = {
+    "ours": 100_000,
+    "huey": 20_000,
+    "django_q2": 4_000,
+    "tasks_db": 2_000,
+    "lmdb_queue": 100_000,
+    "pickup": 200,
+}
+QUICK = {
+    "ours": 20_000,
+    "huey": 5_000,
+    "django_q2": 1_000,
+    "tasks_db": 500,
+    "lmdb_queue": 20_000,
+    "pickup": 50,
+}
+
+
+def env_for(folder: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": SETTINGS,
+        "BENCH_DIR": str(folder),
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+def django(folder: Path, *args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", *args],
+        cwd=ROOT,
+        env=env_for(folder),
+        start_new_session=True,
+        **kwargs,
+    )
+
+
+def child(folder: Path, *args: str) -> None:
+    """Run this file's ``--child`` mode (prefill, read timestamps) in a fresh process with the bench settings."""
+    subprocess.run([sys.executable, __file__, "--child", *args], cwd=ROOT, env=env_for(folder), check=True)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def count_rows(db: Path, table: str) -> int:
+    with sqlite3.connect(db, timeout=30) as conn:
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def poll_table(
+    db: Path, table: str, n: int, proc: subprocess.Popen[bytes], limit: float
+) -> tuple[float, float]:
+    """Until ``table`` is empty: -> (when it first dropped below n, when it reached 0), monotonic."""
+    first = None
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        left = count_rows(db, table)
+        now = time.monotonic()
+        if first is None and left < n:
+            first = now
+        if left == 0:
+            return first or now, now
+        if proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with {proc.returncode} with {left} jobs left")
+        time.sleep(POLL)
+    raise RuntimeError(f"{table} not drained within {limit}s")
+
+
+# ---------------------------------------------------------------------------------------------- systems
+
+
+def bench_ours(folder: Path, n: int) -> dict[str, Any]:
+    from queue_max_django.engine import Queue
+
+    with Queue(folder / "store") as queue:
+        for start in range(0, n, 10_000):
+            count = min(10_000, n - start)
+            queue.put_many_to_shard(
+                (start // 10_000) % queue.shard_count, [{"args": [], "kwargs": {}}] * count, name=OUR_TASK
+            )
+    began = time.monotonic()
+    proc = django(folder, "queue_worker", "--burst", "--processes", "2", "--no-scheduler", "-v", "0")
+    if proc.wait(600) != 0:
+        raise RuntimeError(f"queue_worker exited with {proc.returncode}")
+    wall = time.monotonic() - began
+    with Queue(folder / "store") as queue:
+        stats = queue.stats()
+        if stats["done"] != n:
+            raise RuntimeError(f"ours: {stats['done']} done of {n}")
+        first, last = span(queue)
+    return {"n": n, "busy_per_s": n / (last - first), "wall_per_s": n / wall}
+
+
+def span(queue: Any) -> tuple[float, float]:
+    """(first started_at, last finished_at) over every done job (keyset pages of 1,000)."""
+    from queue_max_django.engine import State
+
+    first, last = float("inf"), 0.0
+    after = None
+    while True:
+        page = queue.jobs(State.DONE, after=after, limit=1000)
+        if not page:
+            return first, last
+        first = min(first, min(job.started_at for job in page))
+        last = max(last, max(job.finished_at for job in page))
+        after = page[-1].job_id
+
+
+def bench_huey(folder: Path, n: int) -> dict[str, Any]:
+    child(folder, "prefill", "huey", str(n))
+    began = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "huey.bin.huey_consumer", "benchmarks.bench_project.huey_app.huey",
+         "-w", "2", "-k", "process", "-q"],
+        cwd=ROOT, env=env_for(folder), start_new_session=True,
+    )  # fmt: skip
+    try:
+        first, last = poll_table(folder / "huey.db", "task", n, proc, 600)
+    finally:
+        stop(proc)
+    return {"n": n, "busy_per_s": n / (last - first), "wall_per_s": n / (last - began)}
+
+
+def bench_django_q2(folder: Path, n: int) -> dict[str, Any]:
+    child(folder, "migrate")
+    child(folder, "prefill", "django_q2", str(n))
+    began = time.monotonic()
+    proc = django(folder, "qcluster", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        first, last = poll_table(folder / "db.sqlite3", "django_q_ormq", n, proc, 900)
+    finally:
+        stop(proc)
+    return {"n": n, "busy_per_s": n / (last - first), "wall_per_s": n / (last - began)}
+
+
+def bench_tasks_db(folder: Path, n: int) -> dict[str, Any]:
+    child(folder, "migrate")
+    child(folder, "prefill", "tasks_db", str(n))
+    began = time.monotonic()
+    procs = [
+        django(
+            folder,
+            "db_worker",
+            "--batch",
+            "--no-startup-delay",
+            "--interval",
+            "0.01",
+            "--worker-id",
+            f"w{i}",
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    for proc in procs:
+        proc.wait(900)
+    wall = time.monotonic() - began
+    with sqlite3.connect(folder / "db.sqlite3") as conn:
+        done, first, last = conn.execute(
+            "SELECT COUNT(*), MIN(started_at), MAX(finished_at) FROM django_tasks_database_dbtaskresult "
+            "WHERE status = 'SUCCESSFUL'"
+        ).fetchone()
+    if done != n:
+        raise RuntimeError(f"django-tasks-db: {done} done of {n}")
+    seconds = (parse_time(last) - parse_time(first)).total_seconds()
+    return {"n": n, "busy_per_s": n / seconds, "wall_per_s": n / wall}
+
+
+def parse_time(text: str) -> Any:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text)
+
+
+def bench_lmdb_queue(folder: Path, n: int) -> dict[str, Any]:
+    """lmdb-queue's bare get/ack loop in 2 processes: engine_bench's workload 5."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import engine_bench
+
+    variant = engine_bench.Variant(engine_bench.LMDBQ, {}, extra={"procs": 2})
+    result = engine_bench.w_drain_procs(variant, {"procs_n": n}, str(folder / "lmdbq"))
+    return {"n": n, "busy_per_s": result["jobs_per_s"], "wall_per_s": None}
+
+
+def bench_pickup(folder: Path, samples: int) -> dict[str, Any]:
+    """An idle `queue_worker --processes 1`; a job every 20 ms; pickup = started_at - enqueued_at."""
+    from queue_max_django.engine import Queue
+
+    proc = django(folder, "queue_worker", "--processes", "1", "--no-scheduler", "-v", "0")
+    try:
+        with Queue(folder / "store") as queue:
+            deadline = time.monotonic() + 60
+            while not queue.workers():
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the worker did not register within 60 s")
+                time.sleep(0.05)
+            time.sleep(0.5)
+            ids = []
+            for _ in range(samples):
+                ids.append(queue.put({"args": [], "kwargs": {}}, name=OUR_TASK))
+                time.sleep(0.02)
+            if not queue.wait_until_empty(60):
+                raise RuntimeError("the pickup jobs did not finish")
+            delays = []
+            for job_id in ids:
+                job = queue.job(job_id)
+                assert job is not None and job.started_at is not None
+                delays.append((job.started_at - job.enqueued_at) * 1000)
+    finally:
+        stop(proc)
+    ordered = sorted(delays)
+    return {"samples": samples, "p50_ms": statistics.median(ordered), "p90_ms": ordered[int(len(ordered) * 0.9)],
+            "max_ms": ordered[-1]}  # fmt: skip
+
+
+def rss_anon_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    raise RuntimeError("no RssAnon")
+
+
+def bench_rss(folder: Path, n: int) -> dict[str, Any]:
+    """One worker process drains n jobs; its RssAnon after 10,000 and after n."""
+    from queue_max_django.engine import Queue
+
+    with Queue(folder / "store") as queue:
+        for start in range(0, n, 10_000):
+            queue.put_many_to_shard(
+                (start // 10_000) % queue.shard_count, [{"args": [], "kwargs": {}}] * min(10_000, n - start),
+                name=OUR_TASK,
+            )  # fmt: skip
+        proc = django(folder, "queue_worker", "--processes", "1", "--no-scheduler", "-v", "0")
+        try:
+            samples: list[tuple[int, int]] = []
+            early = None
+            deadline = time.monotonic() + 3600
+            while time.monotonic() < deadline:
+                workers = queue.workers()
+                done = queue.stats()["done"]
+                if workers:
+                    kb = rss_anon_kb(workers[0].pid)
+                    if early is None and done >= 10_000:
+                        early = (done, kb)
+                    if not samples or done - samples[-1][0] >= n // 20:
+                        samples.append((done, kb))
+                if done >= n:
+                    samples.append((done, rss_anon_kb(workers[0].pid)))
+                    break
+                time.sleep(0.2)
+        finally:
+            stop(proc)
+    if early is None:
+        raise RuntimeError("no sample after 10,000 jobs")
+    final = samples[-1]
+    return {"n": n, "after_10k_kb": early[1], "after_n_kb": final[1], "growth": final[1] / early[1] - 1,
+            "samples": samples}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------- child mode
+
+
+def child_main(args: list[str]) -> None:
+    import django as django_module
+
+    django_module.setup()
+    if args[0] == "migrate":
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        return
+    _, system, count = args
+    n = int(count)
+    if system == "huey":
+        from benchmarks.bench_project.huey_app import noop
+
+        for _ in range(n):
+            noop()
+    elif system == "django_q2":
+        from django.db import transaction
+        from django_q.tasks import async_task
+
+        with transaction.atomic():
+            for _ in range(n):
+                async_task("benchmarks.bench_project.bench_app.tasks.plain_noop")
+    elif system == "tasks_db":
+        from django.db import transaction
+
+        from benchmarks.bench_project.bench_app.tasks import tasks_noop
+
+        with transaction.atomic():
+            for _ in range(n):
+                tasks_noop.enqueue()
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+SYSTEMS: dict[str, Callable[[Path, int], dict[str, Any]]] = {
+    "ours": bench_ours,
+    "huey": bench_huey,
+    "django_q2": bench_django_q2,
+    "tasks_db": bench_tasks_db,
+    "lmdb_queue": bench_lmdb_queue,
+}
+LABELS = {
+    "ours": "queue_max_django: queue_worker --burst --processes 2",
+    "huey": "huey 3 consumer, SqliteHuey, -w 2 -k process",
+    "django_q2": "django-q2 qcluster, ORM broker (SQLite), 2 workers",
+    "tasks_db": "django-tasks-db: 2 x db_worker --batch (SQLite)",
+    "lmdb_queue": "lmdb-queue bare get/ack loop, 2 processes (no task, no worker)",
+}
+TARGETS = {"huey": 5.0, "tasks_db": 50.0, "lmdb_queue": 1.5}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", help="comma-separated: " + ",".join([*SYSTEMS, "pickup"]))
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--rss", type=int, metavar="N", help="measure the worker's memory over N jobs instead"
+    )
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.child:
+        child_main(options.child)
+        return
+    sizes = QUICK if options.quick else FULL
+    report: dict[str, Any] = {"machine": f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}",
+                              "results": {}}  # fmt: skip
+    if options.rss:
+        with tempfile.TemporaryDirectory(prefix="qm-rss-") as tmp:
+            report["rss"] = result = bench_rss(Path(tmp), options.rss)
+        print(f"worker RssAnon: {result['after_10k_kb']} kB after 10,000 jobs, {result['after_n_kb']} kB after "
+              f"{result['n']:,} ({result['growth']:+.1%})")  # fmt: skip
+    else:
+        chosen = options.only.split(",") if options.only else [*SYSTEMS, "pickup"]
+        for round_number in range(options.repeat):
+            for name in chosen:
+                with tempfile.TemporaryDirectory(prefix=f"qm-{name}-") as tmp:
+                    if name == "pickup":
+                        result = bench_pickup(Path(tmp), sizes["pickup"])
+                        print(
+                            f"pickup p50 {result['p50_ms']:.2f} ms, p90 {result['p90_ms']:.2f} ms", flush=True
+                        )
+                    else:
+                        result = SYSTEMS[name](Path(tmp), sizes[name])
+                        wall = result["wall_per_s"]
+                        print(f"{LABELS[name]}: busy {result['busy_per_s']:,.0f} jobs/s"
+                              + (f", wall {wall:,.0f} jobs/s" if wall else "") + f" (n={result['n']:,})", flush=True)  # fmt: skip
+                    report["results"].setdefault(name, []).append(result)
+        summarize(report)
+    if options.json:
+        options.json.write_text(json.dumps(report, indent=2))
+
+
+def summarize(report: dict[str, Any]) -> None:
+    results = report["results"]
+    if "ours" not in results:
+        return
+    ours_busy = statistics.median(r["busy_per_s"] for r in results["ours"])
+    ours_wall = statistics.median(r["wall_per_s"] for r in results["ours"])
+    ratios = {}
+    print("\nratios, ours / theirs (median over rounds):")
+    for name in SYSTEMS:
+        if name == "ours" or name not in results:
+            continue
+        busy = ours_busy / statistics.median(r["busy_per_s"] for r in results[name])
+        walls = [r["wall_per_s"] for r in results[name] if r["wall_per_s"]]
+        wall = ours_wall / statistics.median(walls) if walls else None
+        target = TARGETS.get(name)
+        verdict = (
+            ""
+            if target is None
+            else (" (target >= %.1fx: %s)" % (target, "met" if busy >= target else "MISSED"))
+        )
+        print(f"  vs {LABELS[name]}: busy {busy:.1f}x" + (f", wall {wall:.1f}x" if wall else "") + verdict)
+        ratios[name] = {"busy": busy, "wall": wall, "target": target}
+    report["ratios"] = ratios
+
+
+if __name__ == "__main__":
+    main()
