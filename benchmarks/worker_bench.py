@@ -75,7 +75,7 @@ def django(folder: Path, *args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
 
 
 def child(folder: Path, *args: str) -> None:
-    """Run this file's ``--child`` mode (prefill, read timestamps) in a fresh process with the bench settings."""
+    """Run this file's ``--child`` mode (migrate, prefill) in a fresh process with the bench settings."""
     subprocess.run([sys.executable, __file__, "--child", *args], cwd=ROOT, env=env_for(folder), check=True)
 
 
@@ -196,7 +196,7 @@ def bench_tasks_db(folder: Path, n: int) -> dict[str, Any]:
             f"w{i}",
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         for i in range(2)
     ]
     for proc in procs:
@@ -256,8 +256,8 @@ def bench_pickup(folder: Path, samples: int) -> dict[str, Any]:
     finally:
         stop(proc)
     ordered = sorted(delays)
-    return {"samples": samples, "p50_ms": statistics.median(ordered), "p90_ms": ordered[int(len(ordered) * 0.9)],
-            "max_ms": ordered[-1]}  # fmt: skip
+    p90 = ordered[int(len(ordered) * 0.9)]
+    return {"samples": samples, "p50_ms": statistics.median(ordered), "p90_ms": p90, "max_ms": ordered[-1]}
 
 
 def rss_anon_kb(pid: int) -> int:
@@ -377,16 +377,18 @@ def main() -> None:
         child_main(options.child)
         return
     sizes = QUICK if options.quick else FULL
-    report: dict[str, Any] = {"machine": f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}",
-                              "results": {}}  # fmt: skip
+    machine = f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    report: dict[str, Any] = {"machine": machine, "results": {}}
     if options.rss:
         with tempfile.TemporaryDirectory(prefix="qm-rss-") as tmp:
             report["rss"] = result = bench_rss(Path(tmp), options.rss)
-        print(f"worker RssAnon: {result['after_10k_kb']} kB after 10,000 jobs, {result['after_n_kb']} kB after "
-              f"{result['n']:,} ({result['growth']:+.1%})")  # fmt: skip
+        print(
+            f"worker RssAnon: {result['after_10k_kb']} kB after 10,000 jobs, "
+            f"{result['after_n_kb']} kB after {result['n']:,} ({result['growth']:+.1%})"
+        )
     else:
         chosen = options.only.split(",") if options.only else [*SYSTEMS, "pickup"]
-        for round_number in range(options.repeat):
+        for _round in range(options.repeat):
             for name in chosen:
                 with tempfile.TemporaryDirectory(prefix=f"qm-{name}-") as tmp:
                     if name == "pickup":
@@ -397,8 +399,9 @@ def main() -> None:
                     else:
                         result = SYSTEMS[name](Path(tmp), sizes[name])
                         wall = result["wall_per_s"]
-                        print(f"{LABELS[name]}: busy {result['busy_per_s']:,.0f} jobs/s"
-                              + (f", wall {wall:,.0f} jobs/s" if wall else "") + f" (n={result['n']:,})", flush=True)  # fmt: skip
+                        walled = f", wall {wall:,.0f} jobs/s" if wall else ""
+                        rate = f"busy {result['busy_per_s']:,.0f} jobs/s{walled}"
+                        print(f"{LABELS[name]}: {rate} (n={result['n']:,})", flush=True)
                     report["results"].setdefault(name, []).append(result)
         summarize(report)
     if options.json:
@@ -421,9 +424,7 @@ def summarize(report: dict[str, Any]) -> None:
         wall = ours_wall / statistics.median(walls) if walls else None
         target = TARGETS.get(name)
         verdict = (
-            ""
-            if target is None
-            else (" (target >= %.1fx: %s)" % (target, "met" if busy >= target else "MISSED"))
+            "" if target is None else f" (target >= {target:.1f}x: {'met' if busy >= target else 'MISSED'})"
         )
         print(f"  vs {LABELS[name]}: busy {busy:.1f}x" + (f", wall {wall:.1f}x" if wall else "") + verdict)
         ratios[name] = {"busy": busy, "wall": wall, "target": target}
