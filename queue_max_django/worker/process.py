@@ -81,8 +81,7 @@ class WorkerProcess:
         self._stop_event = stop_event  # the supervisor's (a multiprocessing.Event), if any
         self._parent_pid = parent_pid
         self._queues = None if options.queues is None else list(options.queues)
-        self._claiming = threading.Event()
-        self._claiming.set()
+        self._claiming = True  # a plain flag: the SIGTERM handler sets it, and must never wait for a lock
         self._lock = threading.Lock()
         self._running: dict[int, Slot] = {}
         self._held: dict[int, list[Record]] = {}  # per thread: claimed, not yet acked/nacked/released
@@ -108,11 +107,11 @@ class WorkerProcess:
         self.stop(DONE)
 
     def stop(self, code: int) -> None:
-        """Stop claiming; the main loop then ends the process with ``code`` (the first reason wins)."""
-        with self._lock:
-            if self._exit_code is None:
-                self._exit_code = code
-        self._claiming.clear()
+        """Stop claiming; the main loop then ends the process with ``code`` (the first reason wins).
+        Lock-free: the signal handler calls it on the main thread, which may hold ``_lock`` right then."""
+        if self._exit_code is None:
+            self._exit_code = code
+        self._claiming = False
 
     # ------------------------------------------------------------------ the main thread
 
@@ -171,7 +170,7 @@ class WorkerProcess:
             except QueueError:
                 waiting = 0
             self._wanted = max(low, min(high, waiting))
-        if not self._claiming.is_set():
+        if not self._claiming:
             return
         for number in range(self._wanted):
             thread = self._threads.get(number)
@@ -211,7 +210,7 @@ class WorkerProcess:
     def _end(self, code: int, *, wait: bool) -> int:
         """Let the worker threads finish their running jobs (within the shutdown timeout) when ``wait``;
         release every job still held (back to waiting, no attempt counted)."""
-        self._claiming.clear()
+        self._claiming = False
         if wait:
             deadline = time.monotonic() + self.options.shutdown_timeout
             while any(t.is_alive() for t in self._threads.values()) and time.monotonic() < deadline:
@@ -265,14 +264,14 @@ class WorkerProcess:
         acks: list[tuple[Record, Any]] = []
         mean: float | None = None  # running mean of this thread's job times
         try:
-            while self._claiming.is_set() and number < self._wanted:
+            while self._claiming and number < self._wanted:
                 size = 1 if mean is None else max(1, min(BATCH_MAX, int(BATCH_SECONDS / max(mean, 1e-6))))
                 records = self._claim(size)
                 with self._lock:
                     held.extend(records)
                 flushed = time.monotonic()
                 for record in records:
-                    if not self._claiming.is_set():
+                    if not self._claiming:
                         break  # the rest are released (by _end) unstarted
                     started = time.monotonic()
                     self._run(number, record, acks)
