@@ -357,9 +357,10 @@ class Queue(FlowControl):
     ) -> int:
         """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input.
 
-        ``unique_key``: put this job only if no put used the same key in the last ``result_ttl`` seconds;
-        otherwise write nothing and return the id of the job that key made (checked in the same transaction
-        as the write, so it holds across processes and crashes; the periodic scheduler relies on it)."""
+        ``unique_key``: put this job only if no put used the same key (``vacuum()`` forgets keys used more
+        than ``result_ttl`` ago); otherwise write nothing and return the id of the job that key made
+        (checked in the same transaction as the write, so it holds across processes and crashes; the
+        periodic scheduler relies on it)."""
         shards = self._live()
         now = self._clock()
         options = self._job_options(
