@@ -40,15 +40,20 @@ def test_queue_demo_runs_every_job_to_done_or_the_dead_letters_and_runs_again(
     assert dead >= 2  # the two unknown currencies: a 404 is never retried
 
     out = first.stdout
-    assert "Admin user: admin / password: admin" in out
+    assert "Admin user: admin / password: admin" in out, out
     prefix = f"EXAMPLE_STATE_DIR={tmp_path} uv run python example_project/manage.py"
-    assert f"    {prefix} runserver\n" in out
-    assert f"    {prefix} queue_worker\n" in out
-    assert "http://127.0.0.1:8000/admin/" in out
-    assert "The worker exited with status 0" in out
-    assert re.search(r"^\[#{30}\] (\d+)/\1 ", out, re.MULTILINE), "the progress display reaches the end"
-    assert "STATE       JOBS" in out  # queue_stats' table
-    assert "no such currency: XAU" in out and "no such currency: BTC" in out  # this run's dead letters
+    assert f"    {prefix} runserver\n" in out, out
+    assert f"    {prefix} queue_worker\n" in out, out
+    assert "http://127.0.0.1:8000/admin/" in out, out
+    assert "The worker exited with status 0" in out, out
+    assert re.search(r"^\[#{30}\] (\d+)/\1 ", out, re.MULTILINE), out  # the progress display reaches the end
+    assert "STATE       JOBS" in out, out  # queue_stats' table
+    # This run's dead letters, one line each: the unknown currencies (a 404, or 503s on every attempt, rarely)
+    section = out.split("This run's dead letters", 1)[1].split("All dead letters", 1)[0]
+    lines = [line for line in section.splitlines() if "example_app.tasks.fetch_exchange_rate" in line]
+    assert len(lines) == dead, out
+    for code in ("XAU", "BTC"):
+        assert any(f"no such currency: {code}" in line or "HTTP 503" in line for line in lines), out
 
     second = manage("queue_demo")  # re-runnable: migrations applied, admin user there, store not empty
     assert second.returncode == 0, second.stdout + second.stderr
