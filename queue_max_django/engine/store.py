@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -117,7 +118,8 @@ def _read_meta(meta_path: str) -> StoreMeta:
 def _write_meta(root: str, meta_path: str, meta: StoreMeta) -> None:
     tmp = meta_path + ".tmp"
     body = {"format": "queue_max_django", "layout": meta.layout, "shards": meta.shards}
-    with open(tmp, "w", encoding="utf-8") as handle:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)  # owner-only, as the rest
+    with open(fd, "w", encoding="utf-8") as handle:
         json.dump(body, handle)
         handle.write("\n")
         handle.flush()
@@ -185,6 +187,17 @@ class _Gate:
                 self._open.set()
 
 
+def _private_dir(path: str) -> None:
+    """Create an environment's directory owner-only (0700). Left to py-lmdb, it would get the files' mode
+    0600: no search bit, so that nobody but root could open the files inside. Earlier versions made such
+    directories: give their owner the search bit back."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if not mode & stat.S_IXUSR:
+        with contextlib.suppress(OSError):  # not ours to change: LMDB's open says what is wrong
+            os.chmod(path, mode | stat.S_IXUSR)
+
+
 class Env:
     """One shard's LMDB environment in this process, with its named databases and map management."""
 
@@ -194,6 +207,10 @@ class Env:
         self.pid = os.getpid()
         self.refs = 0
         self._gate = _Gate()
+        try:
+            _private_dir(path)
+        except OSError as exc:
+            raise StoreError(f"cannot create the LMDB environment's directory {path!r}: {exc}") from exc
         try:
             self.env = self._open(path, options)
             self.env.reader_check()  # reclaim slots of readers SIGKILLed while holding a transaction
