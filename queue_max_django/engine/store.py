@@ -5,6 +5,11 @@ So every environment lives in one process-wide registry, keyed by its real path 
 counted) by every ``Queue`` of the process; a child process never touches its parent's handles and opens its
 own on first use. Map growth (``MapFullError``) and other processes' growth (``MapResizedError``) are handled
 here, behind a gate that keeps every transaction of this process out while the map is resized.
+
+While a process has any environment of a store open, it holds a shared ``flock`` on the store's
+``open.lock`` (taken with the first environment, dropped with the last): the offline compaction
+(compact.py) takes it exclusively, so it can tell for sure that no process is using the store, and no
+process can open the store while it is being compacted.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ LAYOUT_VERSION = 1
 DEFAULT_SHARDS = 6
 META_FILE = "store.json"
 LOCK_FILE = "store.lock"
+OPEN_LOCK_FILE = "open.lock"  # shared flock while a process has the store open; exclusive to compact it
 WAKE_FILE = "wake"
 DB_NAMES = (
     "jobs",  # job id -> record (msgpack array); and the shard's counters under the largest key
@@ -333,13 +339,85 @@ class Env:
             self.env.close()
 
 
+class StoreInUse(StoreError):
+    """The store is being compacted (``queue_compact``), or, for the compaction, some process has it open.
+    Wait for the compaction to finish, or stop the processes that use the store, and try again."""
+
+
+def _lock_open_file(root: str, operation: int) -> int:
+    """An fd of ``<root>/open.lock`` holding ``flock(operation | LOCK_NB)``; ``StoreInUse`` if it is taken.
+
+    A compaction swaps the whole directory: if the file we locked is no longer the one at the path, we
+    locked the old store's, so we look again."""
+    path = os.path.join(root, OPEN_LOCK_FILE)
+    for _attempt in range(100):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot open {path!r}: {exc}") from exc
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            locked, current = os.fstat(fd), os.stat(path)
+        except BlockingIOError:
+            os.close(fd)
+            if operation == fcntl.LOCK_SH:
+                raise StoreInUse(
+                    f"the store at {root!r} is being compacted (queue_compact); open it again once that "
+                    f"has finished"
+                ) from None
+            raise StoreInUse(
+                f"the store at {root!r} is open in another process (or in this one): stop every worker, "
+                f"web server and shell that uses it, then try again"
+            ) from None
+        except OSError:
+            os.close(fd)
+            continue  # the file went away (the directory was swapped): look again
+        if (locked.st_dev, locked.st_ino) == (current.st_dev, current.st_ino):
+            return fd
+        os.close(fd)
+    raise StoreError(f"cannot lock {path!r}: the store directory kept changing under us")
+
+
+def lock_store_exclusive(root: str) -> int:
+    """Take ``<root>/open.lock`` exclusively (no process may have the store open, nor open it until the fd
+    is closed). -> the fd; ``StoreInUse`` if any process, this one included, has the store open."""
+    return _lock_open_file(root, fcntl.LOCK_EX)
+
+
+@dataclass
+class _OpenLock:
+    fd: int
+    pid: int
+    refs: int = 0
+
+
 class _Registry:
-    """Process-wide: one ``Env`` per shard path. A forked child reopens its own (never the parent's)."""
+    """Process-wide: one ``Env`` per shard path. A forked child reopens its own (never the parent's).
+    Also holds, per store directory with an environment open, the shared lock on its ``open.lock``."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.envs: dict[str, Env] = {}
+        self.open_locks: dict[str, _OpenLock] = {}
         self.generation = 0
+
+    def _hold_store(self, root: str) -> None:
+        held = self.open_locks.get(root)
+        if held is not None and held.pid != os.getpid():
+            os.close(held.fd)  # the child's copy of an inherited fd: the parent's lock stays the parent's
+            held = None
+        if held is None:
+            held = self.open_locks[root] = _OpenLock(_lock_open_file(root, fcntl.LOCK_SH), os.getpid())
+        held.refs += 1
+
+    def _drop_store(self, root: str) -> None:
+        held = self.open_locks.get(root)
+        if held is None or held.pid != os.getpid():
+            return
+        held.refs -= 1
+        if held.refs <= 0:
+            del self.open_locks[root]
+            os.close(held.fd)
 
     def acquire(self, path: str, options: EnvOptions, db_names: tuple[str, ...] = DB_NAMES) -> Env:
         with self.lock:
@@ -349,7 +427,13 @@ class _Registry:
                 env.close()
                 env = None
             if env is None:
-                env = Env(path, options, db_names)
+                root = os.path.dirname(path)
+                self._hold_store(root)
+                try:
+                    env = Env(path, options, db_names)
+                except BaseException:
+                    self._drop_store(root)
+                    raise
                 self.envs[path] = env
             elif env.options.writemap != options.writemap:
                 raise QueueError(
@@ -367,6 +451,7 @@ class _Registry:
             if env.refs <= 0 and self.envs.get(env.path) is env:
                 del self.envs[env.path]
                 env.close()
+                self._drop_store(os.path.dirname(env.path))
 
     def _after_fork_in_child(self) -> None:
         # The lock may have been held by another thread of the parent at fork time.
