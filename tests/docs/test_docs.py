@@ -18,13 +18,9 @@ from .runner import HAS_DJANGO_TASKS, FileRun
 
 # Pages whose Python blocks are signature listings and that their authors have not marked yet: each unmarked
 # block there is skipped with this reason. Remove a page from here once its blocks carry markers.
-UNMARKED = {
-    "docs/reference/engine.md": "signature listing of the engine reference (not marked yet)",
-    "docs/reference/settings.md": "excerpt of the settings reference (not marked yet)",
-    "docs/reference/signals.md": "excerpt of the signals reference (not marked yet)",
-}
+UNMARKED: dict[str, str] = {}
 # Pages that other issues are writing: links to them are allowed before they land.
-PENDING_PAGES = {"docs/howto/deploy.md", "docs/howto/admin.md"}
+PENDING_PAGES: set[str] = set()
 EXAMPLE_COMMANDS = set(find_commands(str(ROOT / "example_project" / "example_app" / "management")))
 PYTHON = {"python", "py", "pycon"}
 SHELL = {"bash", "sh", "shell", "console"}
