@@ -81,6 +81,14 @@ def unpack_value(data: bytes) -> Any:
     return msgpack.unpackb(data, **_unpacker_options)
 
 
+def unpack_stored(data: bytes, job_id: int, what: str) -> Any:
+    """A payload or result read from disk: ``QueueCorrupted`` if the bytes there do not decode."""
+    try:
+        return msgpack.unpackb(data, **_unpacker_options)
+    except Exception as exc:  # any decoding failure means the bytes on disk are not what we wrote
+        raise QueueCorrupted(f"job {job_id}: the stored {what} cannot be decoded ({exc!r})") from exc
+
+
 def pack_record(record: list[Any]) -> bytes:
     return bytes(_packer().pack(record))
 

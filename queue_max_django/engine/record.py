@@ -41,7 +41,7 @@ class Record:
         self._queue = owner
         self._token: bytes = record[codec.F_TOKEN]
         self.job_id: int = claimed.job_id
-        self.payload: Any = codec.unpack_value(claimed.payload)
+        self.payload: Any = claimed.payload  # decoded inside the claim transaction
         self.retries: int = record[codec.F_RETRIES]
         self.attempts: int = record[codec.F_ATTEMPTS]
         self.enqueued_at: float = record[codec.F_ENQUEUED_AT] / 1_000_000

@@ -96,7 +96,7 @@ class NewJobs:
 class Claimed:
     job_id: int
     record: list[Any]
-    payload: bytes
+    payload: Any  # decoded inside the claim transaction: a payload that does not decode is quarantined
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +163,8 @@ def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
         queue=record[F_QUEUE],
         name=record[F_NAME],
         priority=record[F_PRIORITY],
-        payload=None if payload is None else codec.unpack_value(payload),
-        result=None if result is None else codec.unpack_value(result),
+        payload=None if payload is None else codec.unpack_stored(payload, job_id, "payload"),
+        result=None if result is None else codec.unpack_stored(result, job_id, "result"),
         retries=record[F_RETRIES],
         max_retries=record[F_MAX_RETRIES],
         error=record[F_ERROR],
@@ -466,6 +466,12 @@ class Shard:
             payload = self._payload(txn, job_id, record)
             if payload is None:
                 return None
+            try:
+                value = codec.unpack_stored(payload, job_id, "payload")
+            except QueueCorrupted as exc:
+                self._unindex(txn, job_id, record)
+                self._quarantine(txn, job_id, None, record, now_us, str(exc), bad_payload=payload)
+                return None
             self._unindex(txn, job_id, record)
             record[F_STATE] = RUNNING
             record[F_STARTED_AT] = now_us
@@ -476,7 +482,7 @@ class Shard:
                 _remember_worker(record, worker)
             self._index(txn, job_id, record)
             self._store(txn, job_id, record)
-            return Claimed(job_id, record, payload)
+            return Claimed(job_id, record, value)
 
         return self.env.write(txn_fn)
 
@@ -591,6 +597,10 @@ class Shard:
         payload = self._payload(txn, job_id, record)
         if payload is None:
             return self._quarantine(txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing")
+        try:
+            value = codec.unpack_stored(payload, job_id, "payload")
+        except QueueCorrupted as exc:
+            return self._quarantine(txn, job_id, key, record, now_us, str(exc), bad_payload=payload)
         # pending -> running, written out (the hot path: what _unindex() + _index() do, inlined)
         txn.delete(key, db=self.ready)
         txn.put(time_key(lease_us, job_id), b"", db=self.lease)
@@ -602,7 +612,7 @@ class Shard:
         if worker is not None:
             _remember_worker(record, worker)
         txn.put(id_k, codec.pack_record(record), db=self.jobs)
-        return Claimed(job_id, record, payload)
+        return Claimed(job_id, record, value)
 
     def _drop_stray(self, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
         """A ready entry whose job is gone or not pending: remove the stray entries, keep the record."""
@@ -610,11 +620,22 @@ class Shard:
         return StrayEntry(job_id)
 
     def _quarantine(
-        self, txn: Any, job_id: int, ready_k: bytes, record: list[Any] | None, now_us: int, reason: str
+        self,
+        txn: Any,
+        job_id: int,
+        ready_k: bytes | None,
+        record: list[Any] | None,
+        now_us: int,
+        reason: str,
+        *,
+        bad_payload: bytes | None = None,
     ) -> CorruptedJobQuarantined:
         """A claimable job whose data is broken goes to the dead letters with a "corrupted" reason, so that
-        one bad record never blocks the queue."""
-        txn.delete(ready_k, db=self.ready)
+        one bad record never blocks the queue. ``ready_k``: its entry in the ready index (None: the caller
+        unindexed it). ``bad_payload``: payload bytes that do not decode; they are kept, as a msgpack bin
+        value, so that the dead letter reads (and shows what was there)."""
+        if ready_k is not None:
+            txn.delete(ready_k, db=self.ready)
         if record is None:  # undecodable: rebuild a minimal record around what we know
             record = [None] * codec.RECORD_FIELDS
             record[F_QUEUE], record[F_PRIORITY], record[F_RETRIES] = "default", 0, 0
@@ -626,6 +647,12 @@ class Shard:
         record[F_LEASE_UNTIL] = None
         record[F_ERROR] = f"corrupted: {reason}"
         record[F_ERROR_TYPE] = CORRUPTED
+        if bad_payload is not None:
+            kept = codec.pack_value(bad_payload, what="payload", limit=len(bad_payload) + 16)
+            if record[F_PAYLOAD] is None:
+                txn.put(id_key(job_id), kept, db=self.payloads)
+            else:
+                record[F_PAYLOAD] = kept
         self._index(txn, job_id, record)
         self._store(txn, job_id, record)
         if self._payload(txn, job_id, record) is None:
@@ -1080,10 +1107,18 @@ class Shard:
                 except (QueueCorrupted, IndexError, TypeError) as exc:
                     problems.append(f"{tag}: job {job_id}: undecodable record ({exc})")
                     continue
-                if record[F_PAYLOAD] is None:
+                payload = record[F_PAYLOAD]
+                if payload is None:
                     external.add(key)
-                    if txn.get(key, db=self.payloads) is None:
+                    payload = txn.get(key, db=self.payloads)
+                    if payload is None:
                         problems.append(f"{tag}: job {job_id} ({state.value}) has no payload")
+                for what, data in (("payload", payload), ("result", record[F_RESULT])):
+                    try:
+                        if data is not None:
+                            codec.unpack_stored(data, job_id, what)
+                    except QueueCorrupted as exc:
+                        problems.append(f"{tag}: {exc} ({state.value})")
                 if state is State.RUNNING and (record[F_TOKEN] is None or record[F_LEASE_UNTIL] is None):
                     problems.append(f"{tag}: running job {job_id} has no claim token or lease")
                 else:

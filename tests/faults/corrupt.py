@@ -1,0 +1,62 @@
+"""Breaking a job on disk the way a bad disk, a bad copy or a stray write would: LMDB directly, bypassing
+the engine. Each kind of damage is a function (queue, job id) that rewrites the job's bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgpack
+
+from queue_max_django.engine import Queue, codec, keys
+
+GARBAGE = b"\xc1\x00\xffnot a record\xde\xad\xbe\xef"  # 0xc1 is never valid msgpack
+
+
+def _rewrite(
+    q: Queue, job_id: int, change: Callable[[bytes, bytes | None], tuple[bytes, bytes | None]]
+) -> None:
+    """``change(record bytes, external payload bytes or None)`` -> the new bytes of both (None: leave)."""
+    shard = q._shards[keys.shard_of(job_id)]
+    key, dbs = keys.id_key(job_id), shard.env.dbs
+    with shard.env.env.begin(write=True) as txn:
+        raw, payload = txn.get(key, db=dbs["jobs"]), txn.get(key, db=dbs["payloads"])
+        assert raw is not None, f"job {job_id} is not on disk"
+        new_raw, new_payload = change(bytes(raw), None if payload is None else bytes(payload))
+        txn.put(key, new_raw, db=dbs["jobs"])
+        if new_payload is not None:
+            txn.put(key, new_payload, db=dbs["payloads"])
+
+
+def garbage_record(q: Queue, job_id: int) -> None:
+    """The whole record is replaced by bytes that are not msgpack."""
+    _rewrite(q, job_id, lambda raw, payload: (GARBAGE, None))
+
+
+def truncated_record(q: Queue, job_id: int) -> None:
+    """The record is cut in half (a torn write)."""
+    _rewrite(q, job_id, lambda raw, payload: (raw[: len(raw) // 2], None))
+
+
+def record_of_another_shape(q: Queue, job_id: int) -> None:
+    """Valid msgpack, but not a job record."""
+    _rewrite(q, job_id, lambda raw, payload: (msgpack.packb({"state": "pending", "evil": True}), None))
+
+
+def garbage_payload(q: Queue, job_id: int) -> None:
+    """The record is fine; the payload's bytes (inline or in their own database) are not msgpack."""
+
+    def change(raw: bytes, payload: bytes | None) -> tuple[bytes, bytes | None]:
+        if payload is not None:
+            return raw, GARBAGE
+        record = msgpack.unpackb(raw)
+        assert record[codec.F_PAYLOAD] is not None
+        record[codec.F_PAYLOAD] = GARBAGE
+        return msgpack.packb(record, use_bin_type=True), None
+
+    _rewrite(q, job_id, change)
+
+
+RECORD_DAMAGE = {"garbage-record": garbage_record, "truncated-record": truncated_record,
+                 "record-of-another-shape": record_of_another_shape}  # fmt: skip
+PAYLOAD_DAMAGE = {"garbage-payload": garbage_payload}
+DAMAGE = RECORD_DAMAGE | PAYLOAD_DAMAGE

@@ -1,0 +1,127 @@
+"""A job whose bytes on disk are broken (garbage, torn, another shape; or a payload that does not decode):
+``verify()`` (and so ``queue_check``) names it; the first claim that meets it moves it to the dead letters
+with the error type "Corrupted" and an error that starts with "corrupted:", and raises ``QueueCorrupted``
+once; every other job is still served; afterwards the store is consistent again, on disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, codec, keys
+from tests.engine.conftest import FakeClock, open_queue
+from tests.faults.corrupt import DAMAGE, GARBAGE, PAYLOAD_DAMAGE
+
+Damage = Callable[[Queue, int], None]
+PAYLOAD_SIZES = {"inline": 10, "large": codec.INLINE_PAYLOAD_MAX * 4}
+
+
+def broken_store(path: Path, clock: FakeClock, damage: Damage, size: int) -> tuple[int, list[int]]:
+    """A one-shard store with one damaged job (priority 5: the first a claim meets) among three good
+    ones. -> (the damaged job's id, the good ones' ids)."""
+    with open_queue(path, clock, shards=1) as q:
+        bad = q.put({"args": ["b" * size], "kwargs": {}}, priority=5)
+        good = [q.put({"args": [n], "kwargs": {}}) for n in range(3)]
+        damage(q, bad)
+    return bad, good
+
+
+def assert_quarantined(q: Queue, bad: int) -> None:
+    job = q.job(bad)
+    assert job is not None and job.state is State.FAILED
+    assert job.error_type == "Corrupted"
+    assert job.error is not None and job.error.startswith("corrupted:") and str(bad) in job.error
+    assert [dead.job_id for dead in q.dead_letters()] == [bad]
+
+
+@pytest.mark.inv_1
+@pytest.mark.parametrize("size", PAYLOAD_SIZES.values(), ids=PAYLOAD_SIZES.keys())
+@pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
+def test_a_corrupted_job_is_quarantined_and_the_others_are_served(
+    tmp_path: Path, clock: FakeClock, damage: Damage, size: int
+) -> None:
+    path = tmp_path / "store"
+    bad, good = broken_store(path, clock, damage, size)
+    with open_queue(path, clock) as q:
+        problems = q.verify()
+        assert problems and all(str(bad) in problem for problem in problems), problems
+
+        with pytest.raises(QueueCorrupted, match=str(bad)) as caught:
+            q.get_many(10, timeout=0)
+        assert "dead letters" in str(caught.value)
+        assert_quarantined(q, bad)
+
+        served = []
+        while True:
+            try:
+                record = q.get(0)
+            except QueueEmpty:
+                break
+            served.append(record.job_id)
+            record.ack(record.payload["args"][0])
+        assert served == good
+        assert q.verify() == []
+
+    with open_queue(path, clock) as q:  # on disk, after a restart
+        assert q.verify() == []
+        assert_quarantined(q, bad)
+        stats = q.stats()
+        assert (stats["done"], stats["failed"], stats["pending"], stats["total"]) == (3, 1, 0, 4)
+        assert [q.job(job_id).result for job_id in good] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("size", PAYLOAD_SIZES.values(), ids=PAYLOAD_SIZES.keys())
+def test_a_payload_that_does_not_decode_is_kept_as_bytes_in_the_dead_letter(
+    tmp_path: Path, clock: FakeClock, size: int
+) -> None:
+    """Reading the job before the claim raises QueueCorrupted (not a raw msgpack error); after the
+    quarantine its payload reads back as the bytes that were on disk, for whoever investigates."""
+    path = tmp_path / "store"
+    bad, _good = broken_store(path, clock, PAYLOAD_DAMAGE["garbage-payload"], size)
+    with open_queue(path, clock) as q:
+        with pytest.raises(QueueCorrupted, match="payload"):
+            q.job(bad)
+        with pytest.raises(QueueCorrupted):
+            q.get(0)
+        job = q.job(bad)
+        assert job is not None and job.payload == GARBAGE
+        assert "payload cannot be decoded" in (job.error or "")
+        assert q.verify() == []
+
+
+@pytest.mark.parametrize("size", PAYLOAD_SIZES.values(), ids=PAYLOAD_SIZES.keys())
+def test_claiming_a_job_with_a_payload_that_does_not_decode_by_id_quarantines_it(
+    tmp_path: Path, clock: FakeClock, size: int
+) -> None:
+    """``claim(job_id)`` (the immediate mode's way in) meets the same damage: no record, the job is a dead
+    letter, the store is consistent."""
+    path = tmp_path / "store"
+    bad, good = broken_store(path, clock, PAYLOAD_DAMAGE["garbage-payload"], size)
+    with open_queue(path, clock) as q:
+        assert q.claim(bad) is None
+        assert_quarantined(q, bad)
+        record = q.claim(good[0])
+        assert record is not None and record.payload == {"args": [0], "kwargs": {}}
+        record.ack()
+        assert q.verify() == []
+
+
+def test_a_result_that_does_not_decode_is_a_clear_error_and_verify_names_it(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    with open_queue(tmp_path / "store", clock, shards=1) as q:
+        job_id = q.put("x")
+        q.get(0).ack({"fine": True})
+        shard = q._shards[keys.shard_of(job_id)]
+        with shard.env.env.begin(write=True) as txn:
+            record = msgpack.unpackb(txn.get(keys.id_key(job_id), db=shard.jobs))
+            record[codec.F_RESULT] = GARBAGE
+            txn.put(keys.id_key(job_id), msgpack.packb(record, use_bin_type=True), db=shard.jobs)
+        with pytest.raises(QueueCorrupted, match="result"):
+            q.job(job_id)
+        problems = q.verify()
+        assert len(problems) == 1 and str(job_id) in problems[0] and "result" in problems[0]
