@@ -625,9 +625,11 @@ class Queue(FlowControl):
         shards = self._live()
         for index, items in by_shard.items():
             skipped.update(shards[index].complete_many(self._clock(), items, self.sync))
+        flow = self._flow()  # read once for the batch: breakers only matter when there are some
+        breakers = flow is not None and bool(flow.breakers)
         for record, result in done:
             if record.job_id not in skipped and not record.finished:
-                record._succeeded(result)
+                record._succeeded(result, count_outcome=breakers)
         return skipped
 
     @contextlib.contextmanager

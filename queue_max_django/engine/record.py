@@ -69,10 +69,11 @@ class Record:
             return None
         return codec.pack_value(result, what="result", limit=self._queue.max_payload_bytes)
 
-    def _succeeded(self, result: Any) -> None:
+    def _succeeded(self, result: Any, *, count_outcome: bool = True) -> None:
         q = self._queue
         self.finished = True
-        q._record_outcome(self.queue, self.name, True)
+        if count_outcome:
+            q._record_outcome(self.queue, self.name, True)
         if q.events.listening(JOB_SUCCEEDED):
             q.events.emit(JOB_SUCCEEDED, job_id=self.job_id, queue=self.queue, name=self.name, result=result)
 
