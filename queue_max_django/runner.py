@@ -51,13 +51,16 @@ def unknown_task_message(name: str | None) -> str:
     )
 
 
+_CALL_KEYS = frozenset(("args", "kwargs"))
+
+
 def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]] | None:
-    if not isinstance(payload, dict) or set(payload) - {"args", "kwargs"}:
+    if type(payload) is not dict or not payload.keys() <= _CALL_KEYS:
         return None
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
-    if not isinstance(args, list) or not isinstance(kwargs, dict):
+    if type(args) is not list or type(kwargs) is not dict:
         return None
-    if not all(isinstance(key, str) for key in kwargs):
+    if kwargs and not all(isinstance(key, str) for key in kwargs):
         return None
     return args, kwargs
 

@@ -16,7 +16,6 @@ import logging
 import sys
 import threading
 import time
-from collections import OrderedDict
 from typing import Any
 
 from django.dispatch import Signal
@@ -90,7 +89,7 @@ class TaskStats:
         self._max_timed = max_timed
         self._counts: dict[str, dict[str, int]] = {}
         self._run_time: dict[str, tuple[float, int]] = {}  # name -> (total seconds, runs timed)
-        self._started: OrderedDict[int, float] = OrderedDict()  # job_id -> monotonic start
+        self._started: dict[int, float] = {}  # job_id -> monotonic start, oldest first
 
     def _count(self, name: str, key: str) -> None:
         counts = self._counts.setdefault(name, {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0})
@@ -102,13 +101,12 @@ class TaskStats:
                 self._count(name, "enqueued")
 
     def started(self, job_id: int) -> None:
-        now = time.monotonic()
+        started = self._started
         with self._lock:
-            started = self._started
-            started.pop(job_id, None)
-            started[job_id] = now
-            while len(started) > self._max_timed:
-                started.popitem(last=False)
+            started.pop(job_id, None)  # a job started again goes to the end (the newest)
+            started[job_id] = time.monotonic()
+            if len(started) > self._max_timed:
+                del started[next(iter(started))]  # dicts keep insertion order: the oldest start
 
     def finished(self, job_id: int, name: str | None, key: str) -> None:
         now = time.monotonic()
@@ -116,7 +114,10 @@ class TaskStats:
             start = self._started.pop(job_id, None)
             if name is None:
                 return
-            self._count(name, key)
+            counts = self._counts.get(name)
+            if counts is None:
+                counts = self._counts[name] = {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0}
+            counts[key] += 1
             if start is not None:
                 total, runs = self._run_time.get(name, (0.0, 0))
                 self._run_time[name] = (total + now - start, runs + 1)
