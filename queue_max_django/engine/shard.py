@@ -39,7 +39,7 @@ from .codec import (
     F_WORKERS,
     HISTORY_MAX,
 )
-from .errors import QueueCorrupted
+from .errors import QueueCorrupted, StoreFull
 from .job import STATE_CODE, STATES, Job, State
 from .keys import (
     QUEUE_SEP,
@@ -54,7 +54,7 @@ from .keys import (
     time_key,
     time_key_parts,
 )
-from .store import Env
+from .store import Env, put_reserve
 
 PENDING = STATE_CODE[State.PENDING]
 SCHEDULED = STATE_CODE[State.SCHEDULED]
@@ -353,6 +353,14 @@ class Shard:
                 if unique_key is not None:
                     put(unique_key, _UNIQUE.pack(ids[-1], now_us), db=self.unique)
             put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + count), db=jobs_db)
+            limit = self.env.put_limit_pages
+            if limit is not None and count and self.env.pages_in_use(txn) > limit:
+                max_size = self.env.options.map_size_max
+                raise StoreFull(
+                    f"the shard at {self.env.path!r} is full: its jobs take all of map_size_max={max_size:,} "
+                    f"bytes but the {put_reserve(max_size or 0):,} kept for finishing the jobs already "
+                    f"there. Nothing was written; finish, purge or vacuum jobs, or raise map_size_max."
+                )
             return ids, wake
 
         return self.env.write(txn_fn, durable=durable)

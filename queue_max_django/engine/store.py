@@ -204,6 +204,11 @@ def _private_dir(path: str) -> None:
             os.chmod(path, mode | stat.S_IXUSR)
 
 
+def put_reserve(map_size_max: int) -> int:
+    """Bytes of a capped map that puts leave free for finishing jobs: a tenth, at least 256 KiB."""
+    return max(map_size_max // 10, 256 << 10)
+
+
 class Env:
     """One shard's LMDB environment in this process, with its named databases and map management."""
 
@@ -228,8 +233,21 @@ class Env:
                     break
                 except lmdb.MapResizedError:
                     self.env.set_mapsize(0)  # another process grew the map since we opened: adopt its size
+            page_size = int(self.env.stat()["psize"])
         except lmdb.Error as exc:
             raise StoreError(f"cannot open the LMDB environment {path!r}: {exc}") from exc
+        # With a hard cap, puts stop short of it (``put_reserve``): finishing the jobs already there (claims,
+        # acks, nacks, purges) needs free pages too, since LMDB copies every page a transaction changes.
+        limit = options.map_size_max
+        self.put_limit_pages = None if limit is None else (limit - put_reserve(limit)) // page_size
+
+    def pages_in_use(self, txn: Any) -> int:
+        """Pages the named databases hold in ``txn`` (free pages and LMDB's own few not counted)."""
+        total = 0
+        for db in self.dbs.values():
+            stat = txn.stat(db)
+            total += stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
+        return total
 
     @staticmethod
     def _open(path: str, options: EnvOptions) -> Any:
