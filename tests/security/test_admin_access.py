@@ -1,0 +1,202 @@
+"""Who may see and do what in the admin's queue pages, page by page and action by action: anonymous users
+and logged-in users who are not staff are sent to the login page; staff need the view permission to see,
+change to retry or cancel, delete to delete; every POST needs the CSRF token; whatever jobs, workers and
+limits carry (payloads, results, errors, tracebacks, task, queue and worker names, limit keys) is escaped on
+every page. Nothing changes in the store on a refused request: checked against the store itself.
+
+(tests/django/test_admin_pages.py and test_admin_actions.py test the pages' contents and the actions'
+effects with a few of these cases; this file goes through all of them.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client, override_settings
+
+from queue_max_django import conf
+from queue_max_django.engine import Queue, State
+
+BASE = "/admin/queue_max_django/job/"
+XSS = "<script>alert(1)</script>"
+ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def store(tmp_path: Path) -> Iterator[Queue]:
+    conf.reset()
+    with override_settings(QUEUE_MAX={"DATA_DIR": tmp_path / "store", "RETRY_BACKOFF": 0, "MAX_RETRIES": 0}):
+        yield conf.get_queue()
+    conf.reset()
+
+
+@dataclass
+class Jobs:
+    failed: int
+    pending: int
+    scheduled: int
+    done: int
+
+
+@pytest.fixture
+def jobs(store: Queue) -> Jobs:
+    failed = store.put({"args": [XSS], "kwargs": {}}, name="tests.testapp.tasks.add", max_retries=0)
+    record = store.claim(failed)
+    assert record is not None
+    try:
+        raise ValueError(f"boom {XSS}")
+    except ValueError as exc:
+        record.nack(exc)
+    done = store.put({"args": [], "kwargs": {}}, name="t.x")
+    record = store.claim(done)
+    assert record is not None
+    record.ack({"html": XSS})
+    pending = store.put({"args": [XSS], "kwargs": {}}, name="t.x")
+    scheduled = store.put({"args": [], "kwargs": {}}, name="t.x", delay=3600)
+    return Jobs(failed, pending, scheduled, done)
+
+
+def pages(jobs: Jobs) -> list[str]:
+    ids = (jobs.failed, jobs.pending, jobs.scheduled, jobs.done)
+    return [BASE, f"{BASE}panels/", *(f"{BASE}{s.value}/" for s in State), *(f"{BASE}{i}/" for i in ids)]
+
+
+def posts(jobs: Jobs) -> list[tuple[str, str, dict[str, Any]]]:
+    """(permission it needs, url, data) of every state-changing POST, confirmed."""
+    selected = {"scope": "selected", "confirmed": "yes"}
+    return [
+        ("change", f"{BASE}failed/action/", {"action": "retry", "ids": [jobs.failed], **selected}),
+        ("change", f"{BASE}failed/action/", {"action": "retry", "scope": "matching", "confirmed": "yes"}),
+        ("delete", f"{BASE}failed/action/", {"action": "delete", "ids": [jobs.failed], **selected}),
+        ("delete", f"{BASE}failed/action/", {"action": "delete", "scope": "matching", "confirmed": "yes"}),
+        ("change", f"{BASE}pending/action/", {"action": "cancel", "ids": [jobs.pending], **selected}),
+        ("change", f"{BASE}pending/action/", {"action": "cancel", "scope": "matching", "confirmed": "yes"}),
+        ("change", f"{BASE}scheduled/action/", {"action": "cancel", "ids": [jobs.scheduled], **selected}),
+        ("change", f"{BASE}{jobs.failed}/retry/", {}),
+        ("change", f"{BASE}{jobs.pending}/cancel/", {}),
+        ("change", f"{BASE}{jobs.scheduled}/cancel/", {}),
+    ]
+
+
+def snapshot(store: Queue, jobs: Jobs) -> tuple[Any, ...]:
+    return tuple(store.job(job_id) for job_id in vars(jobs).values()), store.stats()
+
+
+def user(*codenames: str, staff: bool = True, username: str = "someone") -> Client:
+    person = User.objects.create_user(username, password="pw", is_staff=staff)
+    person.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="queue_max_django", codename__in=codenames)
+    )
+    client = Client()
+    client.force_login(person)
+    return client
+
+
+EVERY_PERMISSION = ("view_job", "change_job", "delete_job")
+
+
+@pytest.mark.parametrize("who", ["anonymous", "not-staff"])
+def test_every_page_and_post_sends_non_staff_to_the_login_page(store: Queue, jobs: Jobs, who: str) -> None:
+    """Even a non-staff user holding every permission of the queue's model gets nothing."""
+    client = Client() if who == "anonymous" else user(*EVERY_PERMISSION, staff=False)
+    before = snapshot(store, jobs)
+    for url in pages(jobs):
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/admin/login/"), url
+    for _permission, url, data in posts(jobs):
+        response = client.post(url, data)
+        assert response.status_code == 302 and response["Location"].startswith("/admin/login/"), url
+    assert snapshot(store, jobs) == before
+
+
+def test_staff_without_the_view_permission_gets_403_everywhere(store: Queue, jobs: Jobs) -> None:
+    client = user()
+    before = snapshot(store, jobs)
+    for url in pages(jobs):
+        assert client.get(url).status_code == 403, url
+    for _permission, url, data in posts(jobs):
+        assert client.post(url, data).status_code == 403, url
+    assert snapshot(store, jobs) == before
+
+
+@pytest.mark.parametrize(
+    "codenames", [("view_job",), ("view_job", "change_job"), ("view_job", "delete_job")], ids="+".join
+)
+def test_each_post_needs_its_own_permission(store: Queue, jobs: Jobs, codenames: tuple[str, ...]) -> None:
+    """Every page opens with the view permission; each POST is refused (403, nothing changed) without the
+    permission it needs, and goes through (a redirect, the job changed) with it."""
+    client = user(*codenames, username="poster")
+    for url in pages(jobs):
+        assert client.get(url).status_code == 200, url
+    for index in range(len(posts(jobs))):
+        permission, url, data = posts(jobs)[index]  # with the ids of this round's jobs
+        before = snapshot(store, jobs)
+        response = client.post(url, data)
+        if f"{permission}_job" in codenames:
+            assert response.status_code == 302, (url, data)
+            assert snapshot(store, jobs) != before, (url, data)
+        else:
+            assert response.status_code == 403, (url, data)
+            assert snapshot(store, jobs) == before, (url, data)
+        _refill(store, jobs)
+
+
+def _refill(store: Queue, jobs: Jobs) -> None:
+    """Fresh failed, pending and scheduled jobs for the next POST (whatever the last one did)."""
+    for state in (State.FAILED, State.PENDING, State.SCHEDULED):
+        store.purge(state)
+    jobs.failed = store.put({"args": [1], "kwargs": {}}, name="t.x", max_retries=0)
+    record = store.claim(jobs.failed)
+    assert record is not None
+    record.nack("no")
+    jobs.pending = store.put({"args": [], "kwargs": {}}, name="t.x")
+    jobs.scheduled = store.put(1, delay=3600)
+
+
+def test_every_post_needs_the_csrf_token(store: Queue, jobs: Jobs) -> None:
+    """Refused without the token (403, nothing changed); the same request with the token goes through, so
+    the refusal is CSRF's."""
+    User.objects.create_superuser("root", password="pw")
+    client = Client(enforce_csrf_checks=True)
+    client.login(username="root", password="pw")
+    for index in range(len(posts(jobs))):
+        _permission, url, data = posts(jobs)[index]
+        before = snapshot(store, jobs)
+        assert client.post(url, data).status_code == 403, url
+        assert snapshot(store, jobs) == before, url
+        client.get(BASE)  # sets the CSRF cookie
+        token = client.cookies["csrftoken"].value
+        assert client.post(url, {**data, "csrfmiddlewaretoken": token}).status_code == 302, url
+        assert snapshot(store, jobs) != before, (index, url)
+        _refill(store, jobs)
+
+
+def test_everything_jobs_workers_and_limits_carry_is_escaped_on_every_page(store: Queue, jobs: Jobs) -> None:
+    store.put({"args": [XSS], "kwargs": {XSS: XSS}}, queue=XSS, name=XSS)
+    store.report_worker(XSS, stale_after=60, queues=(XSS,), current_jobs=())
+    store.set_circuit_breaker(f"name:{XSS}", threshold=1, recovery_timeout=60)
+    store.set_rate_limit(f"queue:{XSS}", "5/m")
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    urls = [*pages(jobs), f"{BASE}failed/?q={XSS}&task={XSS}&queue={XSS}&error_type={XSS}",
+            f"{BASE}pending/?queue={XSS}"]  # fmt: skip
+    for url in urls:
+        html = client.get(url).content.decode()
+        assert "<script>alert" not in html, url
+    dashboard = client.get(BASE).content.decode()
+    assert dashboard.count(ESCAPED) >= 3  # the queue, the worker, the breaker or limit key
+    for job_id in (jobs.failed, jobs.done, jobs.pending):
+        assert ESCAPED in client.get(f"{BASE}{job_id}/").content.decode()
+    failed = client.get(f"{BASE}{jobs.failed}/").content.decode()
+    assert f"boom {ESCAPED}" in failed  # the error and the traceback
+    confirm = client.post(
+        f"{BASE}failed/action/", {"action": "retry", "scope": "selected", "ids": [jobs.failed]}
+    )
+    assert confirm.status_code == 200 and "<script>alert" not in confirm.content.decode()
