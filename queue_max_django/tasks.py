@@ -29,6 +29,7 @@ from .engine import (
     NAME_KEY_PREFIX,
     BreakerPolicy,
     PayloadNotSerializable,
+    PayloadTooLarge,
     Queue,
     Rate,
     backoff_delay,
@@ -264,6 +265,7 @@ class Task(Generic[P, R]):
         if _unstorable(payloads) is not None:
             for index, (call_args, call_kwargs) in enumerate(calls):
                 self._check_storable(call_args, call_kwargs, label=f"item {index} of .map()")
+        self._check_sizes(payloads)  # before any part is written: the parts go to the shards one by one
         if not payloads:
             return []
         if get_config().immediate:
@@ -282,6 +284,18 @@ class Task(Generic[P, R]):
 
     def _payload(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         return {"args": list(args), "kwargs": dict(kwargs)}
+
+    def _check_sizes(self, payloads: list[dict[str, Any]]) -> None:
+        """``PayloadTooLarge`` naming the first item of ``.map()`` over ``MAX_PAYLOAD_BYTES``."""
+        limit = get_config().max_payload_bytes
+        for index, payload in enumerate(payloads):
+            size = len(msgpack.packb(payload, use_bin_type=True, datetime=False))
+            if size > limit:
+                raise PayloadTooLarge(
+                    f"item {index} of .map() of task {self.name!r} is {size:,} bytes encoded, over the limit "
+                    f"of {limit:,} bytes (max_payload_bytes); nothing was stored. Store large data elsewhere "
+                    f"and pass a reference."
+                )
 
     def _bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, label: str = "") -> None:
         try:
