@@ -1,0 +1,91 @@
+"""``manage.py queue_compact``: an offline compacting copy of the store, swapped in (or written elsewhere)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from ...engine.compact import CompactReport, compact_store
+from ..common import engine_errors, load_config, table, to_json
+
+MIB = 1024 * 1024
+
+
+def _mib(size: int) -> str:
+    return f"{size / MIB:,.2f}"
+
+
+class Command(BaseCommand):
+    help = (
+        "Compact the store offline: copy every LMDB environment without its free pages and swap the copy in "
+        "(LMDB reuses freed pages but never shrinks its files). Refuses while any process has the store "
+        "open: stop the workers, web servers and shells that use it first."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--output",
+            metavar="PATH",
+            help="Write the compacted store to PATH (which must not exist) and leave the store as it is.",
+        )
+        parser.add_argument(
+            "--keep-backup",
+            action="store_true",
+            help="Keep the original store as <DATA_DIR>.pre-compact-<time> instead of deleting it.",
+        )
+        parser.add_argument("--json", action="store_true", help="Print the sizes as one JSON object.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        config = load_config()
+        with engine_errors():
+            report = compact_store(
+                config.data_dir, output=options["output"], keep_backup=options["keep_backup"]
+            )
+        if options["json"]:
+            self.stdout.write(to_json(_as_dict(report)))
+            return
+        rows = [
+            [
+                env.name,
+                env.before.file_bytes // 1024,
+                env.after.file_bytes // 1024,
+                env.before.last_pgno + 1,
+                env.before.pages_used,
+                env.after.last_pgno + 1,
+            ]
+            for env in report.envs
+        ]
+        headers = ["environment", "KiB before", "KiB after", "pages before", "pages in use", "pages after"]
+        self.stdout.write(table(headers, rows))
+        where = (
+            "in place" if report.output == report.path else f"into {report.output} (the store is unchanged)"
+        )
+        self.stdout.write(
+            f"Compacted {report.path} {where}: {_mib(report.bytes_before)} MiB -> {_mib(report.bytes_after)} "
+            f"MiB in {report.seconds:.1f}s."
+        )
+        if report.backup is not None:
+            self.stdout.write(f"The original store is kept at {report.backup}.")
+
+
+def _as_dict(report: CompactReport) -> dict[str, Any]:
+    return {
+        "path": report.path,
+        "output": report.output,
+        "backup": report.backup,
+        "bytes_before": report.bytes_before,
+        "bytes_after": report.bytes_after,
+        "seconds": report.seconds,
+        "environments": {
+            env.name: {
+                "bytes_before": env.before.file_bytes,
+                "bytes_after": env.after.file_bytes,
+                "pages_before": env.before.last_pgno + 1,
+                "pages_in_use": env.before.pages_used,
+                "pages_after": env.after.last_pgno + 1,
+                "entries": env.after.entries,
+            }
+            for env in report.envs
+        },
+    }
