@@ -30,3 +30,9 @@ def _fd() -> int:
 def record(token: str) -> None:
     """Write ``token`` (the job's identity, chosen by its producer) to this process's execution log."""
     os.write(_fd(), f"{token}\n".encode())
+
+
+@task
+def noop() -> None:
+    """Nothing: the soak run (benchmarks/soak.py) measures the queue, not the task."""
+    return None
