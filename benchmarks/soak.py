@@ -27,6 +27,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -170,6 +171,10 @@ def soak(folder: Path, jobs: int, processes: int, backlog: int, every: float) ->
             worker.wait(10)
             log.close()
         done_pages = pages_of(queue)
+    # What compaction costs when most pages are in use: a copy of the full store to another path.
+    full_copy = compact_store(store, output=folder / "full-copy")
+    shutil.rmtree(folder / "full-copy")
+    with Queue(store, do_recover=False, do_vacuum=False) as queue:
         vacuum_began = time.monotonic()
         vacuumed = queue.vacuum(older_than=0)
         vacuum_seconds = time.monotonic() - vacuum_began
@@ -189,6 +194,8 @@ def soak(folder: Path, jobs: int, processes: int, backlog: int, every: float) ->
         "after_vacuum": vacuumed_pages,
         "after_compaction": compacted,
         "compaction_seconds": report.seconds,
+        "full_copy_seconds": full_copy.seconds,
+        "full_copy_bytes": full_copy.bytes_after,
         "final_stats": stats,
         "verify": problems,
     }
@@ -299,6 +306,8 @@ def main() -> int:
         print(f"{'met' if ok else 'NOT MET'}: {what}: {figure}")
     print(f"vacuum: {result['vacuumed_jobs']:,} jobs in {result['vacuum_seconds']:.1f}s; queue_compact: "
           f"{result['compaction_seconds']:.2f}s; verify after: {result['verify'] or 'clean'}")  # fmt: skip
+    print(f"compacting copy of the full store (all jobs done, before the vacuum): "
+          f"{result['full_copy_bytes'] / 2**20:.1f} MiB in {result['full_copy_seconds']:.1f}s")  # fmt: skip
     if args.plot is not None:
         print(f"plot: {args.plot}" if plot(result, args.plot) else "plot: matplotlib is not installed")
     if args.json is not None:
