@@ -111,8 +111,14 @@ class Filters:
         """True when some filter is tested here rather than by the engine (the list is then a scan)."""
         return bool(self.search or self.error_type or self.shard is not None)
 
-    def engine_options(self) -> dict[str, str]:
-        return {key: value for key, value in (("queue", self.queue), ("name", self.task)) if value}
+    def engine_options(self, shard_count: int) -> dict[str, Any]:
+        """The filters the engine applies itself as it lists (a shard that exists is listed alone)."""
+        options: dict[str, Any] = {
+            key: value for key, value in (("queue", self.queue), ("name", self.task)) if value
+        }
+        if self.shard is not None and self.shard < shard_count:
+            options["shard"] = self.shard
+        return options
 
     def matches(self, job: Job) -> bool:
         if self.shard is not None and job.shard != self.shard:
@@ -154,7 +160,11 @@ def matching(
         size = min(BATCH if filters.scans else want, scan.limit - scan.examined)
         try:
             batch = queue.jobs(
-                state, after=cursor, limit=size, newest_first=newest_first, **filters.engine_options()
+                state,
+                after=cursor,
+                limit=size,
+                newest_first=newest_first,
+                **filters.engine_options(queue.shard_count),
             )
         except InvalidJob as exc:
             raise ListingMoved(str(exc)) from exc

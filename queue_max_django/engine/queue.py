@@ -40,7 +40,7 @@ from .job import STATE_CODE, Job, State
 from .keys import MAX_SHARDS, PRIORITY_MAX, PRIORITY_MIN, shard_of
 from .record import Record
 from .retry import backoff_delay
-from .shard import CorruptedJobQuarantined, NewJobs, Outranked, Recovered, Shard
+from .shard import CorruptedJobQuarantined, Listed, NewJobs, Outranked, Recovered, Shard
 from .store import (
     CONTROL_DB_NAMES,
     CONTROL_DIR,
@@ -740,33 +740,39 @@ class Queue(FlowControl):
         after: int | None = None,
         limit: int = 50,
         newest_first: bool = False,
+        shard: int | None = None,
     ) -> list[Job]:
         """Jobs in one state, ``limit`` at a time, in the order of the state's index: pending in claim order
         (priority, then ready time), scheduled by ETA, done by finish time, running and failed by job id
         (enqueue order). ``newest_first`` reverses it. Keyset paging: pass the last job's ``job_id`` as
         ``after`` for the next page; every page costs the same at any depth. ``queue``/``name`` filter
-        as they scan (pending jobs of one queue are a seek, not a scan)."""
+        as they scan (pending jobs of one queue are a seek, not a scan); ``shard`` lists one shard only."""
         state = parse_state(state)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidJob(f"limit must be an int >= 1, not {limit!r}")
         if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
             raise InvalidJob(f"after must be a job id, not {after!r}")
         shards = self._live()
+        if shard is not None:
+            if type(shard) is not int or not 0 <= shard < len(shards):
+                raise InvalidJob(f"shard must be from 0 to {len(shards) - 1}, not {shard!r}")
+            shards = [shards[shard]]
         after_key = None
         if after is not None:
             index = shard_of(after)
-            after_key = shards[index].sort_key(state, after) if index < len(shards) else None
+            every = self._live()
+            after_key = every[index].sort_key(state, after) if index < len(every) else None
             if after_key is None:
                 raise InvalidJob(
                     f"after={after}: that job no longer exists, so the listing cannot go on from it; "
                     f"list again from the start"
                 )
-        found: list[tuple[bytes, Job]] = []
-        for shard in shards:
-            found.extend(shard.list_jobs(state, after_key=after_key, limit=limit, newest_first=newest_first,
-                                         queue=queue, name=name))  # fmt: skip
-        found.sort(key=lambda item: item[0], reverse=newest_first)
-        return [job for _key, job in found[:limit]]
+        found: list[Listed] = []
+        for one in shards:
+            found.extend(one.list_jobs(state, after_key=after_key, limit=limit, newest_first=newest_first,
+                                       queue=queue, name=name))  # fmt: skip
+        found.sort(key=lambda item: item.sort_key, reverse=newest_first)
+        return [listed.job() for listed in found[:limit]]  # decode only what is returned
 
     def dead_letters(self, *, after: int | None = None, limit: int = 100) -> list[Job]:
         """Failed jobs, newest first: ``jobs(State.FAILED, newest_first=True, ...)``."""

@@ -93,6 +93,19 @@ class NewJobs:
 
 
 @dataclass(frozen=True, slots=True)
+class Listed:
+    """A job found by ``list_jobs``, not decoded yet: shards are merged by ``sort_key`` first."""
+
+    sort_key: bytes
+    job_id: int
+    record: list[Any]
+    payload: bytes | None
+
+    def job(self) -> Job:
+        return record_to_job(self.job_id, self.record, self.payload)
+
+
+@dataclass(frozen=True, slots=True)
 class Claimed:
     job_id: int
     record: list[Any]
@@ -367,29 +380,33 @@ class Shard:
 
     # ------------------------------------------------------------------ claiming
 
-    @staticmethod
-    def _best_ready(cursor: Any, queues: Sequence[bytes] | None) -> bytes | None:
+    @classmethod
+    def _best_ready(cls, cursor: Any, queues: Sequence[bytes] | None) -> bytes | None:
         """The ready key that runs next among ``queues`` (all queues if None): highest priority, then the
         earliest ready time, then the lowest id. One seek per queue name, never a scan of jobs."""
-        best: tuple[bytes, bytes] | None = None  # (order part, full key)
+        heads = cls._queue_heads(cursor, queues)
+        return min(heads)[1] if heads else None
+
+    @staticmethod
+    def _queue_heads(cursor: Any, queues: Sequence[bytes] | None) -> list[list[bytes]]:
+        """[order part, full key, queue prefix] of the next ready job of each queue (of ``queues``, or of
+        every queue) that has one: ``min()`` of them is what ``_best_ready`` returns."""
+        heads: list[list[bytes]] = []
         if queues is None:
             found = cursor.first()
             while found:
                 key = cursor.key()
-                order = key[key.index(b"\x00") + 1 :]
-                if best is None or order < best[0]:
-                    best = (order, key)
-                found = cursor.set_range(next_queue_prefix(key[: key.index(b"\x00")]))
+                cut = key.index(b"\x00") + 1
+                heads.append([key[cut:], key, key[:cut]])
+                found = cursor.set_range(next_queue_prefix(key[: cut - 1]))
         else:
             for queue in queues:
                 prefix = queue_prefix(queue)
                 if cursor.set_range(prefix):
                     key = cursor.key()
                     if key.startswith(prefix):
-                        order = key[len(prefix) :]
-                        if best is None or order < best[0]:
-                            best = (order, key)
-        return None if best is None else best[1]
+                        heads.append([key[len(prefix) :], key, prefix])
+        return heads
 
     def peek(self, now: float, queues: Sequence[bytes] | None) -> Head:
         """Read-only look at this shard: the priority of the job a claim would take, and the earliest ETA."""
@@ -558,16 +575,23 @@ class Shard:
         def txn_fn(txn: Any) -> list[Claimed] | Outranked | CorruptedJobQuarantined:
             claimed: list[Claimed] = []
             cursor = txn.cursor(db=self.ready)
-            while len(claimed) < limit:
-                step = self._claim_step(txn, cursor, queues, now_us, lease_us, token, min_priority, worker)
+            heads = self._queue_heads(cursor, queues)  # [order, key, prefix] of each queue's next job
+            while len(claimed) < limit and heads:
+                head = min(heads)
+                key, prefix = head[1], head[2]
+                step = self._claim_step(txn, key, now_us, lease_us, token, min_priority, worker)
                 if isinstance(step, Claimed):
                     claimed.append(step)
-                elif isinstance(step, StrayEntry):
-                    continue
-                elif step is None or claimed:
-                    break
-                else:
+                elif not isinstance(step, StrayEntry):
+                    if claimed:
+                        break  # outranked or quarantined after some claims: keep those
                     return step
+                # The key is gone (claimed or stray): that queue's next job is the next key of its range.
+                if cursor.set_range(key) and cursor.key().startswith(prefix):
+                    following = cursor.key()
+                    head[0], head[1] = following[len(prefix) :], following
+                else:
+                    heads.remove(head)
             return claimed
 
         outcome = self.env.write(txn_fn)
@@ -578,17 +602,13 @@ class Shard:
     def _claim_step(
         self,
         txn: Any,
-        cursor: Any,
-        queues: Sequence[bytes] | None,
+        key: bytes,
         now_us: int,
         lease_us: int,
         token: bytes,
         min_priority: int | None,
         worker: str | None,
-    ) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | None:
-        key = self._best_ready(cursor, queues)
-        if key is None:
-            return None
+    ) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined:
         _queue, priority, _ready_us, job_id = ready_key_parts(key)
         if min_priority is not None and priority < min_priority:
             return Outranked(priority)
@@ -1001,8 +1021,9 @@ class Shard:
         newest_first: bool,
         queue: str | None,
         name: str | None,
-    ) -> list[tuple[bytes, Job]]:
-        """Up to ``limit`` jobs in ``state`` of this shard with their sort keys, strictly past ``after_key``.
+    ) -> list[Listed]:
+        """Up to ``limit`` jobs in ``state`` of this shard with their sort keys, strictly past ``after_key``,
+        undecoded: the caller merges shards by sort key and decodes (``Listed.job()``) only what it keeps.
 
         Each state is listed in the order of its index: pending in claim order (priority, then ready
         time), scheduled by ETA, done by finish time; running and failed by job id. Sort keys compare
@@ -1010,9 +1031,9 @@ class Shard:
         index = self.indexes[state]
         code = STATE_CODE[state]
 
-        def txn_fn(txn: Any) -> list[tuple[bytes, Job]]:
+        def txn_fn(txn: Any) -> list[Listed]:
             cursor = txn.cursor(db=index)
-            out: list[tuple[bytes, Job]] = []
+            out: list[Listed] = []
 
             def take(sort_key: bytes, job_id: int) -> None:
                 record = self._load(txn, job_id)
@@ -1022,7 +1043,7 @@ class Shard:
                     and (queue is None or record[F_QUEUE] == queue)
                     and (name is None or record[F_NAME] == name)
                 ):
-                    out.append((sort_key, record_to_job(job_id, record, self._payload(txn, job_id, record))))
+                    out.append(Listed(sort_key, job_id, record, self._payload(txn, job_id, record)))
 
             if state is State.RUNNING:  # few by nature: sort them all by id
                 keys = sorted(key[-8:] for key in cursor.iternext(values=False))
@@ -1038,7 +1059,7 @@ class Shard:
                 prefixes = [queue_prefix(queue.encode())] if queue is not None else _queue_prefixes(cursor)
             else:
                 prefixes = [b""]
-            merged: list[tuple[bytes, Job]] = []
+            merged: list[Listed] = []
             for prefix in prefixes:
                 out = []
                 found = _position(cursor, prefix, after_key, newest_first)
@@ -1050,7 +1071,7 @@ class Shard:
                     take(key[len(prefix) :], id_from_key(key[-8:]))
                     found = step()
                 merged.extend(out)
-            merged.sort(key=lambda item: item[0], reverse=newest_first)
+            merged.sort(key=lambda item: item.sort_key, reverse=newest_first)
             return merged[:limit]
 
         return self.env.read(txn_fn)

@@ -188,7 +188,18 @@ def test_dead_letters_are_failed_jobs_newest_first(queue: Queue) -> None:
 @pytest.mark.rule_paging
 @pytest.mark.parametrize(
     "options",
-    [{"limit": 0}, {"limit": -1}, {"limit": True}, {"limit": 2.5}, {"after": -1}, {"after": "10"}],
+    [
+        {"limit": 0},
+        {"limit": -1},
+        {"limit": True},
+        {"limit": 2.5},
+        {"after": -1},
+        {"after": "10"},
+        {"shard": -1},
+        {"shard": 99},
+        {"shard": "1"},
+        {"shard": True},
+    ],
     ids=str,
 )
 def test_bad_paging_arguments_are_refused(queue: Queue, options: dict[str, Any]) -> None:
@@ -196,3 +207,19 @@ def test_bad_paging_arguments_are_refused(queue: Queue, options: dict[str, Any])
     queue.put("x")
     with pytest.raises(InvalidJob):
         queue.jobs(State.PENDING, **options)
+
+
+@pytest.mark.contract
+@pytest.mark.rule_paging
+def test_jobs_of_one_shard_page_through_that_shard_only(queue: Queue) -> None:
+    """rule_paging: ``shard=`` lists one shard, in the same order and with the same keyset paging."""
+    for shard in range(queue.shard_count):
+        queue.put_many_to_shard(shard, [f"{shard}-{n}" for n in range(7)])
+    seen: list[Job] = []
+    after = None
+    while page := queue.jobs(State.PENDING, shard=2, after=after, limit=3):
+        seen.extend(page)
+        after = page[-1].job_id
+    assert [job.payload for job in seen] == [f"2-{n}" for n in range(7)]
+    assert {job.shard for job in seen} == {2}
+    assert queue.jobs(State.PENDING, shard=2, limit=100) == seen
