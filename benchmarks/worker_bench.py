@@ -161,11 +161,7 @@ def bench_huey(folder: Path, n: int) -> dict[str, Any]:
          "-w", "2", "-k", "process", "-q"],
         cwd=ROOT, env=env_for(folder), start_new_session=True,
     )  # fmt: skip
-    try:
-        first, last = poll_table(folder / "huey.db", "task", n, proc, 600)
-    finally:
-        stop(proc)
-    return {"n": n, "busy_per_s": n / (last - first), "wall_per_s": n / (last - began)}
+    return drained(proc, folder / "huey.db", "task", n, began)
 
 
 def bench_django_q2(folder: Path, n: int) -> dict[str, Any]:
@@ -173,8 +169,13 @@ def bench_django_q2(folder: Path, n: int) -> dict[str, Any]:
     child(folder, "prefill", "django_q2", str(n))
     began = time.monotonic()
     proc = django(folder, "qcluster", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return drained(proc, folder / "db.sqlite3", "django_q_ormq", n, began)
+
+
+def drained(proc: subprocess.Popen[bytes], db: Path, table: str, n: int, began: float) -> dict[str, Any]:
+    """Poll ``table`` until the running worker ``proc`` emptied it, stop it; -> the rates."""
     try:
-        first, last = poll_table(folder / "db.sqlite3", "django_q_ormq", n, proc, 900)
+        first, last = poll_table(db, table, n, proc, 900)
     finally:
         stop(proc)
     return {"n": n, "busy_per_s": n / (last - first), "wall_per_s": n / (last - began)}
