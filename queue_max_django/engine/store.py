@@ -372,7 +372,10 @@ def _lock_open_file(root: str, operation: int) -> int:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise StoreError(f"cannot open {path!r}: {exc}") from exc
+            try:  # a read-only directory: flock works on a read-only descriptor too
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                raise StoreError(f"cannot open {path!r}: {exc}") from exc
         try:
             fcntl.flock(fd, operation | fcntl.LOCK_NB)
             locked, current = os.fstat(fd), os.stat(path)
