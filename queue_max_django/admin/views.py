@@ -22,7 +22,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, re_path, reverse
 
 from ..conf import get_config, get_queue
-from ..engine import Job, State
+from ..engine import Job, QueueCorrupted, State
 from ..models import Job as JobModel
 from ..tasks import registry
 from . import actions, dashboard, display, listing
@@ -283,7 +283,11 @@ class JobAdmin(ModelAdmin):
 
     def job_view(self, request: HttpRequest, job_id: int) -> HttpResponse:
         self._require(request, "view")
-        job = self._job_or_404(job_id)
+        try:
+            job = self._job_or_404(job_id)
+        except QueueCorrupted as exc:  # its record on disk does not decode: say so, never a 500
+            messages.error(request, f"Job {job_id} cannot be read: {exc}. Run manage.py queue_check.")
+            return HttpResponseRedirect(self._url("changelist"))
         label = listing.LABELS[job.state]
         can_change = self.has_change_permission(request)
         context = self._context(
@@ -318,7 +322,11 @@ class JobAdmin(ModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         self._require(request, actions.PERMISSION[action])
         parsed = listing.parse_job_id(job_id)
-        job = None if parsed is None else get_queue().job(parsed)
+        try:
+            job = None if parsed is None else get_queue().job(parsed)
+        except QueueCorrupted as exc:
+            messages.error(request, f"Job {job_id} cannot be read: {exc}. Nothing was done.")
+            return HttpResponseRedirect(self._url("changelist"))
         if job is None:
             messages.error(request, f"There is no job {job_id} (any more): nothing was done.")
             return HttpResponseRedirect(self._url("changelist"))

@@ -50,6 +50,7 @@ class Job:
     lease_until: float | None = None
     worker_ids: tuple[str, ...] = ()  # who claimed each attempt (the last 10), when workers said who they are
     errors: tuple[tuple[str | None, str | None], ...] = ()  # (error type, error) of each failed attempt
+    damage: str | None = None  # why the payload or result on disk does not decode (they are the raw bytes)
 
     @property
     def shard(self) -> int:

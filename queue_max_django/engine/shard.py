@@ -169,15 +169,27 @@ def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
         return None if value is None else value / 1_000_000
 
     state = STATES[record[F_STATE]]
-    result = record[F_RESULT]
+    damage: list[str] = []
+
+    def decoded(raw: bytes | None, what: str) -> Any:
+        """A snapshot never fails on bytes that do not decode: it keeps them and says so (``damage``)."""
+        if raw is None:
+            return None
+        try:
+            return codec.unpack_stored(raw, job_id, what)
+        except QueueCorrupted as exc:
+            damage.append(str(exc))
+            return bytes(raw)
+
+    payload_value, result_value = decoded(payload, "payload"), decoded(record[F_RESULT], "result")
     return Job(
         job_id=job_id,
         state=state,
         queue=record[F_QUEUE],
         name=record[F_NAME],
         priority=record[F_PRIORITY],
-        payload=None if payload is None else codec.unpack_stored(payload, job_id, "payload"),
-        result=None if result is None else codec.unpack_stored(result, job_id, "result"),
+        payload=payload_value,
+        result=result_value,
         retries=record[F_RETRIES],
         max_retries=record[F_MAX_RETRIES],
         error=record[F_ERROR],
@@ -193,6 +205,7 @@ def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
         lease_until=seconds(record[F_LEASE_UNTIL]) if state is State.RUNNING else None,
         worker_ids=tuple(record[F_WORKERS] or ()),
         errors=tuple((error_type, error) for error_type, error in record[F_ERRORS] or ()),
+        damage="; ".join(damage) or None,
     )
 
 
@@ -1036,7 +1049,10 @@ class Shard:
             out: list[Listed] = []
 
             def take(sort_key: bytes, job_id: int) -> None:
-                record = self._load(txn, job_id)
+                try:
+                    record = self._load(txn, job_id)
+                except QueueCorrupted:
+                    return  # an undecodable record is left out: verify() names it, a claim quarantines it
                 if (
                     record is not None
                     and record[F_STATE] == code

@@ -41,6 +41,7 @@ POLL = 0.25  # a worker thread waiting for a job re-checks whether to stop at le
 BATCH_MAX = 64
 BATCH_SECONDS = 0.02
 ACK_EVERY = 0.05
+STORE_RETRY = 1.0  # seconds a worker thread waits after the store failed before it claims again
 
 
 class JobTimeout(Exception):
@@ -311,6 +312,10 @@ class WorkerProcess:
             return []
         except QueueCorrupted as exc:  # a broken record was moved to the dead letters; go on
             logger.error("worker %s: %s", self.worker_id, exc)
+            return []
+        except QueueError:  # the store failed (a full disk, I/O): say so, wait a moment, try again
+            logger.exception("worker %s: claiming failed; trying again in %ss", self.worker_id, STORE_RETRY)
+            time.sleep(STORE_RETRY)
             return []
         return records
 
