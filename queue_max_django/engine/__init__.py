@@ -26,6 +26,7 @@ from .queue import Queue
 from .ratelimit import InvalidRate, Rate, parse_rate
 from .record import Record
 from .retry import backoff_delay
+from .store import StoreInUse
 
 __all__ = [
     "ALERT",
@@ -65,6 +66,7 @@ __all__ = [
     "State",
     "StoreError",
     "StoreFull",
+    "StoreInUse",
     "StoreMismatch",
     "UnknownQueue",
     "WorkerInfo",
