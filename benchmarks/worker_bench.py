@@ -410,25 +410,29 @@ def main() -> None:
 
 
 def summarize(report: dict[str, Any]) -> None:
+    """Same-run ratios: ours / theirs within each round (the rounds run the systems one after the other, so
+    a burst of outside load hits neighbours alike), then the median over rounds, with the range."""
     results = report["results"]
     if "ours" not in results:
         return
-    ours_busy = statistics.median(r["busy_per_s"] for r in results["ours"])
-    ours_wall = statistics.median(r["wall_per_s"] for r in results["ours"])
     ratios = {}
-    print("\nratios, ours / theirs (median over rounds):")
+    print("\nratios, ours / theirs (median of the rounds' same-run ratios, and their range):")
     for name in SYSTEMS:
         if name == "ours" or name not in results:
             continue
-        busy = ours_busy / statistics.median(r["busy_per_s"] for r in results[name])
-        walls = [r["wall_per_s"] for r in results[name] if r["wall_per_s"]]
-        wall = ours_wall / statistics.median(walls) if walls else None
+        rounds = list(zip(results["ours"], results[name], strict=False))
+        busy = [ours["busy_per_s"] / theirs["busy_per_s"] for ours, theirs in rounds]
+        wall = [ours["wall_per_s"] / theirs["wall_per_s"] for ours, theirs in rounds if theirs["wall_per_s"]]
         target = TARGETS.get(name)
+        middle = statistics.median(busy)
         verdict = (
-            "" if target is None else f" (target >= {target:.1f}x: {'met' if busy >= target else 'MISSED'})"
+            "" if target is None else f" (target >= {target:.1f}x: {'met' if middle >= target else 'MISSED'})"
         )
-        print(f"  vs {LABELS[name]}: busy {busy:.1f}x" + (f", wall {wall:.1f}x" if wall else "") + verdict)
-        ratios[name] = {"busy": busy, "wall": wall, "target": target}
+        spread = f"{min(busy):.2f}-{max(busy):.2f}"
+        walled = f", wall {statistics.median(wall):.1f}x" if wall else ""
+        print(f"  vs {LABELS[name]}: busy {middle:.2f}x ({spread}){walled}{verdict}")
+        median_wall = statistics.median(wall) if wall else None
+        ratios[name] = {"busy": middle, "busy_rounds": busy, "wall": median_wall, "target": target}
     report["ratios"] = ratios
 
 
