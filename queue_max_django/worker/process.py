@@ -214,9 +214,14 @@ class WorkerProcess:
         self._claiming = False
         if wait:
             deadline = time.monotonic() + self.options.shutdown_timeout
+            last_beat = time.monotonic()
             while any(t.is_alive() for t in self._threads.values()) and time.monotonic() < deadline:
                 time.sleep(WATCH_EVERY)
-                self._check_timeouts(time.monotonic())
+                now = time.monotonic()
+                self._check_timeouts(now)
+                if now - last_beat >= self._heartbeat:  # jobs finishing past a lease time keep their leases
+                    last_beat = now
+                    self._beat()
         timed_out = {slot.record.job_id for slot in self._slots() if slot.timed_out}
         released = 0
         for record in self._held_records():

@@ -268,3 +268,19 @@ def test_a_result_handle_in_this_process_follows_a_job_that_a_worker_process_run
             worker.wait()
         assert (result.return_value, result.worker_ids, result.attempts) == (42, ["remote/0"], 1)
         assert result.started_at is not None and result.finished_at is not None
+
+
+def test_a_job_finishing_during_shutdown_keeps_its_lease_past_the_lease_time(site: Site) -> None:
+    site.env["QUEUE_MAX_TEST_LEASE_TIME"] = "1.0"  # the job runs 2.5 lease times after the stop request
+    job_id = site.put("slow", 11, 2.5)
+    worker = site.start("--processes", "1", "--no-scheduler", "--shutdown-timeout", "20")
+    wait_for(lambda: site.marks("started"), what="the job to start")
+
+    worker.signal(signal.SIGTERM)
+
+    assert worker.wait() == 0, worker.output()
+    with site.queue() as queue:
+        job = queue.job(job_id)
+        assert job is not None and job.state is State.DONE
+        assert (job.attempts, job.errors) == (1, ())  # heartbeats went on: no lease expired meanwhile
+    assert [value for value, _ in site.marks("finished")] == ["11"]
