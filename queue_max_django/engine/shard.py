@@ -209,6 +209,17 @@ def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
     )
 
 
+def _mark_running(record: list[Any], now_us: int, lease_us: int, token: bytes, worker: str | None) -> None:
+    """A claimed job's record: running from now, held by ``token`` until ``lease_us``, one more attempt."""
+    record[F_STATE] = RUNNING
+    record[F_STARTED_AT] = now_us
+    record[F_LEASE_UNTIL] = lease_us
+    record[F_TOKEN] = token
+    record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
+    if worker is not None:
+        _remember_worker(record, worker)
+
+
 def _remember_worker(record: list[Any], worker: str) -> None:
     workers = record[F_WORKERS] or []
     workers.append(worker)
@@ -511,13 +522,7 @@ class Shard:
                 self._quarantine(txn, job_id, None, record, now_us, str(exc), bad_payload=payload)
                 return None
             self._unindex(txn, job_id, record)
-            record[F_STATE] = RUNNING
-            record[F_STARTED_AT] = now_us
-            record[F_LEASE_UNTIL] = lease_us
-            record[F_TOKEN] = token
-            record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
-            if worker is not None:
-                _remember_worker(record, worker)
+            _mark_running(record, now_us, lease_us, token, worker)
             self._index(txn, job_id, record)
             self._store(txn, job_id, record)
             return Claimed(job_id, record, value)
@@ -645,13 +650,7 @@ class Shard:
         # pending -> running, written out (the hot path: what _unindex() + _index() do, inlined)
         txn.delete(key, db=self.ready)
         txn.put(time_key(lease_us, job_id), b"", db=self.lease)
-        record[F_STATE] = RUNNING
-        record[F_STARTED_AT] = now_us
-        record[F_LEASE_UNTIL] = lease_us
-        record[F_TOKEN] = token
-        record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
-        if worker is not None:
-            _remember_worker(record, worker)
+        _mark_running(record, now_us, lease_us, token, worker)
         txn.put(id_k, codec.pack_record(record), db=self.jobs)
         return Claimed(job_id, record, value)
 
