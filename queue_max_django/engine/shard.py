@@ -554,24 +554,6 @@ class Shard:
 
         return self.env.write(txn_fn)
 
-    def claim(
-        self,
-        now: float,
-        queues: Sequence[bytes] | None,
-        lease_time: float,
-        token: bytes,
-        min_priority: int | None = None,
-        worker: str | None = None,
-    ) -> Claimed | Outranked | None:
-        """Take the next job of this shard: pending -> running with a fresh lease and claim token.
-
-        ``min_priority``: the best priority another shard may hold; if this shard's next job is below it,
-        nothing is claimed and ``Outranked`` says what this shard's head is (the caller looks again)."""
-        claimed = self.claim_many(now, queues, lease_time, token, min_priority, worker, limit=1)
-        if isinstance(claimed, Outranked):
-            return claimed
-        return claimed[0] if claimed else None
-
     def claim_many(
         self,
         now: float,
@@ -583,9 +565,10 @@ class Shard:
         *,
         limit: int,
     ) -> list[Claimed] | Outranked:
-        """Take up to ``limit`` next jobs of this shard, in claim order, in ONE transaction; stops before a
-        job below ``min_priority`` (-> ``Outranked`` if that is the first one). Each is claimed exactly as
-        ``claim()`` claims one. A corrupted job met on the way is quarantined; if it came first,
+        """Take up to ``limit`` next jobs of this shard (pending -> running, a fresh lease and the claim
+        token), in claim order, in ONE transaction; stops before a job below ``min_priority`` (the best
+        priority another shard may hold: ``Outranked`` says what this shard's head is if that is the first
+        one, and the caller looks again). A corrupted job met on the way is quarantined; if it came first,
         ``CorruptedJobQuarantined`` is raised (the jobs before it are claimed and returned otherwise)."""
         now_us = micros(now)
         lease_us = micros(now + lease_time)
