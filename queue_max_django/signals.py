@@ -112,15 +112,21 @@ class TaskStats:
         now = time.monotonic()
         with self._lock:
             start = self._started.pop(job_id, None)
-            if name is None:
-                return
-            counts = self._counts.get(name)
-            if counts is None:
-                counts = self._counts[name] = {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0}
-            counts[key] += 1
-            if start is not None:
-                total, runs = self._run_time.get(name, (0.0, 0))
-                self._run_time[name] = (total + now - start, runs + 1)
+            if name is not None:
+                self._ran(name, key, None if start is None else now - start)
+
+    def ran(self, name: str, key: str | None, seconds: float) -> None:
+        """Count an attempt measured by its runner (the worker, when no job signal has a receiver): its
+        outcome ``key`` unless the outcome's event counts it, and its run time."""
+        with self._lock:
+            self._ran(name, key, seconds)
+
+    def _ran(self, name: str, key: str | None, seconds: float | None) -> None:
+        if key is not None:
+            self._count(name, key)
+        if seconds is not None:
+            total, runs = self._run_time.get(name, (0.0, 0))
+            self._run_time[name] = (total + seconds, runs + 1)
 
     def get(self, name: str) -> dict[str, Any]:
         with self._lock:
@@ -141,6 +147,20 @@ _stats = TaskStats()
 def task_stats(name: str) -> dict[str, Any]:
     """This process's counters of the jobs named ``name`` (``Task.get_stats()``)."""
     return _stats.get(name)
+
+
+def record_run(name: str | None, seconds: float, outcome: str | None = None) -> None:
+    """A runner that silenced the per-job events (``job_signals_connected()`` was False) reports each
+    attempt here: its run time, and its ``outcome`` ("succeeded", ...) when no event counted it."""
+    if name is not None:
+        _stats.ran(name, outcome, seconds)
+
+
+def job_signals_connected() -> bool:
+    """Whether any receiver listens to a job's start or outcome. When none does, the worker skips the
+    engine's per-job events for claims and acknowledgements (two callbacks a job) and reports to
+    ``record_run`` itself: ``Task.get_stats()`` stays the same."""
+    return any(signal.receivers for signal in (job_started, job_succeeded, job_retried, job_failed))
 
 
 def reset_stats() -> None:

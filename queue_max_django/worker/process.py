@@ -28,6 +28,7 @@ from typing import Any
 
 from ..engine import Queue, QueueCorrupted, QueueEmpty, QueueError, Record, State
 from ..runner import Outcome, run_job, use_event_loop
+from ..signals import job_signals_connected, record_run
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
 
 logger = logging.getLogger("queue_max_django.worker")
@@ -272,7 +273,11 @@ class WorkerProcess:
         try:
             while self._claiming and number < self._wanted:
                 size = 1 if mean is None else max(1, min(BATCH_MAX, int(BATCH_SECONDS / max(mean, 1e-6))))
-                records = self._claim(size)
+                # Nobody listens to job signals: claims and acks skip the per-job events, and _count reports
+                # each attempt to the task statistics itself (a task's own enqueues still send theirs).
+                quiet = not job_signals_connected()
+                with self._events(quiet):
+                    records = self._claim(size)
                 with self._lock:
                     held.extend(records)
                 flushed = time.monotonic()
@@ -280,17 +285,23 @@ class WorkerProcess:
                     if not self._claiming:
                         break  # the rest are released (by _end) unstarted
                     started = time.monotonic()
-                    self._run(number, record, acks)
+                    self._run(number, record, acks, quiet)
                     now = time.monotonic()
                     mean = now - started if mean is None else 0.9 * mean + 0.1 * (now - started)
                     if acks and now - flushed >= ACK_EVERY:
-                        self._flush(acks, held)
+                        with self._events(quiet):
+                            self._flush(acks, held)
                         flushed = now
-                self._flush(acks, held)
+                with self._events(quiet):
+                    self._flush(acks, held)
         finally:
             self._flush(acks, held)
             use_event_loop(None)
             loop.close()
+
+    def _events(self, quiet: bool) -> contextlib.AbstractContextManager[None]:
+        """Silence this thread's per-job engine events while inside, when ``quiet``."""
+        return self.queue.events.batch() if quiet else contextlib.nullcontext()
 
     def _flush(self, acks: list[tuple[Record, Any]], held: list[Record]) -> None:
         """Acknowledge the successes waiting in ``acks`` (one transaction per shard)."""
@@ -324,13 +335,14 @@ class WorkerProcess:
             return []
         return records
 
-    def _run(self, number: int, record: Record, acks: list[tuple[Record, Any]]) -> None:
+    def _run(self, number: int, record: Record, acks: list[tuple[Record, Any]], quiet: bool = False) -> None:
         started = time.monotonic()
         timeout = record.timeout
         slot = Slot(record, started, None if timeout is None else started + timeout)
         with self._lock:
             self._running[number] = slot
         outcome: Outcome | None = None
+        waiting = len(acks)
         try:
             outcome = run_job(record, acks=acks)
         except QueueCorrupted:
@@ -344,7 +356,10 @@ class WorkerProcess:
                 self._running.pop(number, None)
         if slot.timed_out or outcome is None:
             return
-        self._count(outcome, time.monotonic() - started, record)
+        seconds = time.monotonic() - started
+        if quiet:  # a deferred success sends no event (acked quietly): count it; any other outcome sent one
+            record_run(record.name, seconds, "succeeded" if len(acks) > waiting else None)
+        self._count(outcome, seconds, record)
 
     def _count(self, outcome: Outcome, seconds: float, record: Record) -> None:
         with self._lock:
