@@ -270,6 +270,7 @@ class WorkerProcess:
             self._held[number] = held
         acks: list[tuple[Record, Any]] = []
         mean: float | None = None  # running mean of this thread's job times
+        quiet = False
         try:
             while self._claiming and number < self._wanted:
                 size = 1 if mean is None else max(1, min(BATCH_MAX, int(BATCH_SECONDS / max(mean, 1e-6))))
@@ -295,7 +296,8 @@ class WorkerProcess:
                 with self._events(quiet):
                     self._flush(acks, held)
         finally:
-            self._flush(acks, held)
+            with self._events(quiet):  # successes left here were counted quietly when they ran
+                self._flush(acks, held)
             use_event_loop(None)
             loop.close()
 
