@@ -8,12 +8,13 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 from queue_max_django.admin import listing
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, State
+from tests.admin_clients import logged_in
 
 if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as Response
@@ -31,13 +32,7 @@ def store(queue_max: Configure) -> Iterator[Queue]:
 
 
 def staff(*codenames: str) -> Client:
-    user = User.objects.create_user("-".join(codenames) or "none", password="pw", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="queue_max_django", codename__in=codenames)
-    )
-    client = Client()
-    client.force_login(user)
-    return client
+    return logged_in(*codenames, username="-".join(codenames) or "none")
 
 
 def fail(store: Queue, text: str, *, name: str = "t.task", error: type[Exception] = ValueError) -> int:

@@ -8,12 +8,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 
 from queue_max_django.admin import dashboard, listing
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, State, parse_rate
+from tests.admin_clients import logged_in
 
 Configure = Callable[..., override_settings]
 BASE = "/admin/queue_max_django/job/"
@@ -30,13 +30,7 @@ def store(queue_max: Configure) -> Iterator[Queue]:
 
 def staff(*codenames: str, username: str = "staff") -> Client:
     """A client logged in as a staff user (not superuser) with these permissions of the queue's model."""
-    user = User.objects.create_user(username, password="pw", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="queue_max_django", codename__in=codenames)
-    )
-    client = Client()
-    client.force_login(user)
-    return client
+    return logged_in(*codenames, username=username)
 
 
 def fail(store: Queue, payload: Any = None, *, name: str = "tests.testapp.tasks.add", **options: Any) -> int:

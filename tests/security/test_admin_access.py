@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 from queue_max_django import conf
 from queue_max_django.engine import Queue, State
+from tests.admin_clients import logged_in
 
 BASE = "/admin/queue_max_django/job/"
 XSS = "<script>alert(1)</script>"
@@ -90,13 +91,7 @@ def snapshot(store: Queue, jobs: Jobs) -> tuple[Any, ...]:
 
 
 def user(*codenames: str, staff: bool = True, username: str = "someone") -> Client:
-    person = User.objects.create_user(username, password="pw", is_staff=staff)
-    person.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="queue_max_django", codename__in=codenames)
-    )
-    client = Client()
-    client.force_login(person)
-    return client
+    return logged_in(*codenames, username=username, staff=staff)
 
 
 EVERY_PERMISSION = ("view_job", "change_job", "delete_job")
