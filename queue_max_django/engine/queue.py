@@ -37,6 +37,7 @@ from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, E
 from .flow import FlowControl
 from .groupcommit import GroupCommitter
 from .job import STATE_CODE, Job, State
+from .jobspec import JobSpec
 from .keys import MAX_SHARDS, PRIORITY_MAX, PRIORITY_MIN, shard_of
 from .record import Record
 from .retry import backoff_delay
@@ -61,7 +62,7 @@ from .validate import (
     ready_at,
     validate_queue_name,
 )
-from .wake import Waker
+from .wake import SLOT, Waker
 
 DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the file grows with the data)
 MAX_IDLE_WAIT = 1.0  # an idle get() re-checks the store at least this often, hint or not
@@ -72,8 +73,7 @@ Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
 
 
-# (queue, name, priority, ready_at, max_retries, timeout, partition_key): NewJobs' fields after the payloads.
-_JobOptions = tuple[str, str | None, int, float | None, int, float | None, Any]
+SPEC_CACHE_MAX = 256  # JobSpecs kept for option sets used before (no delay, eta or partition key)
 
 
 @dataclass(slots=True)
@@ -84,7 +84,7 @@ class _View:
     allowed: list[bytes] | None
     priorities: list[int | None]
     next_eta: float | None
-    txnids: list[int]  # each shard's last committed transaction when it was read
+    slots: bytes | None  # the wake file's slots when the shards were read (see wake.py), None: unknown
     etas: list[float | None]  # each shard's earliest ETA
 
 
@@ -178,13 +178,14 @@ class Queue(FlowControl):
         self._lock = threading.Lock()
         self._closed = False
         self._rotation = itertools.count(self._rng.randrange(self.shard_count))
-        self._waker = Waker(os.path.join(self.path, WAKE_FILE))
+        self._waker = Waker(os.path.join(self.path, WAKE_FILE), self.shard_count)
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
         self._local = threading.local()  # per consumer thread: its view of the shards' heads
         self._consumer_numbers = itertools.count()
         self._valid_queues: set[str] = set()  # queue names already validated
         self._valid_names: set[str] = set()  # job names already validated
+        self._specs: dict[tuple[Any, ...], JobSpec] = {}  # see _job_options
         self._scrub_from: list[bytes | None] = [None] * self.shard_count  # recover()'s walk through records
         self._open_shards()
 
@@ -293,9 +294,9 @@ class Queue(FlowControl):
         timeout: float | None,
         partition_key: Any,
         now: float,
-    ) -> _JobOptions:
+    ) -> JobSpec:
         """Validate everything but the payload. Raises ``InvalidJob``; runs on every put, so the common
-        case (a known queue and name, no delay) costs a few type checks."""
+        case (a known queue and name, no delay) costs a few type checks and a dict lookup."""
         if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
             raise InvalidJob(
                 f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}"
@@ -321,8 +322,20 @@ class Queue(FlowControl):
             check_number("timeout", timeout, minimum=0.001, error=InvalidJob)
         if partition_key is not None:
             check_partition_key(partition_key)
+        elif delay is None and eta is None:
+            # Validated values only: priority and max_retries are ints (not bools), timeout a number, so
+            # equal keys mean equal records (timeout 1 and 1.0 share one: both are stored as 1.0).
+            key = (queue, name, priority, max_retries, timeout)
+            spec = self._specs.get(key)
+            if spec is None:
+                if len(self._specs) >= SPEC_CACHE_MAX:
+                    self._specs.clear()
+                spec = self._specs[key] = JobSpec(
+                    queue, name, priority, None, max_retries, _seconds(timeout), None
+                )
+            return spec
         ready = None if delay is None and eta is None else ready_at(delay, eta, now)
-        return (queue, name, priority, ready, max_retries, timeout, partition_key)
+        return JobSpec(queue, name, priority, ready, max_retries, _seconds(timeout), partition_key)
 
     def _pack_payload(self, payload: Any) -> bytes:
         return codec.pack_value(payload, what="payload", limit=self.max_payload_bytes)
@@ -363,7 +376,7 @@ class Queue(FlowControl):
         periodic scheduler relies on it)."""
         shards = self._live()
         now = self._clock()
-        options = self._job_options(
+        spec = self._job_options(
             priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
@@ -373,15 +386,16 @@ class Queue(FlowControl):
             if partition_key is not None:  # the key must route the job, or another shard would not know it
                 raise InvalidJob("give unique_key or partition_key, not both")
             partition_key = unique_key  # one key, one shard: the check and the write meet there
-        job = NewJobs((self._pack_payload(payload),), *options, unique)
+        job = NewJobs((self._pack_payload(payload),), spec, unique)
         if self.sync:
             index = self._route_durable(partition_key)
             job_id, wake = self._committers[index].submit([job])[0]
         else:
-            ids, wake = shards[self._route(partition_key)].enqueue(now, [job])
+            index = self._route(partition_key)
+            ids, wake = shards[index].enqueue(now, [job])
             job_id = ids[0]
         if wake:
-            self._waker.notify()
+            self._waker.notify(index)
         if self._watching and not job.unique_hit:
             self._after_put([job_id], queue, name)
         return job_id
@@ -400,23 +414,23 @@ class Queue(FlowControl):
         partition_key: Any = None,
     ) -> list[int]:
         """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing."""
-        options = self._job_options(
+        spec = self._job_options(
             priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
-        return self._put_batch(self._route(partition_key), payloads, options)
+        return self._put_batch(self._route(partition_key), payloads, spec)
 
-    def _put_batch(self, shard: int, payloads: Iterable[Any], options: _JobOptions) -> list[int]:
+    def _put_batch(self, shard: int, payloads: Iterable[Any], spec: JobSpec) -> list[int]:
         shards = self._live()
         pack = self._pack_payload
         packed = [pack(payload) for payload in payloads]
         if not packed:
             return []
-        ids, wake = shards[shard].enqueue(self._clock(), [NewJobs(packed, *options)], durable=self.sync)
+        ids, wake = shards[shard].enqueue(self._clock(), [NewJobs(packed, spec)], durable=self.sync)
         if wake:
-            self._waker.notify()
+            self._waker.notify(shard)
         if self._watching:
-            self._after_put(ids, options[0], options[1])
+            self._after_put(ids, spec.queue, spec.name)
         return ids
 
     def put_many_to_shard(self, shard: int, payloads: Iterable[Any], **options: Any) -> list[int]:
@@ -445,25 +459,34 @@ class Queue(FlowControl):
 
     def _look(self, now: float, allowed: list[bytes] | None, previous: _View | None = None) -> _View:
         """Read every shard's head (one short read transaction each) and promote due scheduled jobs.
-        A shard that committed nothing since ``previous`` looked at it (its LMDB transaction id is the
-        same) keeps what ``previous`` saw: asking LMDB for that id costs a quarter of a look."""
+        With ``previous``, only the shards whose wake slot changed since it was taken are read again (every
+        commit that can raise a head writes its shard's slot, or slot 0 for all); the others keep what
+        ``previous`` saw, which stays an upper bound: heads only fall without a hint."""
         shards = self._live()
         if previous is not None and previous.allowed != allowed:
             previous = None
         while True:
+            slots = self._waker.slots()
+            if previous is not None and not _same_slot_layout(previous.slots, slots):
+                previous = None  # slot 0 changed (or a slot was first written, or unreadable): read all
+            if (
+                previous is not None
+                and slots == previous.slots
+                and not (previous.next_eta is not None and previous.next_eta <= now)
+            ):
+                return previous  # no hint since: what it saw still bounds every head
             count = len(shards)
-            view = _View(allowed, [None] * count, None, [0] * count, [None] * count)
+            view = _View(allowed, [None] * count, None, slots, [None] * count)
             due = []
             for shard in shards:
                 index = shard.index
-                txnid = shard.env.last_txnid()
-                if previous is not None and previous.txnids[index] == txnid:
+                at = SLOT * (index + 1)
+                if previous is not None and previous.slots[at : at + SLOT] == slots[at : at + SLOT]:  # type: ignore[index]
                     priority, eta = previous.priorities[index], previous.etas[index]
                 else:
                     head = shard.peek(now, allowed)
                     priority, eta = head.priority, head.next_eta
                 view.priorities[index] = priority
-                view.txnids[index] = txnid
                 view.etas[index] = eta
                 if eta is not None:
                     if eta <= now:
@@ -794,10 +817,10 @@ class Queue(FlowControl):
 
     def requeue(self, job_id: int) -> bool:
         """A failed job goes back to pending with its retries reset. -> False if it is not failed."""
-        job = self._job_shard(job_id)
-        if job is None or not job.requeue(self._clock(), job_id):
+        shard = self._job_shard(job_id)
+        if shard is None or not shard.requeue(self._clock(), job_id):
             return False
-        self._waker.notify()
+        self._waker.notify(shard.index)
         return True
 
     def cancel(self, job_id: int) -> bool:
@@ -990,6 +1013,16 @@ class Queue(FlowControl):
                 return
             except Exception:  # keep maintaining; the next round retries
                 logger.exception("background maintenance of %s failed", self.path)
+
+
+def _seconds(timeout: float | None) -> float | None:
+    return None if timeout is None else float(timeout)
+
+
+def _same_slot_layout(before: bytes | None, now: bytes | None) -> bool:
+    """Can shards be compared slot by slot? Both read, the same length (a first write to a slot grows the
+    file), and slot 0 ("any shard") unchanged."""
+    return before is not None and now is not None and len(before) == len(now) and before[:SLOT] == now[:SLOT]
 
 
 def _remember(valid: set[str], name: str) -> None:

@@ -9,6 +9,7 @@ from . import codec
 from .errors import InvalidJob
 from .events import JOB_SUCCEEDED
 from .job import State
+from .keys import shard_of
 from .shard import Claimed
 from .validate import check_number, describe_error
 
@@ -98,7 +99,7 @@ class Record:
             durable=q.sync,
         )
         self.finished = True
-        q._waker.notify()
+        q._waker.notify(shard_of(self.job_id))
         q._record_outcome(self.queue, self.name, False)
         q._emit_failure(self.job_id, self.queue, self.name, state, described[0])
         return state
@@ -108,7 +109,7 @@ class Record:
         q = self._queue
         q._shard(self.job_id).release(q._clock(), self.job_id, self._token)
         self.finished = True
-        q._waker.notify()
+        q._waker.notify(shard_of(self.job_id))
 
     def touch(self) -> float:
         """Extend the lease by ``lease_time`` from now. -> the new expiry (unix seconds)."""

@@ -41,6 +41,7 @@ from .codec import (
 )
 from .errors import QueueCorrupted, StoreFull
 from .job import STATE_CODE, STATES, Job, State
+from .jobspec import JobSpec
 from .keys import (
     QUEUE_SEP,
     id_from_key,
@@ -50,7 +51,6 @@ from .keys import (
     queue_prefix,
     ready_key,
     ready_key_parts,
-    ready_prefix,
     time_key,
     time_key_parts,
 )
@@ -78,16 +78,10 @@ CORRUPTED = "Corrupted"
 
 @dataclass(slots=True)
 class NewJobs:
-    """Validated jobs ready to be written: packed payloads that share the same options."""
+    """Jobs ready to be written: packed payloads that share one ``JobSpec``."""
 
     payloads: Sequence[bytes]
-    queue: str
-    name: str | None
-    priority: int
-    ready_at: float | None  # None: pending now; otherwise scheduled until then
-    max_retries: int
-    timeout: float | None
-    partition_key: Any
+    spec: JobSpec
     unique_key: bytes | None = None  # one payload only: if the key was seen, nothing is written
     unique_hit: bool = False  # set by enqueue(): the key was seen, the id returned is the earlier job's
 
@@ -322,9 +316,7 @@ class Shard:
         shard = self.index
         jobs_db, payloads_db, ready_db, sched_db = self.jobs, self.payloads, self.ready, self.sched
         inline_max = codec.INLINE_PAYLOAD_MAX
-        pack_record = codec.pack_record
         pack_id = _ID.pack
-        pack_time_key = _TIME_KEY.pack
         pack_ready_tail = _READY_TAIL.pack
 
         def txn_fn(txn: Any) -> tuple[list[int], bool]:
@@ -335,6 +327,7 @@ class Shard:
             wake = False
             count = 0
             for batch in batches:
+                spec = batch.spec
                 unique_key = batch.unique_key
                 if unique_key is not None:
                     seen = txn.get(unique_key, db=self.unique)
@@ -342,48 +335,26 @@ class Shard:
                     if seen is not None:
                         ids.append(_UNIQUE.unpack(seen)[0])
                         continue
-                ready_us = now_us if batch.ready_at is None else micros(batch.ready_at)
+                ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
                 scheduled = ready_us > now_us
-                # Field order: see codec.F_*. Per job only the ready time and the payload differ.
-                record = [
-                    SCHEDULED if scheduled else PENDING, batch.queue, batch.name, batch.priority, 0,
-                    batch.max_retries, now_us, ready_us, None, None, None, None,
-                    None, None, None, None, batch.timeout, batch.partition_key, 0, None, None, None,
-                ]  # fmt: skip
-                queue = batch.queue.encode()
-                prefix = ready_prefix(queue, batch.priority)  # + (ready time, id) = the ready key
-                name = _name_bytes(batch.name)
-                if (
-                    not wake
-                ):  # is the first job of this batch ahead of everything waiting? (the rest follow it)
-                    if scheduled:
-                        cursor = txn.cursor(db=sched_db)
-                        first_key = pack_time_key(ready_us, 0)
-                        wake = not cursor.first() or first_key < cursor.key()
-                    else:
-                        cursor = txn.cursor(db=ready_db)
-                        head = queue_prefix(queue)
-                        if cursor.set_range(head) and cursor.key().startswith(head):
-                            # New jobs sort after every waiting job of their priority: ahead only if higher.
-                            wake = prefix < cursor.key()[: len(prefix)]
-                        else:
-                            wake = True
-                for payload in batch.payloads:
+                prefix = spec.ready_prefix
+                if not wake:  # is the first job of this batch ahead of everything waiting? (the rest follow)
+                    wake = self._would_lead(txn, spec, scheduled, ready_us)
+                record, name = spec.record, spec.name_bytes
+                for packed in batch.payloads:
                     sequence = sequence + 1 if sequence >= now_us else now_us
                     job_id = (sequence << 8) | shard
                     key = pack_id(job_id)
-                    if len(payload) <= inline_max:
-                        record[F_PAYLOAD] = payload
-                    else:
-                        record[F_PAYLOAD] = None
-                        put(key, payload, db=payloads_db, append=True)
+                    payload: bytes | None = packed
+                    if len(packed) > inline_max:
+                        put(key, packed, db=payloads_db, append=True)
+                        payload = None
                     if scheduled:
-                        put(key, pack_record(record), db=jobs_db)
-                        put(pack_time_key(ready_us, job_id), b"", db=sched_db)
+                        put(key, record(True, now_us, ready_us, payload), db=jobs_db)
+                        put(_TIME_KEY.pack(ready_us, job_id), b"", db=sched_db)
                     else:
                         # Ready "time" = the sequence: it never steps back, so FIFO outlives clock steps.
-                        record[F_READY_AT] = sequence
-                        put(key, pack_record(record), db=jobs_db)
+                        put(key, record(False, now_us, sequence, payload), db=jobs_db)
                         put(prefix + pack_ready_tail(sequence, job_id), name, db=ready_db)
                     ids.append(job_id)
                     count += 1
@@ -401,6 +372,19 @@ class Shard:
             return ids, wake
 
         return self.env.write(txn_fn, durable=durable)
+
+    def _would_lead(self, txn: Any, spec: JobSpec, scheduled: bool, ready_us: int) -> bool:
+        """Would a new job of ``spec`` be its queue's next (or the earliest scheduled)? New jobs sort after
+        every waiting job of their priority, so it leads only an empty queue or one of lower priority."""
+        if scheduled:
+            cursor = txn.cursor(db=self.sched)
+            return not cursor.first() or _TIME_KEY.pack(ready_us, 0) < cursor.key()
+        cursor = txn.cursor(db=self.ready)
+        head = spec.queue_bytes + QUEUE_SEP
+        if cursor.set_range(head) and cursor.key().startswith(head):
+            prefix = spec.ready_prefix
+            return bool(prefix < cursor.key()[: len(prefix)])
+        return True
 
     # ------------------------------------------------------------------ claiming
 

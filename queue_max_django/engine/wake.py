@@ -1,10 +1,16 @@
 """Waking idle consumers, in this process and in others, without polling LMDB in a tight loop.
 
-After a commit that makes a job claimable, the producer writes one byte to the store's ``wake`` file. A
-consumer with nothing to do waits on an inotify watch of that file (Linux), so it wakes within tens of
-microseconds of a put from any process and burns no CPU while idle. A wake-up is only a hint: the consumer
+After a commit that makes a job claimable, the producer writes 8 bytes to the store's ``wake`` file: a value
+never written before, in the slot of the shard that changed (slot 0 when it could be any shard). A consumer
+with nothing to do waits on an inotify watch of that file (Linux), so it wakes within tens of microseconds of
+a put from any process and burns no CPU while idle. A busy consumer reads the slots (one ``pread``) to learn
+which shards it must look at again, instead of asking every shard. A wake-up is only a hint: the consumer
 re-checks the store, and every wait is bounded so a lost hint costs at most the wait's timeout. Where inotify
 is not available the waiter falls back to polling with backoff (0.5 ms doubling to 50 ms).
+
+Order matters, and both sides keep it: a producer writes its slot after its commit, and the write raises the
+inotify event; a consumer consumes the events first and reads the slots after. A slot read too early for a
+commit is followed by that commit's event, so the consumer looks again.
 """
 
 from __future__ import annotations
@@ -12,14 +18,21 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import itertools
 import os
 import select
+import struct
 import threading
 import time
 
 _IN_MODIFY = 0x00000002
 _IN_CLOEXEC = 0o2000000
 _IN_NONBLOCK = 0o4000
+SLOT = 8  # bytes per slot: slot 0 for "any shard", then one per shard
+_SLOT_VALUE = struct.Struct("<Q")
+# Shared by every Waker of the process (two Queues on one store must not write the same values), from a
+# random start (a process that gets a dead one's pid must not repeat its values either).
+_SERIAL = itertools.count(int.from_bytes(os.urandom(5), "big"))
 
 
 def _load_libc() -> ctypes.CDLL | None:
@@ -50,10 +63,12 @@ def watch(path: str) -> int | None:
 
 
 class Waker:
-    """One per ``Queue``: ``notify()`` after a commit; ``wait(timeout)`` in a consumer thread."""
+    """One per ``Queue``: ``notify(shard)`` after a commit; ``wait(timeout)`` in a consumer thread, and
+    ``slots()`` to see which shards were notified since an earlier ``slots()``."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, shards: int) -> None:
         self._path = path
+        self._size = SLOT * (shards + 1)
         self._lock = threading.Lock()
         self._local = threading.local()
         self._fds: set[int] = set()
@@ -63,14 +78,32 @@ class Waker:
 
     # -- producer side
 
-    def notify(self) -> None:
+    def notify(self, shard: int | None = None) -> None:
+        """Something in ``shard`` (None: in any shard) may have become claimable: wake the waiters and mark
+        the slot. The value written is unique to this process and write (pid, then a serial number), so a
+        reader comparing slots never mistakes a new hint for one it has seen."""
         fd = self._write_fd
         if fd is None or self._pid != os.getpid():
             fd = self._open_writer()
             if fd is None:
                 return
+        value = _SLOT_VALUE.pack((self._pid << 40 | next(_SERIAL) & 0xFF_FFFF_FFFF) & 0xFFFF_FFFF_FFFF_FFFF)
         with contextlib.suppress(OSError):  # a hint only: consumers' bounded waits cover a lost one
-            os.pwrite(fd, b"\x01", 0)
+            os.pwrite(fd, value, 0 if shard is None else SLOT * (shard + 1))
+
+    def slots(self) -> bytes | None:
+        """The slots as they are now (shorter while no hint reached the last slots), or None when the file
+        cannot be read: then nothing can be known unchanged. Call after ``changed()``, never before: see
+        the module's note on order."""
+        fd = self._write_fd
+        if fd is None or self._pid != os.getpid():
+            fd = self._open_writer()
+            if fd is None:
+                return None
+        try:
+            return os.pread(fd, self._size, 0)
+        except OSError:
+            return None
 
     def _open_writer(self) -> int | None:
         with self._lock:
@@ -80,7 +113,7 @@ class Waker:
                 self._reset_after_fork()
             if self._write_fd is None:
                 try:
-                    self._write_fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                    self._write_fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 except OSError:
                     return None
             return self._write_fd
@@ -105,17 +138,18 @@ class Waker:
     def changed(self) -> bool:
         """Did a hint arrive since this thread last waited or asked? True the first time a thread asks (its
         watch starts now: nothing before is known) and whenever hints are unavailable. Consumes the hints."""
-        fd: int | None = getattr(self._local, "fd", None)
-        if fd is None or self._local.pid != os.getpid():
+        local = self._local
+        fd: int | None = getattr(local, "fd", None)
+        if fd is None or local.pid != os.getpid():
             self._watch_fd()
             return True
+        if not local.poller.poll(0):  # no syscall error path: cheaper than a read that fails with EAGAIN
+            return False
         try:
             data = os.read(fd, 4096)
-        except BlockingIOError:
-            return False
         except OSError:
             return True
-        if data:
+        if len(data) == 4096:  # there may be more: consume it all (usually one 16-byte event is there)
             self._drain(fd)
         return True
 
@@ -133,6 +167,9 @@ class Waker:
                 os.close(new_fd)
                 return None
             self._fds.add(new_fd)
+        poller = select.poll()
+        poller.register(new_fd, select.POLLIN)
+        self._local.poller = poller
         self._local.fd = new_fd
         self._local.pid = os.getpid()
         return new_fd

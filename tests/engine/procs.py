@@ -188,9 +188,9 @@ def get_one(path: str) -> None:
         send([record.job_id, record.payload])
 
 
-def put_one(path: str, payload: Any) -> None:
+def put_one(path: str, payload: Any, options: dict[str, Any] | None = None) -> None:
     with _quiet(path) as q:
-        send(q.put(payload))
+        send(q.put(payload, **(options or {})))
 
 
 def drain(path: str, log_path: str, expected_done: int) -> None:

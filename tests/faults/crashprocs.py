@@ -8,7 +8,8 @@ import sys
 import time
 from typing import Any
 
-from queue_max_django.engine import Queue, codec
+from queue_max_django.engine import Queue
+from queue_max_django.engine.jobspec import JobSpec
 
 
 def _say(*message: Any) -> None:
@@ -20,18 +21,18 @@ def put_many_stopped_inside(path: str, batch: int, stop_after: int, sync: bool) 
     its write transaction, with that many records already written to it. Says "inside" then, to be
     killed."""
     q = Queue(path, shards=2, do_recover=False, do_vacuum=False, sync=sync)
-    real_pack = codec.pack_record
+    real_record = JobSpec.record
     packed = 0
 
-    def pack_record(record: list[Any]) -> bytes:
+    def record(spec: JobSpec, *args: Any) -> bytes:
         nonlocal packed
         packed += 1
         if packed > stop_after:
             _say("inside", packed - 1)
             time.sleep(3600)
-        return real_pack(record)
+        return real_record(spec, *args)
 
-    codec.pack_record = pack_record  # the shard looks it up at every enqueue
+    JobSpec.record = record  # type: ignore[method-assign]  # the shard encodes each new job's record with it
     q.put_many([{"batch": "killed", "i": i, "pad": "p" * 200} for i in range(batch)])
     _say("returned")
 

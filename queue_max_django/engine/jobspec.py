@@ -1,0 +1,93 @@
+"""``JobSpec``: the options one ``put``/``put_many`` gives its jobs, validated, with everything that does not
+change from job to job already encoded.
+
+A new job's record (see codec.F_*) differs from its neighbours' only in its two times and its payload, so
+the record is written as precomputed bytes around those three: one ``bytes.join`` per job instead of a
+msgpack encoding of a 22-field list. The bytes are ordinary msgpack (times as uint64, the payload as bin), so
+``codec.unpack_record`` reads them like any other record; tests check that both encodings decode the same.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+
+from .codec import F_PAYLOAD, RECORD_FIELDS
+from .job import STATE_CODE, State
+from .keys import ready_prefix
+
+_PENDING = STATE_CODE[State.PENDING]
+_SCHEDULED = STATE_CODE[State.SCHEDULED]
+_TIMES = struct.Struct(">BQBQ")  # enqueued at, ready at: two msgpack uint64 (0xcf)
+_UINT64 = 0xCF
+_NIL = b"\xc0"
+_BIN8, _BIN16 = b"\xc4", b"\xc5"
+_AFTER_PAYLOAD = _NIL * (RECORD_FIELDS - F_PAYLOAD - 1)
+
+
+class JobSpec:
+    """Validated options of new jobs (see ``Queue._job_options``) and their encoded parts."""
+
+    __slots__ = (
+        "_head_pending",
+        "_head_scheduled",
+        "_middle",
+        "max_retries",
+        "name",
+        "name_bytes",
+        "partition_key",
+        "priority",
+        "queue",
+        "queue_bytes",
+        "ready_at",
+        "ready_prefix",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        queue: str,
+        name: str | None,
+        priority: int,
+        ready_at: float | None,
+        max_retries: int,
+        timeout: float | None,
+        partition_key: Any,
+    ) -> None:
+        self.queue = queue
+        self.name = name
+        self.priority = priority
+        self.ready_at = ready_at  # None: pending at once; otherwise scheduled until then (unix seconds)
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.partition_key = partition_key
+        self.queue_bytes = queue.encode()
+        self.name_bytes = b"" if name is None else name.encode()  # the ready index entry's value
+        self.ready_prefix = ready_prefix(self.queue_bytes, priority)  # + (ready time, id) = the ready key
+        # The record of codec.F_*: [state, queue, name, priority, retries, max_retries] [enqueued, ready]
+        # [8 x None (started .. result), timeout, partition_key, attempts] [payload] [workers, errors].
+        packer = msgpack.Packer(use_bin_type=True, datetime=False)
+        fields = [queue, name, priority, 0, max_retries]
+        after_state = b"".join(packer.pack(value) for value in fields)
+        header = b"\xdc" + RECORD_FIELDS.to_bytes(2, "big")
+        self._head_pending = header + packer.pack(_PENDING) + after_state
+        self._head_scheduled = header + packer.pack(_SCHEDULED) + after_state
+        self._middle = _NIL * 8 + packer.pack(timeout) + packer.pack(partition_key) + packer.pack(0)
+
+    def record(self, scheduled: bool, enqueued_us: int, ready_us: int, payload: bytes | None) -> bytes:
+        """The stored record of a new job. ``payload``: packed and inline, or None (stored apart)."""
+        if payload is None:
+            inline = _NIL
+        elif len(payload) < 256:
+            inline = _BIN8 + len(payload).to_bytes(1, "big") + payload
+        else:  # INLINE_PAYLOAD_MAX keeps inline payloads far below bin16's 65,535
+            inline = _BIN16 + len(payload).to_bytes(2, "big") + payload
+        return b"".join((
+            self._head_scheduled if scheduled else self._head_pending,
+            _TIMES.pack(_UINT64, enqueued_us, _UINT64, ready_us),
+            self._middle,
+            inline,
+            _AFTER_PAYLOAD,
+        ))  # fmt: skip

@@ -1,0 +1,69 @@
+"""A new job's record is written as precomputed bytes (JobSpec.record): it must decode to exactly the
+record msgpack's encoder makes of the same fields, whatever the options and the payload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+from hypothesis import given
+from hypothesis import strategies as st
+
+from queue_max_django.engine import codec
+from queue_max_django.engine.job import STATE_CODE, State
+from queue_max_django.engine.jobspec import JobSpec
+from queue_max_django.engine.keys import PRIORITY_MAX, PRIORITY_MIN, ready_prefix
+
+names = st.text(min_size=1, max_size=40)
+options = st.fixed_dictionaries({
+    "queue": names,
+    "name": st.none() | names,
+    "priority": st.integers(PRIORITY_MIN, PRIORITY_MAX),
+    "ready_at": st.none() | st.floats(0, 2e9),
+    "max_retries": st.integers(0, 1000),
+    "timeout": st.none() | st.floats(0.001, 1e6),
+    "partition_key": (
+        st.none() | st.text(max_size=40) | st.integers(-(2**63), 2**64 - 1) | st.binary(max_size=40)
+    ),
+})  # fmt: skip
+times = st.integers(0, 2**64 - 1)
+payloads = st.none() | st.binary(max_size=codec.INLINE_PAYLOAD_MAX)
+
+
+def expected_record(
+    spec: dict[str, Any], scheduled: bool, enqueued: int, ready: int, payload: Any
+) -> list[Any]:
+    record: list[Any] = [None] * codec.RECORD_FIELDS
+    record[codec.F_STATE] = STATE_CODE[State.SCHEDULED if scheduled else State.PENDING]
+    record[codec.F_QUEUE] = spec["queue"]
+    record[codec.F_NAME] = spec["name"]
+    record[codec.F_PRIORITY] = spec["priority"]
+    record[codec.F_RETRIES] = 0
+    record[codec.F_MAX_RETRIES] = spec["max_retries"]
+    record[codec.F_ENQUEUED_AT] = enqueued
+    record[codec.F_READY_AT] = ready
+    record[codec.F_TIMEOUT] = spec["timeout"]
+    record[codec.F_PARTITION_KEY] = spec["partition_key"]
+    record[codec.F_ATTEMPTS] = 0
+    record[codec.F_PAYLOAD] = payload
+    return record
+
+
+@given(options, st.booleans(), times, times, payloads)
+def test_a_new_record_decodes_like_the_encoded_list(
+    spec: dict[str, Any], scheduled: bool, enqueued: int, ready: int, payload: bytes | None
+) -> None:
+    made = JobSpec(**spec).record(scheduled, enqueued, ready, payload)
+    expected = expected_record(spec, scheduled, enqueued, ready, payload)
+
+    assert codec.unpack_record(made, 1) == expected
+    assert msgpack.unpackb(made, raw=False, strict_map_key=False) == msgpack.unpackb(
+        codec.pack_record(expected), raw=False, strict_map_key=False
+    )
+
+
+def test_the_ready_prefix_and_index_value_come_from_the_options() -> None:
+    spec = JobSpec("emails", "send", 7, None, 3, None, None)
+    assert spec.ready_prefix == ready_prefix(b"emails", 7)
+    assert spec.name_bytes == b"send"
+    assert JobSpec("emails", None, 0, None, 3, None, None).name_bytes == b""

@@ -1,0 +1,132 @@
+"""The wake file's slots: every commit that can raise a queue head marks its shard's slot, and a consumer
+re-reads only the shards whose slot changed. What must hold whoever writes: a consumer busy with one shard
+never passes over a higher-priority job put into another shard by another ``Queue`` or another process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from queue_max_django.engine import Queue, keys
+from queue_max_django.engine.store import WAKE_FILE
+from queue_max_django.engine.wake import SLOT
+from tests.engine import procs
+from tests.engine.conftest import FakeClock, open_queue
+from tests.engine.procs import Children
+from tests.engine.test_contract_records import partition_keys_for_distinct_shards
+
+
+def slots_on_disk(path: Path, shards: int = 6) -> list[bytes]:
+    data = (path / WAKE_FILE).read_bytes().ljust(SLOT * (shards + 1), b"\0")
+    return [data[i : i + SLOT] for i in range(0, SLOT * (shards + 1), SLOT)]
+
+
+@pytest.mark.contract
+@pytest.mark.rule_wake
+def test_a_put_that_leads_its_queue_marks_only_its_shards_slot(
+    store_path: Path, clock: FakeClock, tmp_path: Path
+) -> None:
+    """rule_wake: a job that becomes its queue's head writes its own shard's slot on disk; one queued behind
+    it writes nothing (no consumer can be waiting for it)."""
+    key = partition_keys_for_distinct_shards(tmp_path, 1)[0]
+    with open_queue(store_path, clock) as q:
+        before = slots_on_disk(store_path)
+        first = q.put("head", partition_key=key)
+        after_head = slots_on_disk(store_path)
+        q.put("behind", partition_key=key)
+        after_behind = slots_on_disk(store_path)
+        q.put("urgent", partition_key=key, priority=5)
+        after_urgent = slots_on_disk(store_path)
+
+    shard_slot = keys.shard_of(first) + 1
+    changed = [i for i in range(7) if before[i] != after_head[i]]
+    assert changed == [shard_slot]
+    assert after_behind == after_head
+    assert [i for i in range(7) if after_behind[i] != after_urgent[i]] == [shard_slot]
+
+
+@pytest.mark.contract
+@pytest.mark.rule_wake
+def test_two_queues_of_one_process_never_write_the_same_slot_value(store_path: Path, tmp_path: Path) -> None:
+    """rule_wake: hints from two ``Queue`` objects in one process differ, or one would hide the other."""
+    key = partition_keys_for_distinct_shards(tmp_path, 1)[0]
+    values = []
+    with open_queue(store_path) as a, open_queue(store_path) as b:
+        for q in (a, b, a, b):
+            job = q.put("x", partition_key=key)  # the queue is empty: this job leads it
+            values.append(slots_on_disk(store_path)[keys.shard_of(job) + 1])
+            q.get(0).ack()
+    assert len(set(values)) == 4
+
+
+@pytest.mark.contract
+@pytest.mark.rule_priority
+def test_a_busy_consumer_sees_a_higher_priority_job_put_by_another_queue(
+    store_path: Path, tmp_path: Path
+) -> None:
+    """rule_priority: the consumer's view of the other shards is refreshed by another Queue's hint."""
+    home, other = partition_keys_for_distinct_shards(tmp_path, 2)
+    with open_queue(store_path) as consumer, open_queue(store_path) as producer:
+        producer.put("low 1", partition_key=home)
+        producer.put("low 2", partition_key=home)
+        assert consumer.get(0).payload == "low 1"  # the consumer's view: only `home` holds jobs
+        producer.put("urgent", priority=50, partition_key=other)
+
+        assert consumer.get(0).payload == "urgent"
+        assert consumer.get(0).payload == "low 2"
+
+
+@pytest.mark.contract
+@pytest.mark.rule_priority
+def test_a_busy_consumer_sees_a_higher_priority_job_put_by_another_process(
+    store_path: Path, tmp_path: Path, children: Children
+) -> None:
+    """rule_priority: the same across processes: the child's put marks its shard's slot."""
+    home, other = partition_keys_for_distinct_shards(tmp_path, 2)
+    with open_queue(store_path) as consumer:
+        consumer.put("low 1", partition_key=home)
+        consumer.put("low 2", partition_key=home)
+        assert consumer.get(0).payload == "low 1"
+        options = {"priority": 50, "partition_key": other}
+        child = children.start(procs.put_one, str(store_path), "urgent", options)
+        child.recv()
+        procs.finish(child)
+
+        assert consumer.get(0).payload == "urgent"
+        assert consumer.get(0).payload == "low 2"
+
+
+@pytest.mark.contract
+@pytest.mark.rule_priority
+def test_a_retry_or_release_in_another_queue_is_seen_by_a_busy_consumer(
+    store_path: Path, tmp_path: Path
+) -> None:
+    """rule_priority: a nack (immediate retry) and a release raise a head too, and mark their shard."""
+    home, other = partition_keys_for_distinct_shards(tmp_path, 2)
+    with open_queue(store_path) as consumer, open_queue(store_path) as worker:
+        worker.put("urgent", priority=50, partition_key=other)
+        held = worker.get(0)
+        consumer.put("low 1", partition_key=home)
+        consumer.put("low 2", partition_key=home)
+        assert consumer.get(0).payload == "low 1"
+        held.nack("try again", delay=0)
+        assert consumer.get(0).payload == "urgent"
+
+        again = worker.get(0)
+        assert again.payload == "low 2"
+        again.release()
+        assert consumer.get(0).payload == "low 2"
+
+
+def test_a_store_whose_wake_file_is_short_still_serves_every_shard(store_path: Path, tmp_path: Path) -> None:
+    """A wake file written by no hint yet (or by an older version: one byte) has no slots to compare:
+    the consumer reads every shard instead of trusting a view it cannot check."""
+    home, other = partition_keys_for_distinct_shards(tmp_path, 2)
+    with Queue(store_path, do_recover=False, do_vacuum=False) as q:
+        q.put("low", partition_key=home)
+        (store_path / WAKE_FILE).write_bytes(b"\x01")
+        assert q.get(0).payload == "low"
+        q.put("urgent", priority=9, partition_key=other)
+        (store_path / WAKE_FILE).write_bytes(b"\x02")
+        assert q.get(0).payload == "urgent"
