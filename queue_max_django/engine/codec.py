@@ -7,6 +7,7 @@ positions are the ``F_*`` constants below; new fields are only ever appended, so
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
@@ -62,19 +63,44 @@ def pack_value(value: Any, *, what: str, limit: int) -> bytes:
     """Encode a user value (payload or result), refusing what msgpack cannot encode or what is too big."""
     packer = _packer()
     try:
-        data = packer.pack(value)
+        data: bytes = packer.pack(value)
     except (TypeError, ValueError, OverflowError) as exc:
         packer.reset()
-        raise PayloadNotSerializable(
-            f"the {what} cannot be stored: {exc}. Use msgpack data only (None, bool, int, float, str, "
-            f"bytes, and lists/dicts of those)."
-        ) from exc
+        raise _not_serializable(what, exc) from exc
     if len(data) > limit:
-        raise PayloadTooLarge(
-            f"the {what} is {len(data):,} bytes encoded, over the limit of {limit:,} bytes "
-            f"(max_payload_bytes). Store large data elsewhere and pass a reference."
-        )
-    return bytes(data)
+        raise _too_large(what, len(data), limit)
+    return data
+
+
+def pack_values(values: Iterable[Any], *, what: str, limit: int) -> list[bytes]:
+    """``pack_value`` of each value (a batch's payloads): one packer for them all."""
+    packer = _packer()
+    pack = packer.pack
+    out = []
+    for value in values:
+        try:
+            data = pack(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            packer.reset()
+            raise _not_serializable(what, exc) from exc
+        if len(data) > limit:
+            raise _too_large(what, len(data), limit)
+        out.append(data)
+    return out
+
+
+def _not_serializable(what: str, exc: Exception) -> PayloadNotSerializable:
+    return PayloadNotSerializable(
+        f"the {what} cannot be stored: {exc}. Use msgpack data only (None, bool, int, float, str, bytes, "
+        f"and lists/dicts of those)."
+    )
+
+
+def _too_large(what: str, size: int, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"the {what} is {size:,} bytes encoded, over the limit of {limit:,} bytes (max_payload_bytes). "
+        f"Store large data elsewhere and pass a reference."
+    )
 
 
 def unpack_value(data: bytes) -> Any:

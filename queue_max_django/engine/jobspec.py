@@ -2,14 +2,16 @@
 change from job to job already encoded.
 
 A new job's record (see codec.F_*) differs from its neighbours' only in its two times and its payload, so
-the record is written as precomputed bytes around those three: one ``bytes.join`` per job instead of a
-msgpack encoding of a 22-field list. The bytes are ordinary msgpack (times as uint64, the payload as bin), so
-``codec.unpack_record`` reads them like any other record; tests check that both encodings decode the same.
+the record is written as precomputed bytes around those three: one ``bytes.join`` per job (for a whole
+batch in one call) instead of a msgpack encoding of a 22-field list. The bytes are ordinary msgpack (times
+as uint64, the payload as bin), so ``codec.unpack_record`` reads them like any other record; tests check
+that both encodings decode the same.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
@@ -23,7 +25,8 @@ _SCHEDULED = STATE_CODE[State.SCHEDULED]
 _TIMES = struct.Struct(">BQBQ")  # enqueued at, ready at: two msgpack uint64 (0xcf)
 _UINT64 = 0xCF
 _NIL = b"\xc0"
-_BIN8, _BIN16 = b"\xc4", b"\xc5"
+_BIN8_HEADERS = [b"\xc4" + bytes([n]) for n in range(256)]  # msgpack bin 8 of n bytes
+_BIN16 = b"\xc5"
 _AFTER_PAYLOAD = _NIL * (RECORD_FIELDS - F_PAYLOAD - 1)
 
 
@@ -77,17 +80,35 @@ class JobSpec:
         self._middle = _NIL * 8 + packer.pack(timeout) + packer.pack(partition_key) + packer.pack(0)
 
     def record(self, scheduled: bool, enqueued_us: int, ready_us: int, payload: bytes | None) -> bytes:
-        """The stored record of a new job. ``payload``: packed and inline, or None (stored apart)."""
-        if payload is None:
-            inline = _NIL
-        elif len(payload) < 256:
-            inline = _BIN8 + len(payload).to_bytes(1, "big") + payload
-        else:  # INLINE_PAYLOAD_MAX keeps inline payloads far below bin16's 65,535
-            inline = _BIN16 + len(payload).to_bytes(2, "big") + payload
+        """``records`` of one job (the single put's path: no lists)."""
         return b"".join((
             self._head_scheduled if scheduled else self._head_pending,
             _TIMES.pack(_UINT64, enqueued_us, _UINT64, ready_us),
             self._middle,
-            inline,
+            _bin_header(payload),
+            payload or b"",
             _AFTER_PAYLOAD,
         ))  # fmt: skip
+
+    def records(
+        self, scheduled: bool, enqueued_us: int, ready_us: Iterable[int], payloads: Iterable[bytes | None]
+    ) -> list[bytes]:
+        """The stored records of new jobs, one per (ready time, payload). A payload is packed and inline,
+        or None (stored apart, in the payloads database)."""
+        head = self._head_scheduled if scheduled else self._head_pending
+        middle, pack_times, join = self._middle, _TIMES.pack, b"".join
+        return [
+            join((head, pack_times(_UINT64, enqueued_us, _UINT64, ready), middle, _bin_header(payload),
+                  payload or b"", _AFTER_PAYLOAD))
+            for ready, payload in zip(ready_us, payloads, strict=True)
+        ]  # fmt: skip
+
+
+def _bin_header(payload: bytes | None) -> bytes:
+    """The msgpack header of ``payload`` as a bin value (nil for None)."""
+    if payload is None:
+        return _NIL
+    size = len(payload)
+    if size < 256:
+        return _BIN8_HEADERS[size]
+    return _BIN16 + size.to_bytes(2, "big")  # INLINE_PAYLOAD_MAX keeps inline payloads below 65,536

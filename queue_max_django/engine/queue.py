@@ -41,7 +41,7 @@ from .jobspec import JobSpec
 from .keys import MAX_SHARDS, PRIORITY_MAX, PRIORITY_MIN, shard_of
 from .record import Record
 from .retry import backoff_delay
-from .shard import CorruptedJobQuarantined, Listed, NewJobs, Outranked, Recovered, Shard
+from .shard import CorruptedJobQuarantined, Listed, NewJobs, Recovered, Shard
 from .store import (
     CONTROL_DB_NAMES,
     CONTROL_DIR,
@@ -422,8 +422,7 @@ class Queue(FlowControl):
 
     def _put_batch(self, shard: int, payloads: Iterable[Any], spec: JobSpec) -> list[int]:
         shards = self._live()
-        pack = self._pack_payload
-        packed = [pack(payload) for payload in payloads]
+        packed = codec.pack_values(payloads, what="payload", limit=self.max_payload_bytes)
         if not packed:
             return []
         ids, wake = shards[shard].enqueue(self._clock(), [NewJobs(packed, spec)], durable=self.sync)
@@ -567,10 +566,9 @@ class Queue(FlowControl):
                     f"job {exc.job_id} could not be delivered: {exc.reason}. It was moved to the dead "
                     f"letters (error type 'Corrupted'); the queue goes on with the other jobs."
                 ) from None
-            if isinstance(outcome, list) and outcome:
-                priorities[best] = outcome[-1].record[codec.F_PRIORITY]  # what is left there is not higher
-                return [Record(self, claimed) for claimed in outcome], view.next_eta
-            priorities[best] = None if not isinstance(outcome, Outranked) else outcome.priority
+            claimed, priorities[best] = outcome  # that shard's head now, exactly: it was read in the claim
+            if claimed:
+                return [Record(self, job) for job in claimed], view.next_eta
         local.view = None
         return [], view.next_eta
 

@@ -8,6 +8,7 @@ that mentions it change in the same write transaction (invariant 1).
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -318,6 +319,7 @@ class Shard:
         inline_max = codec.INLINE_PAYLOAD_MAX
         pack_id = _ID.pack
         pack_ready_tail = _READY_TAIL.pack
+        pack_time_key = _TIME_KEY.pack
 
         def txn_fn(txn: Any) -> tuple[list[int], bool]:
             put = txn.put
@@ -325,7 +327,7 @@ class Shard:
             sequence, total = _COUNTERS.unpack(raw) if raw is not None else (0, 0)
             ids: list[int] = []
             wake = False
-            count = 0
+            total_new = 0
             for batch in batches:
                 spec = batch.spec
                 unique_key = batch.unique_key
@@ -335,34 +337,68 @@ class Shard:
                     if seen is not None:
                         ids.append(_UNIQUE.unpack(seen)[0])
                         continue
+                payloads: Sequence[bytes | None] = batch.payloads
+                count = len(payloads)
+                if not count:
+                    continue
                 ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
                 scheduled = ready_us > now_us
-                prefix = spec.ready_prefix
                 if not wake:  # is the first job of this batch ahead of everything waiting? (the rest follow)
                     wake = self._would_lead(txn, spec, scheduled, ready_us)
-                record, name = spec.record, spec.name_bytes
-                for packed in batch.payloads:
+                if count == 1:  # a single put: the same writes as below, without building lists
                     sequence = sequence + 1 if sequence >= now_us else now_us
-                    job_id = (sequence << 8) | shard
+                    job_id = sequence << 8 | shard
                     key = pack_id(job_id)
-                    payload: bytes | None = packed
-                    if len(packed) > inline_max:
-                        put(key, packed, db=payloads_db, append=True)
+                    payload = payloads[0]
+                    if len(payload) > inline_max:  # type: ignore[arg-type]
+                        put(key, payload, db=payloads_db, append=True)
                         payload = None
                     if scheduled:
-                        put(key, record(True, now_us, ready_us, payload), db=jobs_db)
-                        put(_TIME_KEY.pack(ready_us, job_id), b"", db=sched_db)
+                        put(key, spec.record(True, now_us, ready_us, payload), db=jobs_db)
+                        put(pack_time_key(ready_us, job_id), b"", db=sched_db)
                     else:
-                        # Ready "time" = the sequence: it never steps back, so FIFO outlives clock steps.
-                        put(key, record(False, now_us, sequence, payload), db=jobs_db)
-                        put(prefix + pack_ready_tail(sequence, job_id), name, db=ready_db)
+                        put(key, spec.record(False, now_us, sequence, payload), db=jobs_db)
+                        put(
+                            spec.ready_prefix + pack_ready_tail(sequence, job_id),
+                            spec.name_bytes,
+                            db=ready_db,
+                        )
                     ids.append(job_id)
-                    count += 1
+                    total_new += 1
+                    if unique_key is not None:
+                        put(unique_key, _UNIQUE.pack(job_id, now_us), db=self.unique)
+                    continue
+                first = sequence + 1 if sequence >= now_us else now_us
+                sequence = first + count - 1
+                sequences = range(first, sequence + 1)
+                job_ids = [s << 8 | shard for s in sequences]
+                keys = list(map(pack_id, job_ids))
+                if max(map(len, batch.payloads)) > inline_max:  # big payloads live apart, written once
+                    payloads = [None if len(p) > inline_max else p for p in batch.payloads]
+                    for key, packed in zip(keys, batch.payloads, strict=True):
+                        if len(packed) > inline_max:
+                            put(key, packed, db=payloads_db, append=True)
+                if scheduled:
+                    records = spec.records(True, now_us, itertools.repeat(ready_us, count), payloads)
+                    entries = [(pack_time_key(ready_us, job_id), b"") for job_id in job_ids]
+                    index_db = sched_db
+                else:
+                    # Ready "time" = the sequence: it never steps back, so FIFO outlives clock steps.
+                    records = spec.records(False, now_us, sequences, payloads)
+                    prefix, name = spec.ready_prefix, spec.name_bytes
+                    entries = [(prefix + pack_ready_tail(s, job_id), name)
+                               for s, job_id in zip(sequences, job_ids, strict=True)]  # fmt: skip
+                    index_db = ready_db
+                # One C call per database for the whole batch: half the cost of a put() each.
+                txn.cursor(db=jobs_db).putmulti(zip(keys, records, strict=True))
+                txn.cursor(db=index_db).putmulti(entries)
+                ids.extend(job_ids)
+                total_new += count
                 if unique_key is not None:
                     put(unique_key, _UNIQUE.pack(ids[-1], now_us), db=self.unique)
-            put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + count), db=jobs_db)
+            put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + total_new), db=jobs_db)
             limit = self.env.put_limit_pages
-            if limit is not None and count and self.env.pages_in_use(txn) > limit:
+            if limit is not None and total_new and self.env.pages_in_use(txn) > limit:
                 max_size = self.env.options.map_size_max
                 raise StoreFull(
                     f"the shard at {self.env.path!r} is full: its jobs take all of map_size_max={max_size:,} "
@@ -548,16 +584,18 @@ class Shard:
         worker: str | None = None,
         *,
         limit: int,
-    ) -> list[Claimed] | Outranked:
+    ) -> tuple[list[Claimed], int | None]:
         """Take up to ``limit`` next jobs of this shard (pending -> running, a fresh lease and the claim
         token), in claim order, in ONE transaction; stops before a job below ``min_priority`` (the best
-        priority another shard may hold: ``Outranked`` says what this shard's head is if that is the first
-        one, and the caller looks again). A corrupted job met on the way is quarantined; if it came first,
-        ``CorruptedJobQuarantined`` is raised (the jobs before it are claimed and returned otherwise)."""
+        priority another shard may hold). -> (the claimed jobs, possibly none; the priority of this shard's
+        next job among ``queues`` after them, None if there is none): with nothing claimed and a priority,
+        the claim was outranked and the caller looks again. A corrupted job met on the way is quarantined;
+        if it came first, ``CorruptedJobQuarantined`` is raised (the jobs before it are claimed and returned
+        otherwise)."""
         now_us = micros(now)
         lease_us = micros(now + lease_time)
 
-        def txn_fn(txn: Any) -> list[Claimed] | Outranked | CorruptedJobQuarantined:
+        def txn_fn(txn: Any) -> tuple[list[Claimed], int | None] | CorruptedJobQuarantined:
             claimed: list[Claimed] = []
             cursor = txn.cursor(db=self.ready)
             heads = self._queue_heads(cursor, queues)  # [order, key, prefix] of each queue's next job
@@ -567,17 +605,19 @@ class Shard:
                 step = self._claim_step(txn, key, now_us, lease_us, token, min_priority, worker)
                 if isinstance(step, Claimed):
                     claimed.append(step)
-                elif not isinstance(step, StrayEntry):
-                    if claimed:
-                        break  # outranked or quarantined after some claims: keep those
-                    return step
+                elif isinstance(step, Outranked):
+                    return claimed, step.priority
+                elif isinstance(step, CorruptedJobQuarantined):
+                    if not claimed:
+                        return step
+                    break  # keep the claims made before it; what follows is re-read by the next claim
                 # The key is gone (claimed or stray): that queue's next job is the next key of its range.
                 if cursor.set_range(key) and cursor.key().startswith(prefix):
                     following = cursor.key()
                     head[0], head[1] = following[len(prefix) :], following
                 else:
                     heads.remove(head)
-            return claimed
+            return claimed, (ready_key_parts(min(heads)[1])[1] if heads else None)
 
         outcome = self.env.write(txn_fn)
         if isinstance(outcome, CorruptedJobQuarantined):

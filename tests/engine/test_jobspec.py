@@ -1,4 +1,4 @@
-"""A new job's record is written as precomputed bytes (JobSpec.record): it must decode to exactly the
+"""A new job's record is written as precomputed bytes (JobSpec.records): it must decode to exactly the
 record msgpack's encoder makes of the same fields, whatever the options and the payload."""
 
 from __future__ import annotations
@@ -49,17 +49,19 @@ def expected_record(
     return record
 
 
-@given(options, st.booleans(), times, times, payloads)
-def test_a_new_record_decodes_like_the_encoded_list(
-    spec: dict[str, Any], scheduled: bool, enqueued: int, ready: int, payload: bytes | None
+@given(options, st.booleans(), times, st.lists(st.tuples(times, payloads), min_size=1, max_size=5))
+def test_new_records_decode_like_the_encoded_lists(
+    spec: dict[str, Any], scheduled: bool, enqueued: int, jobs: list[tuple[int, bytes | None]]
 ) -> None:
-    made = JobSpec(**spec).record(scheduled, enqueued, ready, payload)
-    expected = expected_record(spec, scheduled, enqueued, ready, payload)
+    made = JobSpec(**spec).records(scheduled, enqueued, [r for r, _ in jobs], [p for _, p in jobs])
 
-    assert codec.unpack_record(made, 1) == expected
-    assert msgpack.unpackb(made, raw=False, strict_map_key=False) == msgpack.unpackb(
-        codec.pack_record(expected), raw=False, strict_map_key=False
-    )
+    assert len(made) == len(jobs)
+    for data, (ready, payload) in zip(made, jobs, strict=True):
+        expected = expected_record(spec, scheduled, enqueued, ready, payload)
+        assert codec.unpack_record(data, 1) == expected
+        assert msgpack.unpackb(data, raw=False, strict_map_key=False) == msgpack.unpackb(
+            codec.pack_record(expected), raw=False, strict_map_key=False
+        )
 
 
 def test_the_ready_prefix_and_index_value_come_from_the_options() -> None:

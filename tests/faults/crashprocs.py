@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from queue_max_django.engine import Queue
-from queue_max_django.engine.jobspec import JobSpec
+from queue_max_django.engine.store import Env
 
 
 def _say(*message: Any) -> None:
@@ -17,22 +17,40 @@ def _say(*message: Any) -> None:
 
 
 def put_many_stopped_inside(path: str, batch: int, stop_after: int, sync: bool) -> None:
-    """One ``put_many`` of ``batch`` jobs that stops for good after packing ``stop_after`` records: inside
+    """One ``put_many`` of ``batch`` jobs that stops for good after writing ``stop_after`` records: inside
     its write transaction, with that many records already written to it. Says "inside" then, to be
-    killed."""
+    killed. (The engine writes a batch's records with one ``Cursor.putmulti``; this child's transactions
+    hand out cursors whose ``putmulti`` writes the first ``stop_after`` items one by one, then stops.)"""
     q = Queue(path, shards=2, do_recover=False, do_vacuum=False, sync=sync)
-    real_record = JobSpec.record
-    packed = 0
+    real_write = Env.write
 
-    def record(spec: JobSpec, *args: Any) -> bytes:
-        nonlocal packed
-        packed += 1
-        if packed > stop_after:
-            _say("inside", packed - 1)
+    class StoppingCursor:
+        def __init__(self, cursor: Any) -> None:
+            self._cursor = cursor
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._cursor, name)
+
+        def putmulti(self, items: Any) -> None:
+            for key, value in list(items)[:stop_after]:
+                self._cursor.put(key, value)
+            _say("inside", stop_after)
             time.sleep(3600)
-        return real_record(spec, *args)
 
-    JobSpec.record = record  # type: ignore[method-assign]  # the shard encodes each new job's record with it
+    class StoppingTxn:
+        def __init__(self, txn: Any) -> None:
+            self._txn = txn
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._txn, name)
+
+        def cursor(self, db: Any = None) -> Any:
+            return StoppingCursor(self._txn.cursor(db=db))
+
+    def write(env: Env, fn: Any, *, durable: bool = False) -> Any:
+        return real_write(env, lambda txn: fn(StoppingTxn(txn)), durable=durable)
+
+    Env.write = write  # type: ignore[method-assign]
     q.put_many([{"batch": "killed", "i": i, "pad": "p" * 200} for i in range(batch)])
     _say("returned")
 
