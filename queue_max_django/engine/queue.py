@@ -556,6 +556,8 @@ class Queue(FlowControl):
                     runner_up = priority
             if best < 0:
                 return [], view.next_eta
+            env = shards[best].env
+            waited = env.waited_writes
             try:
                 outcome = shards[best].claim_many(
                     now, allowed, self.lease_time, os.urandom(16), runner_up, self.worker_id, limit=limit
@@ -567,6 +569,8 @@ class Queue(FlowControl):
                     f"letters (error type 'Corrupted'); the queue goes on with the other jobs."
                 ) from None
             claimed, priorities[best] = outcome  # that shard's head now, exactly: it was read in the claim
+            if env.waited_writes != waited and count > 1:
+                local.base += self._rng.randrange(1, count)  # someone else writes here: prefer another shard
             if claimed:
                 return [Record(self, job) for job in claimed], view.next_eta
         local.view = None
@@ -576,7 +580,9 @@ class Queue(FlowControl):
         """Where this consumer thread looks first among shards of equal priority. Each thread has its own
         shard and stays on it for a run of claims before moving to the next, so that concurrent consumers
         (threads or processes) mostly write to different shards instead of queueing on one write lock, and
-        no shard waits longer than ``count`` runs."""
+        no shard waits longer than ``count`` runs. A claim that had to wait for the shard's write lock
+        moves the thread to a random other shard (``_claim_best``): consumers that drift onto one shard
+        part again."""
         base = getattr(local, "base", None)
         if base is None:
             # Consecutive worker processes have consecutive pids, and each thread of a process takes the

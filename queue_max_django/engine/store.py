@@ -20,6 +20,7 @@ import json
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -54,6 +55,7 @@ CONTROL_DB_NAMES = (
 )
 
 T = TypeVar("T")
+WRITE_WAIT_NOTICED = 20e-6  # a write transaction's begin() slower than this waited for another writer
 
 
 def shard_dir(root: str, shard: int) -> str:
@@ -218,6 +220,9 @@ class Env:
         self.pid = os.getpid()
         self.refs = 0
         self._gate = _Gate()
+        # Write transactions that waited for the write lock (another thread or process was writing here):
+        # consumers move to another shard when theirs is contended. A hint: increments may race.
+        self.waited_writes = 0
         try:
             _private_dir(path)
         except OSError as exc:
@@ -283,7 +288,10 @@ class Env:
         while True:
             gate.enter()
             try:
+                began = time.perf_counter()
                 with self.env.begin(write=True) as txn:
+                    if time.perf_counter() - began > WRITE_WAIT_NOTICED:
+                        self.waited_writes += 1
                     result = fn(txn)
                 if durable and not self.options.sync:
                     self.env.sync(True)
