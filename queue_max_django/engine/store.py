@@ -150,47 +150,41 @@ class EnvOptions:
 
 class _Gate:
     """Many transactions at once, or one map resize alone (LMDB: resize only with no transaction open in
-    the process). Entering and leaving cost one uncontended lock each: this is on every transaction."""
+    the process). This is on every transaction, so entering and leaving take no lock: a transaction appends a
+    token to ``_inside`` and then reads ``_resizing``; a resize sets ``_resizing`` and then waits for
+    ``_inside`` to empty. Under CPython's GIL those steps are atomic and happen in program order, so either
+    the transaction sees the resize coming (and backs out to wait for it) or the resize sees the transaction
+    (and waits for it to leave)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._active = 0
+        self._inside: list[None] = []
         self._resizing = False
+        self._resize_lock = threading.Lock()  # one resize at a time
         self._open = threading.Event()
         self._open.set()
-        self._idle = threading.Event()
 
     def enter(self) -> None:
+        inside = self._inside
         while True:
-            with self._lock:
-                if not self._resizing:
-                    self._active += 1
-                    return
+            inside.append(None)
+            if not self._resizing:
+                return
+            inside.pop()
             self._open.wait()
 
     def leave(self) -> None:
-        with self._lock:
-            self._active -= 1
-            if self._resizing and self._active == 0:
-                self._idle.set()
+        self._inside.pop()
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        while True:
-            with self._lock:
-                if not self._resizing:
-                    self._resizing = True
-                    self._open.clear()
-                    self._idle.clear()
-                    idle = self._active == 0
-                    break
-            self._open.wait()
-        if not idle:
-            self._idle.wait()
-        try:
-            yield
-        finally:
-            with self._lock:
+        with self._resize_lock:
+            self._open.clear()
+            self._resizing = True
+            try:
+                while self._inside:  # transactions of other threads finishing: resizes are rare
+                    time.sleep(0.0001)
+                yield
+            finally:
                 self._resizing = False
                 self._open.set()
 

@@ -349,6 +349,42 @@ def test_map_grows_while_two_processes_write_and_read(
         assert q.verify() == []
 
 
+@pytest.mark.inv_4
+def test_map_grows_while_threads_of_one_process_are_inside_transactions(store_path: Path) -> None:
+    """inv_4: a map resize waits for every transaction of the process to leave and keeps new ones out
+    (LMDB resizes only with no transaction open): 4 threads putting 2 KiB payloads and 2 threads
+    claiming and acknowledging, on the smallest map, lose nothing and leave a consistent store."""
+    count, size = 600, 2048
+    errors: list[BaseException] = []
+    with opened(store_path, shards=1, map_size=1 << 20) as q:
+
+        def produce(tag: int) -> None:
+            try:
+                for n in range(count):
+                    q.put({"tag": tag, "n": n, "blob": bytes([n % 256]) * size})
+            except BaseException as exc:  # reported by the assertion below
+                errors.append(exc)
+
+        def consume() -> None:
+            try:
+                for _ in range(count):
+                    q.get(timeout=procs.CHILD_TIMEOUT).ack()
+            except BaseException as exc:  # reported by the assertion below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=produce, args=(tag,)) for tag in range(4)]
+        threads += [threading.Thread(target=consume) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(procs.CHILD_TIMEOUT)
+        assert errors == []
+        stats = q.stats()
+        assert (stats["total"], stats["done"], stats["pending"]) == (4 * count, 2 * count, 2 * count)
+        assert q._envs[0].env.info()["map_size"] >= 8 << 20  # grew at least three times meanwhile
+        assert q.verify() == []
+
+
 @pytest.mark.slow
 @pytest.mark.inv_4
 def test_store_opens_while_another_process_grows_the_map(
