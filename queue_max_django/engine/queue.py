@@ -386,17 +386,24 @@ class Queue(FlowControl):
             if partition_key is not None:  # the key must route the job, or another shard would not know it
                 raise InvalidJob("give unique_key or partition_key, not both")
             partition_key = unique_key  # one key, one shard: the check and the write meet there
-        job = NewJobs((self._pack_payload(payload),), spec, unique)
+        packed = self._pack_payload(payload)
+        unique_hit = False
         if self.sync:
             index = self._route_durable(partition_key)
+            job = NewJobs((packed,), spec, unique)
             job_id, wake = self._committers[index].submit([job])[0]
+            unique_hit = job.unique_hit
+        elif unique is None:
+            index = self._route(partition_key)
+            job_id, wake = shards[index].put_one(now, packed, spec)
         else:
             index = self._route(partition_key)
+            job = NewJobs((packed,), spec, unique)
             ids, wake = shards[index].enqueue(now, [job])
-            job_id = ids[0]
+            job_id, unique_hit = ids[0], job.unique_hit
         if wake:
             self._waker.notify(index)
-        if self._watching and not job.unique_hit:
+        if self._watching and not unique_hit:
             self._after_put([job_id], queue, name)
         return job_id
 

@@ -345,24 +345,9 @@ class Shard:
                 scheduled = ready_us > now_us
                 if not wake:  # is the first job of this batch ahead of everything waiting? (the rest follow)
                     wake = self._would_lead(txn, spec, scheduled, ready_us)
-                if count == 1:  # a single put: the same writes as below, without building lists
+                if count == 1:  # the same writes as below, without building lists
                     sequence = sequence + 1 if sequence >= now_us else now_us
-                    job_id = sequence << 8 | shard
-                    key = pack_id(job_id)
-                    payload = payloads[0]
-                    if len(payload) > inline_max:  # type: ignore[arg-type]
-                        put(key, payload, db=payloads_db, append=True)
-                        payload = None
-                    if scheduled:
-                        put(key, spec.record(True, now_us, ready_us, payload), db=jobs_db)
-                        put(pack_time_key(ready_us, job_id), b"", db=sched_db)
-                    else:
-                        put(key, spec.record(False, now_us, sequence, payload), db=jobs_db)
-                        put(
-                            spec.ready_prefix + pack_ready_tail(sequence, job_id),
-                            spec.name_bytes,
-                            db=ready_db,
-                        )
+                    job_id = self._write_one(txn, now_us, sequence, batch.payloads[0], spec, ready_us)
                     ids.append(job_id)
                     total_new += 1
                     if unique_key is not None:
@@ -396,18 +381,59 @@ class Shard:
                 total_new += count
                 if unique_key is not None:
                     put(unique_key, _UNIQUE.pack(ids[-1], now_us), db=self.unique)
-            put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + total_new), db=jobs_db)
-            limit = self.env.put_limit_pages
-            if limit is not None and total_new and self.env.pages_in_use(txn) > limit:
-                max_size = self.env.options.map_size_max
-                raise StoreFull(
-                    f"the shard at {self.env.path!r} is full: its jobs take all of map_size_max={max_size:,} "
-                    f"bytes but the {put_reserve(max_size or 0):,} kept for finishing the jobs already "
-                    f"there. Nothing was written; finish, purge or vacuum jobs, or raise map_size_max."
-                )
+            self._count_puts(txn, sequence, total + total_new, total_new)
             return ids, wake
 
         return self.env.write(txn_fn, durable=durable)
+
+    def put_one(self, now: float, payload: bytes, spec: JobSpec) -> tuple[int, bool]:
+        """``enqueue`` of one job with no unique key, not durable: a single put's path, without batches.
+        -> (its id, whether a consumer may need waking)."""
+        now_us = micros(now)
+
+        def txn_fn(txn: Any) -> tuple[int, bool]:
+            raw = txn.get(_COUNTERS_KEY, db=self.jobs)
+            sequence, total = _COUNTERS.unpack(raw) if raw is not None else (0, 0)
+            ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
+            wake = self._would_lead(txn, spec, ready_us > now_us, ready_us)
+            sequence = sequence + 1 if sequence >= now_us else now_us
+            job_id = self._write_one(txn, now_us, sequence, payload, spec, ready_us)
+            self._count_puts(txn, sequence, total + 1, 1)
+            return job_id, wake
+
+        return self.env.write(txn_fn)
+
+    def _write_one(
+        self, txn: Any, now_us: int, sequence: int, payload: bytes, spec: JobSpec, ready_us: int
+    ) -> int:
+        """Write a new job's record (and large payload) and its index entry. -> its id."""
+        job_id = sequence << 8 | self.index
+        key = _ID.pack(job_id)
+        inline: bytes | None = payload
+        if len(payload) > codec.INLINE_PAYLOAD_MAX:
+            txn.put(key, payload, db=self.payloads, append=True)
+            inline = None
+        if ready_us > now_us:
+            txn.put(key, spec.record(True, now_us, ready_us, inline), db=self.jobs)
+            txn.put(_TIME_KEY.pack(ready_us, job_id), b"", db=self.sched)
+        else:  # ready "time" = the sequence: it never steps back, so FIFO outlives clock steps
+            txn.put(key, spec.record(False, now_us, sequence, inline), db=self.jobs)
+            ready_key = spec.ready_prefix + _READY_TAIL.pack(sequence, job_id)
+            txn.put(ready_key, spec.name_bytes, db=self.ready)
+        return job_id
+
+    def _count_puts(self, txn: Any, sequence: int, total: int, new: int) -> None:
+        """The shard's counters after ``new`` puts; refuses them (``StoreFull``) when they ate into the
+        reserve kept for finishing the jobs already there."""
+        txn.put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total), db=self.jobs)
+        limit = self.env.put_limit_pages
+        if limit is not None and new and self.env.pages_in_use(txn) > limit:
+            max_size = self.env.options.map_size_max
+            raise StoreFull(
+                f"the shard at {self.env.path!r} is full: its jobs take all of map_size_max={max_size:,} "
+                f"bytes but the {put_reserve(max_size or 0):,} kept for finishing the jobs already "
+                f"there. Nothing was written; finish, purge or vacuum jobs, or raise map_size_max."
+            )
 
     def _would_lead(self, txn: Any, spec: JobSpec, scheduled: bool, ready_us: int) -> bool:
         """Would a new job of ``spec`` be its queue's next (or the earliest scheduled)? New jobs sort after
