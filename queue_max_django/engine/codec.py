@@ -75,17 +75,13 @@ def pack_value(value: Any, *, what: str, limit: int) -> bytes:
 def pack_values(values: Iterable[Any], *, what: str, limit: int) -> list[bytes]:
     """``pack_value`` of each value (a batch's payloads): one packer for them all."""
     packer = _packer()
-    pack = packer.pack
-    out = []
-    for value in values:
-        try:
-            data = pack(value)
-        except (TypeError, ValueError, OverflowError) as exc:
-            packer.reset()
-            raise _not_serializable(what, exc) from exc
-        if len(data) > limit:
-            raise _too_large(what, len(data), limit)
-        out.append(data)
+    try:
+        out: list[bytes] = [packer.pack(value) for value in values]
+    except (TypeError, ValueError, OverflowError) as exc:
+        packer.reset()
+        raise _not_serializable(what, exc) from exc
+    if out and max(map(len, out)) > limit:
+        raise _too_large(what, max(map(len, out)), limit)
     return out
 
 

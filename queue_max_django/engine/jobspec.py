@@ -11,8 +11,8 @@ that both encodings decode the same.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 import msgpack
 
@@ -37,6 +37,7 @@ class JobSpec:
         "_head_pending",
         "_head_scheduled",
         "_middle",
+        "_ready_key",
         "max_retries",
         "name",
         "name_bytes",
@@ -69,6 +70,7 @@ class JobSpec:
         self.queue_bytes = queue.encode()
         self.name_bytes = b"" if name is None else name.encode()  # the ready index entry's value
         self.ready_prefix = ready_prefix(self.queue_bytes, priority)  # + (ready time, id) = the ready key
+        self._ready_key = struct.Struct(f">{len(self.ready_prefix)}sQQ")
         # The record of codec.F_*: [state, queue, name, priority, retries, max_retries] [enqueued, ready]
         # [8 x None (started .. result), timeout, partition_key, attempts] [payload] [workers, errors].
         packer = msgpack.Packer(use_bin_type=True, datetime=False)
@@ -91,17 +93,45 @@ class JobSpec:
         ))  # fmt: skip
 
     def records(
-        self, scheduled: bool, enqueued_us: int, ready_us: Iterable[int], payloads: Iterable[bytes | None]
+        self, scheduled: bool, enqueued_us: int, ready_us: Iterable[int], payloads: Sequence[bytes | None]
     ) -> list[bytes]:
         """The stored records of new jobs, one per (ready time, payload). A payload is packed and inline,
         or None (stored apart, in the payloads database)."""
         head = self._head_scheduled if scheduled else self._head_pending
         middle, pack_times, join = self._middle, _TIMES.pack, b"".join
+        if None in payloads:
+            return [
+                join((head, pack_times(_UINT64, enqueued_us, _UINT64, ready), middle, _bin_header(payload),
+                      payload or b"", _AFTER_PAYLOAD))
+                for ready, payload in zip(ready_us, payloads, strict=True)
+            ]  # fmt: skip
+        inline = cast(Sequence[bytes], payloads)
+        if max(map(len, inline)) > 255:
+            headers = [_bin_header(payload) for payload in inline]
+        else:  # the common case, small payloads: bin 8 headers from the table
+            headers = [_BIN8_HEADERS[size] for size in map(len, inline)]
         return [
-            join((head, pack_times(_UINT64, enqueued_us, _UINT64, ready), middle, _bin_header(payload),
-                  payload or b"", _AFTER_PAYLOAD))
-            for ready, payload in zip(ready_us, payloads, strict=True)
-        ]  # fmt: skip
+            join(
+                (
+                    head,
+                    pack_times(_UINT64, enqueued_us, _UINT64, ready),
+                    middle,
+                    header,
+                    payload,
+                    _AFTER_PAYLOAD,
+                )
+            )
+            for ready, header, payload in zip(ready_us, headers, inline, strict=True)
+        ]
+
+    def ready_key(self, sequence: int, job_id: int) -> bytes:
+        """The ready index key of a new pending job: (queue, priority, ready time = sequence, id)."""
+        return self._ready_key.pack(self.ready_prefix, sequence, job_id)
+
+    def ready_keys(self, sequences: Iterable[int], job_ids: Iterable[int]) -> list[tuple[bytes, bytes]]:
+        """(ready index key, value) of new pending jobs: (queue, priority, ready time = sequence, id)."""
+        pack, prefix, name = self._ready_key.pack, self.ready_prefix, self.name_bytes
+        return [(pack(prefix, s, job_id), name) for s, job_id in zip(sequences, job_ids, strict=True)]
 
 
 def _bin_header(payload: bytes | None) -> bytes:

@@ -318,7 +318,6 @@ class Shard:
         jobs_db, payloads_db, ready_db, sched_db = self.jobs, self.payloads, self.ready, self.sched
         inline_max = codec.INLINE_PAYLOAD_MAX
         pack_id = _ID.pack
-        pack_ready_tail = _READY_TAIL.pack
         pack_time_key = _TIME_KEY.pack
 
         def txn_fn(txn: Any) -> tuple[list[int], bool]:
@@ -370,9 +369,7 @@ class Shard:
                 else:
                     # Ready "time" = the sequence: it never steps back, so FIFO outlives clock steps.
                     records = spec.records(False, now_us, sequences, payloads)
-                    prefix, name = spec.ready_prefix, spec.name_bytes
-                    entries = [(prefix + pack_ready_tail(s, job_id), name)
-                               for s, job_id in zip(sequences, job_ids, strict=True)]  # fmt: skip
+                    entries = spec.ready_keys(sequences, job_ids)
                     index_db = ready_db
                 # One C call per database for the whole batch: half the cost of a put() each.
                 txn.cursor(db=jobs_db).putmulti(zip(keys, records, strict=True))
@@ -418,8 +415,7 @@ class Shard:
             txn.put(_TIME_KEY.pack(ready_us, job_id), b"", db=self.sched)
         else:  # ready "time" = the sequence: it never steps back, so FIFO outlives clock steps
             txn.put(key, spec.record(False, now_us, sequence, inline), db=self.jobs)
-            ready_key = spec.ready_prefix + _READY_TAIL.pack(sequence, job_id)
-            txn.put(ready_key, spec.name_bytes, db=self.ready)
+            txn.put(spec.ready_key(sequence, job_id), spec.name_bytes, db=self.ready)
         return job_id
 
     def _count_puts(self, txn: Any, sequence: int, total: int, new: int) -> None:
