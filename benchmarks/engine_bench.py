@@ -1,7 +1,7 @@
 """Side-by-side benchmark of the queue_max_django engine against lmdb-queue (EQueue) and persist-queue.
 
     uv run --group bench python benchmarks/engine_bench.py --quick          # ~1.5 minutes
-    uv run --group bench python benchmarks/engine_bench.py --json out.json  # the full run, ~5 minutes
+    uv run --group bench python benchmarks/engine_bench.py --json out.json  # the full run, ~7 minutes
     uv run --group bench python benchmarks/engine_bench.py --only put --repeat 5
 
 Method (see docs/benchmarks.md): every sub-run (one workload, one queue, one repetition) runs in a fresh
@@ -84,7 +84,7 @@ FULL = {
     "shallow_depth": 1_000,
     "durable_seconds": 3.0,
     "pickup_samples": 200,
-    "repeat": 3,
+    "repeat": 5,
 }
 WARMUP = 200
 
@@ -1151,7 +1151,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help=f"run only this workload (repeatable): {', '.join(WORKLOADS)}",
     )
-    parser.add_argument("--repeat", type=int, default=None, help="rounds per workload (quick 2, full 3)")
+    parser.add_argument("--repeat", type=int, default=None, help="rounds per workload (quick 2, full 5)")
     parser.add_argument("--json", metavar="PATH", help="write every sub-run's raw result and the summary")
     args = parser.parse_args(argv)
 
