@@ -68,6 +68,7 @@ DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the fi
 MAX_IDLE_WAIT = 1.0  # an idle get() re-checks the store at least this often, hint or not
 BATCH = 1000
 PREFERENCE_RUN = 32  # claims a consumer makes from its preferred shard before it moves to the next
+UNKNOWN = PRIORITY_MAX + 1  # a view's bound for a shard that was hinted and not read yet: above any job
 
 Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
@@ -465,9 +466,11 @@ class Queue(FlowControl):
 
     def _look(self, now: float, allowed: list[bytes] | None, previous: _View | None = None) -> _View:
         """Read every shard's head (one short read transaction each) and promote due scheduled jobs.
-        With ``previous``, only the shards whose wake slot changed since it was taken are read again (every
-        commit that can raise a head writes its shard's slot, or slot 0 for all); the others keep what
-        ``previous`` saw, which stays an upper bound: heads only fall without a hint."""
+        With ``previous``, only the shards whose wake slot changed since it was taken are looked at again
+        (every commit that can raise a head writes its shard's slot, or slot 0 for all); the others keep
+        what ``previous`` saw, which stays an upper bound: heads only fall without a hint. When exactly one
+        shard's slot changed it is not read at all: it becomes UNKNOWN, the highest bound there is, so the
+        next claim goes there first and learns its head and its ETA in the claim's own transaction."""
         shards = self._live()
         if previous is not None and previous.allowed != allowed:
             previous = None
@@ -475,31 +478,28 @@ class Queue(FlowControl):
             slots = self._waker.slots()
             if previous is not None and not _same_slot_layout(previous.slots, slots):
                 previous = None  # slot 0 changed (or a slot was first written, or unreadable): read all
-            if (
-                previous is not None
-                and slots == previous.slots
-                and not (previous.next_eta is not None and previous.next_eta <= now)
-            ):
-                return previous  # no hint since: what it saw still bounds every head
             count = len(shards)
-            view = _View(allowed, [None] * count, None, slots, [None] * count)
-            due = []
-            for shard in shards:
-                index = shard.index
-                at = SLOT * (index + 1)
-                if previous is not None and previous.slots[at : at + SLOT] == slots[at : at + SLOT]:  # type: ignore[index]
-                    priority, eta = previous.priorities[index], previous.etas[index]
-                else:
-                    head = shard.peek(now, allowed)
-                    priority, eta = head.priority, head.next_eta
-                view.priorities[index] = priority
-                view.etas[index] = eta
-                if eta is not None:
-                    if eta <= now:
-                        due.append(shard)
-                    elif view.next_eta is None or eta < view.next_eta:
-                        view.next_eta = eta
+            if previous is None:
+                view = _View(allowed, [None] * count, None, slots, [None] * count)
+                reread = shards
+            else:
+                old = previous.slots
+                assert old is not None and slots is not None  # _same_slot_layout checked both
+                changed = [shard for shard in shards
+                           if old[SLOT * (shard.index + 1) : SLOT * (shard.index + 2)]
+                           != slots[SLOT * (shard.index + 1) : SLOT * (shard.index + 2)]]  # fmt: skip
+                view = _View(allowed, previous.priorities[:], None, slots, previous.etas[:])
+                reread = changed
+                if len(changed) == 1:
+                    view.priorities[changed[0].index] = UNKNOWN
+                    view.etas[changed[0].index] = None
+                    reread = []
+            for shard in reread:
+                head = shard.peek(now, allowed)
+                view.priorities[shard.index], view.etas[shard.index] = head.priority, head.next_eta
+            due = [shards[index] for index, eta in enumerate(view.etas) if eta is not None and eta <= now]
             if not due:
+                view.next_eta = min((eta for eta in view.etas if eta is not None), default=None)
                 return view
             for shard in due:
                 shard.promote_due(now)
@@ -575,7 +575,14 @@ class Queue(FlowControl):
                     f"job {exc.job_id} could not be delivered: {exc.reason}. It was moved to the dead "
                     f"letters (error type 'Corrupted'); the queue goes on with the other jobs."
                 ) from None
-            claimed, priorities[best] = outcome  # that shard's head now, exactly: it was read in the claim
+            # That shard's head and earliest ETA now, exactly: they were read in the claim's transaction.
+            claimed, priorities[best], eta = outcome
+            if view.etas[best] != eta:
+                view.etas[best] = eta
+                view.next_eta = min((e for e in view.etas if e is not None), default=None)
+                if eta is not None and eta <= now:  # scheduled jobs there are due: make them pending
+                    shards[best].promote_due(now)
+                    priorities[best] = UNKNOWN
             if env.waited_writes != waited and count > 1:
                 local.base += self._rng.randrange(1, count)  # someone else writes here: prefer another shard
             if claimed:

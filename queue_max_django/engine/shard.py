@@ -480,13 +480,14 @@ class Shard:
         def txn_fn(txn: Any) -> Head:
             key = self._best_ready(txn.cursor(db=self.ready), queues)
             priority = None if key is None else ready_key_parts(key)[1]
-            eta = None
-            cursor = txn.cursor(db=self.sched)
-            if cursor.first():
-                eta = time_key_parts(cursor.key())[0] / 1_000_000
-            return Head(priority, eta)
+            return Head(priority, self._next_eta(txn))
 
         return self.env.read(txn_fn)
+
+    def _next_eta(self, txn: Any) -> float | None:
+        """The earliest ETA of this shard's scheduled jobs (unix seconds), or None."""
+        cursor = txn.cursor(db=self.sched)
+        return time_key_parts(cursor.key())[0] / 1_000_000 if cursor.first() else None
 
     def peek_allowed(
         self,
@@ -606,18 +607,19 @@ class Shard:
         worker: str | None = None,
         *,
         limit: int,
-    ) -> tuple[list[Claimed], int | None]:
+    ) -> tuple[list[Claimed], int | None, float | None]:
         """Take up to ``limit`` next jobs of this shard (pending -> running, a fresh lease and the claim
         token), in claim order, in ONE transaction; stops before a job below ``min_priority`` (the best
         priority another shard may hold). -> (the claimed jobs, possibly none; the priority of this shard's
-        next job among ``queues`` after them, None if there is none): with nothing claimed and a priority,
-        the claim was outranked and the caller looks again. A corrupted job met on the way is quarantined;
+        next job among ``queues`` after them, None if there is none; the earliest ETA of its scheduled
+        jobs, as ``peek`` gives it): with nothing claimed and a priority, the claim was outranked and the
+        caller looks again. A corrupted job met on the way is quarantined;
         if it came first, ``CorruptedJobQuarantined`` is raised (the jobs before it are claimed and returned
         otherwise)."""
         now_us = micros(now)
         lease_us = micros(now + lease_time)
 
-        def txn_fn(txn: Any) -> tuple[list[Claimed], int | None] | CorruptedJobQuarantined:
+        def txn_fn(txn: Any) -> tuple[list[Claimed], int | None, float | None] | CorruptedJobQuarantined:
             claimed: list[Claimed] = []
             cursor = txn.cursor(db=self.ready)
             heads = self._queue_heads(cursor, queues)  # [order, key, prefix] of each queue's next job
@@ -628,7 +630,7 @@ class Shard:
                 if isinstance(step, Claimed):
                     claimed.append(step)
                 elif isinstance(step, Outranked):
-                    return claimed, step.priority
+                    return claimed, step.priority, self._next_eta(txn)
                 elif isinstance(step, CorruptedJobQuarantined):
                     if not claimed:
                         return step
@@ -639,7 +641,7 @@ class Shard:
                     head[0], head[1] = following[len(prefix) :], following
                 else:
                     heads.remove(head)
-            return claimed, (ready_key_parts(min(heads)[1])[1] if heads else None)
+            return claimed, (ready_key_parts(min(heads)[1])[1] if heads else None), self._next_eta(txn)
 
         outcome = self.env.write(txn_fn)
         if isinstance(outcome, CorruptedJobQuarantined):

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from .errors import QueueError, StoreError, StoreFull, StoreMismatch
+from .wake import SLOT
 
 LAYOUT_VERSION = 1
 DEFAULT_SHARDS = 6
@@ -85,8 +86,12 @@ def open_store_meta(root: str, shards: int | None) -> StoreMeta:
             meta = StoreMeta(layout=LAYOUT_VERSION, shards=count)
             _write_meta(root, meta_path, meta)
         wake_path = os.path.join(root, WAKE_FILE)
-        if not os.path.exists(wake_path):
-            os.close(os.open(wake_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        if not os.path.exists(wake_path):  # with every slot there from the start (see wake.py)
+            fd = os.open(wake_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, bytes(SLOT * (meta.shards + 1)))
+            finally:
+                os.close(fd)
     except OSError as exc:
         raise StoreError(f"cannot initialise the store at {root!r}: {exc}") from exc
     finally:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from queue_max_django.engine import Queue, keys
+from queue_max_django.engine import Queue, QueueEmpty, keys
 from queue_max_django.engine.store import WAKE_FILE
 from queue_max_django.engine.wake import SLOT
 from tests.engine import procs
@@ -130,3 +130,62 @@ def test_a_store_whose_wake_file_is_short_still_serves_every_shard(store_path: P
         q.put("urgent", priority=9, partition_key=other)
         (store_path / WAKE_FILE).write_bytes(b"\x02")
         assert q.get(0).payload == "urgent"
+
+
+@pytest.mark.contract
+@pytest.mark.rule_priority
+def test_a_hinted_shard_holding_a_lower_priority_does_not_pass_over_a_higher_one(
+    store_path: Path, tmp_path: Path
+) -> None:
+    """rule_priority: a consumer tries the one hinted shard first without reading it; a claim there that
+    meets a lower priority than another shard's is declined, and the higher one is served."""
+    home, other = partition_keys_for_distinct_shards(tmp_path, 2)
+    with open_queue(store_path) as consumer, open_queue(store_path) as producer:
+        producer.put("high 1", priority=5, partition_key=home)
+        producer.put("high 2", priority=5, partition_key=home)
+        assert consumer.get(0).payload == "high 1"
+        producer.put("low", priority=0, partition_key=other)  # leads its (empty) queue there: a hint
+
+        assert [consumer.get(0).payload for _ in range(2)] == ["high 2", "low"]
+
+
+@pytest.mark.contract
+@pytest.mark.rule_delay
+def test_a_hinted_shard_whose_scheduled_job_came_due_serves_it(
+    store_path: Path, tmp_path: Path, clock: FakeClock
+) -> None:
+    """rule_delay: the claim at a hinted shard reports its earliest ETA; one already due is promoted and
+    served at once, in priority order, even though the consumer never read that shard's ETA."""
+    home, other = partition_keys_for_distinct_shards(tmp_path, 2)
+    with open_queue(store_path, clock) as consumer, open_queue(store_path, clock) as producer:
+        producer.put("now 1", partition_key=home)
+        producer.put("now 2", partition_key=home)
+        assert consumer.get(0).payload == "now 1"
+        producer.put("later", priority=9, delay=5, partition_key=other)  # the earliest ETA there: a hint
+        assert consumer.get(0).payload == "now 2"  # not due yet
+        with pytest.raises(QueueEmpty):
+            consumer.get(0)
+        clock.advance(10)
+
+        assert consumer.get(0).payload == "later"
+        assert consumer.verify() == []
+
+
+@pytest.mark.contract
+@pytest.mark.rule_delay
+def test_a_due_job_in_a_shard_hinted_after_the_clock_passed_its_eta_is_served_first(
+    store_path: Path, tmp_path: Path, clock: FakeClock
+) -> None:
+    """rule_delay: the hint arrives, the consumer does not read the shard, and the job is already due
+    when the consumer claims: the claim finds the due ETA, promotes it and takes it (priority 9 first)."""
+    home, other = partition_keys_for_distinct_shards(tmp_path, 2)
+    with open_queue(store_path, clock) as consumer, open_queue(store_path, clock) as producer:
+        producer.put("now 1", partition_key=home)
+        producer.put("now 2", partition_key=home)
+        assert consumer.get(0).payload == "now 1"
+        producer.put("due", priority=9, delay=5, partition_key=other)
+        clock.advance(10)
+
+        assert [consumer.get(0).payload for _ in range(2)] == ["due", "now 2"]
+        with pytest.raises(QueueEmpty):
+            consumer.get(0)
