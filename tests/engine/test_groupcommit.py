@@ -62,17 +62,26 @@ def wait_for_waiting(committer: GroupCommitter[str, str], count: int) -> None:
         time.sleep(0.001)
 
 
-def test_requests_that_arrive_during_a_commit_share_the_next_one() -> None:
-    commit = Recorder()
-    committer: GroupCommitter[str, str] = GroupCommitter(commit)
+def queue_behind_a_held_commit(
+    committer: GroupCommitter[str, str], commit: Recorder, items: list[str]
+) -> tuple[dict, dict]:
+    """Submit "first" (its commit is held), then ``items`` from their own threads; once all of them wait
+    behind it, let the commit go. -> (the results of ``items``, the result of "first"), all threads done."""
     first, first_threads = submit_in_threads(committer, ["first"])
     assert commit.entered.wait(WAIT)
-    others = [f"job{i}" for i in range(8)]
-    results, threads = submit_in_threads(committer, others)
-    wait_for_waiting(committer, len(others))
+    results, threads = submit_in_threads(committer, items)
+    wait_for_waiting(committer, len(items))
     commit.release.set()
     for thread in first_threads + threads:
         thread.join(WAIT)
+    return results, first
+
+
+def test_requests_that_arrive_during_a_commit_share_the_next_one() -> None:
+    commit = Recorder()
+    committer: GroupCommitter[str, str] = GroupCommitter(commit)
+    others = [f"job{i}" for i in range(8)]
+    results, first = queue_behind_a_held_commit(committer, commit, others)
 
     assert commit.batches == [["first"], others]
     assert {item: value[0] for item, value in results.items()} == {item: f"id-{item}" for item in others}
@@ -85,13 +94,7 @@ def test_requests_that_arrive_during_a_commit_share_the_next_one() -> None:
 def test_a_failing_batch_is_replayed_one_request_at_a_time() -> None:
     commit = Recorder()
     committer: GroupCommitter[str, str] = GroupCommitter(commit)
-    _first, first_threads = submit_in_threads(committer, ["first"])
-    assert commit.entered.wait(WAIT)
-    results, threads = submit_in_threads(committer, ["a", "bad", "b"])
-    wait_for_waiting(committer, 3)
-    commit.release.set()
-    for thread in first_threads + threads:
-        thread.join(WAIT)
+    results, _first = queue_behind_a_held_commit(committer, commit, ["a", "bad", "b"])
 
     assert sorted(commit.batches[1]) == ["a", "b", "bad"]  # tried together first
     assert sorted(map(tuple, commit.batches[2:])) == [("a",), ("b",), ("bad",)]  # then one by one
@@ -102,14 +105,8 @@ def test_a_failing_batch_is_replayed_one_request_at_a_time() -> None:
 def test_batches_stay_under_the_size_limit() -> None:
     commit = Recorder()
     committer: GroupCommitter[str, str] = GroupCommitter(commit, max_batch=3)
-    _first, first_threads = submit_in_threads(committer, ["first"])
-    assert commit.entered.wait(WAIT)
     items = [f"job{i}" for i in range(7)]
-    results, threads = submit_in_threads(committer, items)
-    wait_for_waiting(committer, len(items))
-    commit.release.set()
-    for thread in first_threads + threads:
-        thread.join(WAIT)
+    results, _first = queue_behind_a_held_commit(committer, commit, items)
 
     assert [len(batch) for batch in commit.batches[1:]] == [3, 3, 1]
     assert sorted(item for batch in commit.batches[1:] for item in batch) == sorted(items)

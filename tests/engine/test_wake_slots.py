@@ -22,6 +22,13 @@ def slots_on_disk(path: Path, shards: int = 6) -> list[bytes]:
     return [data[i : i + SLOT] for i in range(0, SLOT * (shards + 1), SLOT)]
 
 
+def busy_on(home: str, producer: Queue, consumer: Queue, label: str = "low", priority: int = 0) -> None:
+    """Two jobs in ``home``'s shard; ``consumer`` takes the first: its view now knows only that shard."""
+    producer.put(f"{label} 1", priority=priority, partition_key=home)
+    producer.put(f"{label} 2", priority=priority, partition_key=home)
+    assert consumer.get(0).payload == f"{label} 1"
+
+
 @pytest.mark.contract
 @pytest.mark.rule_wake
 def test_a_put_that_leads_its_queue_marks_only_its_shards_slot(
@@ -68,9 +75,7 @@ def test_a_busy_consumer_sees_a_higher_priority_job_put_by_another_queue(
     """rule_priority: the consumer's view of the other shards is refreshed by another Queue's hint."""
     home, other = partition_keys_for_distinct_shards(tmp_path, 2)
     with open_queue(store_path) as consumer, open_queue(store_path) as producer:
-        producer.put("low 1", partition_key=home)
-        producer.put("low 2", partition_key=home)
-        assert consumer.get(0).payload == "low 1"  # the consumer's view: only `home` holds jobs
+        busy_on(home, producer, consumer)
         producer.put("urgent", priority=50, partition_key=other)
 
         assert consumer.get(0).payload == "urgent"
@@ -85,9 +90,7 @@ def test_a_busy_consumer_sees_a_higher_priority_job_put_by_another_process(
     """rule_priority: the same across processes: the child's put marks its shard's slot."""
     home, other = partition_keys_for_distinct_shards(tmp_path, 2)
     with open_queue(store_path) as consumer:
-        consumer.put("low 1", partition_key=home)
-        consumer.put("low 2", partition_key=home)
-        assert consumer.get(0).payload == "low 1"
+        busy_on(home, consumer, consumer)
         options = {"priority": 50, "partition_key": other}
         child = children.start(procs.put_one, str(store_path), "urgent", options)
         child.recv()
@@ -107,9 +110,7 @@ def test_a_retry_or_release_in_another_queue_is_seen_by_a_busy_consumer(
     with open_queue(store_path) as consumer, open_queue(store_path) as worker:
         worker.put("urgent", priority=50, partition_key=other)
         held = worker.get(0)
-        consumer.put("low 1", partition_key=home)
-        consumer.put("low 2", partition_key=home)
-        assert consumer.get(0).payload == "low 1"
+        busy_on(home, consumer, consumer)
         held.nack("try again", delay=0)
         assert consumer.get(0).payload == "urgent"
 
@@ -141,9 +142,7 @@ def test_a_hinted_shard_holding_a_lower_priority_does_not_pass_over_a_higher_one
     meets a lower priority than another shard's is declined, and the higher one is served."""
     home, other = partition_keys_for_distinct_shards(tmp_path, 2)
     with open_queue(store_path) as consumer, open_queue(store_path) as producer:
-        producer.put("high 1", priority=5, partition_key=home)
-        producer.put("high 2", priority=5, partition_key=home)
-        assert consumer.get(0).payload == "high 1"
+        busy_on(home, producer, consumer, "high", priority=5)
         producer.put("low", priority=0, partition_key=other)  # leads its (empty) queue there: a hint
 
         assert [consumer.get(0).payload for _ in range(2)] == ["high 2", "low"]
@@ -158,9 +157,7 @@ def test_a_hinted_shard_whose_scheduled_job_came_due_serves_it(
     served at once, in priority order, even though the consumer never read that shard's ETA."""
     home, other = partition_keys_for_distinct_shards(tmp_path, 2)
     with open_queue(store_path, clock) as consumer, open_queue(store_path, clock) as producer:
-        producer.put("now 1", partition_key=home)
-        producer.put("now 2", partition_key=home)
-        assert consumer.get(0).payload == "now 1"
+        busy_on(home, producer, consumer, "now")
         producer.put("later", priority=9, delay=5, partition_key=other)  # the earliest ETA there: a hint
         assert consumer.get(0).payload == "now 2"  # not due yet
         with pytest.raises(QueueEmpty):
@@ -180,9 +177,7 @@ def test_a_due_job_in_a_shard_hinted_after_the_clock_passed_its_eta_is_served_fi
     when the consumer claims: the claim finds the due ETA, promotes it and takes it (priority 9 first)."""
     home, other = partition_keys_for_distinct_shards(tmp_path, 2)
     with open_queue(store_path, clock) as consumer, open_queue(store_path, clock) as producer:
-        producer.put("now 1", partition_key=home)
-        producer.put("now 2", partition_key=home)
-        assert consumer.get(0).payload == "now 1"
+        busy_on(home, producer, consumer, "now")
         producer.put("due", priority=9, delay=5, partition_key=other)
         clock.advance(10)
 
