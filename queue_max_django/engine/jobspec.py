@@ -98,30 +98,20 @@ class JobSpec:
         """The stored records of new jobs, one per (ready time, payload). A payload is packed and inline,
         or None (stored apart, in the payloads database)."""
         head = self._head_scheduled if scheduled else self._head_pending
-        middle, pack_times, join = self._middle, _TIMES.pack, b"".join
+        # Everything before the ready time is the same for the whole batch (uint64 markers: see _TIMES).
+        before = head + _TIMES.pack(_UINT64, enqueued_us, _UINT64, 0)[:-8]
+        middle, join = self._middle, b"".join
         if None in payloads:
-            return [
-                join((head, pack_times(_UINT64, enqueued_us, _UINT64, ready), middle, _bin_header(payload),
-                      payload or b"", _AFTER_PAYLOAD))
-                for ready, payload in zip(ready_us, payloads, strict=True)
-            ]  # fmt: skip
-        inline = cast(Sequence[bytes], payloads)
-        if max(map(len, inline)) > 255:
-            headers = [_bin_header(payload) for payload in inline]
-        else:  # the common case, small payloads: bin 8 headers from the table
-            headers = [_BIN8_HEADERS[size] for size in map(len, inline)]
+            headers = [_bin_header(payload) for payload in payloads]
+        else:
+            inline = cast(Sequence[bytes], payloads)
+            if max(map(len, inline)) > 255:
+                headers = [_bin_header(payload) for payload in inline]
+            else:  # the common case, small payloads: bin 8 headers from the table
+                headers = [_BIN8_HEADERS[size] for size in map(len, inline)]
         return [
-            join(
-                (
-                    head,
-                    pack_times(_UINT64, enqueued_us, _UINT64, ready),
-                    middle,
-                    header,
-                    payload,
-                    _AFTER_PAYLOAD,
-                )
-            )
-            for ready, header, payload in zip(ready_us, headers, inline, strict=True)
+            join((before, ready.to_bytes(8, "big"), middle, header, payload or b"", _AFTER_PAYLOAD))
+            for ready, header, payload in zip(ready_us, headers, payloads, strict=True)
         ]
 
     def ready_key(self, sequence: int, job_id: int) -> bytes:

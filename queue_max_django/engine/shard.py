@@ -355,7 +355,7 @@ class Shard:
                 first = sequence + 1 if sequence >= now_us else now_us
                 sequence = first + count - 1
                 sequences = range(first, sequence + 1)
-                job_ids = [s << 8 | shard for s in sequences]
+                job_ids = range(first << 8 | shard, (sequence << 8 | shard) + 1, 256)  # seq << 8 | shard
                 keys = list(map(pack_id, job_ids))
                 if max(map(len, batch.payloads)) > inline_max:  # big payloads live apart, written once
                     payloads = [None if len(p) > inline_max else p for p in batch.payloads]
