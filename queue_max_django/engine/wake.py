@@ -128,8 +128,8 @@ class Waker:
         if fd is None:
             self._poll_wait(timeout)
             return
-        try:
-            ready, _, _ = select.select([fd], [], [], timeout)
+        try:  # poll, not select: a descriptor numbered above 1023 (a busy process) is fine
+            ready = self._local.poller.poll(timeout * 1000)
         except (OSError, ValueError):  # closed under us by close()
             return
         if ready:

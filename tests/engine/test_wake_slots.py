@@ -4,6 +4,9 @@ never passes over a higher-priority job put into another shard by another ``Queu
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -184,3 +187,24 @@ def test_a_due_job_in_a_shard_hinted_after_the_clock_passed_its_eta_is_served_fi
         assert [consumer.get(0).payload for _ in range(2)] == ["due", "now 2"]
         with pytest.raises(QueueEmpty):
             consumer.get(0)
+
+
+def test_an_idle_get_in_a_process_with_many_descriptors_waits_without_spinning(store_path: Path) -> None:
+    """rule_wake: the wait works when the watch's descriptor is numbered above 1023 (select() cannot take
+    it): an idle get() sleeps through its timeout on little CPU, and a put from another thread wakes it."""
+    spare: list[int] = []
+    try:
+        while not spare or spare[-1] < 1100:  # push the next descriptor numbers above select()'s limit
+            spare.append(os.open(os.devnull, os.O_RDONLY))
+        with open_queue(store_path) as q:
+            cpu, started = time.process_time(), time.monotonic()
+            with pytest.raises(QueueEmpty):
+                q.get(timeout=0.3)
+            assert time.monotonic() - started >= 0.29
+            assert time.process_time() - cpu < 0.1  # it slept: a failing select() would spin
+
+            threading.Timer(0.05, q.put, args=("late",)).start()
+            assert q.get(timeout=5).payload == "late"
+    finally:
+        for fd in spare:
+            os.close(fd)
