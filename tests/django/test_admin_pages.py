@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from django.test import Client, override_settings
@@ -14,6 +13,7 @@ from queue_max_django.admin import dashboard, listing
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, State, parse_rate
 from tests.admin_clients import logged_in
+from tests.dead_letters import fail
 
 Configure = Callable[..., override_settings]
 BASE = "/admin/queue_max_django/job/"
@@ -31,18 +31,6 @@ def store(queue_max: Configure) -> Iterator[Queue]:
 def staff(*codenames: str, username: str = "staff") -> Client:
     """A client logged in as a staff user (not superuser) with these permissions of the queue's model."""
     return logged_in(*codenames, username=username)
-
-
-def fail(store: Queue, payload: Any = None, *, name: str = "tests.testapp.tasks.add", **options: Any) -> int:
-    """Put a job and make it a dead letter at once: one attempt that raises ValueError with a traceback."""
-    job_id = store.put({"args": [payload], "kwargs": {}}, name=name, max_retries=0, **options)
-    record = store.claim(job_id)
-    assert record is not None
-    try:
-        raise ValueError(f"boom {payload}")
-    except ValueError as exc:
-        record.nack(exc)
-    return job_id
 
 
 def page(client: Client, url: str, status: int = 200) -> str:

@@ -22,6 +22,7 @@ from django.test import Client, override_settings
 from queue_max_django import conf
 from queue_max_django.engine import Queue, State
 from tests.admin_clients import logged_in
+from tests.dead_letters import fail
 
 BASE = "/admin/queue_max_django/job/"
 XSS = "<script>alert(1)</script>"
@@ -48,13 +49,7 @@ class Jobs:
 
 @pytest.fixture
 def jobs(store: Queue) -> Jobs:
-    failed = store.put({"args": [XSS], "kwargs": {}}, name="tests.testapp.tasks.add", max_retries=0)
-    record = store.claim(failed)
-    assert record is not None
-    try:
-        raise ValueError(f"boom {XSS}")
-    except ValueError as exc:
-        record.nack(exc)
+    failed = fail(store, XSS)
     done = store.put({"args": [], "kwargs": {}}, name="t.x")
     record = store.claim(done)
     assert record is not None
