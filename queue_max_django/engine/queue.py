@@ -35,6 +35,7 @@ from .errors import (
 )
 from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, Events
 from .flow import FlowControl
+from .forks import fork_generation
 from .groupcommit import GroupCommitter
 from .job import STATE_CODE, Job, State
 from .jobspec import JobSpec
@@ -48,7 +49,6 @@ from .store import (
     REGISTRY,
     WAKE_FILE,
     EnvOptions,
-    fork_generation,
     open_store_meta,
     shard_dir,
 )
@@ -69,6 +69,8 @@ MAX_IDLE_WAIT = 1.0  # an idle get() re-checks the store at least this often, hi
 BATCH = 1000
 PREFERENCE_RUN = 32  # claims a consumer makes from its preferred shard before it moves to the next
 UNKNOWN = PRIORITY_MAX + 1  # a view's bound for a shard that was hinted and not read yet: above any job
+_SLOT_BITS = SLOT * 8
+_SLOT_MASK = (1 << _SLOT_BITS) - 1
 
 Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
@@ -313,6 +315,7 @@ class Queue(FlowControl):
                     f"name must be None or a non-empty str of at most {MAX_NAME} characters, not {name!r}"
                 )
             _remember(self._valid_names, name)
+        given_max_retries = max_retries  # None (the Queue's default) is its own cache entry
         if max_retries is None:
             max_retries = self.max_retries
         elif type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES_LIMIT:
@@ -324,9 +327,10 @@ class Queue(FlowControl):
         if partition_key is not None:
             check_partition_key(partition_key)
         elif delay is None and eta is None:
-            # Validated values only: priority and max_retries are ints (not bools), timeout a number, so
-            # equal keys mean equal records (timeout 1 and 1.0 share one: both are stored as 1.0).
-            key = (queue, name, priority, max_retries, timeout)
+            # Validated values only: priority and max_retries ints (not bools; max_retries None for the
+            # Queue's default: put() looks that key up before validating), timeout a number, so equal keys
+            # mean equal records (timeout 1 and 1.0 share one: both are stored as 1.0).
+            key = (queue, name, priority, given_max_retries, timeout)
             spec = self._specs.get(key)
             if spec is None:
                 if len(self._specs) >= SPEC_CACHE_MAX:
@@ -377,10 +381,19 @@ class Queue(FlowControl):
         periodic scheduler relies on it)."""
         shards = self._live()
         now = self._clock()
-        spec = self._job_options(
-            priority=priority, delay=delay, eta=eta, queue=queue, name=name,
-            max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
-        )  # fmt: skip
+        spec = None
+        if (
+            delay is None and eta is None and timeout is None and partition_key is None
+            and type(priority) is int and (max_retries is None or type(max_retries) is int)
+        ):  # fmt: skip
+            # Options seen before: their JobSpec was validated then (the types checked here keep a bool
+            # or float from matching an equal int's entry).
+            spec = self._specs.get((queue, name, priority, max_retries, None))
+        if spec is None:
+            spec = self._job_options(
+                priority=priority, delay=delay, eta=eta, queue=queue, name=name,
+                max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
+            )  # fmt: skip
         unique = None
         if unique_key is not None:
             unique = id_bytes("unique_key", unique_key, MAX_NAME)
@@ -389,13 +402,14 @@ class Queue(FlowControl):
             partition_key = unique_key  # one key, one shard: the check and the write meet there
         packed = self._pack_payload(payload)
         unique_hit = False
+        count = self.shard_count
         if self.sync:
             index = self._route_durable(partition_key)
             job = NewJobs((packed,), spec, unique)
             job_id, wake = self._committers[index].submit([job])[0]
             unique_hit = job.unique_hit
         elif unique is None:
-            index = self._route(partition_key)
+            index = self._route(partition_key) if partition_key is not None else next(self._rotation) % count
             job_id, wake = shards[index].put_one(now, packed, spec)
         else:
             index = self._route(partition_key)
@@ -476,33 +490,40 @@ class Queue(FlowControl):
             previous = None
         while True:
             slots = self._waker.slots()
-            if previous is not None and not _same_slot_layout(previous.slots, slots):
-                previous = None  # slot 0 changed (or a slot was first written, or unreadable): read all
-            count = len(shards)
-            if previous is None:
-                view = _View(allowed, [None] * count, None, slots, [None] * count)
+            old = None if previous is None else previous.slots
+            if previous is None or old is None or slots is None or len(old) != len(slots):
+                # Nothing to compare with (first look, a slot first written, the file unreadable): read all.
+                view = _View(allowed, [None] * len(shards), None, slots, [None] * len(shards))
                 reread = shards
             else:
-                old = previous.slots
-                assert old is not None and slots is not None  # _same_slot_layout checked both
-                changed = [shard for shard in shards
-                           if old[SLOT * (shard.index + 1) : SLOT * (shard.index + 2)]
-                           != slots[SLOT * (shard.index + 1) : SLOT * (shard.index + 2)]]  # fmt: skip
-                view = _View(allowed, previous.priorities[:], None, slots, previous.etas[:])
-                reread = changed
-                if len(changed) == 1:
-                    view.priorities[changed[0].index] = UNKNOWN
-                    view.etas[changed[0].index] = None
+                # The changed slots are the non-zero 8-byte groups of old XOR new: one big-int operation.
+                diff = int.from_bytes(old, "little") ^ int.from_bytes(slots, "little")
+                view = previous  # updated in place; its slots last, once the shards that changed are read
+                if diff & _SLOT_MASK:  # slot 0 ("any shard") changed: read all
+                    reread = shards
+                elif not diff:
                     reread = []
+                else:
+                    low = ((diff & -diff).bit_length() - 1) // _SLOT_BITS
+                    high = (diff.bit_length() - 1) // _SLOT_BITS
+                    if low == high:  # one shard: claim there next and learn its head then
+                        view.priorities[low - 1] = UNKNOWN
+                        view.etas[low - 1] = None
+                        reread = []
+                    else:
+                        reread = [shards[slot - 1] for slot in range(low, high + 1)
+                                  if diff >> (slot * _SLOT_BITS) & _SLOT_MASK]  # fmt: skip
             for shard in reread:
                 head = shard.peek(now, allowed)
                 view.priorities[shard.index], view.etas[shard.index] = head.priority, head.next_eta
-            due = [shards[index] for index, eta in enumerate(view.etas) if eta is not None and eta <= now]
-            if not due:
-                view.next_eta = min((eta for eta in view.etas if eta is not None), default=None)
+            view.slots = slots
+            etas = view.etas
+            view.next_eta = min([eta for eta in etas if eta is not None], default=None)
+            if view.next_eta is None or view.next_eta > now:
                 return view
-            for shard in due:
-                shard.promote_due(now)
+            for index, eta in enumerate(etas):
+                if eta is not None and eta <= now:
+                    shards[index].promote_due(now)
             previous = None
 
     def _try_claim(self, allowed: list[bytes] | None, limit: int = 1) -> tuple[list[Record], float | None]:
@@ -546,23 +567,19 @@ class Queue(FlowControl):
             view = local.view = self._look(now, allowed, view)
         for _attempt in range(4 * count + 4):
             priorities = view.priorities
-            start = self._preferred_shard(local, count)
-            best = -1
-            best_priority = PRIORITY_MIN - 1
-            runner_up: int | None = None
-            for offset in range(count):
-                index = (start + offset) % count
-                priority = priorities[index]
-                if priority is None:
-                    continue
-                if priority > best_priority:
-                    if best >= 0 and (runner_up is None or best_priority > runner_up):
-                        runner_up = best_priority
-                    best, best_priority = index, priority
-                elif runner_up is None or priority > runner_up:
-                    runner_up = priority
-            if best < 0:
+            known = [priority for priority in priorities if priority is not None]
+            if not known:
                 return [], view.next_eta
+            # The best priority, on the first shard holding it from this thread's preferred one on; and
+            # the best that any other shard may hold (the claim takes nothing below it).
+            best_priority = max(known)
+            start = self._preferred_shard(local, count)
+            try:
+                best = priorities.index(best_priority, start)
+            except ValueError:
+                best = priorities.index(best_priority)
+            known.remove(best_priority)
+            runner_up = max(known) if known else None
             env = shards[best].env
             waited = env.waited_writes
             try:
@@ -1035,12 +1052,6 @@ class Queue(FlowControl):
 
 def _seconds(timeout: float | None) -> float | None:
     return None if timeout is None else float(timeout)
-
-
-def _same_slot_layout(before: bytes | None, now: bytes | None) -> bool:
-    """Can shards be compared slot by slot? Both read, the same length (a first write to a slot grows the
-    file), and slot 0 ("any shard") unchanged."""
-    return before is not None and now is not None and len(before) == len(now) and before[:SLOT] == now[:SLOT]
 
 
 def _remember(valid: set[str], name: str) -> None:

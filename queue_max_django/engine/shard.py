@@ -100,8 +100,11 @@ class Listed:
         return record_to_job(self.job_id, self.record, self.payload)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Claimed:
+    """A job a claim took (not frozen: created on every claim, and a frozen dataclass's ``__init__`` costs
+    three ``object.__setattr__`` calls)."""
+
     job_id: int
     record: list[Any]
     payload: Any  # decoded inside the claim transaction: a payload that does not decode is quarantined
@@ -627,7 +630,7 @@ class Shard:
                 head = min(heads)
                 key, prefix = head[1], head[2]
                 step = self._claim_step(txn, key, now_us, lease_us, token, min_priority, worker)
-                if isinstance(step, Claimed):
+                if type(step) is Claimed:
                     claimed.append(step)
                 elif isinstance(step, Outranked):
                     return claimed, step.priority, self._next_eta(txn)
@@ -661,7 +664,7 @@ class Shard:
         _queue, priority, _ready_us, job_id = ready_key_parts(key)
         if min_priority is not None and priority < min_priority:
             return Outranked(priority)
-        id_k = id_key(job_id)
+        id_k = _ID.pack(job_id)
         raw = txn.get(id_k, db=self.jobs)
         if raw is None:
             return self._drop_stray(txn, job_id, key)
@@ -671,17 +674,27 @@ class Shard:
             return self._quarantine(txn, job_id, key, None, now_us, str(exc))
         if record[F_STATE] != PENDING:
             return self._drop_stray(txn, job_id, key)
-        payload = self._payload(txn, job_id, record)
+        payload = record[F_PAYLOAD]
         if payload is None:
-            return self._quarantine(txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing")
+            payload = txn.get(id_k, db=self.payloads)
+            if payload is None:
+                return self._quarantine(
+                    txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing"
+                )
         try:
             value = codec.unpack_stored(payload, job_id, "payload")
         except QueueCorrupted as exc:
             return self._quarantine(txn, job_id, key, record, now_us, str(exc), bad_payload=payload)
-        # pending -> running, written out (the hot path: what _unindex() + _index() do, inlined)
+        # pending -> running, written out (the hot path: what _unindex() + _index() + _mark_running() do)
         txn.delete(key, db=self.ready)
-        txn.put(time_key(lease_us, job_id), b"", db=self.lease)
-        _mark_running(record, now_us, lease_us, token, worker)
+        txn.put(_TIME_KEY.pack(lease_us, job_id), b"", db=self.lease)
+        record[F_STATE] = RUNNING
+        record[F_STARTED_AT] = now_us
+        record[F_LEASE_UNTIL] = lease_us
+        record[F_TOKEN] = token
+        record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
+        if worker is not None:
+            _remember_worker(record, worker)
         txn.put(id_k, codec.pack_record(record), db=self.jobs)
         return Claimed(job_id, record, value)
 

@@ -427,7 +427,6 @@ class _Registry:
         self.lock = threading.Lock()
         self.envs: dict[str, Env] = {}
         self.open_locks: dict[str, _OpenLock] = {}
-        self.generation = 0
 
     def _hold_store(self, root: str) -> None:
         held = self.open_locks.get(root)
@@ -484,12 +483,7 @@ class _Registry:
     def _after_fork_in_child(self) -> None:
         # The lock may have been held by another thread of the parent at fork time.
         self.lock = threading.Lock()
-        self.generation += 1
 
 
 REGISTRY = _Registry()
 os.register_at_fork(after_in_child=REGISTRY._after_fork_in_child)
-
-
-def fork_generation() -> int:
-    return REGISTRY.generation

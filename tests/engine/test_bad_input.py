@@ -121,6 +121,35 @@ def test_bad_put_raises_before_writing(
 
 @pytest.mark.contract
 @pytest.mark.inv_7
+@pytest.mark.parametrize(
+    ("good", "bad"),
+    [
+        ({"priority": 0}, {"priority": False}),
+        ({"priority": 1}, {"priority": True}),
+        ({"priority": 1}, {"priority": 1.0}),
+        ({"max_retries": 0}, {"max_retries": False}),
+        ({"max_retries": 1}, {"max_retries": True}),
+        ({"max_retries": 1}, {"max_retries": 1.0}),
+    ],
+    ids=repr,
+)
+def test_options_put_before_never_let_an_equal_bad_value_through(
+    small_queue: Queue, good: dict[str, Any], bad: dict[str, Any]
+) -> None:
+    """inv_7: put() reuses what it built for options it validated before; a bad value that compares equal
+    to one of those (False == 0, 1.0 == 1) is still refused, and nothing is written."""
+    q = small_queue
+    q.put("fine", **good)
+    before = dump_store(q)
+
+    with pytest.raises(InvalidJob, match=next(iter(bad))):
+        q.put("bad", **bad)
+
+    assert dump_store(q) == before
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
 def test_payload_size_limit_is_on_the_encoded_bytes(small_queue: Queue) -> None:
     """inv_7: a payload encoded in exactly max_payload_bytes is stored; one byte more is refused."""
     fits = "x" * (LIMIT - 3)  # str 16 header: 3 bytes

@@ -23,6 +23,9 @@ from pathlib import Path
 import pytest
 
 from queue_max_django.engine import Queue, QueueEmpty, State, StoreFull
+from queue_max_django.engine.forks import fork_generation
+from queue_max_django.engine.store import WAKE_FILE
+from queue_max_django.engine.wake import SLOT
 
 from . import procs
 from .procs import Children, finish, kill, opened, read_lines, wait_for
@@ -292,6 +295,32 @@ def test_forked_child_can_open_a_new_queue_on_the_same_path(store_path: Path) ->
         stats = q.stats()
         assert (stats["done"], stats["total"]) == (2, 2)
         assert q.verify() == []
+
+
+@pytest.mark.inv_4
+def test_a_forked_child_marks_wake_slots_as_itself(store_path: Path) -> None:
+    """inv_4: the serial numbers of wake hints continue identically in parent and child after a fork; the
+    child's hints carry its own pid (it notices the fork by the fork generation, without asking the
+    kernel for its pid on every put), so parent and child never write the same value."""
+    read_fd, write_fd = os.pipe()
+    with Queue(store_path, shards=1, do_recover=False, do_vacuum=False) as q:
+        q.put("parent's")
+        q.get(timeout=0).ack()
+        parent_generation = fork_generation()
+
+        def child() -> None:
+            q.put("child's")  # leads the empty queue: a hint
+            value = int.from_bytes((store_path / WAKE_FILE).read_bytes()[SLOT : 2 * SLOT], "little")
+            os.write(write_fd, json.dumps([fork_generation(), value >> 40, os.getpid()]).encode())
+
+        pid = _fork(child)
+        assert _wait_child(pid) == 0
+        os.close(write_fd)
+        child_generation, hinted_by, child_pid = json.loads(os.read(read_fd, 4096))
+        os.close(read_fd)
+        assert child_generation == parent_generation + 1
+        assert hinted_by == child_pid == pid != os.getpid()
+        assert fork_generation() == parent_generation
 
 
 # ------------------------------------------------------------------------------------ INV-4: stale readers

@@ -123,6 +123,23 @@ def test_a_retry_or_release_in_another_queue_is_seen_by_a_busy_consumer(
         assert consumer.get(0).payload == "low 2"
 
 
+@pytest.mark.contract
+@pytest.mark.rule_priority
+@pytest.mark.parametrize("order", [(20, 50), (50, 20)])
+def test_a_busy_consumer_reads_every_shard_hinted_since_its_last_look(
+    store_path: Path, tmp_path: Path, order: tuple[int, int]
+) -> None:
+    """rule_priority: with two shards hinted at once, both are read (the view only skips reading when one
+    shard changed), whichever of them holds the higher priority."""
+    home, first, second = partition_keys_for_distinct_shards(tmp_path, 3)
+    with open_queue(store_path) as consumer, open_queue(store_path) as producer:
+        busy_on(home, producer, consumer)
+        producer.put(f"p{order[0]}", priority=order[0], partition_key=first)
+        producer.put(f"p{order[1]}", priority=order[1], partition_key=second)
+
+        assert [consumer.get(0).payload for _ in range(3)] == ["p50", "p20", "low 2"]
+
+
 def test_a_store_whose_wake_file_is_short_still_serves_every_shard(store_path: Path, tmp_path: Path) -> None:
     """A wake file written by no hint yet (or by an older version: one byte) has no slots to compare:
     the consumer reads every shard instead of trusting a view it cannot check."""
