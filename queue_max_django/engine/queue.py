@@ -55,6 +55,7 @@ from .store import (
 from .validate import (
     MAX_NAME,
     MAX_RETRIES_LIMIT,
+    MAX_SECONDS,
     check_number,
     check_partition_key,
     parse_state,
@@ -70,6 +71,7 @@ BATCH = 1000
 PREFERENCE_RUN = 32  # claims a consumer makes from its preferred shard before it moves to the next
 UNKNOWN = PRIORITY_MAX + 1  # a view's bound for a shard that was hinted and not read yet: above any job
 _SLOT_BITS = SLOT * 8
+_PLAIN_NUMBERS = (int, float)  # exactly these types (not bool): the checks that need no function call
 _SLOT_MASK = (1 << _SLOT_BITS) - 1
 
 Clock = Callable[[], float]
@@ -478,14 +480,15 @@ class Queue(FlowControl):
             names.append(name.encode())
         return sorted(set(names))
 
-    def _look(self, now: float, allowed: list[bytes] | None, previous: _View | None = None) -> _View:
+    def _look(
+        self, shards: list[Shard], now: float, allowed: list[bytes] | None, previous: _View | None = None
+    ) -> _View:
         """Read every shard's head (one short read transaction each) and promote due scheduled jobs.
         With ``previous``, only the shards whose wake slot changed since it was taken are looked at again
         (every commit that can raise a head writes its shard's slot, or slot 0 for all); the others keep
         what ``previous`` saw, which stays an upper bound: heads only fall without a hint. When exactly one
         shard's slot changed it is not read at all: it becomes UNKNOWN, the highest bound there is, so the
         next claim goes there first and learns its head and its ETA in the claim's own transaction."""
-        shards = self._live()
         if previous is not None and previous.allowed != allowed:
             previous = None
         while True:
@@ -564,7 +567,7 @@ class Queue(FlowControl):
             or view.allowed != allowed
             or (view.next_eta is not None and view.next_eta <= now)
         ):
-            view = local.view = self._look(now, allowed, view)
+            view = local.view = self._look(shards, now, allowed, view)
         for _attempt in range(4 * count + 4):
             priorities = view.priorities
             known = [priority for priority in priorities if priority is not None]
@@ -640,9 +643,9 @@ class Queue(FlowControl):
         return self._get(limit, timeout, queues)
 
     def _get(self, limit: int, timeout: float | None, queues: Iterable[str] | None) -> list[Record]:
-        if timeout is not None:
-            check_number("timeout", timeout, minimum=0, error=InvalidJob)
-        allowed = self._queue_filter(queues)
+        if timeout is not None and not (type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= MAX_SECONDS):
+            check_number("timeout", timeout, minimum=0, error=InvalidJob)  # raises, or accepts an odd type
+        allowed = None if queues is None and self.queues is None else self._queue_filter(queues)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             records, next_eta = self._try_claim(allowed, limit)

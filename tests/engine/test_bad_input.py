@@ -226,6 +226,10 @@ def test_bad_nack_delay_leaves_the_job_running(queue: Queue, delay: Any) -> None
     [
         (lambda q: q.get(timeout=-1), "timeout"),
         (lambda q: q.get(timeout="1"), "timeout"),
+        (lambda q: q.get(timeout=True), "timeout"),
+        (lambda q: q.get(timeout=math.nan), "timeout"),
+        (lambda q: q.get(timeout=math.inf), "timeout"),
+        (lambda q: q.get_many(5, timeout=-0.5), "timeout"),
         (lambda q: q.get(0, queues=[""]), "queue"),
         (lambda q: q.jobs("waiting"), "state"),
         (lambda q: q.purge("dead"), "state"),
@@ -237,6 +241,10 @@ def test_bad_nack_delay_leaves_the_job_running(queue: Queue, delay: Any) -> None
     ids=[
         "get-timeout-negative",
         "get-timeout-str",
+        "get-timeout-bool",
+        "get-timeout-nan",
+        "get-timeout-inf",
+        "get-many-timeout-negative",
         "get-queue-empty",
         "jobs-state",
         "purge-state",
