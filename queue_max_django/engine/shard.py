@@ -674,27 +674,17 @@ class Shard:
             return self._quarantine(txn, job_id, key, None, now_us, str(exc))
         if record[F_STATE] != PENDING:
             return self._drop_stray(txn, job_id, key)
-        payload = record[F_PAYLOAD]
+        payload = self._payload(txn, job_id, record)
         if payload is None:
-            payload = txn.get(id_k, db=self.payloads)
-            if payload is None:
-                return self._quarantine(
-                    txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing"
-                )
+            return self._quarantine(txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing")
         try:
             value = codec.unpack_stored(payload, job_id, "payload")
         except QueueCorrupted as exc:
             return self._quarantine(txn, job_id, key, record, now_us, str(exc), bad_payload=payload)
-        # pending -> running, written out (the hot path: what _unindex() + _index() + _mark_running() do)
+        # pending -> running, written out (the hot path: what _unindex() + _index() do, inlined)
         txn.delete(key, db=self.ready)
         txn.put(_TIME_KEY.pack(lease_us, job_id), b"", db=self.lease)
-        record[F_STATE] = RUNNING
-        record[F_STARTED_AT] = now_us
-        record[F_LEASE_UNTIL] = lease_us
-        record[F_TOKEN] = token
-        record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
-        if worker is not None:
-            _remember_worker(record, worker)
+        _mark_running(record, now_us, lease_us, token, worker)
         txn.put(id_k, codec.pack_record(record), db=self.jobs)
         return Claimed(job_id, record, value)
 
