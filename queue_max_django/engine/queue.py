@@ -301,7 +301,16 @@ class Queue(FlowControl):
         now: float,
     ) -> JobSpec:
         """Validate everything but the payload. Raises ``InvalidJob``; runs on every put, so the common
-        case (a known queue and name, no delay) costs a few type checks and a dict lookup."""
+        case (options used before, no delay) costs a few type checks and a dict lookup."""
+        if (
+            delay is None and eta is None and timeout is None and partition_key is None
+            and type(priority) is int and (max_retries is None or type(max_retries) is int)
+        ):  # fmt: skip
+            # Options seen before: their JobSpec was validated then (the types checked here keep a bool
+            # or a float from matching an equal int's entry).
+            spec = self._specs.get((queue, name, priority, max_retries, None))
+            if spec is not None:
+                return spec
         if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
             raise InvalidJob(
                 f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}"
@@ -330,8 +339,8 @@ class Queue(FlowControl):
             check_partition_key(partition_key)
         elif delay is None and eta is None:
             # Validated values only: priority and max_retries ints (not bools; max_retries None for the
-            # Queue's default: put() looks that key up before validating), timeout a number, so equal keys
-            # mean equal records (timeout 1 and 1.0 share one: both are stored as 1.0).
+            # Queue's default: looked up as given, above), timeout a number, so equal keys mean equal
+            # records (timeout 1 and 1.0 share one: both are stored as 1.0).
             key = (queue, name, priority, given_max_retries, timeout)
             spec = self._specs.get(key)
             if spec is None:
@@ -383,19 +392,10 @@ class Queue(FlowControl):
         periodic scheduler relies on it)."""
         shards = self._live()
         now = self._clock()
-        spec = None
-        if (
-            delay is None and eta is None and timeout is None and partition_key is None
-            and type(priority) is int and (max_retries is None or type(max_retries) is int)
-        ):  # fmt: skip
-            # Options seen before: their JobSpec was validated then (the types checked here keep a bool
-            # or float from matching an equal int's entry).
-            spec = self._specs.get((queue, name, priority, max_retries, None))
-        if spec is None:
-            spec = self._job_options(
-                priority=priority, delay=delay, eta=eta, queue=queue, name=name,
-                max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
-            )  # fmt: skip
+        spec = self._job_options(
+            priority=priority, delay=delay, eta=eta, queue=queue, name=name,
+            max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
+        )  # fmt: skip
         unique = None
         if unique_key is not None:
             unique = id_bytes("unique_key", unique_key, MAX_NAME)
@@ -404,14 +404,13 @@ class Queue(FlowControl):
             partition_key = unique_key  # one key, one shard: the check and the write meet there
         packed = self._pack_payload(payload)
         unique_hit = False
-        count = self.shard_count
         if self.sync:
             index = self._route_durable(partition_key)
             job = NewJobs((packed,), spec, unique)
             job_id, wake = self._committers[index].submit([job])[0]
             unique_hit = job.unique_hit
         elif unique is None:
-            index = self._route(partition_key) if partition_key is not None else next(self._rotation) % count
+            index = self._route(partition_key)
             job_id, wake = shards[index].put_one(now, packed, spec)
         else:
             index = self._route(partition_key)
