@@ -12,13 +12,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import lmdb
 import msgpack
 
 from . import breaker as breakers
 from . import ratelimit
 from .breaker import Breaker, BreakerPolicy, BreakerState
-from .errors import StoreError
 from .ratelimit import BucketState, Rate
 from .store import Env
 
@@ -141,10 +139,7 @@ class Control:
 
     def version(self) -> int:
         """Changes whenever any process commits to the control store (a cheap cache key)."""
-        try:
-            return int(self.env.env.info()["last_txnid"])
-        except lmdb.Error as exc:
-            raise StoreError(f"cannot read the control store {self.env.path!r}: {exc}") from exc
+        return self.env.last_txnid()
 
     # ------------------------------------------------------------------ limits
 

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from .errors import QueueError, StoreError, StoreFull, StoreMismatch
+from .metapages import MetaPages
 from .wake import SLOT
 
 LAYOUT_VERSION = 1
@@ -222,6 +223,7 @@ class Env:
         # Write transactions that waited for the write lock (another thread or process was writing here):
         # consumers move to another shard when theirs is contended. A hint: increments may race.
         self.waited_writes = 0
+        self._meta: MetaPages | None = None
         try:
             _private_dir(path)
         except OSError as exc:
@@ -244,6 +246,7 @@ class Env:
         # acks, nacks, purges) needs free pages too, since LMDB copies every page a transaction changes.
         limit = options.map_size_max
         self.put_limit_pages = None if limit is None else (limit - put_reserve(limit)) // page_size
+        self._meta = MetaPages.open(path)  # the meta pages exist: the transaction above committed
 
     def pages_in_use(self, txn: Any) -> int:
         """Pages the named databases hold in ``txn`` (free pages and LMDB's own few not counted)."""
@@ -343,7 +346,11 @@ class Env:
                 raise StoreError(f"cannot follow the map growth of {self.path!r}: {exc}") from exc
 
     def last_txnid(self) -> int:
-        """The id of the last transaction any process committed here: equal ids, equal contents."""
+        """The id of the last transaction any process committed here: equal ids, equal contents. Read from
+        the meta pages (``metapages.py``: a tenth of the time of py-lmdb's ``info()``) where possible."""
+        meta = self._meta
+        if meta is not None:
+            return meta.txnid()
         try:
             return int(self.env.info()["last_txnid"])
         except lmdb.Error as exc:
@@ -360,6 +367,9 @@ class Env:
             self.env.sync(True)
 
     def close(self) -> None:
+        if self._meta is not None:
+            self._meta.close()
+            self._meta = None
         with contextlib.suppress(lmdb.Error):
             self.env.close()
 
