@@ -348,12 +348,12 @@ class Env:
     def last_txnid(self) -> int:
         """The id of the last transaction any process committed here: equal ids, equal contents. Read from
         the meta pages (``metapages.py``: a tenth of the time of py-lmdb's ``info()``) where possible."""
-        meta = self._meta
-        if meta is not None:
-            return meta.txnid()
         try:
+            meta = self._meta
+            if meta is not None:
+                return meta.txnid()
             return int(self.env.info()["last_txnid"])
-        except lmdb.Error as exc:
+        except (lmdb.Error, ValueError) as exc:  # ValueError: the mapping was closed under us (close())
             raise StoreError(f"cannot read {self.path!r}: {exc}") from exc
 
     def reader_check(self) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from queue_max_django.engine import Queue
+from queue_max_django.engine import Queue, StoreError
 from queue_max_django.engine.metapages import MAGIC, MetaPages
 from queue_max_django.engine.store import CONTROL_DIR, Env
 from tests.engine import procs
@@ -74,3 +74,14 @@ def test_an_environment_without_the_reader_asks_lmdb(store_path: Path) -> None:
         finally:
             env._meta = reader
         assert (store_path / CONTROL_DIR / "data.mdb").exists()
+
+
+def test_reading_a_closed_environment_is_a_store_error(store_path: Path) -> None:
+    q = Queue(store_path, shards=1, do_recover=False, do_vacuum=False)
+    env = q._live()[0].env
+    reader = env._meta
+    assert reader is not None
+    q.close()  # the last Queue: the environment and its mapping are closed
+    env._meta = reader  # as a thread that had read the attribute just before close() would hold it
+    with pytest.raises(StoreError, match="cannot read"):
+        env.last_txnid()
