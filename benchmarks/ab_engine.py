@@ -4,7 +4,8 @@
     uv run --group bench python benchmarks/ab_engine.py --base /tmp/base --op roundtrip --rounds 20 --n 1000
 
 ``--base`` is another checkout of this repository (``git worktree add /tmp/base <commit>``); the engine of
-this checkout is "new". Each side runs in its own persistent child process (one store each, writemap mode,
+this checkout is "new". Each side runs in its own persistent child process (one store each, writemap mode
+unless ``--mode default``,
 lmdb-queue in its default mode), and the parent asks each in turn for one round of ``--n`` operations, in a
 rotating order. Rounds last tens of milliseconds, so sides measured in the same round see the same machine:
 on a machine whose speed wanders by 30% from one second to the next (see docs/benchmarks.md), the median of
@@ -27,7 +28,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = r"""
 import json, statistics, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
-kind, op, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+kind, op, n, writemap = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "writemap"
 if kind == "lmdb-queue":
     import equeue
     q = equeue.Queue(tempfile.mkdtemp())
@@ -35,7 +36,7 @@ if kind == "lmdb-queue":
     put_many = lambda items: [q.put(item) for item in items]  # it has no batch put
 else:
     from queue_max_django.engine import Queue
-    q = Queue(tempfile.mkdtemp(), writemap=True)
+    q = Queue(tempfile.mkdtemp(), writemap=writemap)
     get = lambda: q.get(5)
     put_many = q.put_many
 clock = time.perf_counter
@@ -75,13 +76,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--op", choices=["put", "put_many", "roundtrip"], default="put")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--n", type=int, default=3000, help="operations per round and side")
+    parser.add_argument(
+        "--mode",
+        choices=["writemap", "default"],
+        default="writemap",
+        help="our mode (lmdb-queue: its default)",
+    )
     args = parser.parse_args(argv)
     if not os.path.isdir(os.path.join(args.base, "queue_max_django")):
         parser.error(f"--base {args.base!r} is not a checkout of this repository")
     sides = [("base", args.base, "ours"), ("new", HERE, "ours"), ("lmdb-queue", HERE, "lmdb-queue")]
     children = {
         name: subprocess.Popen(
-            [sys.executable, "-c", CHILD, path, kind, args.op, str(args.n)],
+            [sys.executable, "-c", CHILD, path, kind, args.op, str(args.n), args.mode],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -107,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     def ratio(a: str, b: str) -> float:
         return statistics.median(x / y for x, y in zip(results[a], results[b], strict=True))
 
-    print(f"{args.op}: median µs per operation, {args.rounds} rounds of {args.n}")
+    print(f"{args.op}: median µs per operation, {args.rounds} rounds of {args.n}, our {args.mode} mode")
     for name, values in results.items():
         print(f"  {name:10s} {statistics.median(values):8.1f}")
     print(f"  new is {ratio('base', 'new'):.2f}x as fast as base (same-round ratios, median)")
