@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import struct
 import sys
 import tempfile
 import time
@@ -36,14 +35,11 @@ sys.path.insert(0, HERE)
 import equeue  # noqa: E402  (the bench dependency group)
 
 from queue_max_django.engine import Queue, codec  # noqa: E402
-from queue_max_django.engine.keys import ready_key_parts  # noqa: E402
+from queue_max_django.engine.keys import id_key, ready_key_parts, time_key  # noqa: E402
+from queue_max_django.engine.shard import _COUNTERS, _COUNTERS_KEY  # noqa: E402  (the layout measured)
 
 Op = Callable[[Any], tuple[float, float, float]]
 clock = time.perf_counter
-_COUNTERS = struct.Struct(">QQ")
-_ID = struct.Struct(">Q")
-_TIME_KEY = struct.Struct(">QQ")
-_COUNTERS_KEY = b"\xff" * 8
 
 
 def floor_side(path: str) -> Op:
@@ -74,7 +70,7 @@ def floor_side(path: str) -> Op:
             txn.cursor(db=ready).set_range(spec.queue_bytes + b"\x00")  # would it lead its queue?
             sequence = sequence + 1 if sequence >= now_us else now_us
             job_id = sequence << 8
-            key = _ID.pack(job_id)
+            key = id_key(job_id)
             txn.put(key, spec.record(False, now_us, sequence, packed), db=jobs)
             txn.put(spec.ready_key(sequence, job_id), b"", db=ready)
             txn.put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + 1), db=jobs)
@@ -90,12 +86,12 @@ def floor_side(path: str) -> Op:
             cursor.first()
             ready_key = cursor.key()
             job_id = ready_key_parts(ready_key)[3]
-            key = _ID.pack(job_id)
+            key = id_key(job_id)
             record = codec.unpack_record(txn.get(key, db=jobs), job_id)
             codec.unpack_stored(record[codec.F_PAYLOAD], job_id, "payload")
             txn.delete(ready_key, db=ready)
             lease_us = now_us + 30_000_000
-            txn.put(_TIME_KEY.pack(lease_us, job_id), b"", db=lease)
+            txn.put(time_key(lease_us, job_id), b"", db=lease)
             record[codec.F_STATE], record[codec.F_LEASE_UNTIL] = 2, lease_us
             record[codec.F_TOKEN], record[codec.F_ATTEMPTS] = token, 1
             txn.put(key, codec.pack_record(record), db=jobs)
@@ -106,8 +102,8 @@ def floor_side(path: str) -> Op:
         with env.begin(write=True) as txn:
             record = codec.unpack_record(txn.get(key, db=jobs), job_id)
             assert record[codec.F_TOKEN] == token
-            txn.delete(_TIME_KEY.pack(record[codec.F_LEASE_UNTIL], job_id), db=lease)
-            txn.put(_TIME_KEY.pack(now_us, job_id), b"", db=done)
+            txn.delete(time_key(record[codec.F_LEASE_UNTIL], job_id), db=lease)
+            txn.put(time_key(now_us, job_id), b"", db=done)
             record[codec.F_STATE], record[codec.F_TOKEN], record[codec.F_LEASE_UNTIL] = 3, None, None
             txn.put(key, codec.pack_record(record), db=jobs)
         return put_done - start, get_done - put_done, clock() - get_done

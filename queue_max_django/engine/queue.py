@@ -71,8 +71,8 @@ BATCH = 1000
 PREFERENCE_RUN = 32  # claims a consumer makes from its preferred shard before it moves to the next
 UNKNOWN = PRIORITY_MAX + 1  # a view's bound for a shard that was hinted and not read yet: above any job
 _SLOT_BITS = SLOT * 8
-_PLAIN_NUMBERS = (int, float)  # exactly these types (not bool): the checks that need no function call
 _SLOT_MASK = (1 << _SLOT_BITS) - 1
+_PLAIN_NUMBERS = (int, float)  # exactly these types (not bool): the checks that need no function call
 
 Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")

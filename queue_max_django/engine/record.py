@@ -61,8 +61,7 @@ class Record:
         """Done. ``result`` (msgpack data) is kept with the job until vacuum (``result_ttl``)."""
         q = self._queue
         shard = q._shard(self.job_id)
-        packed = None if result is None else self.pack_result(result)
-        shard.complete(q._clock(), self.job_id, self._token, packed, q.sync)
+        shard.complete(q._clock(), self.job_id, self._token, self.pack_result(result), q.sync)
         self._succeeded(result)
 
     def pack_result(self, result: Any) -> bytes | None:

@@ -664,7 +664,7 @@ class Shard:
         _queue, priority, _ready_us, job_id = ready_key_parts(key)
         if min_priority is not None and priority < min_priority:
             return Outranked(priority)
-        id_k = _ID.pack(job_id)
+        id_k = id_key(job_id)
         raw = txn.get(id_k, db=self.jobs)
         if raw is None:
             return self._drop_stray(txn, job_id, key)
@@ -683,7 +683,7 @@ class Shard:
             return self._quarantine(txn, job_id, key, record, now_us, str(exc), bad_payload=payload)
         # pending -> running, written out (the hot path: what _unindex() + _index() do, inlined)
         txn.delete(key, db=self.ready)
-        txn.put(_TIME_KEY.pack(lease_us, job_id), b"", db=self.lease)
+        txn.put(time_key(lease_us, job_id), b"", db=self.lease)
         _mark_running(record, now_us, lease_us, token, worker)
         txn.put(id_k, codec.pack_record(record), db=self.jobs)
         return Claimed(job_id, record, value)
