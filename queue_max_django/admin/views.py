@@ -2,7 +2,9 @@
 
 ``JobAdmin`` is registered for the unmanaged ``Job`` model (models.py) and replaces its URLs with these
 views, each wrapped by ``admin_site.admin_view`` (staff login, CSRF, no caching) and checking Django's own
-permissions: view to see, change to retry or cancel, delete to delete. State changes are POST only, go
+permissions: view for every URL, actions included (a confirmation page lists jobs and a success message
+counts what a filter matched, so without view there is nothing, only 403), then change to retry or cancel
+and delete to delete; change counts as view, as everywhere in Django's admin. State changes are POST only, go
 through a confirmation page when they touch more than the one job on screen, and end in a redirect with a
 message.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
+from functools import update_wrapper
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -46,7 +49,11 @@ class JobAdmin(ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-            return self.admin_site.admin_view(view)
+            def viewing(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+                self._require(request, "view")  # every page and every action: no view, no content
+                return view(request, *args, **kwargs)
+
+            return self.admin_site.admin_view(update_wrapper(viewing, view))
 
         name = f"{self.opts.app_label}_{self.opts.model_name}"
         return [
@@ -107,14 +114,12 @@ class JobAdmin(ModelAdmin):
     # ------------------------------------------------------------------ the dashboard
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
-        self._require(request, "view")
         context = self._context(request, "Queue dashboard", **self._panels(request))
         context["panels_url"] = self._url("panels")
         return self._render(request, "dashboard.html", context)
 
     def panels_view(self, request: HttpRequest) -> HttpResponse:
         """The dashboard's panels alone: what its refresh control fetches and swaps in."""
-        self._require(request, "view")
         return self._render(
             request, "dashboard_panels.html", self._context(request, "", **self._panels(request))
         )
@@ -128,7 +133,6 @@ class JobAdmin(ModelAdmin):
     # ------------------------------------------------------------------ lists
 
     def list_view(self, request: HttpRequest, state: str) -> HttpResponse:
-        self._require(request, "view")
         current = State(state)
         queue = get_queue()
         filters = listing.Filters.from_query(request.GET)
@@ -282,7 +286,6 @@ class JobAdmin(ModelAdmin):
         return job
 
     def job_view(self, request: HttpRequest, job_id: int) -> HttpResponse:
-        self._require(request, "view")
         try:
             job = self._job_or_404(job_id)
         except QueueCorrupted as exc:  # its record on disk does not decode: say so, never a 500

@@ -190,3 +190,62 @@ def test_everything_jobs_workers_and_limits_carry_is_escaped_on_every_page(store
         f"{BASE}failed/action/", {"action": "retry", "scope": "selected", "ids": [jobs.failed]}
     )
     assert confirm.status_code == 200 and "<script>alert" not in confirm.content.decode()
+
+
+SECRET = "s3cret-token-42"
+NOWHERE = "text-found-in-no-job"
+
+
+def confirmations(jobs: Jobs, search: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every POST that shows a confirmation page (not confirmed yet), ``search`` as the ``q=`` filter."""
+    matching = {"scope": "matching", "q": search}
+    return [
+        (f"{BASE}failed/action/", {"action": "delete", **matching}),
+        (f"{BASE}failed/action/", {"action": "delete", "scope": "selected", "ids": [jobs.failed]}),
+        (f"{BASE}failed/action/", {"action": "retry", **matching}),
+        (f"{BASE}pending/action/", {"action": "cancel", **matching}),
+        (f"{BASE}scheduled/action/", {"action": "cancel", **matching}),
+        (f"{BASE}failed/action/", {"action": "delete", **matching, "confirmed": "yes"}),
+        (f"{BASE}failed/action/", {"action": "delete", "scope": "selected", "ids": [jobs.failed],
+                                   "confirmed": "yes", "q": search}),
+    ]  # fmt: skip
+
+
+def test_delete_without_view_shows_nothing_of_the_jobs_and_tells_nothing_of_a_search(
+    store: Queue, jobs: Jobs
+) -> None:
+    """A staff user holding delete but not view gets 403 on every page, on every confirmation page (which
+    lists the dead letters' task names, queues and errors, and counts what a search matches) and on every
+    confirmed action; the answer to a search that matches an error is byte for byte the answer to one that
+    matches nothing, and the store is unchanged."""
+    fail(store, SECRET, name="secret.task")
+    client = user("delete_job", username="deleter")
+    before = snapshot(store, jobs)
+    for url in pages(jobs):
+        assert client.get(url).status_code == 403, url
+    for (url, hit_data), (_url, miss_data) in zip(
+        confirmations(jobs, SECRET), confirmations(jobs, NOWHERE), strict=True
+    ):
+        hit, miss = client.post(url, hit_data), client.post(url, miss_data)
+        assert hit.status_code == miss.status_code == 403, (url, hit_data)
+        assert hit.content == miss.content, (url, hit_data)
+        body = hit.content.decode()
+        assert SECRET not in body and "secret.task" not in body and "boom" not in body, (url, hit_data)
+        assert not list(hit.wsgi_request._messages), (url, hit_data)  # no "Deleted 1 job." waiting either
+    assert snapshot(store, jobs) == before
+    assert store.stats()["failed"] == 2
+
+
+def test_change_implies_view_as_in_djangos_admin_but_never_delete(store: Queue, jobs: Jobs) -> None:
+    """A staff user holding change alone sees the pages (Django's admin counts change as view) and may retry
+    and cancel, but every delete, confirmation page included, is refused and deletes nothing."""
+    client = user("change_job", username="changer")
+    for url in pages(jobs):
+        assert client.get(url).status_code == 200, url
+    retry = client.post(f"{BASE}failed/action/", {"action": "retry", "scope": "matching", "q": "boom"})
+    assert retry.status_code == 200 and "boom" in retry.content.decode()
+    before = snapshot(store, jobs)
+    for url, data in confirmations(jobs, "boom"):
+        if data["action"] == "delete":
+            assert client.post(url, data).status_code == 403, (url, data)
+    assert snapshot(store, jobs) == before
