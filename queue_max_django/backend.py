@@ -5,11 +5,15 @@
 (or ``testing.run_queued``) runs it through ``runner.run_job``, which hands django.tasks jobs to
 ``run_django_task_job`` here, and ``get_result`` reads the job back from the store, from any process.
 
-A job's payload is msgpack data: ``{DJANGO_TASK_KEY: 1, "task": <module path>, "backend": <alias>, "args":
-[...], "kwargs": {...}}``; its engine name is the task's module path. Invariant 6: the run side looks the
-module path up only among the ``django.tasks.Task`` objects this process has registered (every Task this
-backend validates or enqueues, and those defined by the modules listed in ``OPTIONS["MODULES"]``, which come
-from settings, never from a job). Nothing is imported from a job's data.
+A job's payload is msgpack data: ``{DJANGO_TASK_KEY: 1, "task": <module path>, "backend": <alias>,
+"run_after": <ISO 8601 text or None>, "args": [...], "kwargs": {...}}``; its engine name is the task's module
+path, its priority and queue the task's. A result is rebuilt from these stored fields of its own job, never
+from another ``using()`` variant of the task. With ``QUEUE_MAX["IMMEDIATE"]`` a job is run as soon as it is
+stored, here, through ``runner.run_now`` (a failure is final), as Django's ``ImmediateBackend`` does.
+
+Invariant 6: the run side looks the module path up only among the ``django.tasks.Task`` objects this process
+has registered (every Task this backend validates or enqueues, and those defined by the modules listed in
+``OPTIONS["MODULES"]``, which come from settings, never from a job). Nothing is imported from a job's data.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 try:
     from django.tasks import Task, task_backends
     from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.base import TASK_REFRESH_ATTRS, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError as exc:  # Django < 6.0
@@ -36,6 +40,7 @@ import time
 import traceback
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.utils import timezone
@@ -45,7 +50,7 @@ from .conf import get_config, get_queue
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify
 from .engine.validate import validate_queue_name
 from .results import attempt_errors, attempt_workers
-from .runner import DJANGO_TASK_KEY, Outcome, _run_coroutine
+from .runner import DJANGO_TASK_KEY, Outcome, _run_coroutine, run_now
 
 OPTION_KEYS = frozenset({"MODULES", "MAX_RETRIES"})
 CHECK_PREFIX = "queue_max_django.backend"
@@ -139,13 +144,16 @@ class QueueMaxBackend(BaseTaskBackend):
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
         self.validate_task(task)
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+        run_after = _aware(task.run_after)
         payload = {DJANGO_TASK_KEY: 1, "task": task.module_path, "backend": self.alias}
-        payload.update(args=args, kwargs=kwargs)
-        queue = get_queue()
+        payload.update(
+            run_after=None if run_after is None else run_after.isoformat(), args=args, kwargs=kwargs
+        )
+        config, queue = get_config(), get_queue()
         job_id = queue.put(
             payload,
-            priority=task.priority,
-            eta=task.run_after,
+            priority=int(task.priority),  # Django also accepts a whole float (3.0)
+            eta=None if config.immediate else run_after,
             queue=task.queue_name,
             name=task.module_path,
             max_retries=self._max_retries(),
@@ -166,6 +174,19 @@ class QueueMaxBackend(BaseTaskBackend):
             worker_ids=[],
         )
         task_enqueued.send(type(self), task_result=result)
+        if config.immediate:
+            return self._run_inline(queue, job_id, result)
+        return result
+
+    def _run_inline(self, queue: Any, job_id: int, result: TaskResult[Any, Any]) -> TaskResult[Any, Any]:
+        """IMMEDIATE: claim exactly this job and run it here, once, through the runner (a failure is final,
+        as with ``ImmediateBackend``); ``result`` is then updated from the store."""
+        run_now(queue, job_id)
+        job = queue.job(job_id)
+        if job is not None:  # None: the store forgot it at once (RESULT_TTL 0): the result stays READY
+            fresh = result_of(job, result.task, job.payload)
+            for name in TASK_REFRESH_ATTRS:
+                object.__setattr__(result, name, getattr(fresh, name))
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
@@ -180,11 +201,22 @@ class QueueMaxBackend(BaseTaskBackend):
         task = lookup(payload.get("task"), payload.get("backend"))
         if task is None:
             raise TaskResultDoesNotExist(unknown_django_task_message(payload.get("task")))
-        return result_of(job, task, payload)
+        return result_of(
+            job, stored_task(task, payload, priority=job.priority, queue_name=job.queue), payload
+        )
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         messages: list[checks.CheckMessage] = []
         where = f"TASKS[{self.alias!r}]"
+        if not apps.is_installed("queue_max_django"):
+            messages.append(
+                checks.Error(
+                    f"{where} uses QueueMaxBackend, but 'queue_max_django' is not in INSTALLED_APPS: its "
+                    f"jobs would be stored and never run (no queue_worker command, no task autodiscovery)",
+                    hint="Add 'queue_max_django' to INSTALLED_APPS.",
+                    id=f"{CHECK_PREFIX}.E006",
+                )
+            )
         unknown = sorted(set(self.options) - OPTION_KEYS)
         if unknown:
             messages.append(
@@ -233,23 +265,52 @@ class QueueMaxBackend(BaseTaskBackend):
         return messages
 
 
-def _as_stored(task: Task[Any, Any], **stored: Any) -> Task[Any, Any]:
-    """The task with the options its job was stored with (``using()`` may have changed them); the
-    registered task as it is when this process's backend refuses them (e.g. an alias not configured here)."""
+def _aware(moment: dt.datetime | None) -> dt.datetime | None:
+    """A naive ``run_after`` (allowed with ``USE_TZ = False``) is in the current time zone, as Django's."""
+    if moment is None or timezone.is_aware(moment):
+        return moment
+    return timezone.make_aware(moment)
+
+
+def _run_after(payload: dict[str, Any]) -> dt.datetime | None:
+    """The ``run_after`` a job was enqueued with (None for jobs stored before the payload kept it)."""
+    text = payload.get("run_after")
+    if not isinstance(text, str):
+        return None
     try:
-        return dataclasses.replace(task, **stored)
-    except Exception:
-        return task
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if settings.USE_TZ or timezone.is_naive(moment) else timezone.make_naive(moment)
+
+
+def stored_task(
+    task: Task[Any, Any], payload: dict[str, Any], *, priority: int, queue_name: str
+) -> Task[Any, Any]:
+    """``task`` (the registered Task of the job's module path: any ``using()`` variant of it) with the
+    options this job was stored with: its priority, queue, ``run_after`` and backend alias. Built without
+    Django's validation, which would refuse what is true of a stored job (a ``run_after`` now past is fine,
+    but an alias or queue this process does not configure is not)."""
+    stored = object.__new__(type(task))
+    for field in dataclasses.fields(task):
+        object.__setattr__(stored, field.name, getattr(task, field.name))
+    backend = payload.get("backend")
+    changes = {"priority": priority, "queue_name": queue_name, "run_after": _run_after(payload)}
+    if isinstance(backend, str):
+        changes["backend"] = backend
+    for name, value in changes.items():
+        object.__setattr__(stored, name, value)
+    return stored
 
 
 def result_of(job: Job, task: Task[Any, Any], payload: dict[str, Any]) -> TaskResult[Any, Any]:
-    """The ``TaskResult`` of a stored job. A job waiting for a retry is READY with the last error."""
+    """The ``TaskResult`` of a stored job (``task``: as ``stored_task`` rebuilt it). A job waiting for a
+    retry is READY, with one error per failed attempt."""
     status = _STATUS[job.state]
     errors = [
         TaskError(exception_class_path=_class_path(kind), traceback=traceback or message)
         for kind, traceback, message in attempt_errors(job)
     ]
-    task = _as_stored(task, priority=job.priority, queue_name=job.queue)
     finished = job.state in (State.DONE, State.FAILED)
     result: TaskResult[Any, Any] = TaskResult(
         task=task,
@@ -280,7 +341,10 @@ def _fail_now(record: Record, message: str) -> Outcome:
 def run_django_task_job(record: Record, *, retry_delay: float | None = None, final: bool = False) -> Outcome:
     """Run one claimed django.tasks job as ``ImmediateBackend._execute_task`` does (statuses, timestamps,
     ``TaskContext``, ``TaskError`` with the traceback, ``task_started``/``task_finished``), then ack with
-    the return value or nack (retried per the queue's ``MAX_RETRIES``; ``final``: not retried)."""
+    the return value or nack (retried per the queue's ``MAX_RETRIES``; ``final``: not retried). A
+    ``SystemExit`` or ``KeyboardInterrupt`` the task raises is a failed attempt like any exception (Django's
+    ``ImmediateBackend`` records a ``SystemExit`` FAILED); a ``KeyboardInterrupt`` on the main thread (a
+    test's ``run_queued()``, the immediate mode) then propagates, as ``ImmediateBackend`` lets it."""
     payload = record.payload
     module_path, alias = payload.get("task"), payload.get("backend")
     task = lookup(module_path, alias)
@@ -289,7 +353,7 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(alias, str):
         return _fail_now(record, f"the payload of django.tasks job {record.job_id} is malformed")
-    task = _as_stored(task, priority=record.priority, queue_name=record.queue, backend=alias)
+    task = stored_task(task, payload, priority=record.priority, queue_name=record.queue)
     sender = QueueMaxBackend
     started = timezone.now()
     result: TaskResult[Any, Any] = TaskResult(
@@ -312,15 +376,18 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
         value = task.func(*call_args, **result.kwargs)
         if inspect.iscoroutine(value):
             value = _run_coroutine(value)
-    except (KeyboardInterrupt, SystemExit):
-        if not record.finished:
-            record.release()
-        raise
-    except Exception as exc:
+    except (
+        BaseException
+    ) as exc:  # SystemExit, KeyboardInterrupt too: the task's failure (Django records them)
         decision = classify(exc, now=time.time())
         delay = retry_delay if decision.retry else None
         permanent = final or not decision.retry
-        return _finish_failed(record, result, exc, delay=delay, permanent=permanent, reason=decision.reason)
+        outcome = _finish_failed(
+            record, result, exc, delay=delay, permanent=permanent, reason=decision.reason
+        )
+        if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            raise  # recorded; on the main thread it may be the user's Ctrl-C: let it stop the program
+        return outcome
     try:
         value = normalize_json(value)  # as Django requires: JSON data (which msgpack stores as is)
         record.ack(value)
@@ -337,7 +404,7 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
 def _finish_failed(
     record: Record,
     result: TaskResult[Any, Any],
-    exc: Exception,
+    exc: BaseException,
     *,
     delay: float | None,
     permanent: bool,

@@ -11,6 +11,7 @@ import datetime as dt
 import importlib
 import importlib.util
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -292,6 +293,7 @@ def test_the_same_task_module_gives_the_same_results_under_immediate_backend_and
         (dt_tasks.fail, ("boom",), {}),
         (dt_tasks.with_context, (5,), {}),
         (dt_tasks.async_add, (1, 1), {}),
+        (dt_tasks.exits, (1,), {}),
     ]
     with override_settings(TASKS=tasks_setting(IMMEDIATE)):
         immediate = [task.enqueue(*args, **kwargs) for task, args, kwargs in calls]
@@ -299,9 +301,253 @@ def test_the_same_task_module_gives_the_same_results_under_immediate_backend_and
         enqueued = [task.enqueue(*args, **kwargs) for task, args, kwargs in calls]
         run_queued()
         ours = [task_backends["default"].get_result(r.id) for r in enqueued]
-    assert _outcomes(ours) == _outcomes(immediate)
+    with queue_max(IMMEDIATE=True), override_settings(TASKS=tasks_setting()):  # ours, inline
+        inline = [task.enqueue(*args, **kwargs) for task, args, kwargs in calls]
+    assert _outcomes(ours) == _outcomes(inline) == _outcomes(immediate)
     assert [r.attempts for r in ours] == [r.attempts for r in immediate] == [1] * len(calls)
+    assert [r.attempts for r in inline] == [1] * len(calls)
     assert _outcomes(ours)[4] == ("FAILED", ["builtins.ValueError"])
+    assert _outcomes(ours)[7] == ("FAILED", ["builtins.SystemExit"])
+
+
+# ------------------------------------------------------------------ results rebuilt from their own job
+
+
+def _two_backends() -> dict[str, Any]:
+    """Two aliases of our backend over the one store of QUEUE_MAX."""
+    return {"default": {"BACKEND": BACKEND}, "other": {"BACKEND": BACKEND}}
+
+
+@needs_tasks
+def test_get_result_reports_the_jobs_own_run_after_priority_queue_and_alias(queue_max: Configure) -> None:
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    tasks = {**_two_backends(), "default": {"BACKEND": BACKEND, "QUEUES": ["default", "mail"]}}
+    with queue_max(QUEUES=["default", "mail"]), override_settings(TASKS=tasks):
+        deferred = dt_tasks.add.using(run_after=later, priority=7, queue_name="mail").enqueue(1, 2)
+        plain = dt_tasks.add.enqueue(3, 4)
+        elsewhere = dt_tasks.add.using(backend="other", priority=-3).enqueue(5, 6)
+        dt_tasks.add.using(run_after=later + dt.timedelta(days=1), priority=99)  # validated last: registered
+        backend = task_backends["default"]
+        stored = {r.id: get_queue().job(int(r.id)) for r in (deferred, plain, elsewhere)}
+        results = {r.id: backend.get_result(r.id) for r in (deferred, plain, elsewhere)}
+    job = stored[deferred.id]
+    assert job is not None and (job.state, job.eta, job.priority, job.queue) == (
+        State.SCHEDULED, pytest.approx(later.timestamp(), abs=1e-3), 7, "mail"
+    )  # fmt: skip
+    assert job.payload["run_after"] == later.isoformat() and job.payload["backend"] == "default"
+    assert stored[elsewhere.id].payload["backend"] == "other"  # type: ignore[union-attr]
+    options = {
+        rid: (r.task.run_after, r.task.priority, r.task.queue_name, r.task.backend, r.backend)
+        for rid, r in results.items()
+    }
+    assert options == {
+        deferred.id: (later, 7, "mail", "default", "default"),
+        plain.id: (None, 0, "default", "default", "default"),
+        elsewhere.id: (None, -3, "default", "other", "other"),
+    }
+    # As Django's own tests ask of a backend: a result read back right after enqueue equals the enqueued one.
+    assert results == {r.id: r for r in (deferred, plain, elsewhere)}
+
+
+@needs_tasks
+def test_refresh_goes_through_the_backend_the_job_was_enqueued_with(queue_max: Configure) -> None:
+    with queue_max(), override_settings(TASKS=_two_backends()):
+        result = dt_tasks.add.using(backend="other").enqueue(2, 2)
+        dt_tasks.add.enqueue(0, 0)  # the registered task is the default-alias one now
+        run_queued()
+        fresh = task_backends["default"].get_result(result.id)
+        fresh.refresh()  # task.get_backend(): "other"
+    assert (fresh.task.backend, fresh.backend, fresh.return_value) == ("other", "other", 4)
+
+
+@needs_tasks
+def test_a_whole_float_priority_is_stored_as_an_int(store: None) -> None:
+    result = dt_tasks.add.using(priority=3.0).enqueue(1, 1)  # Django accepts it; the engine takes ints
+    job = get_queue().job(int(result.id))
+    assert job is not None and job.priority == 3 and type(job.priority) is int
+
+
+@needs_tasks
+def test_a_naive_run_after_is_in_the_current_time_zone_without_use_tz(queue_max: Configure) -> None:
+    with queue_max(), override_settings(TASKS=tasks_setting(), USE_TZ=False, TIME_ZONE="Europe/Paris"):
+        from django.utils import timezone
+
+        later = dt.datetime.now() + dt.timedelta(hours=2)  # naive: Django allows it with USE_TZ = False
+        result = dt_tasks.add.using(run_after=later).enqueue(1, 2)
+        job = get_queue().job(int(result.id))
+        fresh = task_backends["default"].get_result(result.id)
+        expected = timezone.make_aware(later).timestamp()
+    assert job is not None and job.state is State.SCHEDULED
+    assert job.eta == pytest.approx(expected, abs=1e-3)
+    assert fresh.task.run_after == later and fresh.enqueued_at is not None
+    assert timezone.is_naive(fresh.enqueued_at)
+
+
+# ------------------------------------------------------------------ checks
+
+
+@needs_tasks
+def test_check_is_an_error_when_the_app_is_not_installed(queue_max: Configure) -> None:
+    apps_without = ["django.contrib.contenttypes", "django.contrib.auth"]
+    with queue_max(), override_settings(TASKS=tasks_setting(), INSTALLED_APPS=apps_without):
+        messages = task_backends["default"].check()
+    assert [(m.id, m.msg, m.hint) for m in messages] == [
+        (
+            "queue_max_django.backend.E006",
+            "TASKS['default'] uses QueueMaxBackend, but 'queue_max_django' is not in INSTALLED_APPS: its "
+            "jobs would be stored and never run (no queue_worker command, no task autodiscovery)",
+            "Add 'queue_max_django' to INSTALLED_APPS.",
+        )
+    ]
+    with queue_max(), override_settings(TASKS=tasks_setting()):
+        assert task_backends["default"].check() == []
+
+
+# ------------------------------------------------------------------ SystemExit and KeyboardInterrupt
+
+
+@needs_tasks
+def test_a_task_calling_sys_exit_is_failed_with_system_exit_after_its_retries(store: None) -> None:
+    result = dt_tasks.exits.enqueue(2)
+    outcomes = run_queued()  # nothing propagates: the loop goes on
+    assert [o.state for o in outcomes] == [State.PENDING] * 3 + [State.FAILED]
+    job = get_queue().job(int(result.id))
+    assert job is not None and (job.state, job.error_type, job.retries) == (State.FAILED, "SystemExit", 4)
+    fresh = task_backends["default"].get_result(result.id)
+    assert fresh.status == TaskResultStatus.FAILED and fresh.attempts == 4
+    assert [e.exception_class_path for e in fresh.errors] == ["builtins.SystemExit"] * 4
+    assert fresh.errors[-1].exception_class is SystemExit
+    assert "sys.exit(code)" in fresh.errors[-1].traceback
+
+
+@needs_tasks
+def test_a_keyboard_interrupt_in_a_worker_thread_is_a_failure_and_does_not_kill_the_thread(
+    queue_max: Configure,
+) -> None:
+    with queue_max(), override_settings(TASKS=tasks_setting(OPTIONS={"MAX_RETRIES": 0})):
+        result = dt_tasks.interrupted.enqueue()
+        after = dt_tasks.add.using(priority=-1).enqueue(1, 1)  # runs after it, in the same thread
+        ran: list[Any] = []
+        thread = threading.Thread(target=lambda: ran.extend(run_queued()))
+        thread.start()
+        thread.join(30)
+        fresh = task_backends["default"].get_result(result.id)
+        later = task_backends["default"].get_result(after.id)
+    assert [(str(o.job_id), o.state) for o in ran] == [(result.id, State.FAILED), (after.id, State.DONE)]
+    assert (fresh.status, [e.exception_class_path for e in fresh.errors]) == (
+        TaskResultStatus.FAILED, ["builtins.KeyboardInterrupt"]
+    )  # fmt: skip
+    assert later.return_value == 2
+
+
+@needs_tasks
+def test_a_keyboard_interrupt_on_the_main_thread_is_recorded_then_propagates(queue_max: Configure) -> None:
+    with queue_max(), override_settings(TASKS=tasks_setting(OPTIONS={"MAX_RETRIES": 0})):
+        result = dt_tasks.interrupted.enqueue()
+        with pytest.raises(KeyboardInterrupt, match="from the task"):
+            run_queued()
+        job = get_queue().job(int(result.id))
+    assert job is not None and (job.state, job.error_type, job.retries) == (
+        State.FAILED, "KeyboardInterrupt", 1
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------ QUEUE_MAX["IMMEDIATE"]
+
+
+@pytest.fixture
+def immediate(queue_max: Configure) -> Iterator[None]:
+    if not HAS_TASKS:
+        pytest.skip("django.tasks needs Django >= 6.0")
+    with queue_max(IMMEDIATE=True), override_settings(TASKS=tasks_setting()):
+        yield
+
+
+@needs_tasks
+def test_immediate_runs_the_job_at_once_and_stores_its_result(immediate: None, data_dir: Path) -> None:
+    result = dt_tasks.add.enqueue(2, 3)
+    assert (result.status, result.return_value, result.attempts) == (TaskResultStatus.SUCCESSFUL, 5, 1)
+    assert result.enqueued_at <= result.started_at <= result.finished_at  # type: ignore[operator]
+    assert result.task == dt_tasks.add and (result.args, result.kwargs) == ([2, 3], {})
+    with Queue(data_dir) as raw:
+        job = raw.job(int(result.id))
+        assert job is not None and (job.state, job.result, job.attempts) == (State.DONE, 5, 1)
+    assert run_queued() == []  # nothing left for a worker
+    assert task_backends["default"].get_result(result.id) == result
+
+
+@needs_tasks
+def test_immediate_ignores_run_after_and_keeps_it_on_the_result(immediate: None) -> None:
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    result = dt_tasks.add.using(run_after=later).enqueue(1, 1)
+    assert (result.status, result.return_value, result.task.run_after) == (
+        TaskResultStatus.SUCCESSFUL,
+        2,
+        later,
+    )
+
+
+@needs_tasks
+def test_immediate_failure_is_final_and_recorded(immediate: None) -> None:
+    result = dt_tasks.fail.enqueue("boom")  # MAX_RETRIES 3 is not used: one attempt, as ImmediateBackend
+    assert (result.status, result.attempts, result.is_finished) == (TaskResultStatus.FAILED, 1, True)
+    assert [e.exception_class_path for e in result.errors] == ["builtins.ValueError"]
+    assert result.errors[0].traceback.endswith("ValueError: boom\n")
+    with pytest.raises(ValueError, match="Task failed"):
+        result.return_value  # noqa: B018
+    job = get_queue().job(int(result.id))
+    assert job is not None and (job.state, job.retries, job.error) == (State.FAILED, 1, "boom")
+
+
+@needs_tasks
+def test_immediate_sys_exit_is_failed_and_does_not_propagate(immediate: None) -> None:
+    result = dt_tasks.exits.enqueue(3)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class is SystemExit
+    job = get_queue().job(int(result.id))
+    assert job is not None and (job.state, job.error_type) == (State.FAILED, "SystemExit")
+
+
+@needs_tasks
+def test_immediate_keyboard_interrupt_is_recorded_and_propagates(immediate: None) -> None:
+    with pytest.raises(KeyboardInterrupt):  # ImmediateBackend lets it through too
+        dt_tasks.interrupted.enqueue()
+    (job,) = get_queue().jobs(State.FAILED)
+    assert (job.name, job.error_type) == ("tests.testapp.django_tasks.interrupted", "KeyboardInterrupt")
+
+
+@needs_tasks
+def test_immediate_sends_enqueued_started_finished_in_order(immediate: None) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def receiver(name: str) -> Callable[..., None]:
+        def receive(sender: Any, task_result: Any, **kwargs: Any) -> None:
+            seen.append((name, str(task_result.status)))
+
+        return receive
+
+    receivers = [(task_enqueued, receiver("enqueued")), (task_started, receiver("started")),
+                 (task_finished, receiver("finished"))]  # fmt: skip
+    for signal, function in receivers:
+        signal.connect(function)
+    try:
+        dt_tasks.add.enqueue(1, 2)
+    finally:
+        for signal, function in receivers:
+            signal.disconnect(function)
+    assert seen == [("enqueued", "READY"), ("started", "RUNNING"), ("finished", "SUCCESSFUL")]
+
+
+@needs_tasks
+def test_immediate_aenqueue_runs_sync_and_async_tasks(immediate: None) -> None:
+    async def both() -> list[Any]:
+        return [await dt_tasks.add.aenqueue(1, 2), await dt_tasks.async_add.aenqueue(3, 4)]
+
+    results = asyncio.run(both())
+    assert [(r.status, r.return_value) for r in results] == [
+        (TaskResultStatus.SUCCESSFUL, 3),
+        (TaskResultStatus.SUCCESSFUL, 7),
+    ]
 
 
 @pytest.mark.skipif(HAS_TASKS, reason="checks the import error on Django < 6.0")

@@ -7,6 +7,7 @@ Not autodiscovered (only ``tasks.py`` is): the test module imports it. The same 
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 from django.tasks import TaskContext, task
@@ -40,6 +41,16 @@ def high() -> str:
 @task
 def fail(message: str) -> None:
     raise ValueError(message)
+
+
+@task
+def exits(code: int) -> None:
+    sys.exit(code)  # as argparse or click code given bad arguments does
+
+
+@task
+def interrupted() -> None:
+    raise KeyboardInterrupt("from the task")
 
 
 @task(takes_context=True)
