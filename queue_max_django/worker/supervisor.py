@@ -209,7 +209,13 @@ class Supervisor:
 
 
 def run_worker(queue: Queue, options: WorkerOptions) -> int:
-    """What ``manage.py queue_worker`` does. -> the exit code."""
+    """What ``manage.py queue_worker`` does. -> the exit code. The SIGTERM and SIGINT handlers it installs
+    are replaced by the previous ones when it returns or raises (it may run inside a longer process)."""
     supervisor = Supervisor(queue, options)
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     supervisor.install_signal_handlers()
-    return supervisor.run()
+    try:
+        return supervisor.run()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
