@@ -10,6 +10,7 @@ import asyncio
 import datetime as dt
 import importlib
 import importlib.util
+import pickle
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -381,6 +382,32 @@ def test_a_naive_run_after_is_in_the_current_time_zone_without_use_tz(queue_max:
     assert job.eta == pytest.approx(expected, abs=1e-3)
     assert fresh.task.run_after == later and fresh.enqueued_at is not None
     assert timezone.is_naive(fresh.enqueued_at)
+
+
+@needs_tasks
+def test_arguments_that_are_not_json_data_are_refused_and_nothing_is_stored(store: None) -> None:
+    with pytest.raises(TypeError, match="Unsupported type"):  # Django's normalize_json, as in its tests
+        dt_tasks.echo.enqueue(dt.datetime.now(dt.UTC))
+    assert get_queue().stats()["total"] == 0
+
+
+@needs_tasks
+def test_a_return_value_that_is_not_json_data_fails_the_job_with_type_error(store: None) -> None:
+    result = dt_tasks.unstorable.enqueue()
+    (outcome,) = run_queued()  # not retried: the same value would come back
+    assert outcome.state is State.FAILED
+    fresh = task_backends["default"].get_result(result.id)
+    assert [e.exception_class_path for e in fresh.errors] == ["builtins.TypeError"]
+    assert "Unsupported type" in fresh.errors[0].traceback
+
+
+@needs_tasks
+def test_a_result_read_back_pickles_and_compares_equal(store: None) -> None:
+    result = dt_tasks.add.using(priority=5).enqueue(1, 2)
+    run_queued()
+    fresh = task_backends["default"].get_result(result.id)
+    again = pickle.loads(pickle.dumps(fresh))
+    assert again == fresh and again.task == dt_tasks.add.using(priority=5)
 
 
 # ------------------------------------------------------------------ checks

@@ -44,6 +44,11 @@ def fail(message: str) -> None:
 
 
 @task
+def unstorable() -> Any:
+    return {1, 2}  # a set: not JSON data, so not a return value Django accepts
+
+
+@task
 def exits(code: int) -> None:
     sys.exit(code)  # as argparse or click code given bad arguments does
 
