@@ -334,6 +334,12 @@ def result_of(job: Job, task: Task[Any, Any], payload: dict[str, Any]) -> TaskRe
 # ---------------------------------------------------------------------------------------------- run side
 
 
+def _is_interrupt(exc: BaseException) -> bool:
+    """The user's Ctrl-C, not the task's doing: Python raises SIGINT's ``KeyboardInterrupt`` on the main
+    thread only (the same rule as ``runner.run_job``)."""
+    return isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread()
+
+
 def _fail_now(record: Record, message: str) -> Outcome:
     return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
 
@@ -343,8 +349,10 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
     ``TaskContext``, ``TaskError`` with the traceback, ``task_started``/``task_finished``), then ack with
     the return value or nack (retried per the queue's ``MAX_RETRIES``; ``final``: not retried). A
     ``SystemExit`` or ``KeyboardInterrupt`` the task raises is a failed attempt like any exception (Django's
-    ``ImmediateBackend`` records a ``SystemExit`` FAILED); a ``KeyboardInterrupt`` on the main thread (a
-    test's ``run_queued()``, the immediate mode) then propagates, as ``ImmediateBackend`` lets it."""
+    ``ImmediateBackend`` and django-tasks' database worker record them FAILED), except a
+    ``KeyboardInterrupt`` on the main thread (a test's ``run_queued()``, the immediate mode): that is the
+    user's Ctrl-C, so the job is released (no attempt counted) and it propagates, as ``ImmediateBackend``
+    lets it. A worker never runs jobs on its main thread."""
     payload = record.payload
     module_path, alias = payload.get("task"), payload.get("backend")
     task = lookup(module_path, alias)
@@ -376,18 +384,15 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
         value = task.func(*call_args, **result.kwargs)
         if inspect.iscoroutine(value):
             value = _run_coroutine(value)
-    except (
-        BaseException
-    ) as exc:  # SystemExit, KeyboardInterrupt too: the task's failure (Django records them)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt too: as runner.run_job has it
+        if _is_interrupt(exc):
+            if not record.finished:
+                record.release()
+            raise
         decision = classify(exc, now=time.time())
         delay = retry_delay if decision.retry else None
         permanent = final or not decision.retry
-        outcome = _finish_failed(
-            record, result, exc, delay=delay, permanent=permanent, reason=decision.reason
-        )
-        if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
-            raise  # recorded; on the main thread it may be the user's Ctrl-C: let it stop the program
-        return outcome
+        return _finish_failed(record, result, exc, delay=delay, permanent=permanent, reason=decision.reason)
     try:
         value = normalize_json(value)  # as Django requires: JSON data (which msgpack stores as is)
         record.ack(value)

@@ -39,8 +39,15 @@ F_PAYLOAD = (
 )
 F_WORKERS = 20  # ids of the workers that claimed the job, one per attempt (the last HISTORY_MAX), or None
 F_ERRORS = 21  # [error type, error] of each failed attempt (the last HISTORY_MAX), or None
-RECORD_FIELDS = 22
+F_CLAIM = 22  # how the job was last claimed: None alone, CLAIM_BATCH with others, CLAIM_ALONE_NEXT (below)
+RECORD_FIELDS = 23
 HISTORY_MAX = 10
+
+# F_CLAIM values. A job claimed in a batch (get_many) whose lease expires is not charged the attempt: the
+# process that died held the whole batch, and only one job of it was running. It becomes CLAIM_ALONE_NEXT,
+# and the next claim takes it alone, so that a job which kills its worker is charged for it alone.
+CLAIM_BATCH = 1
+CLAIM_ALONE_NEXT = 2
 
 # Small payloads live inside the record: one B-tree page written per put instead of two. Large ones live in
 # their own database, written once, so that state changes never copy them.
