@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,8 +16,8 @@ from django.test import override_settings
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue
 from tests.engine.conftest import dump_store
-from tests.engine.procs import Children
-from tests.engine.test_compact import hold_open
+from tests.engine.procs import Children, kill
+from tests.engine.test_compact import compact_and_pause, hold_open
 
 Configure = Callable[..., override_settings]
 
@@ -126,3 +127,40 @@ def test_no_store_yet(data: Path) -> None:
     with pytest.raises(CommandError, match="no store"):
         call("queue_compact")
     assert not data.exists()
+
+
+def test_an_existing_data_dir_keeps_its_mode(data: Path) -> None:
+    """security.md: a DATA_DIR that already exists keeps its mode (compaction reset 0750 to 0700)."""
+    churn(data)
+    data.chmod(0o750)
+    (data / "shard-003" / "data.mdb").chmod(0o640)
+
+    call("queue_compact")
+
+    assert stat.S_IMODE(data.stat().st_mode) == 0o750
+    assert stat.S_IMODE((data / "shard-003" / "data.mdb").stat().st_mode) == 0o640
+    assert stat.S_IMODE((data / "shard-002" / "data.mdb").stat().st_mode) == 0o600
+
+
+def test_removes_what_a_killed_compaction_left_and_says_so(
+    data: Path, tmp_path: Path, children: Children
+) -> None:
+    before = churn(data)
+    child = children.start(compact_and_pause, str(data), "copy", str(tmp_path / "go"), False)
+    pid = child.recv()["paused"]
+    kill(child)  # SIGKILL mid-copy
+    left = tmp_path / f".store.compacting-{pid}"
+    assert left.is_dir()
+
+    report = json.loads(call("queue_compact", "--json"))
+    assert report["removed"] == [str(left)] and report["recovered_backups"] == []
+    assert not left.exists()
+    with Queue(data) as q:
+        assert dump_store(q) == before
+
+    child = children.start(compact_and_pause, str(data), "copy", str(tmp_path / "go"), False)
+    pid = child.recv()["paused"]
+    kill(child)
+    out = call("queue_compact")
+    assert f"Removed {tmp_path / f'.store.compacting-{pid}'}, left by a compaction that was killed." in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]

@@ -7,6 +7,7 @@ environment), and the refusals are proven against real processes that hold the s
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from queue_max_django.engine import compact as compact_module
 from queue_max_django.engine.compact import compact_store
 from queue_max_django.engine.store import StoreInUse, lock_store_exclusive
 from tests.engine.conftest import FakeClock, dump_store, open_queue
-from tests.engine.procs import CHILD_TIMEOUT, Children, send
+from tests.engine.procs import CHILD_TIMEOUT, Children, kill, send, wait_for
 
 BIG = "x" * 3000  # a payload over 1 KiB lives in the payloads database
 
@@ -41,6 +42,58 @@ def read_without_lock(shard_path: str) -> None:
     txn.stat()
     send({"ready": os.getpid()})
     time.sleep(CHILD_TIMEOUT)
+
+
+def compact_and_pause(path: str, pause_after: str, go: str, keep_backup: bool) -> None:
+    """Child: a real compaction of ``path`` that stops (says so, then waits for the file ``go``) after the
+    third environment was copied (``"copy"``: a half-written copy beside the store) or just after the
+    exchange (``"exchange"``: the original beside the store, at the sync of the store's parent directory
+    that follows it), so that the parent can SIGKILL it there or look around while it is alive."""
+    real_copy, real_exchange, real_fsync_dir = (
+        compact_module._copy_env,
+        compact_module._exchange,
+        compact_module._fsync_dir,
+    )
+    copied, exchanged = [], []
+
+    def pause() -> None:
+        send({"paused": os.getpid()})
+        deadline = time.monotonic() + CHILD_TIMEOUT
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def copy_env(name: str, source: str, dest: str) -> Any:
+        done = real_copy(name, source, dest)
+        copied.append(name)
+        if pause_after == "copy" and len(copied) == 3:
+            pause()
+        return done
+
+    def exchange(a: str, b: str) -> None:
+        real_exchange(a, b)
+        exchanged.append(b)
+
+    def fsync_dir(directory: str) -> None:
+        real_fsync_dir(directory)
+        if pause_after == "exchange" and exchanged == [os.path.join(directory, "store")]:
+            exchanged.append("paused")
+            pause()
+
+    compact_module._copy_env = copy_env  # type: ignore[assignment]
+    compact_module._exchange = exchange  # type: ignore[assignment]
+    compact_module._fsync_dir = fsync_dir  # type: ignore[assignment]
+    report = compact_store(path, keep_backup=keep_backup)
+    send({"backup": report.backup})
+
+
+def access(root: Path) -> dict[str, tuple[int, int, int]]:
+    """(owner, group, mode) of the store's directory and of everything in it but the lock files that
+    opening the store makes (``store.lock``, ``open.lock``)."""
+    paths = [root, *(p for p in root.rglob("*") if p.name not in ("store.lock", "open.lock"))]
+    return {
+        str(p.relative_to(root)): (p.lstat().st_uid, p.lstat().st_gid, stat.S_IMODE(p.lstat().st_mode))
+        for p in paths
+    }
 
 
 def everything(q: Queue) -> dict[Any, Any]:
@@ -250,3 +303,110 @@ def test_no_store_no_compaction(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no store"):
         compact_store(tmp_path / "nothing")
     assert not (tmp_path / "nothing").exists()
+
+
+def test_the_store_keeps_the_owner_group_and_mode_of_every_file_and_folder(
+    store_path: Path, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A DATA_DIR the deployment made 0750 for a trusted group stays 0750 (it was reset to 0700), and every
+    file and folder of the store keeps the owner, group and mode it had, the output copy's too."""
+    churned_store(store_path, clock)
+    chosen = {".": 0o750, "store.json": 0o640, "shard-000": 0o750, "shard-000/data.mdb": 0o640}
+    for name, mode in chosen.items():
+        (store_path / name).chmod(mode)
+    owned_by_others = os.geteuid() == 0  # as root, give the store another owner and group too
+    if owned_by_others:
+        for path in [store_path, *store_path.rglob("*")]:
+            os.chown(path, 4321, 8765)
+    before = access(store_path)
+    assert before["."][2] == 0o750 and before["shard-000/data.mdb"][2] == 0o640
+
+    compact_store(store_path, output=tmp_path / "copy")
+    compact_store(store_path)
+
+    assert access(store_path) == before
+    assert access(tmp_path / "copy") == before
+    if owned_by_others:
+        assert before["shard-001/data.mdb"][:2] == (4321, 8765)
+    with open_queue(store_path, clock) as q:
+        assert q.verify() == []
+    assert stat.S_IMODE(store_path.stat().st_mode) == 0o750  # opening it changes nothing either
+
+
+def test_a_compaction_killed_mid_copy_leaves_a_copy_that_the_next_run_removes(
+    store_path: Path, clock: FakeClock, tmp_path: Path, children: Children
+) -> None:
+    before = churned_store(store_path, clock)
+    raw = {str(p): p.read_bytes() for p in sorted(store_path.glob("*/data.mdb"))}
+    child = children.start(compact_and_pause, str(store_path), "copy", str(tmp_path / "go"), False)
+    pid = child.recv()["paused"]
+    work = tmp_path / f".store.compacting-{pid}"
+    assert sorted(p.name for p in work.iterdir()) == ["control", "shard-000", "shard-001"]
+
+    # alive: the store is locked, and its half-written copy is not anybody else's to remove
+    with pytest.raises(StoreInUse):
+        compact_store(store_path)
+    assert compact_module.remove_abandoned_work(store_path) == ([], [])
+    assert work.is_dir()
+
+    kill(child)  # a real SIGKILL in the middle of the copy
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".store.compacting-{pid}", "store"]
+    assert {str(p): p.read_bytes() for p in sorted(store_path.glob("*/data.mdb"))} == raw
+    report = compact_store(store_path)
+    assert report.removed == (str(work),) and report.recovered == ()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+    with open_queue(store_path, clock) as q:
+        assert everything(q) == before and q.verify() == []
+
+
+@pytest.mark.parametrize("keep_backup", [False, True], ids=["no-backup", "keep-backup"])
+def test_a_compaction_killed_after_the_exchange_leaves_the_original_that_the_next_run_settles(
+    store_path: Path, clock: FakeClock, tmp_path: Path, children: Children, keep_backup: bool
+) -> None:
+    """Killed between the exchange and removing (or keeping) the original: the store is the compacted copy,
+    and the next run removes the original, or makes it the backup that was asked for."""
+    before = churned_store(store_path, clock)
+    child = children.start(compact_and_pause, str(store_path), "exchange", str(tmp_path / "go"), keep_backup)
+    pid = child.recv()["paused"]
+    kill(child)
+    work = f".store.compacting-{pid}{'-keep' if keep_backup else ''}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [work, "store"]
+    with open_queue(store_path, clock) as q:
+        assert everything(q) == before  # the store is the compacted copy already
+
+    report = compact_store(store_path)
+
+    assert len(report.removed) == (not keep_backup) and len(report.recovered) == keep_backup
+    if keep_backup:
+        backup = Path(report.recovered[0])
+        assert backup.name.startswith("store.pre-compact-")
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([backup.name, "store"])
+        with open_queue(backup, clock) as q:
+            assert everything(q) == before  # the original, as it was
+    else:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+    with open_queue(store_path, clock) as q:
+        assert everything(q) == before and q.verify() == []
+
+
+def test_a_compaction_still_finishing_keeps_its_original_while_the_next_one_runs(
+    store_path: Path, clock: FakeClock, tmp_path: Path, children: Children
+) -> None:
+    """Once exchanged, the store is free to open and compact again while the first compaction still has to
+    turn its original into the backup: the second run must leave that original alone."""
+    before = churned_store(store_path, clock)
+    go = tmp_path / "go"
+    child = children.start(compact_and_pause, str(store_path), "exchange", str(go), True)
+    pid = child.recv()["paused"]
+
+    report = compact_store(store_path)
+
+    assert report.removed == () and report.recovered == ()
+    assert (tmp_path / f".store.compacting-{pid}-keep").is_dir()
+    go.touch()
+    backup = Path(child.recv()["backup"])
+    wait_for(lambda: not child.is_alive(), what="the first compaction to end")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["go", backup.name, "store"])
+    with open_queue(backup, clock) as q:
+        assert everything(q) == before

@@ -19,8 +19,9 @@ def _mib(size: int) -> str:
 class Command(BaseCommand):
     help = (
         "Compact the store offline: copy every LMDB environment without its free pages and swap the copy in "
-        "(LMDB reuses freed pages but never shrinks its files). Refuses while any process has the store "
-        "open: stop the workers, web servers and shells that use it first."
+        "(LMDB reuses freed pages but never shrinks its files), keeping the owner, group and mode of every "
+        "file and folder. First removes what a killed compaction left beside the store. Refuses while any "
+        "process has the store open: stop the workers, web servers and shells that use it first."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -45,6 +46,12 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(to_json(_as_dict(report)))
             return
+        for path in report.removed:
+            self.stdout.write(f"Removed {path}, left by a compaction that was killed.")
+        for path in report.recovered:
+            self.stdout.write(
+                f"Kept {path}: the original store that a killed compaction (--keep-backup) had swapped out."
+            )
         rows = [
             [
                 env.name,
@@ -77,6 +84,8 @@ def _as_dict(report: CompactReport) -> dict[str, Any]:
         "bytes_before": report.bytes_before,
         "bytes_after": report.bytes_after,
         "seconds": report.seconds,
+        "removed": list(report.removed),
+        "recovered_backups": list(report.recovered),
         "environments": {
             env.name: {
                 "bytes_before": env.before.file_bytes,
