@@ -390,7 +390,7 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
                 record.release()
             raise
         decision = classify(exc, now=time.time())
-        delay = retry_delay if decision.retry else None
+        delay = (decision.delay if retry_delay is None else retry_delay) if decision.retry else None
         permanent = final or not decision.retry
         return _finish_failed(record, result, exc, delay=delay, permanent=permanent, reason=decision.reason)
     try:

@@ -13,6 +13,7 @@ import importlib.util
 import pickle
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,17 @@ def test_a_job_waiting_for_a_retry_is_ready_with_the_last_error(store: None) -> 
     fresh = task_backends["default"].get_result(result.id)
     assert (fresh.status, fresh.attempts, fresh.finished_at) == (TaskResultStatus.READY, 1, None)
     assert [e.exception_class_path for e in fresh.errors] == ["builtins.ValueError"]
+
+
+@needs_tasks
+def test_retry_with_a_delay_schedules_the_next_attempt_then(store: None) -> None:
+    result = dt_tasks.retry_in_an_hour.enqueue()
+    before = time.time()
+    (outcome,) = run_queued(retry_delay=None)
+    assert outcome.state is State.SCHEDULED
+    job = get_queue().job(int(result.id))
+    assert job is not None and job.eta is not None
+    assert before + 3600 <= job.eta <= time.time() + 3600  # Retry's delay, not the 1 s backoff
 
 
 @needs_tasks

@@ -12,6 +12,8 @@ from typing import Any
 
 from django.tasks import TaskContext, task
 
+from queue_max_django.engine import Retry
+
 
 @task
 def add(a: int, b: int) -> int:
@@ -41,6 +43,11 @@ def high() -> str:
 @task
 def fail(message: str) -> None:
     raise ValueError(message)
+
+
+@task
+def retry_in_an_hour() -> None:
+    raise Retry(delay=3600, reason="not yet")
 
 
 @task
