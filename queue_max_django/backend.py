@@ -157,6 +157,7 @@ class QueueMaxBackend(BaseTaskBackend):
             queue=task.queue_name,
             name=task.module_path,
             max_retries=self._max_retries(),
+            timeout=config.timeout,  # QUEUE_MAX["TIMEOUT"]: django.tasks has no per-task limit
         )
         job = queue.job(job_id)
         result: TaskResult[Any, Any] = TaskResult(

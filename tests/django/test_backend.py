@@ -374,6 +374,13 @@ def test_refresh_goes_through_the_backend_the_job_was_enqueued_with(queue_max: C
 
 
 @needs_tasks
+def test_queue_max_timeout_is_the_time_limit_of_django_tasks_jobs(queue_max: Configure) -> None:
+    with queue_max(TIMEOUT=2.5), override_settings(TASKS=tasks_setting()):
+        job = get_queue().job(int(dt_tasks.add.enqueue(1, 1).id))
+    assert job is not None and job.timeout == 2.5
+
+
+@needs_tasks
 def test_a_whole_float_priority_is_stored_as_an_int(store: None) -> None:
     result = dt_tasks.add.using(priority=3.0).enqueue(1, 1)  # Django accepts it; the engine takes ints
     job = get_queue().job(int(result.id))
