@@ -58,45 +58,179 @@ _local = threading.local()
 
 
 def _packer() -> msgpack.Packer:
-    """This thread's packer: reusing one is about twice as fast as ``packb`` (which builds one per call);
-    a packer is not thread-safe, hence one per thread."""
+    """This thread's record packer: reusing one is about twice as fast as ``packb`` (which builds one per
+    call); a packer is not thread-safe, hence one per thread."""
     packer = getattr(_local, "packer", None)
     if packer is None:
         packer = _local.packer = msgpack.Packer(use_bin_type=True, datetime=False)
     return packer
 
 
+class _ValuePacker:
+    """This thread's packer of user values (payloads, results): strict, so that msgpack hands every value
+    that is not exactly one of its types to ``_plain``. Ordinary payloads never get there and pay nothing.
+    A tuple (stored as a list), or a subclass of list or dict, may be a dict key that would come back as a
+    list or a map, which cannot be a key: ``containers`` counts them, and a value that had any is unpacked
+    once to prove it reads back."""
+
+    __slots__ = ("containers", "pack", "reset")
+
+    def __init__(self) -> None:
+        packer = msgpack.Packer(use_bin_type=True, datetime=False, strict_types=True, default=self._plain)
+        self.pack, self.reset = packer.pack, packer.reset
+        self.containers = 0
+
+    def _plain(self, value: Any) -> Any:
+        """What msgpack packs in place of ``value``: the plain type it is made of, as a non-strict packer
+        would store it; ``TypeError`` for what is not msgpack data."""
+        if isinstance(value, (tuple, list)):
+            self.containers += 1
+            return list(value)
+        if isinstance(value, dict):
+            self.containers += 1
+            return dict(value)
+        if isinstance(value, str):
+            return str.__str__(value)  # a str subclass (Django's SafeString, a TextChoices member)
+        if isinstance(value, int):
+            return int.__int__(value)  # an IntEnum member; bool never gets here
+        if isinstance(value, float):
+            return float.__float__(value)
+        if isinstance(value, bytes):
+            return bytes(memoryview(value))
+        raise TypeError(f"can not serialize {type(value).__name__!r} object")
+
+
+def _value_packer() -> _ValuePacker:
+    packer: _ValuePacker | None = getattr(_local, "values", None)
+    if packer is None:
+        packer = _local.values = _ValuePacker()
+    return packer
+
+
 def pack_value(value: Any, *, what: str, limit: int) -> bytes:
-    """Encode a user value (payload or result), refusing what msgpack cannot encode or what is too big."""
-    packer = _packer()
+    """Encode a user value (payload or result), refusing what msgpack cannot encode, what would not read
+    back (a tuple as a dict key), or what is too big. ``PayloadNotSerializable`` names the bad part's path."""
+    packer = _value_packer()
     try:
         data: bytes = packer.pack(value)
     except (TypeError, ValueError, OverflowError) as exc:
         packer.reset()
-        raise _not_serializable(what, exc) from exc
+        packer.containers = 0
+        raise _not_serializable(what, value, exc) from exc
+    if packer.containers:
+        packer.containers = 0
+        _check_reads_back(data, value, what)
     if len(data) > limit:
         raise _too_large(what, len(data), limit)
     return data
 
 
 def pack_values(values: Iterable[Any], *, what: str, limit: int) -> list[bytes]:
-    """``pack_value`` of each value (a batch's payloads): one packer for them all."""
-    packer = _packer()
+    """``pack_value`` of each value (a batch's payloads): one packer for them all. The message of a bad
+    one names its index: ``payloads[3]['args'][0]``."""
+    items = values if type(values) is list else list(values)
+    packer = _value_packer()
     try:
-        out: list[bytes] = [packer.pack(value) for value in values]
+        out: list[bytes] = list(map(packer.pack, items))
     except (TypeError, ValueError, OverflowError) as exc:
         packer.reset()
-        raise _not_serializable(what, exc) from exc
+        packer.containers = 0
+        for index, value in enumerate(items):  # which one: only when one is bad
+            try:
+                pack_value(value, what=f"{what}s[{index}]", limit=1 << 62)
+            except PayloadNotSerializable as bad:
+                raise bad from exc
+        raise _not_serializable(what, None, exc) from exc
+    if packer.containers:
+        packer.containers = 0
+        for index, (data, value) in enumerate(zip(out, items, strict=True)):
+            _check_reads_back(data, value, f"{what}s[{index}]")
     if out and max(map(len, out)) > limit:
         raise _too_large(what, max(map(len, out)), limit)
     return out
 
 
-def _not_serializable(what: str, exc: Exception) -> PayloadNotSerializable:
+def _check_reads_back(data: bytes, value: Any, what: str) -> None:
+    try:
+        msgpack.unpackb(data, **_unpacker_options)
+    except Exception as exc:  # what the reader would meet: a list or a map as a dict key
+        raise _not_serializable(what, value, exc) from exc
+
+
+def _not_serializable(what: str, value: Any, exc: Exception) -> PayloadNotSerializable:
+    found = unstorable_part(value, what)
+    where, why = found if found is not None else (f"the {what}", str(exc))
     return PayloadNotSerializable(
-        f"the {what} cannot be stored: {exc}. Use msgpack data only (None, bool, int, float, str, bytes, "
-        f"and lists/dicts of those)."
+        f"{where} cannot be stored: {why}. Use msgpack data only: None, bool, int, float, str, bytes, and "
+        f"lists (tuples become lists) and dicts of those, with str, int or bytes keys."
     )
+
+
+MAX_DEPTH = 1024  # levels of nesting msgpack's unpacker reads back (its packer writes one more)
+_PATH_MAX = 200  # characters of a path shown in a message; the middle of a longer one is left out
+
+
+def unstorable_part(value: Any, root: str = "payload") -> tuple[str, str] | None:
+    """(path, reason) of the first part of ``value`` that msgpack cannot store so that it reads back, such
+    as ``("payload['args'][0][(1, 2)]", "a dict key of type tuple ...")``; None if there is none. A walk
+    in Python: only for values already refused (never on the path of a good put)."""
+    stack: list[tuple[Any, str, int, bool]] = [(value, root, 0, False)]
+    while stack:
+        item, path, depth, is_key = stack.pop()
+        why = _scalar_problem(item, depth)
+        if why is None and isinstance(item, dict):
+            children: list[tuple[Any, str, int, bool]] = []
+            for key, child in item.items():
+                key_path = f"{path}[{_short(key)}]"
+                if isinstance(key, (tuple, list, dict)):
+                    stored = "a map" if isinstance(key, dict) else "a list"
+                    return _cut(key_path), (
+                        f"a dict key of type {type(key).__name__}, which msgpack stores as {stored}: a "
+                        f"key that cannot be read back"
+                    )
+                children += [(key, key_path, depth + 1, True), (child, key_path, depth + 1, False)]
+            stack += reversed(children)
+        elif why is None and isinstance(item, (tuple, list)):
+            stack += reversed([(child, f"{path}[{i}]", depth + 1, False) for i, child in enumerate(item)])
+        elif why is not None:
+            return _cut(path), f"its key is {why}" if is_key else why
+    return None
+
+
+def _scalar_problem(item: Any, depth: int) -> str | None:
+    """Why ``item`` itself cannot be stored (its items aside), or None."""
+    if depth >= MAX_DEPTH:
+        return f"it is nested more than {MAX_DEPTH} levels deep"
+    if item is None or isinstance(item, (bool, float, bytes, bytearray, memoryview, dict, tuple, list)):
+        return None
+    if isinstance(item, int):
+        if -(2**63) <= item < 2**64:
+            return None
+        return f"the int {_short(item)} is outside msgpack's 64-bit range (-2**63 to 2**64 - 1)"
+    if isinstance(item, str):
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return (
+                f"a str with a lone surrogate ({item[exc.start]!r} at position {exc.start}), which has no "
+                f"UTF-8 encoding"
+            )
+        return None
+    if isinstance(item, (msgpack.ExtType, msgpack.Timestamp)):
+        return None
+    return f"{type(item).__name__} is not msgpack data"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _cut(path: str) -> str:
+    if len(path) <= _PATH_MAX:
+        return path
+    half = _PATH_MAX // 2
+    return f"{path[:half]}...{path[-half:]}"
 
 
 def _too_large(what: str, size: int, limit: int) -> PayloadTooLarge:

@@ -56,11 +56,13 @@ from .validate import (
     MAX_NAME,
     MAX_RETRIES_LIMIT,
     MAX_SECONDS,
+    bad_character,
     check_number,
     check_partition_key,
     parse_state,
     put_defaults,
     ready_at,
+    validate_name,
     validate_queue_name,
 )
 from .wake import SLOT, Waker
@@ -139,7 +141,7 @@ class Queue(FlowControl):
         check_number("recover_interval", recover_interval, minimum=0.01)
         check_number("vacuum_interval", vacuum_interval, minimum=0.01)
         check_number("sync_interval", sync_interval, minimum=0.01)
-        self.path = os.path.realpath(os.fspath(path))
+        self.path = _store_path(path)
         self.lease_time = float(lease_time)
         self.max_retries = max_retries
         self.retry_backoff = float(retry_backoff)
@@ -165,8 +167,12 @@ class Queue(FlowControl):
         if alert_threshold is not None and (type(alert_threshold) is not int or alert_threshold < 0):
             raise ConfigurationError(f"alert_threshold must be None or an int >= 0, not {alert_threshold!r}")
         self.alert_threshold = alert_threshold
-        if worker_id is not None and (not isinstance(worker_id, str) or not 0 < len(worker_id) <= MAX_NAME):
-            raise ConfigurationError(f"worker_id must be None or a str of 1 to {MAX_NAME} characters")
+        if worker_id is not None and (not isinstance(worker_id, str) or not 0 < len(worker_id) <= MAX_NAME
+                                      or bad_character(worker_id) is not None):  # fmt: skip
+            raise ConfigurationError(
+                f"worker_id must be None or a str of 1 to {MAX_NAME} characters without control characters "
+                f"or lone surrogates, not {worker_id!r}"
+            )
         self.worker_id = worker_id  # recorded in each job this Queue claims (Job.worker_ids)
         self.events = Events()  # callbacks: see events.py; the Django layer turns them into signals
         self._alert_quiet_until = 0.0
@@ -321,11 +327,7 @@ class Queue(FlowControl):
                 raise UnknownQueue(f"unknown queue {queue!r}: this Queue serves {sorted(self.queues)}")
             _remember(self._valid_queues, queue)
         if name is not None and name not in self._valid_names:
-            if not isinstance(name, str) or not name or len(name) > MAX_NAME:
-                raise InvalidJob(
-                    f"name must be None or a non-empty str of at most {MAX_NAME} characters, not {name!r}"
-                )
-            _remember(self._valid_names, name)
+            _remember(self._valid_names, validate_name(name))
         given_max_retries = max_retries  # None (the Queue's default) is its own cache entry
         if max_retries is None:
             max_retries = self.max_retries
@@ -1050,6 +1052,22 @@ class Queue(FlowControl):
                 return
             except Exception:  # keep maintaining; the next round retries
                 logger.exception("background maintenance of %s failed", self.path)
+
+
+def _store_path(path: Any) -> str:
+    """The store's directory as a real path. An empty path (an unset environment variable) is refused:
+    it would put the store in whatever the current directory is."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigurationError(f"path must be a str or a path-like object naming a directory, not {path!r}")
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigurationError(
+            f"path must name the store's directory, not {text!r}: an empty path would put the store in the "
+            f"current directory (an unset environment variable?)"
+        )
+    if "\x00" in text:
+        raise ConfigurationError(f"path cannot contain a NUL character: {text!r}")
+    return os.path.realpath(text)
 
 
 def _seconds(timeout: float | None) -> float | None:

@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import stat
 import threading
 import time
@@ -28,6 +29,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from .errors import QueueError, StoreError, StoreFull, StoreMismatch
+from .keys import MAX_SHARDS
 from .metapages import MetaPages
 from .wake import SLOT
 
@@ -60,6 +62,9 @@ T = TypeVar("T")
 WRITE_WAIT_NOTICED = 20e-6  # a write transaction's begin() slower than this waited for another writer
 
 
+_SHARD_FOLDER = re.compile(r"shard-([0-9]{3})")
+
+
 def shard_dir(root: str, shard: int) -> str:
     return os.path.join(root, f"shard-{shard:03d}")
 
@@ -71,7 +76,11 @@ class StoreMeta:
 
 
 def open_store_meta(root: str, shards: int | None) -> StoreMeta:
-    """Create the store directory and its metadata, or read and check them. Refuses a mismatch."""
+    """Create the store directory and its metadata, or read and check them. Refuses a mismatch: another
+    shard count than ``shards``, or a ``store.json`` that disagrees with the shard folders on disk.
+
+    A new store's shard folders are made before its ``store.json``, so that in a store with a
+    ``store.json`` every shard folder exists (stores made by earlier versions may have none yet)."""
     try:
         os.makedirs(root, mode=0o700, exist_ok=True)
         lock_fd = os.open(os.path.join(root, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -82,9 +91,11 @@ def open_store_meta(root: str, shards: int | None) -> StoreMeta:
         meta_path = os.path.join(root, META_FILE)
         if os.path.exists(meta_path):
             meta = _read_meta(meta_path)
+            _check_shard_folders(root, meta)
         else:
             count = DEFAULT_SHARDS if shards is None else shards
             meta = StoreMeta(layout=LAYOUT_VERSION, shards=count)
+            _make_shard_folders(root, count)
             _write_meta(root, meta_path, meta)
         wake_path = os.path.join(root, WAKE_FILE)
         if not os.path.exists(wake_path):  # with every slot there from the start (see wake.py)
@@ -113,20 +124,93 @@ def open_store_meta(root: str, shards: int | None) -> StoreMeta:
 
 def read_store_meta(root: str) -> StoreMeta | None:
     """What ``store.json`` of the store at ``root`` says, or None if there is no store there yet. Reads
-    only: for checks that must not create anything. Raises ``StoreMismatch`` for a file that is not ours."""
+    only: for checks that must not create anything. Raises ``StoreMismatch`` for a file that is not ours,
+    or one that disagrees with the shard folders on disk."""
     meta_path = os.path.join(root, META_FILE)
     if not os.path.exists(meta_path):
         return None
-    return _read_meta(meta_path)
+    meta = _read_meta(meta_path)
+    try:
+        _check_shard_folders(root, meta)
+    except OSError as exc:
+        raise StoreError(f"cannot list the store directory {root!r}: {exc}") from exc
+    return meta
 
 
 def _read_meta(meta_path: str) -> StoreMeta:
     try:
         with open(meta_path, encoding="utf-8") as handle:
             data = json.load(handle)
-        return StoreMeta(layout=int(data["layout"]), shards=int(data["shards"]))
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, OSError) as exc:  # ValueError: not JSON, or not UTF-8
         raise StoreMismatch(f"{meta_path} is not a queue_max_django store description: {exc}") from exc
+    if not isinstance(data, dict):
+        raise StoreMismatch(f"{meta_path} is not a queue_max_django store description: not a JSON object")
+    layout, shards = data.get("layout"), data.get("shards")
+    if type(layout) is not int or layout < 1:
+        raise StoreMismatch(f'{meta_path}: "layout" must be a layout version (an int >= 1), not {layout!r}')
+    if type(shards) is not int or not 1 <= shards <= MAX_SHARDS:
+        raise StoreMismatch(
+            f'{meta_path}: "shards" must be an int from 1 to {MAX_SHARDS}, not {shards!r}. The shard count '
+            f"is fixed when a store is made: restore the file, or move the store away and start a new one."
+        )
+    return StoreMeta(layout=layout, shards=shards)
+
+
+def _shard_folders(root: str) -> dict[int, str]:
+    """The ``shard-NNN`` folders in ``root``: index -> path."""
+    found = {}
+    with os.scandir(root) as entries:
+        for entry in entries:
+            match = _SHARD_FOLDER.fullmatch(entry.name)
+            if match is not None and entry.is_dir(follow_symlinks=False):
+                found[int(match.group(1))] = entry.path
+    return found
+
+
+def _check_shard_folders(root: str, meta: StoreMeta) -> None:
+    """``StoreMismatch`` unless the shard folders on disk are those of ``meta.shards`` shards (or there are
+    none yet: a store of an earlier version whose first open made none). An edited ``store.json`` would
+    otherwise hide the jobs of the shards it leaves out, or route jobs by another count."""
+    if meta.layout != LAYOUT_VERSION:
+        return  # another layout: refused for that, whatever its folders
+    present = set(_shard_folders(root))
+    wanted = set(range(meta.shards))
+    if not present or present == wanted:
+        return
+    extra, missing = sorted(present - wanted), sorted(wanted - present)
+    found = [f"{_folder_list(extra)} {'is' if len(extra) == 1 else 'are'} there too"] if extra else []
+    if missing:
+        found.append(f"{_folder_list(missing)} {'is' if len(missing) == 1 else 'are'} missing")
+    restore = "restore it"
+    if present == set(range(max(present) + 1)):
+        restore += f' ("shards": {max(present) + 1} matches the folders there)'
+    raise StoreMismatch(
+        f"the store at {root!r} does not match its {META_FILE}: that says {meta.shards} shards, but "
+        f"{' and '.join(found)}. Nothing was opened. If {META_FILE} was edited, {restore}; a shard folder "
+        f"that was removed held jobs that are lost."
+    )
+
+
+def _folder_list(indexes: list[int]) -> str:
+    names = [f"shard-{index:03d}" for index in indexes[:5]]
+    return ", ".join(names) + (f" and {len(indexes) - 5} more" if len(indexes) > 5 else "")
+
+
+def _make_shard_folders(root: str, count: int) -> None:
+    """The folders of a new store's ``count`` shards. Folders beyond them are removed if empty (an earlier
+    creation that did not finish); one with data is a store whose ``store.json`` is missing: refused."""
+    for index, path in sorted(_shard_folders(root).items()):
+        if index >= count:
+            try:
+                os.rmdir(path)
+            except OSError:
+                raise StoreMismatch(
+                    f"the directory {root!r} has no {META_FILE} but holds {os.path.basename(path)}, beyond "
+                    f"the {count} shards asked for: it looks like a store whose {META_FILE} was removed. "
+                    f"Restore that file, or open it with shards={max(_shard_folders(root)) + 1}."
+                ) from None
+    for index in range(count):
+        _private_dir(shard_dir(root, index))
 
 
 def _write_meta(root: str, meta_path: str, meta: StoreMeta) -> None:

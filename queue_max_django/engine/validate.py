@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import traceback as _traceback
+import unicodedata
 from typing import Any
 
 from .errors import ConfigurationError, InvalidJob
@@ -37,14 +38,45 @@ def check_number(
         raise error(f"{name} must be from {minimum} to {maximum:.0f}, not {value!r}")
 
 
+def bad_character(text: str) -> str | None:
+    """Why ``text`` cannot be a name, or None: a control character (Unicode category Cc: NUL, newline, ESC,
+    BEL, DEL, C1 controls) would reach an operator's terminal raw; a lone surrogate has no UTF-8, so no
+    store key. Costs one ``isprintable()`` for an ordinary name."""
+    if text.isprintable():
+        return None
+    for position, char in enumerate(text):
+        category = unicodedata.category(char)
+        if category == "Cc":
+            return f"a control character ({char!r} at position {position})"
+        if category == "Cs":
+            return f"a lone surrogate ({char!r} at position {position}), which has no UTF-8 encoding"
+    return None  # only other unprintable characters (format, separators, private use): allowed
+
+
 def validate_queue_name(queue: Any) -> str:
     if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_NAME:
         raise InvalidJob(
             f"queue must be a non-empty str of at most {MAX_QUEUE_NAME} characters, not {queue!r}"
         )
-    if "\x00" in queue or "\x01" in queue:
-        raise InvalidJob(f"queue names cannot contain control characters: {queue!r}")
+    why = bad_character(queue)
+    if why is not None:
+        raise InvalidJob(
+            f"queue names cannot contain control characters or lone surrogates: {queue!r} has {why}"
+        )
     return queue
+
+
+def validate_name(name: Any) -> str:
+    """A job's name (the Django layer's task name): 1 to ``MAX_NAME`` characters, none of them a control
+    character or a lone surrogate."""
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+        raise InvalidJob(
+            f"name must be None or a non-empty str of at most {MAX_NAME} characters, not {name!r}"
+        )
+    why = bad_character(name)
+    if why is not None:
+        raise InvalidJob(f"names cannot contain control characters or lone surrogates: {name!r} has {why}")
+    return name
 
 
 def describe_error(error: BaseException | str | None) -> tuple[str, str | None, str | None]:
@@ -100,6 +132,13 @@ def check_partition_key(key: Any) -> None:
         raise InvalidJob(f"partition_key {key} is out of the 64-bit range msgpack can store")
     if isinstance(key, (str, bytes)) and len(key) > MAX_NAME:
         raise InvalidJob(f"partition_key is longer than {MAX_NAME} characters")
+    if isinstance(key, str) and not key.isascii():  # isascii() is a flag test: ASCII keys pay nothing
+        try:
+            key.encode()
+        except UnicodeEncodeError:
+            raise InvalidJob(
+                f"partition_key must be valid Unicode (no lone surrogates), not {key!r}"
+            ) from None
 
 
 def parse_state(state: State | str) -> State:

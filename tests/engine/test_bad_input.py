@@ -4,7 +4,9 @@ ConfigurationError before anything is opened.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
+import enum
 import math
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,9 @@ def refusing_queue(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 NAIVE = dt.datetime(2030, 1, 1, 12, 0)
+# Unicode category Cc (C0, DEL, C1: newline, ESC, BEL, NEL, CSI) and a lone surrogate: never in a name
+CONTROL = ["\n", "\r", "\x1b", "\x07", "\x7f", "\x85", "\x9b", "\ud800", "\udfff"]
+NAMED = "control characters or lone surrogates"
 
 # (payload, put options, exception, what the message must name)
 BAD_PUTS = [
@@ -72,6 +77,9 @@ BAD_PUTS = [
     ("x", {"queue": None}, InvalidJob, "queue"),
     ("x", {"queue": "a\x00b"}, InvalidJob, "queue"),
     ("x", {"queue": "q" * 101}, InvalidJob, "queue"),
+    *[("x", {"queue": f"a{char}b"}, InvalidJob, f"queue names cannot contain {NAMED}") for char in CONTROL],
+    *[("x", {"name": f"a{char}b"}, InvalidJob, f"names cannot contain {NAMED}") for char in CONTROL],
+    ("x", {"partition_key": "a\ud800"}, InvalidJob, "partition_key must be valid Unicode"),
     ("x", {"name": ""}, InvalidJob, "name"),
     ("x", {"name": 5}, InvalidJob, "name"),
     ("x", {"name": "n" * 201}, InvalidJob, "name"),
@@ -296,6 +304,10 @@ BAD_CONFIG = [
     {"queues": [""]},
     {"queues": ["ok", 5]},
     {"queues": ["a\x00b"]},
+    {"queues": ["a\nb"]},
+    {"queues": ["ok", "a\ud800"]},
+    {"worker_id": "w\x1b[2J"},
+    {"worker_id": "w\udc00"},
     {"recover_interval": 0},
     {"vacuum_interval": -1},
     {"sync_interval": 0},
@@ -318,6 +330,20 @@ def test_constructor_mistakes_raise_configuration_error(tmp_path: Path, options:
         q.close()
         pytest.fail(f"Queue(**{options!r}) was accepted")
     assert not path.exists()
+
+
+@pytest.mark.contract
+@pytest.mark.rule_config
+@pytest.mark.parametrize("path", ["", "   ", b"", None, 5], ids=repr)
+def test_an_empty_or_wrong_path_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Any
+) -> None:
+    """rule_config: Queue("") (an unset environment variable) raises ConfigurationError, and creates
+    nothing in the current directory; so does a path that is not a str or path-like."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match="path"):
+        Queue(path, do_recover=False, do_vacuum=False)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.contract
@@ -361,3 +387,110 @@ def test_a_job_name_never_passes_as_a_queue_name(tmp_path: Path, clock: FakeCloc
         with pytest.raises(UnknownQueue):
             q.put("y", queue="reports")
         assert q.stats()["total"] == 1
+
+
+# ------------------------------------------------------------------------------------ round trips
+
+
+class Color(enum.IntEnum):
+    RED = 1
+
+
+class Status(enum.StrEnum):
+    ACTIVE = "active"
+
+
+UNREADABLE = [
+    # (payload, the path the message must name, what it must say)
+    ({(1, 2): "x"}, "payload[(1, 2)]", "dict key of type tuple"),
+    ({"args": [{(1, 2): "x"}], "kwargs": {}}, "payload['args'][0][(1, 2)]", "dict key of type tuple"),
+    ({"kwargs": {"a": [{("k",): 1}]}}, "payload['kwargs']['a'][0][('k',)]", "dict key of type tuple"),
+    ({"args": [], "kwargs": {"s": "a\ud800b"}}, "payload['kwargs']['s']", "lone surrogate ('\\ud800' at"),
+    ({"\udc80": 1}, "payload['\\udc80']", "its key is a str with a lone surrogate"),
+    ({"n": [1, 2**64]}, "payload['n'][1]", "outside msgpack's 64-bit range"),
+    ({"x": {frozenset(): 1}}, "payload['x'][frozenset()]", "its key is frozenset is not msgpack data"),
+    ([dt.date(2024, 1, 1)], "payload[0]", "date is not msgpack data"),
+]
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+@pytest.mark.parametrize(("payload", "path", "why"), UNREADABLE, ids=[c[1] for c in UNREADABLE])
+def test_a_payload_that_would_not_read_back_is_refused_with_its_path(
+    refusing_queue: Queue, payload: Any, path: str, why: str
+) -> None:
+    """inv_7: a payload msgpack cannot encode, or encodes so that it cannot be decoded (a tuple key comes
+    back as a list, which cannot be a key), raises PayloadNotSerializable naming the path to the bad part;
+    put_many names the payload's index. Nothing is written, and the store verifies clean."""
+    q = refusing_queue
+    before, total = dump_store(q), q.stats()["total"]
+
+    with pytest.raises(PayloadNotSerializable) as caught:
+        q.put(payload)
+    assert str(caught.value).startswith(f"{path} cannot be stored: ") and why in str(caught.value)
+    with pytest.raises(PayloadNotSerializable) as caught:
+        q.put_many(["fine", "also fine", payload])
+    batch_path = path.replace("payload", "payloads[2]", 1)
+    assert str(caught.value).startswith(f"{batch_path} cannot be stored: ") and why in str(caught.value)
+    with pytest.raises(PayloadNotSerializable):
+        q.put_many(iter(["fine", payload]))
+
+    assert dump_store(q) == before and q.stats()["total"] == total
+    assert q.verify() == []
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+def test_a_result_that_would_not_read_back_leaves_the_job_running(small_queue: Queue) -> None:
+    """inv_7: ack(result={(1, 2): ...}) raises naming result[(1, 2)]; the job is still running, unchanged."""
+    job_id = small_queue.put("x")
+    record = small_queue.get(0)
+    before = small_queue.job(job_id)
+    with pytest.raises(PayloadNotSerializable, match=r"^result\[\(1, 2\)\] cannot be stored"):
+        record.ack(result={(1, 2): "r"})
+    assert small_queue.job(job_id) == before
+    record.ack(result={"1,2": "r"})
+    assert small_queue.job(job_id).result == {"1,2": "r"}
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+def test_tuples_and_subclasses_are_stored_as_their_plain_types(small_queue: Queue) -> None:
+    """inv_7: what is accepted reads back: tuples (and namedtuples) as lists, an IntEnum as its int, a str
+    enum as its str, an OrderedDict as a dict, bytearray as bytes; int, bytes, bool and None keys stay."""
+    point = collections.namedtuple("point", "x y")
+    payload = {
+        "t": (1, (2, 3)), "p": point(1, 2), "c": Color.RED, "s": Status.ACTIVE,
+        "o": collections.OrderedDict(a=(1,)), "b": bytearray(b"ab"), "keys": {1: "i", b"k": "b", None: "n"},
+    }  # fmt: skip
+    job_id = small_queue.put(payload)
+    small_queue.put_many([payload, (payload,)])
+    stored = small_queue.job(job_id).payload
+    assert stored == {
+        "t": [1, [2, 3]], "p": [1, 2], "c": 1, "s": "active", "o": {"a": [1]}, "b": b"ab",
+        "keys": {1: "i", b"k": "b", None: "n"},
+    }  # fmt: skip
+    assert [type(stored[key]) for key in ("c", "s", "o", "b")] == [int, str, dict, bytes]
+    assert small_queue.verify() == [] and small_queue.stats()["total"] == 3
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+def test_nesting_deeper_than_the_reader_reads_is_refused(refusing_queue: Queue) -> None:
+    """inv_7: a payload nested past msgpack's limits raises PayloadNotSerializable saying so (not a raw
+    ValueError); 1,000 levels are stored and read back."""
+
+    def nested(levels: int) -> list[Any]:
+        value: list[Any] = []
+        for _ in range(levels - 1):
+            value = [value]
+        return value
+
+    q = refusing_queue
+    total = q.stats()["total"]
+    with pytest.raises(PayloadNotSerializable, match="nested more than 1024 levels deep"):
+        q.put(nested(100_000))
+    assert q.stats()["total"] == total
+    with open_queue(q.path + "-deep", FakeClock()) as other:
+        job_id = other.put(nested(1000))
+        assert other.job(job_id).payload == nested(1000)
