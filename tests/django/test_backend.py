@@ -421,6 +421,33 @@ def test_a_return_value_that_is_not_json_data_fails_the_job_with_type_error(stor
 
 
 @needs_tasks
+def test_aenqueue_stores_a_ready_job_and_get_result_matches_the_task(store: None) -> None:
+    from django.tasks.exceptions import TaskResultMismatch
+
+    result = asyncio.run(dt_tasks.add.aenqueue(1, 2))
+    assert (result.status, result.task, result.args) == (TaskResultStatus.READY, dt_tasks.add, [1, 2])
+    job = get_queue().job(int(result.id))
+    assert job is not None and job.state is State.PENDING
+    assert asyncio.run(task_backends["default"].aget_result(int(result.id))) == result  # an int id too
+    with pytest.raises(TaskResultMismatch):
+        dt_tasks.echo.get_result(result.id)
+
+
+@needs_tasks
+def test_a_queue_the_backend_does_not_list_is_refused_before_anything_is_stored(queue_max: Configure) -> None:
+    from django.tasks.exceptions import InvalidTask
+
+    with override_settings(TASKS=tasks_setting(QUEUES=["default", "mail"])):
+        mail = dt_tasks.add.using(queue_name="mail")  # valid where it was made
+    with queue_max(), override_settings(TASKS=tasks_setting(QUEUES=["default"])):
+        with pytest.raises(InvalidTask, match="Queue 'mail' is not valid for backend"):
+            dt_tasks.add.using(queue_name="mail")
+        with pytest.raises(InvalidTask, match="Queue 'mail' is not valid for backend"):
+            mail.enqueue(1, 2)  # enqueue validates again, as Django's backends do
+        assert get_queue().stats()["total"] == 0
+
+
+@needs_tasks
 def test_a_result_read_back_pickles_and_compares_equal(store: None) -> None:
     result = dt_tasks.add.using(priority=5).enqueue(1, 2)
     run_queued()
