@@ -47,7 +47,7 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from .conf import get_config, get_queue
-from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify
+from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, is_interrupt
 from .engine.validate import validate_queue_name
 from .results import attempt_errors, attempt_workers
 from .runner import DJANGO_TASK_KEY, Outcome, _run_coroutine, run_now
@@ -335,12 +335,6 @@ def result_of(job: Job, task: Task[Any, Any], payload: dict[str, Any]) -> TaskRe
 # ---------------------------------------------------------------------------------------------- run side
 
 
-def _is_interrupt(exc: BaseException) -> bool:
-    """The user's Ctrl-C, not the task's doing: Python raises SIGINT's ``KeyboardInterrupt`` on the main
-    thread only (the same rule as ``runner.run_job``)."""
-    return isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread()
-
-
 def _fail_now(record: Record, message: str) -> Outcome:
     return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
 
@@ -386,7 +380,7 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
         if inspect.iscoroutine(value):
             value = _run_coroutine(value)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too: as runner.run_job has it
-        if _is_interrupt(exc):
+        if is_interrupt(exc):
             if not record.finished:
                 record.release()
             raise

@@ -26,6 +26,7 @@ from .engine import (
     State,
     backoff_delay,
     classify,
+    is_interrupt,
 )
 from .tasks import Task, registry
 
@@ -106,8 +107,11 @@ def run_job(
     """Run the claimed job ``record`` and finish it: ``ack`` with the return value, or ``nack`` with the
     exception classified by ``engine.classify`` (the task's ``retry_on``/``permanent_on``; a task's own
     ``retry_backoff`` gives the delay when it differs from the queue's). ``retry_delay`` overrides every
-    retry delay. ``final``: a failure is not retried (the immediate mode). ``KeyboardInterrupt`` and
-    ``SystemExit`` release the job and propagate: not the job's fault. ``acks``: a success is not acked
+    retry delay. ``final``: a failure is not retried (the immediate mode). A task that raises
+    ``SystemExit`` (``sys.exit()``, argparse or click given bad arguments) or ``KeyboardInterrupt`` fails
+    like any other exception and nothing propagates, except a ``KeyboardInterrupt`` on the main thread,
+    where it is the user's Ctrl-C: the job is released (no attempt counted) and it propagates (a worker's
+    jobs never run on its main thread). ``acks``: a success is not acked
     here but appended as (record, result), for the caller's ``Queue.ack_many`` (the worker acks in
     batches); the result is checked to be storable first. A django.tasks job (its payload has
     ``DJANGO_TASK_KEY``) is run by backend.py, which needs Django >= 6.0."""
@@ -133,10 +137,12 @@ def run_job(
         result = call_task(task, *arguments)
     except Exception as exc:
         return _failed(record, task, exc, retry_delay, final)
-    except BaseException:
-        if not record.finished:
-            record.release()
-        raise
+    except BaseException as exc:
+        if is_interrupt(exc):
+            if not record.finished:
+                record.release()
+            raise
+        return _failed(record, task, exc, retry_delay, final)
     try:
         if acks is None:
             record.ack(result)
@@ -150,7 +156,7 @@ def run_job(
 
 
 def _failed(
-    record: Record, task: Task[..., Any], exc: Exception, retry_delay: float | None, final: bool = False
+    record: Record, task: Task[..., Any], exc: BaseException, retry_delay: float | None, final: bool = False
 ) -> Outcome:
     decision = classify(exc, retry_on=task.retry_on, permanent_on=task.permanent_on, now=time.time())
     delay = decision.delay

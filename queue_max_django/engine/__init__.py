@@ -2,7 +2,7 @@
 
 from .aio import AsyncQueue, AsyncRecord
 from .breaker import BreakerPolicy, BreakerState, InvalidBreakerPolicy
-from .classify import Decision, Permanent, Retry, classify
+from .classify import Decision, Permanent, Retry, classify, is_interrupt
 from .control import GLOBAL_KEY, NAME_KEY_PREFIX, QUEUE_KEY_PREFIX, job_keys
 from .coordination import LockHolder, WorkerInfo
 from .errors import (
@@ -72,6 +72,7 @@ __all__ = [
     "WorkerInfo",
     "backoff_delay",
     "classify",
+    "is_interrupt",
     "job_keys",
     "parse_rate",
 ]

@@ -17,6 +17,9 @@
    for errors that retrying cannot fix.
 
 ``Decision.delay`` None means "the caller applies its backoff" (``retry.backoff_delay``).
+
+``is_interrupt`` tells a user's Ctrl-C from an exception a task raised: only those stop a job without a
+failed attempt.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import datetime as _dt
 import email.utils
 import math
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -258,3 +262,11 @@ def classify(
     if isinstance(exc, ConnectionError):
         return Decision(True, None, f"{name} is a connection error; retried with backoff")
     return Decision(True, None, f"{name} is not classified; retried with backoff up to max_retries")
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Is ``exc``, raised while a task ran, the user's Ctrl-C rather than the task's own doing? Only a
+    ``KeyboardInterrupt`` on the main thread can be: Python raises SIGINT's there and in no other thread.
+    Everything else a task raises (``SystemExit`` from ``sys.exit()`` or argparse included) is the task
+    failing, an attempt like any exception."""
+    return isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread()

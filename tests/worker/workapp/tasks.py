@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -60,3 +61,23 @@ def boom() -> None:
 @periodic_task(interval=1)
 def every_second() -> None:
     mark("ticks", time.time())
+
+
+@task
+def exits(code: int) -> None:
+    """``sys.exit()`` in a task, as argparse or click code given bad arguments does."""
+    mark("exits", code)
+    sys.exit(code)
+
+
+@task
+def interrupts() -> None:
+    mark("interrupts", 0)
+    raise KeyboardInterrupt
+
+
+@task
+def poison() -> None:
+    """Kills its worker process, as a segfault or the OOM killer would."""
+    mark("poison", 0)
+    os._exit(1)
