@@ -24,7 +24,8 @@ saving change:
   of real time, ``30 2 * * *`` still runs once). This is Vixie cron's rule.
 
 ``next_after`` returns UTC datetimes for both kinds: compare and store instants, not wall times (Python's
-``==`` between zones is always False for a wall time that exists twice, PEP 495).
+``==`` between zones is always False for a wall time that exists twice, PEP 495). ``ticks_between`` lists
+the due times of a span, the latest N of them: what a scheduler catching up missed ticks asks.
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["Cron", "Interval", "InvalidSchedule", "Schedule", "parse_schedule"]
+__all__ = ["Cron", "Interval", "InvalidSchedule", "Schedule", "parse_schedule", "ticks_between"]
 
 UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
@@ -345,6 +347,40 @@ def _gap_end(before: dt.datetime, after: dt.datetime, tz: dt.tzinfo) -> dt.datet
         else:
             high = middle
     return dt.datetime.fromtimestamp(high, UTC).astimezone(tz)
+
+
+# ------------------------------------------------------------------------------------------------ ticks
+
+
+def ticks_between(
+    schedule: Schedule, start: dt.datetime, end: dt.datetime, *, limit: int
+) -> tuple[list[dt.datetime], int]:
+    """The due times of ``schedule`` from ``start`` to ``end`` (both included, aware): the latest ``limit``
+    of them, oldest first, and how many earlier ones were left out. An ``Interval`` answers by arithmetic
+    (any number of ticks costs the same); other schedules are walked with ``next_after``."""
+    _require_aware(start)
+    _require_aware(end)
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, not {limit!r}")
+    if end < start:
+        return [], 0
+    if isinstance(schedule, Interval):
+        step = schedule._step_us
+        first = -(-((start - EPOCH) // dt.timedelta(microseconds=1)) // step)  # ceil: the first at or after
+        last = ((end - EPOCH) // dt.timedelta(microseconds=1)) // step
+        if last < first:
+            return [], 0
+        kept_from = max(first, last - limit + 1)
+        due = [EPOCH + dt.timedelta(microseconds=k * step) for k in range(kept_from, last + 1)]
+        return due, kept_from - first
+    found: deque[dt.datetime] = deque(maxlen=limit)
+    seen = 0
+    tick = schedule.next_after(start - dt.timedelta(microseconds=1))
+    while tick <= end:
+        found.append(tick)
+        seen += 1
+        tick = schedule.next_after(tick)
+    return list(found), seen - len(found)
 
 
 # ------------------------------------------------------------------------------------------------ parse

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from queue_max_django.schedules import Cron, Interval, InvalidSchedule, parse_schedule
+from queue_max_django.schedules import Cron, Interval, InvalidSchedule, parse_schedule, ticks_between
 
 UTC = dt.UTC
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -246,3 +246,44 @@ def test_invalid_schedule(kwargs: dict[str, object], message: str) -> None:
 def test_parse_schedule_gives_the_schedule() -> None:
     assert parse_schedule(interval=30) == Interval(30)
     assert parse_schedule(cron="*/5 * * * *", tz="Europe/Berlin") == Cron("*/5 * * * *", tz=BERLIN)
+
+
+# ------------------------------------------------------------------------------------------ ticks_between
+
+
+@pytest.mark.parametrize("schedule", [Interval(900), Cron("*/15 * * * *")], ids=["interval", "cron"])
+def test_ticks_between_lists_both_ends_and_keeps_the_latest(schedule: Cron | Interval) -> None:
+    start, end = utc(2026, 1, 1, 10, 0), utc(2026, 1, 1, 11, 0)
+    every = [utc(2026, 1, 1, 10, 0), utc(2026, 1, 1, 10, 15), utc(2026, 1, 1, 10, 30),
+             utc(2026, 1, 1, 10, 45), utc(2026, 1, 1, 11, 0)]  # fmt: skip
+    assert ticks_between(schedule, start, end, limit=100) == (every, 0)
+    assert ticks_between(schedule, start, end, limit=2) == (every[-2:], 3)
+    assert ticks_between(schedule, start, end, limit=1) == (every[-1:], 4)
+    one_us = dt.timedelta(microseconds=1)
+    assert ticks_between(schedule, start + one_us, end - one_us, limit=100) == (every[1:-1], 0)
+    assert ticks_between(schedule, start + one_us, start + dt.timedelta(minutes=14), limit=5) == ([], 0)
+    assert ticks_between(schedule, end, start, limit=5) == ([], 0)
+
+
+def test_ticks_between_of_a_fine_interval_over_a_long_span_costs_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Half a day of a 1 ms interval (43 million ticks): the latest 3 by arithmetic, no walk."""
+    end = utc(2026, 1, 1, 12, 0)
+
+    def no_walk(self: Interval, after: dt.datetime) -> dt.datetime:
+        raise AssertionError("walked tick by tick")
+
+    monkeypatch.setattr(Interval, "next_after", no_walk)
+    due, left_out = ticks_between(Interval(0.001), end - dt.timedelta(hours=12), end, limit=3)
+    assert due == [end - dt.timedelta(milliseconds=2), end - dt.timedelta(milliseconds=1), end]
+    assert left_out == 12 * 3600 * 1000 + 1 - 3
+
+
+def test_ticks_between_across_a_repeated_hour_counts_both_passes() -> None:
+    """Autumn in Berlin: */30 ticks on both passes of 02:00-03:00, each an instant of its own."""
+    start, end = utc(2026, 10, 25, 0, 0), utc(2026, 10, 25, 1, 30)  # 02:00 CEST .. 02:30 CET
+    due, left_out = ticks_between(Cron("*/30 * * * *", tz=BERLIN), start, end, limit=10)
+    assert due == [utc(2026, 10, 25, 0, 0), utc(2026, 10, 25, 0, 30), utc(2026, 10, 25, 1, 0),
+                   utc(2026, 10, 25, 1, 30)]  # fmt: skip
+    assert left_out == 0

@@ -389,9 +389,9 @@ class Queue(FlowControl):
         """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input.
 
         ``unique_key``: put this job only if no put used the same key (``vacuum()`` forgets keys used more
-        than ``result_ttl`` ago); otherwise write nothing and return the id of the job that key made
-        (checked in the same transaction as the write, so it holds across processes and crashes; the
-        periodic scheduler relies on it)."""
+        than ``result_ttl`` ago, and a day at least); otherwise write nothing and return the id of the job
+        that key made (checked in the same transaction as the write, so it holds across processes and
+        crashes; the periodic scheduler relies on it)."""
         shards = self._live()
         now = self._clock()
         spec = self._job_options(
@@ -933,7 +933,7 @@ class Queue(FlowControl):
         if older_than is not None:
             check_number("older_than", older_than, minimum=0, error=InvalidJob)
         cutoff = self._clock() - (self.result_ttl if older_than is None else older_than)
-        self._in_batches(lambda shard: shard.forget_unique(self._clock() - self.result_ttl, BATCH))
+        self._in_batches(lambda shard: shard.forget_unique(self._clock(), self.result_ttl, BATCH))
         return self._in_batches(lambda shard: shard.vacuum(cutoff, BATCH))
 
     def promote(self) -> int:

@@ -75,6 +75,7 @@ _UNIQUE = struct.Struct(
 )  # (job id, when the key was used, µs)  # after the queue name, NUL and the 2-byte flipped priority
 LEASE_EXPIRED = "LeaseExpired"
 CORRUPTED = "Corrupted"
+UNIQUE_KEY_MIN_TTL = 86_400.0  # seconds a unique key is kept at least, whatever result_ttl (periodic ticks)
 
 
 @dataclass(slots=True)
@@ -942,10 +943,12 @@ class Shard:
 
         return self.env.write(txn_fn)
 
-    def forget_unique(self, cutoff: float, batch: int = 1000) -> int:
-        """Drop unique keys used at or before ``cutoff``. -> how many (at most ``batch``). A scan: unique
-        keys are few (one per periodic tick)."""
-        cutoff_us = micros(cutoff)
+    def forget_unique(self, now: float, ttl: float, batch: int = 1000) -> int:
+        """Drop unique keys used ``max(ttl, UNIQUE_KEY_MIN_TTL)`` seconds or more before ``now``: a key lives
+        a day at least, so that a periodic tick (which looks back less than that) stays enqueued once
+        whatever the result TTL. -> how many (at most ``batch``). A scan: unique keys are few (one per
+        periodic tick)."""
+        cutoff_us = micros(now - max(ttl, UNIQUE_KEY_MIN_TTL))
 
         def txn_fn(txn: Any) -> int:
             old = [k for k, v in txn.cursor(db=self.unique) if _UNIQUE.unpack(v)[1] <= cutoff_us][:batch]

@@ -3,10 +3,17 @@
 Any number of ``queue_worker`` commands may run one; only the one holding the store's ``LOCK`` lease (renewed
 every step, lost ``LOCK_TTL`` seconds after its holder dies) enqueues. Each tick is put with a unique key
 made of the task name and the tick's due time, checked in the same transaction as the write: even two
-schedulers that both believe they lead (a paused leader whose lease ran out) enqueue a tick once.
+schedulers that both believe they lead (a paused leader whose lease ran out) enqueue a tick once. The engine
+keeps a unique key a day at least, whatever the result TTL, and a tick is only ever put within its task's
+``misfire_grace_time`` (half a day at most) of its due time, the clock read again just before each put: so
+a tick's key is still there whenever it could be put a second time.
 
-A new leader looks ``LOCK_TTL`` seconds back for ticks its predecessor may have missed while the lease ran
-out. Ticks missed for longer (no worker ran) are not replayed one by one: only the latest of them runs.
+Missed ticks (a leader that died, a step that came late, no worker at all) follow the task's misfire
+policy, as APScheduler's ``misfire_grace_time`` and ``coalesce``: every tick due within the last
+``misfire_grace_time`` seconds that this leader has not enqueued yet is enqueued, each as its own job (those
+its predecessor enqueued already are no-ops, by their keys), at most ``MAX_CATCH_UP`` of one task per step
+(the latest; older ones are skipped and logged); with ``coalesce=True`` only the latest due tick is. Ticks
+older than the grace time are skipped.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ from typing import Any
 
 from ..engine import Queue, QueueError
 from ..periodic import PeriodicTask, periodic_tasks
+from ..schedules import ticks_between
 
 logger = logging.getLogger("queue_max_django.worker")
 
 LOCK = "periodic-scheduler"
 LOCK_TTL = 10.0
 STEP = 0.5  # seconds between steps: the lateness of a tick is at most about this
+MAX_CATCH_UP = 100  # ticks of one task enqueued in one step at most: the latest that are due
 
 
 def tick_key(task_name: str, due: dt.datetime) -> str:
@@ -61,7 +70,9 @@ class Scheduler:
         self._thread: threading.Thread | None = None
 
     def step(self) -> int:
-        """Take or renew the leadership; if leading, enqueue every tick that is due. -> ticks enqueued."""
+        """Take or renew the leadership; if leading, enqueue every tick that is due and not enqueued yet,
+        within each task's misfire policy. -> ticks enqueued (a tick its key showed enqueued already
+        counts too: the scheduler cannot tell the two apart without a second read)."""
         now = self._clock()
         if not self.queue.acquire_lock(LOCK, self.owner, self._lock_ttl):
             if self.leading:
@@ -74,22 +85,35 @@ class Scheduler:
             logger.info("scheduler: %s leads; periodic tasks: %s", self.owner,
                         ", ".join(t.name for t in self._tasks()) or "none")  # fmt: skip
         moment = dt.datetime.fromtimestamp(now, dt.UTC)
-        lookback = moment - dt.timedelta(seconds=self._lock_ttl)
         enqueued = 0
         for task in self._tasks():
-            due = self._next.get(task.name) or task.next_run_after(lookback)
-            if due is None or due > moment:
-                if due is not None:
-                    self._next[task.name] = due
+            if task.schedule is None:
                 continue
-            latest = due  # the latest tick that is due; earlier ones missed for longer are skipped
-            following = task.next_run_after(latest)
-            while following is not None and following <= moment:
-                latest, following = following, task.next_run_after(following)
-            if self._enqueue(task, latest):
-                enqueued += 1
-            if following is not None:
-                self._next[task.name] = following
+            oldest = moment - dt.timedelta(seconds=task.misfire_grace_time)
+            start = self._next.get(task.name)  # the first tick this leader has not handled yet
+            if start is not None and start < oldest:
+                logger.warning("scheduler: ticks of %s due from %s to %s were skipped: later than its "
+                               "misfire_grace_time (%g s)", task.name, start.isoformat(), oldest.isoformat(),
+                               task.misfire_grace_time)  # fmt: skip
+            if start is None or start < oldest:
+                start = oldest
+            due, left_out = ticks_between(
+                task.schedule, start, moment, limit=1 if task.coalesce else MAX_CATCH_UP
+            )
+            self._next[task.name] = task.schedule.next_after(moment)
+            if left_out and not task.coalesce:
+                logger.warning(
+                    "scheduler: %d ticks of %s due from %s were skipped: at most %d are caught up at once",
+                    left_out, task.name, start.isoformat(), MAX_CATCH_UP,
+                )  # fmt: skip
+            for tick in due:
+                late = self._clock() - tick.timestamp()  # again: this step may have been paused
+                if late > task.misfire_grace_time:
+                    logger.warning("scheduler: skipped %s due %s, %.1f s late (misfire_grace_time %g s)",
+                                   task.name, tick.isoformat(), late, task.misfire_grace_time)  # fmt: skip
+                    continue
+                if self._enqueue(task, tick):
+                    enqueued += 1
         return enqueued
 
     def _enqueue(self, task: PeriodicTask[..., Any], due: dt.datetime) -> bool:

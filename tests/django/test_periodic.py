@@ -111,3 +111,36 @@ def test_delay_works_as_for_any_task(queue_max: Configure) -> None:
     with queue_max(IMMEDIATE=True):
         result = add.delay(2, 3)
     assert result.return_value == 5
+
+
+def test_the_misfire_policy_defaults_to_a_minute_of_catch_up_tick_by_tick() -> None:
+    @periodic_task(interval=60, name="periodic.default_policy")
+    def plain() -> None: ...
+
+    @periodic_task(
+        cron="0 9 * * *", name="periodic.report", misfire_grace_time=dt.timedelta(hours=3), coalesce=True
+    )
+    def report() -> None: ...
+
+    assert (plain.misfire_grace_time, plain.coalesce) == (60.0, False)
+    assert (report.misfire_grace_time, report.coalesce) == (3 * 3600.0, True)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"misfire_grace_time": 0.5}, "misfire_grace_time must be a number of seconds .* from 1 to 43200"),
+        ({"misfire_grace_time": 86_400}, "from 1 to 43200, not 86400"),
+        ({"misfire_grace_time": float("nan")}, "misfire_grace_time"),
+        ({"misfire_grace_time": True}, "misfire_grace_time"),
+        ({"misfire_grace_time": "60"}, "misfire_grace_time"),
+        ({"coalesce": 1}, "coalesce must be True or False, not 1"),
+    ],
+)
+def test_a_bad_misfire_policy_raises_at_decoration(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+
+        @periodic_task(interval=60, name="periodic.bad_policy", **options)  # type: ignore[arg-type]
+        def bad() -> None: ...
+
+    assert "periodic.bad_policy" not in registry.names()

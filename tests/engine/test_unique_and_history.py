@@ -2,9 +2,10 @@
 
 The rules proved here: a put with a ``unique_key`` already used returns the first job's id and writes nothing,
 across threads, processes and ``sync=True`` group commits, until ``vacuum()`` forgets the key after
-``result_ttl``; ``queue_counts()`` matches what was put and claimed; ``Job.worker_ids`` records the claiming
-Queue's ``worker_id`` per attempt and ``Job.errors`` each failed attempt's error, the last 10 of each; records
-written before those fields existed (20 fields) still decode and gain them as they change.
+``result_ttl`` (a day at least); ``queue_counts()`` matches what was put and claimed; ``Job.worker_ids``
+records the claiming Queue's ``worker_id`` per attempt and ``Job.errors`` each failed attempt's error, the
+last 10 of each; records written before those fields existed (20 fields) still decode and gain them as they
+change.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from queue_max_django.engine import (
 from queue_max_django.engine.store import shard_dir
 from tests.engine.conftest import FakeClock, dump_store, open_queue
 from tests.engine.procs import CHILD_TIMEOUT, Children, finish, send
+
+DAY = 86_400.0  # how long a unique key lives at least (shard.UNIQUE_KEY_MIN_TTL)
 
 # ------------------------------------------------------------------------------------------ unique puts
 
@@ -72,24 +75,48 @@ def test_a_unique_key_holds_whatever_became_of_its_job(store_path: Path, clock: 
 
 
 def test_unique_keys_are_forgotten_by_vacuum_after_result_ttl(store_path: Path, clock: FakeClock) -> None:
-    """vacuum() keeps a key younger than result_ttl and forgets it once it is that old: the next put with
-    it makes a new job. The key's age counts from the put that used it, not from later duplicates."""
-    with open_queue(store_path, clock, result_ttl=100) as q:
+    """vacuum() keeps a key younger than result_ttl (here more than the day a key lives at least) and
+    forgets it once it is that old: the next put with it makes a new job. The key's age counts from the put
+    that used it, not from later duplicates."""
+    ttl = 2 * DAY
+    with open_queue(store_path, clock, result_ttl=ttl) as q:
         first = q.put("a", unique_key="k")
-        clock.advance(60)
+        clock.advance(0.6 * ttl)
         assert q.put("b", unique_key="k") == first
         q.vacuum()
         assert q.put("c", unique_key="k") == first
-        clock.advance(40)
+        clock.advance(0.4 * ttl)
         q.vacuum()
         second = q.put("d", unique_key="k")
         assert second != first
         assert q.stats()["total"] == 2
-        clock.advance(50)
+        clock.advance(0.5 * ttl)
         q.vacuum()
         assert q.put("e", unique_key="k") == second
-    with open_queue(store_path, clock, result_ttl=100) as q:  # on disk: the key is still known
+    with open_queue(store_path, clock, result_ttl=ttl) as q:  # on disk: the key is still known
         assert q.put("f", unique_key="k") == second
+
+
+@pytest.mark.parametrize("result_ttl", [0, 100])
+def test_unique_keys_live_a_day_at_least_whatever_result_ttl(
+    store_path: Path, clock: FakeClock, result_ttl: float
+) -> None:
+    """A key outlives a short result_ttl: its job done and vacuumed, the key still holds until a day after
+    its put (the periodic scheduler's ticks rely on it, whatever RESULT_TTL)."""
+    with open_queue(store_path, clock, result_ttl=result_ttl) as q:
+        first = q.put("a", unique_key="k")
+        record = q.claim(first)
+        assert record is not None
+        record.ack()
+        clock.advance(DAY - 1)
+        q.vacuum()
+        assert q.job(first) is None  # the job is gone with its result
+        assert q.put("b", unique_key="k") == first  # the key is not
+        assert q.stats()["total"] == 1
+        clock.advance(1)
+        q.vacuum()
+        assert all(rows == [] for (_shard, db), rows in dump_store(q).items() if db == "unique")
+        assert q.put("c", unique_key="k") != first
 
 
 def test_vacuum_forgets_many_keys(store_path: Path, clock: FakeClock) -> None:
@@ -98,7 +125,7 @@ def test_vacuum_forgets_many_keys(store_path: Path, clock: FakeClock) -> None:
         for n in range(2500):
             q.put(n, unique_key=f"k{n}")
         assert sum(len(rows) for (_shard, db), rows in dump_store(q).items() if db == "unique") == 2500
-        clock.advance(11)
+        clock.advance(DAY)
         q.vacuum()
         assert all(rows == [] for (_shard, db), rows in dump_store(q).items() if db == "unique")
         assert q.put("again", unique_key="k0") > 0

@@ -5,14 +5,15 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from queue_max_django.engine import Queue, State
 from queue_max_django.periodic import PeriodicTask
-from queue_max_django.worker.scheduler import LOCK, Scheduler, tick_key
+from queue_max_django.worker.scheduler import LOCK, MAX_CATCH_UP, STEP, Scheduler, tick_key
 
-from ..engine.conftest import FakeClock
+from ..engine.conftest import FakeClock, dump_store
 
 START = 1_800_000_000.0  # a whole minute: ticks of a 60 s interval fall on it
 
@@ -101,3 +102,128 @@ def test_tick_keys_fit_the_engine_limit_for_long_names() -> None:
     assert tick_key("x" * 200, due) != tick_key("y" * 200, due)
     assert len(tick_key("x" * 200, due)) <= 200
     assert tick_key("short", due) == f"periodic:short:{int(START * 1_000_000)}"
+
+
+# ------------------------------------------------------------------------ misfires: catch-up, grace, coalesce
+
+
+def tick_times(queue: Queue, name: str) -> list[float]:
+    """The due times of the ticks of ``name`` enqueued so far, from the unique keys on disk."""
+    prefix = f"periodic:{name}:".encode()
+    keys = [key for (_shard, db), rows in dump_store(queue).items() if db == "unique" for key, _value in rows]
+    return sorted(int(key[len(prefix) :]) / 1_000_000 for key in keys if key.startswith(prefix))
+
+
+def every_second() -> None:
+    return None
+
+
+def steps(clock: FakeClock, until: float, *schedulers: Scheduler) -> None:
+    """Step each scheduler every STEP seconds (as their threads do) until the clock reads ``until``."""
+    while clock.now < until:
+        clock.advance(STEP)
+        for made in schedulers:
+            made.step()
+
+
+@pytest.mark.parametrize("coalesce", [False, True], ids=["each-tick", "coalesce"])
+def test_a_new_leader_enqueues_every_tick_its_predecessor_missed(
+    queue: Queue, clock: FakeClock, coalesce: bool
+) -> None:
+    """A 1-second schedule, a leader that dies: the 10 s until its lease runs out are caught up by the next
+    leader, one job per tick (only the latest with coalesce=True), and every tick is enqueued once."""
+    task = PeriodicTask(every_second, interval=1, name="tests.every_second", coalesce=coalesce)
+    a, b = (Scheduler(queue, owner, tasks=lambda: [task], clock=clock, lock_ttl=10.0) for owner in "ab")
+    steps(clock, START + 20, a, b)
+    died = clock.now
+    assert a.leading and not b.leading
+    taking_over = 0
+    while not b.leading:  # a is dead: b waits for its lease to run out
+        clock.advance(STEP)
+        taking_over = b.step()
+    assert clock.now - died == pytest.approx(10.0, abs=STEP)
+    steps(clock, died + 30, b)
+
+    times = tick_times(queue, task.name)
+    assert queue.stats()["total"] == len(times)  # one job per tick, none twice
+    if coalesce:
+        assert taking_over == 1
+        missed = [t for t in range(int(died) + 1, int(died) + 11) if t not in times]
+        assert len(missed) == 9  # the latest of the ten was enqueued, as one job
+    else:
+        assert taking_over > 10  # the missed ticks, and those a enqueued again (no-ops, by their keys)
+        assert times == [float(t) for t in range(int(times[0]), int(died) + 31)]  # no gap
+
+
+def test_ticks_older_than_the_grace_time_are_skipped_and_the_rest_caught_up(
+    queue: Queue, clock: FakeClock
+) -> None:
+    task = PeriodicTask(every_second, interval=1, name="tests.every_second", misfire_grace_time=5)
+    a = Scheduler(queue, "a", tasks=lambda: [task], clock=clock)
+    clock.now = START + 100
+    a.step()
+    assert tick_times(queue, task.name) == [START + 95 + n for n in range(6)]  # 5 s back, no more
+    clock.advance(30)  # a stalled: 30 ticks passed
+    assert a.step() == 6
+    assert tick_times(queue, task.name)[6:] == [START + 125 + n for n in range(6)]
+
+
+def test_at_most_max_catch_up_ticks_of_a_task_in_one_step(queue: Queue, clock: FakeClock) -> None:
+    task = PeriodicTask(every_second, interval=0.1, name="tests.fast", misfire_grace_time=60)
+    a = Scheduler(queue, "a", tasks=lambda: [task], clock=clock)
+    clock.now = START + 100
+    assert a.step() == MAX_CATCH_UP
+    times = tick_times(queue, task.name)
+    assert len(times) == MAX_CATCH_UP and times[-1] == START + 100  # the latest ones
+    assert times[0] == pytest.approx(START + 100 - (MAX_CATCH_UP - 1) * 0.1)
+
+
+def test_with_result_ttl_0_a_leader_paused_after_renewing_its_lock_enqueues_a_tick_once(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """a renews its lease, then stalls past it before it enqueues the tick at START + 60; meanwhile b takes
+    over and enqueues that tick, a worker runs it and vacuum (RESULT_TTL 0) drops the done job at once.
+    When a goes on and puts the tick, its unique key (kept a day, whatever RESULT_TTL) makes it a no-op."""
+    with Queue(tmp_path / "store", clock=clock, result_ttl=0, do_recover=False, do_vacuum=False) as queue:
+        paused = []
+
+        def a_tasks() -> list[PeriodicTask[..., Any]]:
+            if paused == ["now"]:  # a has just renewed its lease and read the clock
+                paused[:] = ["done"]
+                clock.advance(11.0)
+                assert b.step() == 1 and b.leading  # b enqueues the tick at START + 60
+                record = queue.get(timeout=0)
+                record.ack()  # the tick ran
+                queue.vacuum()  # and its done job is gone at once
+                assert queue.stats()["done"] == 0
+            return [TASK]
+
+        a = Scheduler(queue, "a", tasks=a_tasks, clock=clock, lock_ttl=10.0)
+        b = scheduler(queue, clock, "b")
+        assert a.step() == 1  # START
+        queue.get(timeout=0).ack()
+        clock.advance(60)
+        paused.append("now")
+        a.step()  # puts the tick at START + 60, which b enqueued and which ran already
+        assert paused == ["done"]
+
+        assert tick_times(queue, TASK.name) == [START, START + 60]
+        stats = queue.stats()
+        assert stats["total"] == 2 and stats["pending"] == 0  # no second job of the tick at START + 60
+
+
+def test_a_step_that_stalls_past_the_grace_time_puts_nothing(queue: Queue, clock: FakeClock) -> None:
+    """The clock is read again before each put: a tick is never put later than its grace time after it was
+    due (so never after its unique key could have been forgotten)."""
+    task = PeriodicTask(every_second, interval=60, name="tests.minutely", misfire_grace_time=10)
+    stalled = []
+
+    def tasks() -> list[PeriodicTask[..., Any]]:
+        if not stalled:
+            stalled.append(True)
+            clock.advance(20.0)  # between reading the clock and putting the tick at START
+        return [task]
+
+    a = Scheduler(queue, "a", tasks=tasks, clock=clock)
+    assert a.step() == 0
+    assert tick_times(queue, task.name) == [] and queue.stats()["total"] == 0
