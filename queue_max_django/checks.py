@@ -19,12 +19,20 @@ from typing import Any, Literal
 from django.apps import AppConfig
 from django.core import checks
 
-from .conf import DATA_DIR_NAME, DEFAULTS, NESTED_DEFAULTS, merge_defaults, read_settings, resolve_data_dir
+from .conf import (
+    DATA_DIR_NAME,
+    DEFAULTS,
+    MIN_LEASE_TIME,
+    NESTED_DEFAULTS,
+    merge_defaults,
+    read_settings,
+    resolve_data_dir,
+)
 from .engine import BreakerPolicy, InvalidBreakerPolicy, InvalidRate, parse_rate
-from .engine.errors import InvalidJob, StoreMismatch
+from .engine.errors import InvalidJob, QueueError
 from .engine.keys import MAX_SHARDS
 from .engine.store import LAYOUT_VERSION, read_store_meta
-from .engine.validate import MAX_RETRIES_LIMIT, MAX_SECONDS, validate_queue_name
+from .engine.validate import MAX_RETRIES_LIMIT, MAX_SECONDS, validate_name, validate_queue_name
 
 TAG = "queue_max_django"  # `manage.py check --tag queue_max_django` runs these checks alone
 PREFIX = "queue_max_django"
@@ -58,7 +66,7 @@ class _Number:
 
 _NUMBERS: Mapping[str, _Number] = {
     "SHARDS": _Number("int", 1, MAX_SHARDS, optional=True),
-    "LEASE_TIME": _Number("seconds", 0.001, MAX_SECONDS),
+    "LEASE_TIME": _Number("seconds", MIN_LEASE_TIME, MAX_SECONDS),  # what the worker can renew in time
     "MAX_RETRIES": _Number("int", 0, MAX_RETRIES_LIMIT),
     "RETRY_BACKOFF": _Number("seconds", 0, MAX_SECONDS),
     "RETRY_BACKOFF_MAX": _Number("seconds", 0, MAX_SECONDS),
@@ -229,7 +237,12 @@ def _unlisted_queue_problems(keys: tuple[str, ...], names: Any, queues: tuple[st
 
 
 def _data_dir_problems(value: Any, base_dir: Any) -> list[Problem]:
-    if value is not None and (not isinstance(value, (str, os.PathLike)) or not os.fspath(value)):
+    if value is not None and (
+        not isinstance(value, (str, os.PathLike))
+        or not isinstance(os.fspath(value), str)
+        or not os.fspath(value).strip()  # "" is what an unset environment variable gives
+        or "\x00" in os.fspath(value)
+    ):
         return [_wrong_type(("DATA_DIR",), value, "a path (a non-empty str or a pathlib.Path)")]
     path = resolve_data_dir(value, base_dir)
     if path is None:
@@ -329,7 +342,7 @@ def store_problems(data_dir: Path, shards: int | None) -> list[Problem]:
         ]
     try:
         meta = read_store_meta(os.fspath(data_dir)) if data_dir.is_dir() else None
-    except (StoreMismatch, OSError) as exc:
+    except (QueueError, OSError) as exc:  # StoreMismatch, or StoreError: its folders cannot be listed
         return [_not_our_store(data_dir, str(exc))]
     if meta is None:
         return []
@@ -352,7 +365,8 @@ def store_problems(data_dir: Path, shards: int | None) -> list[Problem]:
 def _not_our_store(data_dir: Path, reason: str) -> Problem:
     return Problem(
         f"{PREFIX}.E012",
-        f"QUEUE_MAX['DATA_DIR'] ({os.fspath(data_dir)!r}) holds a store this version cannot open: {reason}.",
+        f"QUEUE_MAX['DATA_DIR'] ({os.fspath(data_dir)!r}) holds a store this version cannot open: "
+        f"{reason.rstrip('.')}.",
         "Point DATA_DIR at an empty or new directory, or drain the old store with the version that wrote it.",
     )
 
@@ -370,7 +384,7 @@ def problems() -> list[Problem]:
 
 def task_problems() -> list[Problem]:
     """Mistakes in this process's task registry: each task name claimed by two functions, then each
-    periodic task whose schedule does not parse."""
+    periodic task whose schedule does not parse, then each task name the engine would refuse."""
     # here, not at the top: apps.py imports this module while apps load
     from .periodic import unscheduled_periodic_tasks
     from .tasks import registry
@@ -394,7 +408,26 @@ def task_problems() -> list[Problem]:
         )
         for made in unscheduled_periodic_tasks()
     ]
-    return conflicts + schedules
+    names = [
+        Problem(
+            f"{PREFIX}.E015",
+            f"The task name {name!r} cannot name a job: {exc}.",
+            "Give the task a name= of 1 to 200 characters without control characters (newlines, escapes) "
+            "or lone surrogates.",
+        )
+        for name, exc in _bad_task_names(registry.names())
+    ]
+    return conflicts + schedules + names
+
+
+def _bad_task_names(names: list[str]) -> list[tuple[str, InvalidJob]]:
+    found = []
+    for name in names:
+        try:
+            validate_name(name)
+        except InvalidJob as exc:
+            found.append((name, exc))
+    return found
 
 
 def check_settings(

@@ -24,6 +24,9 @@ from django.dispatch import receiver
 from .engine import GLOBAL_KEY, QUEUE_KEY_PREFIX, Queue, Rate, parse_rate
 
 DATA_DIR_NAME = "queue_max_data"  # the default DATA_DIR is BASE_DIR / DATA_DIR_NAME
+# The shortest LEASE_TIME: the worker renews the leases of running jobs on its 0.1 s tick, at least three
+# times per lease time (worker/options.py: heartbeat_every); 0.5 s gives it five.
+MIN_LEASE_TIME = 0.5
 
 CIRCUIT_BREAKER_DEFAULTS: Mapping[str, Any] = MappingProxyType({"THRESHOLD": 5, "TIMEOUT": 60.0})
 WORKER_DEFAULTS: Mapping[str, Any] = MappingProxyType(

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..conf import WorkerConfig
+from ..conf import MIN_LEASE_TIME, WorkerConfig
+from ..engine.errors import InvalidJob
+from ..engine.validate import MAX_SECONDS, bad_character, validate_queue_name
 
 # Exit codes of a worker process; the supervisor replaces a process unless it exited with DONE.
 DONE = 0  # stopped on request, or --burst found nothing more to do
 RECYCLE = 75  # --max-jobs or --max-memory reached: replace me
 TIMED_OUT = 76  # a job overran its timeout; its thread cannot be stopped: replace me
+
+# Leases. The main loop of a worker process ticks every WATCH_EVERY seconds (process.WATCH_EVERY; a test
+# keeps the two equal) and renews the leases of its jobs on a tick, every ``heartbeat_every()`` seconds: at
+# least RENEWALS times per lease time, so that a late heartbeat never costs a running job its lease; a lease
+# shorter than conf.MIN_LEASE_TIME is refused (the system checks refuse it as LEASE_TIME too).
+WATCH_EVERY = 0.1
+RENEWALS = 3
+HEARTBEAT_MAX = 5.0  # seconds between heartbeats at most, however long the lease
 
 
 class WorkerOptionError(ValueError):
@@ -33,7 +44,7 @@ class WorkerOptions:
     scheduler: bool = True
     autoscale: tuple[int, int] | None = None  # (min, max) threads per process, following waiting jobs
     verbosity: int = 1
-    heartbeat: float | None = None  # seconds between heartbeats; None: a third of the lease time, max 5 s
+    heartbeat: float | None = None  # seconds between heartbeats; None: see heartbeat_every()
     stats_interval: float = 60.0  # seconds between throughput lines in the log
 
     def __post_init__(self) -> None:
@@ -45,15 +56,24 @@ class WorkerOptions:
             _positive_int("max-memory", self.max_memory_mb)
         for name in ("burst_wait", "shutdown_timeout"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise WorkerOptionError(f"--{name.replace('_', '-')} must be a number >= 0, not {value!r}")
-        if self.heartbeat is not None and not self.heartbeat > 0:
+            if not _seconds(value, minimum=0):
+                raise WorkerOptionError(
+                    f"--{name.replace('_', '-')} must be a number of seconds from 0 to {MAX_SECONDS:.0f}, "
+                    f"not {value!r}"
+                )
+        if self.heartbeat is not None and not _seconds(self.heartbeat, minimum=WATCH_EVERY):
             raise WorkerOptionError(
-                f"the heartbeat must be a positive number of seconds, not {self.heartbeat!r}"
+                f"the heartbeat must be a number of seconds of at least {WATCH_EVERY}, not {self.heartbeat!r}"
             )
-        if not isinstance(self.worker_id, str) or not 0 < len(self.worker_id) <= 150 or "/" in self.worker_id:
+        if (
+            not isinstance(self.worker_id, str)
+            or not 0 < len(self.worker_id) <= 150
+            or "/" in self.worker_id
+            or bad_character(self.worker_id) is not None
+        ):
             raise WorkerOptionError(
-                f"--worker-id must be 1 to 150 characters without '/', not {self.worker_id!r}"
+                f"--worker-id must be 1 to 150 characters without '/', control characters or lone "
+                f"surrogates, not {self.worker_id!r}"
             )
         if self.autoscale is not None:
             low, high = self.autoscale
@@ -61,15 +81,31 @@ class WorkerOptions:
                 raise WorkerOptionError(f"--autoscale needs 1 <= MIN <= MAX, not {low},{high}")
         if self.queues is not None and not self.queues:
             raise WorkerOptionError("--queue needs at least one name")
+        for name in self.queues or ():
+            try:
+                validate_queue_name(name)
+            except InvalidJob as exc:
+                raise WorkerOptionError(f"--queue {name!r}: {exc}") from None
 
     @property
     def max_threads(self) -> int:
         return self.autoscale[1] if self.autoscale is not None else self.threads
 
     def heartbeat_every(self, lease_time: float) -> float:
+        """Seconds between the heartbeats that renew the leases of running jobs, for a store whose lease
+        is ``lease_time``: a third of it (at most HEARTBEAT_MAX), rounded down to whole ticks of the main
+        loop (which beats on a tick), one tick at least. ``WorkerOptionError`` for a lease shorter than
+        MIN_LEASE_TIME, or a ``heartbeat`` that would renew it fewer than RENEWALS times."""
+        check_lease_time(lease_time)
         if self.heartbeat is not None:
+            if self.heartbeat > lease_time / RENEWALS + 1e-9:
+                raise WorkerOptionError(
+                    f"a heartbeat every {self.heartbeat} s renews a lease of {lease_time} s fewer than "
+                    f"{RENEWALS} times: beat every {lease_time / RENEWALS:g} s at most"
+                )
             return self.heartbeat
-        return max(0.05, min(lease_time / 3, 5.0))
+        ticks = math.floor(min(lease_time / RENEWALS, HEARTBEAT_MAX) / WATCH_EVERY + 1e-9)
+        return round(max(1, ticks) * WATCH_EVERY, 6)
 
     def process_id(self, index: int) -> str:
         """The id a worker process registers under (and records in the jobs it claims)."""
@@ -77,6 +113,25 @@ class WorkerOptions:
 
     def with_changes(self, **changes: Any) -> WorkerOptions:
         return replace(self, **changes)
+
+
+def check_lease_time(lease_time: float) -> None:
+    """``WorkerOptionError`` unless a worker can renew leases of ``lease_time`` seconds in time."""
+    if not _seconds(lease_time, minimum=MIN_LEASE_TIME):
+        raise WorkerOptionError(
+            f"a worker cannot serve a store whose lease time is {lease_time!r} s: it renews the leases of "
+            f"running jobs on its {WATCH_EVERY} s tick, at least {RENEWALS} times per lease, so it needs "
+            f"a lease time of at least {MIN_LEASE_TIME} s (QUEUE_MAX['LEASE_TIME'], Queue(lease_time=...))"
+        )
+
+
+def _seconds(value: Any, *, minimum: float) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and minimum <= value <= MAX_SECONDS
+    )
 
 
 def _positive_int(name: str, value: Any) -> None:

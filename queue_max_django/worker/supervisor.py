@@ -210,7 +210,9 @@ class Supervisor:
 
 def run_worker(queue: Queue, options: WorkerOptions) -> int:
     """What ``manage.py queue_worker`` does. -> the exit code. The SIGTERM and SIGINT handlers it installs
-    are replaced by the previous ones when it returns or raises (it may run inside a longer process)."""
+    are replaced by the previous ones when it returns or raises (it may run inside a longer process).
+    ``WorkerOptionError``, before anything starts, for a lease time too short for the worker to renew."""
+    options.heartbeat_every(queue.lease_time)
     supervisor = Supervisor(queue, options)
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     supervisor.install_signal_handlers()

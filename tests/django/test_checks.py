@@ -193,6 +193,18 @@ RATE_OR_NONE = 'a rate such as "160/m" or an int per minute, or None'
                 "BASE_DIR / 'queue_max_data'",
             ),
         ),
+        *[
+            (
+                {"DATA_DIR": value},  # "": an unset environment variable; the engine refuses it too
+                e003(
+                    "QUEUE_MAX['DATA_DIR']",
+                    f"{value!r} (str)",
+                    "a path (a non-empty str or a pathlib.Path)",
+                    "BASE_DIR / 'queue_max_data'",
+                ),
+            )
+            for value in ("", "   ", "/srv/a\x00b")
+        ],
     ],
 )
 def test_e003_wrong_type(queue_max: Configure, keys: dict[str, Any], expected: Error) -> None:
@@ -205,10 +217,13 @@ CENTURY = "3155760000"
 @pytest.mark.parametrize(
     ("keys", "expected"),
     [
-        ({"LEASE_TIME": 0}, e004("QUEUE_MAX['LEASE_TIME']", f"from 0.001 to {CENTURY}", "0", "30.0")),
+        ({"LEASE_TIME": 0}, e004("QUEUE_MAX['LEASE_TIME']", f"from 0.5 to {CENTURY}", "0", "30.0")),
+        # shorter than the worker renews in time: it beats on a 0.1 s tick, at least 3 times per lease
+        ({"LEASE_TIME": 0.05}, e004("QUEUE_MAX['LEASE_TIME']", f"from 0.5 to {CENTURY}", "0.05", "30.0")),
+        ({"LEASE_TIME": 0.499}, e004("QUEUE_MAX['LEASE_TIME']", f"from 0.5 to {CENTURY}", "0.499", "30.0")),
         (
             {"LEASE_TIME": float("inf")},
-            e004("QUEUE_MAX['LEASE_TIME']", f"from 0.001 to {CENTURY}", "inf", "30.0"),
+            e004("QUEUE_MAX['LEASE_TIME']", f"from 0.5 to {CENTURY}", "inf", "30.0"),
         ),
         (
             {"RETRY_BACKOFF": -1.0},
@@ -255,6 +270,7 @@ def test_e004_out_of_range(queue_max: Configure, keys: dict[str, Any], expected:
 
 
 NAME_RULE = "queue must be a non-empty str of at most 100 characters"
+CONTROL_RULE = "queue names cannot contain control characters or lone surrogates"
 
 
 @pytest.mark.parametrize(
@@ -271,8 +287,28 @@ NAME_RULE = "queue must be a non-empty str of at most 100 characters"
         ),
         (
             {"WORKER": {"QUEUES": ["a\x00b"]}},
-            "QUEUE_MAX['WORKER']['QUEUES'] holds an invalid queue name 'a\\x00b': queue names cannot contain "
-            "control characters: 'a\\x00b'.",
+            f"QUEUE_MAX['WORKER']['QUEUES'] holds an invalid queue name 'a\\x00b': {CONTROL_RULE}: 'a\\x00b' "
+            "has a control character ('\\x00' at position 1).",
+        ),
+        (
+            {"QUEUES": ["default", "a\nb"]},
+            f"QUEUE_MAX['QUEUES'] holds an invalid queue name 'a\\nb': {CONTROL_RULE}: 'a\\nb' has a control "
+            "character ('\\n' at position 1).",
+        ),
+        (
+            {"QUEUES": ["\x1b[31mred"]},
+            f"QUEUE_MAX['QUEUES'] holds an invalid queue name '\\x1b[31mred': {CONTROL_RULE}: '\\x1b[31mred' "
+            "has a control character ('\\x1b' at position 0).",
+        ),
+        (
+            {"QUEUE_RATE_LIMITS": {"bell\x07": "1/s"}},
+            f"QUEUE_MAX['QUEUE_RATE_LIMITS'] holds an invalid queue name 'bell\\x07': {CONTROL_RULE}: "
+            "'bell\\x07' has a control character ('\\x07' at position 4).",
+        ),
+        (
+            {"QUEUES": ["mail\ud800"]},
+            f"QUEUE_MAX['QUEUES'] holds an invalid queue name 'mail\\ud800': {CONTROL_RULE}: 'mail\\ud800' "
+            "has a lone surrogate ('\\ud800' at position 4), which has no UTF-8 encoding.",
         ),
         ({"QUEUES": [7]}, f"QUEUE_MAX['QUEUES'] holds an invalid queue name 7: {NAME_RULE}, not 7."),
     ],
@@ -452,8 +488,8 @@ def test_e012_data_dir_holds_something_else(queue_max: Configure, data_dir: Path
     meta = data_dir / "store.json"
     assert run(queue_max) == [
         Error(
-            f"QUEUE_MAX['DATA_DIR'] ({str(data_dir)!r}) holds a store this version cannot open: {meta} is "
-            f"not a queue_max_django store description: 'layout'.",
+            f"QUEUE_MAX['DATA_DIR'] ({str(data_dir)!r}) holds a store this version cannot open: {meta}: "
+            f'"layout" must be a layout version (an int >= 1), not None.',
             hint=E012_HINT,
             id="queue_max_django.E012",
         )
@@ -469,6 +505,38 @@ def test_e012_store_of_another_layout(queue_max: Configure, data_dir: Path) -> N
         Error(
             f"QUEUE_MAX['DATA_DIR'] ({str(data_dir)!r}) holds a store this version cannot open: its layout "
             f"version is 99; this version reads layout 1.",
+            hint=E012_HINT,
+            id="queue_max_django.E012",
+        )
+    ]
+
+
+def test_e012_store_json_that_disagrees_with_the_shard_folders(queue_max: Configure, data_dir: Path) -> None:
+    """store.json edited from 6 shards to 4: the jobs of shards 4 and 5 would vanish from view."""
+    with Queue(data_dir, do_recover=False, do_vacuum=False) as q:
+        q.put_many_to_shard(5, ["x"])
+    meta = json.loads((data_dir / "store.json").read_text())
+    (data_dir / "store.json").write_text(json.dumps({**meta, "shards": 4}))
+    assert run(queue_max) == [
+        Error(
+            f"QUEUE_MAX['DATA_DIR'] ({str(data_dir)!r}) holds a store this version cannot open: the store at "
+            f"{str(data_dir)!r} does not match its store.json: that says 4 shards, but shard-004, shard-005 "
+            f'are there too. Nothing was opened. If store.json was edited, restore it ("shards": 6 matches '
+            f"the folders there); a shard folder that was removed held jobs that are lost.",
+            hint=E012_HINT,
+            id="queue_max_django.E012",
+        )
+    ]
+
+
+def test_e012_store_json_with_a_shard_count_out_of_range(queue_max: Configure, data_dir: Path) -> None:
+    data_dir.mkdir()
+    (data_dir / "store.json").write_text(json.dumps({"format": "queue_max_django", "layout": 1, "shards": 0}))
+    assert run(queue_max) == [
+        Error(
+            f"QUEUE_MAX['DATA_DIR'] ({str(data_dir)!r}) holds a store this version cannot open: "
+            f'{data_dir / "store.json"}: "shards" must be an int from 1 to 256, not 0. The shard count is '
+            f"fixed when a store is made: restore the file, or move the store away and start a new one.",
             hint=E012_HINT,
             id="queue_max_django.E012",
         )
@@ -595,6 +663,47 @@ def test_e014_a_periodic_schedule_that_does_not_parse(queue_max: Configure, scra
     ]
 
 
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("billing\ncharge", "a control character ('\\n' at position 7)"),
+        ("\x1b]0;pwned\x07", "a control character ('\\x1b' at position 0)"),
+        ("mail\ud800", "a lone surrogate ('\\ud800' at position 4), which has no UTF-8 encoding"),
+    ],
+    ids=["newline", "escape", "surrogate"],
+)
+def test_e015_a_task_name_the_engine_refuses(
+    queue_max: Configure, scratch_registry: None, name: str, why: str
+) -> None:
+    @task(name=name)
+    def named() -> None: ...
+
+    assert run(queue_max) == [
+        Error(
+            f"The task name {name!r} cannot name a job: names cannot contain control characters or lone "
+            f"surrogates: {name!r} has {why}.",
+            hint="Give the task a name= of 1 to 200 characters without control characters (newlines, "
+            "escapes) or lone surrogates.",
+            id="queue_max_django.E015",
+        )
+    ]
+
+
+def test_e015_a_task_name_too_long(queue_max: Configure, scratch_registry: None) -> None:
+    name = "n" * 201
+
+    @task(name=name)
+    def long() -> None: ...
+
+    assert [(m.id, m.msg) for m in run(queue_max)] == [
+        (
+            "queue_max_django.E015",
+            f"The task name {name!r} cannot name a job: name must be None or a non-empty str of at most 200 "
+            f"characters, not {name!r}.",
+        )
+    ]
+
+
 def test_every_mistake_is_reported_at_once(queue_max: Configure) -> None:
     found = run(queue_max, LEASE_TIME=0, SYNC="no", UNKNOWN=1, RATE_LIMIT="x")
     assert [message.id for message in found] == [
@@ -654,6 +763,6 @@ def test_every_check_id_is_documented() -> None:
     source = (ROOT / "queue_max_django" / "checks.py").read_text()
     docs = (ROOT / "docs" / "reference" / "checks.md").read_text()
     ids = sorted(set(re.findall(r"\{PREFIX\}\.([EW]\d{3})", source)))
-    assert ids == [f"E{n:03d}" for n in range(1, 15)] + ["W001", "W002"]
+    assert ids == [f"E{n:03d}" for n in range(1, 16)] + ["W001", "W002"]
     for check_id in ids:
         assert f"### `queue_max_django.{check_id}`" in docs, check_id

@@ -11,6 +11,7 @@ from ...engine import QueueError
 from ...worker import WorkerOptionError, run_worker
 from ...worker.logs import configure_logging
 from ...worker.options import from_config, parse_autoscale
+from ..common import non_negative_float
 
 
 class Command(BaseCommand):
@@ -36,7 +37,10 @@ class Command(BaseCommand):
             help="exit 0 once nothing is waiting, running or due within --burst-wait",
         )
         parser.add_argument(
-            "--burst-wait", type=float, metavar="S", help="with --burst: wait for jobs due within S seconds"
+            "--burst-wait",
+            type=non_negative_float,
+            metavar="S",
+            help="with --burst: wait for jobs due within S seconds",
         )
         parser.add_argument("--max-jobs", type=int, metavar="N", help="replace a process after N jobs")
         parser.add_argument(
@@ -48,7 +52,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=float,
+            type=non_negative_float,
             metavar="S",
             help="seconds running jobs get to finish on stop (default 30)",
         )
@@ -95,6 +99,8 @@ class Command(BaseCommand):
                         f"unknown queue(s) {', '.join(unknown)}: QUEUE_MAX['QUEUES'] lists {served}"
                     )
             code = run_worker(queue, worker_options)
+        except WorkerOptionError as exc:  # a lease time the worker cannot renew
+            raise CommandError(str(exc)) from None
         except QueueError as exc:
             raise CommandError(f"the store cannot be used: {exc}") from None
         if code:
