@@ -772,10 +772,11 @@ class Queue(FlowControl):
 
     def queue_counts(self) -> dict[str, dict[str, int]]:
         """Per queue name: {"pending", "scheduled", "running"} jobs, over all shards, sorted by name. Walks
-        those indexes (unlike ``stats()``): fine for dashboards, not for a hot loop."""
+        those indexes (unlike ``stats()``): fine for dashboards, not for a hot loop. A job whose record
+        does not decode is not counted; it is moved to the dead letters as the walk meets it."""
         total: dict[str, dict[str, int]] = {}
         for shard in self._live():
-            for queue, counts in shard.queue_counts().items():
+            for queue, counts in shard.queue_counts(now=self._clock()).items():
                 into = total.setdefault(queue, {"pending": 0, "scheduled": 0, "running": 0})
                 for state, count in counts.items():
                     into[state] += count
@@ -786,12 +787,13 @@ class Queue(FlowControl):
         return [shard.counts() for shard in self._live()]
 
     def job(self, job_id: int) -> Job | None:
-        """A snapshot of one job, or None if there is no such job (any more)."""
+        """A snapshot of one job, or None if there is no such job (any more). A job whose record does not
+        decode is moved to the dead letters first: this is that dead letter (error type "Corrupted")."""
         if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 1 << 64:
             return None
         shards = self._live()
         index = shard_of(job_id)
-        return shards[index].job(job_id) if index < len(shards) else None
+        return shards[index].job(job_id, now=self._clock()) if index < len(shards) else None
 
     def jobs(
         self,
@@ -830,9 +832,10 @@ class Queue(FlowControl):
                     f"list again from the start"
                 )
         found: list[Listed] = []
+        now = self._clock()
         for one in shards:
             found.extend(one.list_jobs(state, after_key=after_key, limit=limit, newest_first=newest_first,
-                                       queue=queue, name=name))  # fmt: skip
+                                       queue=queue, name=name, now=now))  # fmt: skip
         found.sort(key=lambda item: item.sort_key, reverse=newest_first)
         return [listed.job() for listed in found[:limit]]  # decode only what is returned
 
@@ -865,19 +868,21 @@ class Queue(FlowControl):
     def cancel(self, job_id: int) -> bool:
         """Remove a pending or scheduled job. -> False if it is in another state or gone."""
         shard = self._job_shard(job_id)
-        return shard is not None and shard.cancel(job_id)
+        return shard is not None and shard.cancel(job_id, now=self._clock())
 
     def delete(self, job_id: int, *, state: State | str | None = None) -> bool:
         """Remove a job in any state but running (a dead letter, a done job, a waiting one), with its
         payload and result; with ``state``, only if it is in that state. -> False if not removed (running,
-        in another state, or gone)."""
+        in another state, or gone). A job whose record does not decode counts as a dead letter."""
         wanted = None if state is None else parse_state(state)
         if wanted is State.RUNNING:
             raise InvalidJob("a running job cannot be deleted: its holder still works on it")
         shard = self._job_shard(job_id)
         if shard is None:
             return False
-        return shard.delete(job_id) if wanted is None else shard.delete(job_id, (STATE_CODE[wanted],))
+        if wanted is None:
+            return shard.delete(job_id, now=self._clock())
+        return shard.delete(job_id, (STATE_CODE[wanted],), now=self._clock())
 
     def _job_shard(self, job_id: int) -> Shard | None:
         if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 1 << 64:
@@ -888,7 +893,9 @@ class Queue(FlowControl):
 
     def purge(self, state: State | str, *, older_than: float | None = None) -> int:
         """Delete every job in ``state`` (never running ones), or those older than ``older_than`` seconds
-        (finish time for done/failed, enqueue time otherwise). -> how many."""
+        (finish time for done/failed, enqueue time otherwise). -> how many. A job whose record does not
+        decode is moved to the dead letters as the walk meets it; purging the dead letters deletes it too
+        (if it was enqueued before the cutoff: the only time its id still tells)."""
         state = parse_state(state)
         if state is State.RUNNING:
             raise InvalidJob(
@@ -901,7 +908,7 @@ class Queue(FlowControl):
         for shard in self._live():
             start: bytes | None = None
             while True:
-                deleted, start = shard.purge(state, cutoff, BATCH, start)
+                deleted, start = shard.purge(state, cutoff, BATCH, start, now=self._clock())
                 total += deleted
                 if start is None:
                     break
@@ -923,6 +930,8 @@ class Queue(FlowControl):
         if recovered:
             self._waker.notify()
             for job in recovered:  # a lost lease is a failed attempt: breakers and listeners hear of it
+                if not job.charged:
+                    continue  # claimed in a batch: back uncharged, to be claimed alone (shard.py)
                 self._record_outcome(job.queue, job.name, False)
                 self._emit_failure(job.job_id, job.queue, job.name, job.state, "lease expired")
         return len(recovered)
@@ -934,7 +943,7 @@ class Queue(FlowControl):
             check_number("older_than", older_than, minimum=0, error=InvalidJob)
         cutoff = self._clock() - (self.result_ttl if older_than is None else older_than)
         self._in_batches(lambda shard: shard.forget_unique(self._clock(), self.result_ttl, BATCH))
-        return self._in_batches(lambda shard: shard.vacuum(cutoff, BATCH))
+        return self._in_batches(lambda shard: shard.vacuum(cutoff, BATCH, now=self._clock()))
 
     def promote(self) -> int:
         """Scheduled jobs whose ETA passed become pending now (``get()`` also does this as it goes)."""
@@ -984,13 +993,22 @@ class Queue(FlowControl):
         return self._coordination.acquire_lock(name, owner, float(ttl))
 
     def release_lock(self, name: str, owner: str) -> bool:
-        """Give up ``name`` if ``owner`` holds it. -> whether it did."""
+        """Give up ``name`` if ``owner`` holds it. -> whether it did. The lock is free at once; its record
+        stays, expired as of now, for ``last_lock_holder``."""
         self._live()
         return self._coordination.release_lock(name, owner)
 
     def lock_holder(self, name: str) -> LockHolder | None:
+        """Who holds ``name`` now; None if it is free (never taken, expired or released)."""
         self._live()
         return self._coordination.lock_holder(name)
+
+    def last_lock_holder(self, name: str) -> LockHolder | None:
+        """The last record of ``name`` whether it is held, expired or released (then ``expires_at`` is when
+        it was released); None if nobody ever took it. A new holder learns from it until when its
+        predecessor held the lock (the periodic scheduler resumes its ticks from there)."""
+        self._live()
+        return self._coordination.last_lock_holder(name)
 
     def report_worker(self, worker_id: str, *, stale_after: float, **fields: Any) -> None:
         """Register or refresh a worker in the store's registry (``workers()`` reads it). Fields: ``pid``,

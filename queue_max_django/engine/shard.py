@@ -9,14 +9,18 @@ that mentions it change in the same write transaction (invariant 1).
 from __future__ import annotations
 
 import itertools
+import logging
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import codec
 from .codec import (
+    CLAIM_ALONE_NEXT,
+    CLAIM_BATCH,
     F_ATTEMPTS,
+    F_CLAIM,
     F_ENQUEUED_AT,
     F_ERROR,
     F_ERROR_TYPE,
@@ -40,11 +44,12 @@ from .codec import (
     F_WORKERS,
     HISTORY_MAX,
 )
-from .errors import QueueCorrupted, StoreFull
+from .errors import QueueCorrupted, QueueError, StoreFull
 from .job import STATE_CODE, STATES, Job, State
 from .jobspec import JobSpec
 from .keys import (
     QUEUE_SEP,
+    SHARD_BITS,
     id_from_key,
     id_key,
     micros,
@@ -76,6 +81,8 @@ _UNIQUE = struct.Struct(
 LEASE_EXPIRED = "LeaseExpired"
 CORRUPTED = "Corrupted"
 UNIQUE_KEY_MIN_TTL = 86_400.0  # seconds a unique key is kept at least, whatever result_ttl (periodic ticks)
+
+logger = logging.getLogger("queue_max_django.engine")
 
 
 @dataclass(slots=True)
@@ -109,6 +116,7 @@ class Claimed:
     job_id: int
     record: list[Any]
     payload: Any  # decoded inside the claim transaction: a payload that does not decode is quarantined
+    alone: bool = False  # a job whose lease once expired: its claim takes no other job with it
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +132,15 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class Recovered:
-    """A job that recovery took back from a holder whose lease expired, and where it went."""
+    """A job that recovery took back from a holder whose lease expired, and where it went. ``charged``:
+    the expiry counted as a failed attempt (False for a job claimed in a batch: it goes back uncharged, to
+    be claimed alone next time)."""
 
     job_id: int
     queue: str
     name: str | None
     state: State
+    charged: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +159,14 @@ class Outranked:
 
 
 @dataclass(frozen=True, slots=True)
+class AloneNext:
+    """A claim stopped before this job: its lease once expired, so it is claimed alone, not in a batch."""
+
+
+ALONE_NEXT = AloneNext()
+
+
+@dataclass(frozen=True, slots=True)
 class StrayEntry:
     """Internal: a claim met an index entry without a pending job behind it, dropped it, and must retry."""
 
@@ -155,12 +174,19 @@ class StrayEntry:
 
 
 class CorruptedJobQuarantined(Exception):
-    """Internal: a claim met a job whose data is broken; it was moved aside and the claim must be retried."""
+    """Internal: a claim met a job whose data is broken; it was moved aside and the claim must be retried.
+    Other walks collect these to log them once their transaction has committed (``deleted``: the job was
+    being deleted, so it is gone rather than a dead letter)."""
 
     def __init__(self, job_id: int, reason: str) -> None:
         super().__init__(job_id, reason)
         self.job_id = job_id
         self.reason = reason
+        self.deleted = False
+
+
+# (job id, the index it was met in, its key there, or None if unknown) of a record a read could not decode
+Unreadable = tuple[int, Any, bytes | None]
 
 
 def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
@@ -209,14 +235,35 @@ def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
 
 
 def _mark_running(record: list[Any], now_us: int, lease_us: int, token: bytes, worker: str | None) -> None:
-    """A claimed job's record: running from now, held by ``token`` until ``lease_us``, one more attempt."""
+    """A claimed job's record: running from now, held by ``token`` until ``lease_us``, one more attempt,
+    claimed alone (``claim_many`` marks the jobs of a batch ``CLAIM_BATCH`` once there are two)."""
     record[F_STATE] = RUNNING
     record[F_STARTED_AT] = now_us
     record[F_LEASE_UNTIL] = lease_us
     record[F_TOKEN] = token
     record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
+    record[F_CLAIM] = None
     if worker is not None:
         _remember_worker(record, worker)
+
+
+def _mark_pending_uncharged(record: list[Any]) -> None:
+    """A running job's record back to pending, no attempt charged: at its old place in its queue (its
+    ready time is unchanged), no holder."""
+    record[F_STATE] = PENDING
+    record[F_TOKEN] = None
+    record[F_LEASE_UNTIL] = None
+    record[F_STARTED_AT] = None
+
+
+def _unreadable_record(job_id: int) -> list[Any]:
+    """The record that stands in for one that does not decode: queue "default", no name, priority 0, no
+    retries, enqueued (and ready) when its id says: the id's sequence is the put's time in µs (keys.py)."""
+    record: list[Any] = [None] * codec.RECORD_FIELDS
+    record[F_STATE], record[F_QUEUE], record[F_PRIORITY] = FAILED, "default", 0
+    record[F_RETRIES], record[F_MAX_RETRIES], record[F_ATTEMPTS] = 0, 0, 0
+    record[F_ENQUEUED_AT] = record[F_READY_AT] = job_id >> SHARD_BITS
+    return record
 
 
 def _remember_worker(record: list[Any], worker: str) -> None:
@@ -504,9 +551,12 @@ class Shard:
         """Like ``peek``, for a consumer under flow control: the best job that no blocked key holds back
         (its queue not in ``skip_queues``, its name not in ``skip_names``), walking past held-back jobs in
         claim order by their index entries alone (an entry carries its job's name), at most ``scan_limit``
-        per queue: about 10 ms for 100,000. -> (that job or None, the earliest ETA)."""
+        per queue: about 10 ms for 100,000. -> (that job or None, the earliest ETA). A job whose record does
+        not decode is passed over, and quarantined once the read is done."""
+        unreadable: list[Unreadable] = []
 
         def txn_fn(txn: Any) -> tuple[Candidate | None, float | None]:
+            unreadable.clear()
             cursor = txn.cursor(db=self.ready)
             prefixes = [queue_prefix(q) for q in queues] if queues is not None else _queue_prefixes(cursor)
             best: Candidate | None = None
@@ -524,7 +574,11 @@ class Shard:
                         break  # nothing further in this queue can beat the best so far
                     if value.decode() not in skip_names:
                         job_id = id_from_key(key[-8:])
-                        record = self._load(txn, job_id)
+                        try:
+                            record = self._load(txn, job_id)
+                        except QueueCorrupted:
+                            unreadable.append((job_id, self.ready, bytes(key)))
+                            record = None
                         if record is not None:
                             best = Candidate(tail, job_id, self.index, record[F_QUEUE], record[F_NAME])
                             break
@@ -536,7 +590,10 @@ class Shard:
                 eta = time_key_parts(sched.key())[0] / 1_000_000
             return best, eta
 
-        return self.env.read(txn_fn)
+        outcome = self.env.read(txn_fn)
+        if unreadable:
+            self.quarantine_unreadable(now, unreadable)
+        return outcome
 
     def claim_job(
         self,
@@ -577,17 +634,25 @@ class Shard:
         return self.env.write(txn_fn)
 
     def promote_due(self, now: float, batch: int = 1000) -> int:
-        """Scheduled jobs whose ETA has passed become pending. -> how many."""
+        """Scheduled jobs whose ETA has passed become pending. -> how many. A due job whose record does not
+        decode goes to the dead letters instead (``_quarantine``), and promotion goes on."""
         now_us = micros(now)
+        found: list[CorruptedJobQuarantined] = []
 
         def txn_fn(txn: Any) -> int:
+            found.clear()
             cursor = txn.cursor(db=self.sched)
             moved = 0
             while moved < batch and cursor.first():
-                eta_us, job_id = time_key_parts(cursor.key())
+                key = cursor.key()
+                eta_us, job_id = time_key_parts(key)
                 if eta_us > now_us:
                     break
-                record = self._load(txn, job_id)
+                try:
+                    record = self._load(txn, job_id)
+                except QueueCorrupted as exc:
+                    found.append(self._quarantine_unreadable(txn, job_id, self.sched, key, now_us, str(exc)))
+                    continue
                 if record is None or record[F_STATE] != SCHEDULED:
                     cursor.delete()  # a stray index entry: drop it (verify() reports such things)
                     continue
@@ -599,7 +664,9 @@ class Shard:
                 moved += 1
             return moved
 
-        return self.env.write(txn_fn)
+        moved = self.env.write(txn_fn)
+        self._report(found)
+        return moved
 
     def claim_many(
         self,
@@ -619,7 +686,11 @@ class Shard:
         jobs, as ``peek`` gives it): with nothing claimed and a priority, the claim was outranked and the
         caller looks again. A corrupted job met on the way is quarantined;
         if it came first, ``CorruptedJobQuarantined`` is raised (the jobs before it are claimed and returned
-        otherwise)."""
+        otherwise).
+
+        The jobs of a claim of two or more are marked ``CLAIM_BATCH``: if their lease expires, recovery does
+        not charge them the attempt but marks them ``CLAIM_ALONE_NEXT``, and a claim takes such a job alone
+        (it stops before one that would join others, and after one that came first)."""
         now_us = micros(now)
         lease_us = micros(now + lease_time)
 
@@ -630,9 +701,17 @@ class Shard:
             while len(claimed) < limit and heads:
                 head = min(heads)
                 key, prefix = head[1], head[2]
-                step = self._claim_step(txn, key, now_us, lease_us, token, min_priority, worker)
+                step = self._claim_step(txn, key, now_us, lease_us, token, min_priority, worker, claimed)
+                alone = False
                 if type(step) is Claimed:
                     claimed.append(step)
+                    alone = step.alone
+                    if len(claimed) == 2:  # a batch after all: the first job's record says so too
+                        first = claimed[0]
+                        first.record[F_CLAIM] = CLAIM_BATCH
+                        txn.put(id_key(first.job_id), codec.pack_record(first.record), db=self.jobs)
+                elif step is ALONE_NEXT:
+                    break
                 elif isinstance(step, Outranked):
                     return claimed, step.priority, self._next_eta(txn)
                 elif isinstance(step, CorruptedJobQuarantined):
@@ -645,6 +724,8 @@ class Shard:
                     head[0], head[1] = following[len(prefix) :], following
                 else:
                     heads.remove(head)
+                if alone:
+                    break
             return claimed, (ready_key_parts(min(heads)[1])[1] if heads else None), self._next_eta(txn)
 
         outcome = self.env.write(txn_fn)
@@ -661,7 +742,11 @@ class Shard:
         token: bytes,
         min_priority: int | None,
         worker: str | None,
-    ) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined:
+        claimed: list[Claimed] | None = None,
+    ) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | AloneNext:
+        """Claim the job of ready ``key`` in this transaction, unless it is outranked, stray or corrupted.
+        ``claimed``: the jobs this claim took before it (a job to be claimed alone waits for a claim of
+        its own: ``ALONE_NEXT``); the job is marked ``CLAIM_BATCH`` when there are some."""
         _queue, priority, _ready_us, job_id = ready_key_parts(key)
         if min_priority is not None and priority < min_priority:
             return Outranked(priority)
@@ -682,12 +767,17 @@ class Shard:
             value = codec.unpack_stored(payload, job_id, "payload")
         except QueueCorrupted as exc:
             return self._quarantine(txn, job_id, key, record, now_us, str(exc), bad_payload=payload)
+        alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
+        if alone and claimed:
+            return ALONE_NEXT
         # pending -> running, written out (the hot path: what _unindex() + _index() do, inlined)
         txn.delete(key, db=self.ready)
         txn.put(time_key(lease_us, job_id), b"", db=self.lease)
         _mark_running(record, now_us, lease_us, token, worker)
+        if claimed:
+            record[F_CLAIM] = CLAIM_BATCH
         txn.put(id_k, codec.pack_record(record), db=self.jobs)
-        return Claimed(job_id, record, value)
+        return Claimed(job_id, record, value, alone)
 
     def _drop_stray(self, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
         """A ready entry whose job is gone or not pending: remove the stray entries, keep the record."""
@@ -705,17 +795,29 @@ class Shard:
         *,
         bad_payload: bytes | None = None,
     ) -> CorruptedJobQuarantined:
-        """A claimable job whose data is broken goes to the dead letters with a "corrupted" reason, so that
-        one bad record never blocks the queue. ``ready_k``: its entry in the ready index (None: the caller
+        """A job whose data is broken goes to the dead letters with a "corrupted" reason, so that one bad
+        record never blocks the queue. ``ready_k``: its entry in the ready index (None: the caller
         unindexed it). ``bad_payload``: payload bytes that do not decode; they are kept, as a msgpack bin
-        value, so that the dead letter reads (and shows what was there)."""
+        value, so that the dead letter reads (and shows what was there). ``record`` None: the record does
+        not decode (``codec.unpack_record``); a minimal one replaces it (queue "default", no name, enqueued
+        when its id says), its bytes on disk are kept as the dead letter's result, and a large payload of
+        it stays its payload (as bytes, if those do not decode either)."""
         if ready_k is not None:
             txn.delete(ready_k, db=self.ready)
         if record is None:  # undecodable: rebuild a minimal record around what we know
-            record = [None] * codec.RECORD_FIELDS
-            record[F_QUEUE], record[F_PRIORITY], record[F_RETRIES] = "default", 0, 0
-            record[F_MAX_RETRIES], record[F_ENQUEUED_AT], record[F_ATTEMPTS] = 0, now_us, 0
-            record[F_READY_AT] = now_us
+            key = id_key(job_id)
+            raw = txn.get(key, db=self.jobs)
+            record = _unreadable_record(job_id)
+            if raw is not None:
+                raw = bytes(raw)
+                record[F_RESULT] = codec.pack_value(raw, what="record", limit=len(raw) + 16)
+                reason += "; the record's bytes on disk are kept as the job's result"
+            external = txn.get(key, db=self.payloads)
+            if external is not None and bad_payload is None:
+                try:
+                    codec.unpack_stored(external, job_id, "payload")
+                except QueueCorrupted:
+                    bad_payload = bytes(external)
         record[F_STATE] = FAILED
         record[F_FINISHED_AT] = now_us
         record[F_TOKEN] = None
@@ -734,6 +836,68 @@ class Shard:
             record[F_PAYLOAD] = codec.pack_value(None, what="payload", limit=16)
         self._store(txn, job_id, record)
         return CorruptedJobQuarantined(job_id, reason)
+
+    def _quarantine_unreadable(
+        self, txn: Any, job_id: int, db: Any, key: bytes | None, now_us: int, reason: str
+    ) -> CorruptedJobQuarantined:
+        """``_quarantine`` of a job whose record does not decode, met through the entry ``key`` of index
+        ``db`` (the walk knows where it came from: the record cannot say). ``key`` None: every index entry
+        that names the job goes (``_drop_entries``)."""
+        if key is None:
+            self._drop_entries(txn, {job_id})
+        else:
+            txn.delete(key, db=db)
+        return self._quarantine(txn, job_id, None, None, now_us, reason)
+
+    def _drop_entries(self, txn: Any, job_ids: set[int]) -> None:
+        """Delete every index entry that names one of ``job_ids`` (records that do not decode, so their
+        keys cannot be computed). A dead letter's entry is its id; the others are found by a scan of the
+        other indexes, O(their entries): only ever for broken records, and once for each batch of them."""
+        wanted = {id_key(job_id) for job_id in job_ids}
+        rest = {key for key in wanted if not txn.delete(key, db=self.failed)}
+        if not rest:
+            return  # each was a dead letter: a consistent index has no other entry for it
+        for db in (self.ready, self.sched, self.lease, self.done_at):
+            stale = [key for key in txn.cursor(db=db).iternext(values=False) if key[-8:] in rest]
+            for key in stale:
+                txn.delete(key, db=db)
+
+    def quarantine_unreadable(self, now: float, met: Sequence[Unreadable]) -> bool:
+        """Quarantine the records a read met that do not decode (a read transaction cannot write them):
+        each that still does not decode (another process may have done it meanwhile), in one write
+        transaction. Never raises, so that the read still answers: a failure is logged. -> whether it
+        committed."""
+        now_us = micros(now)
+        found: list[CorruptedJobQuarantined] = []
+
+        def txn_fn(txn: Any) -> None:
+            found.clear()
+            for job_id, db, key in met:
+                raw = txn.get(id_key(job_id), db=self.jobs)
+                if raw is None:
+                    continue
+                try:
+                    codec.unpack_record(raw, job_id)
+                except QueueCorrupted as exc:
+                    found.append(self._quarantine_unreadable(txn, job_id, db, key, now_us, str(exc)))
+
+        try:
+            self.env.write(txn_fn)
+        except QueueError:
+            logger.exception("shard %d: %d job(s) whose record does not decode could not be moved to the "
+                             "dead letters", self.index, len(met))  # fmt: skip
+            return False
+        self._report(found)
+        return True
+
+    def _report(self, found: Sequence[CorruptedJobQuarantined]) -> None:
+        """One log line per job a committed transaction moved to the dead letters (or deleted) because its
+        data is broken: it happens once per job, since the dead letter it becomes reads fine."""
+        for item in found:
+            fate = (
+                "deleted, as asked" if item.deleted else "moved to the dead letters (error type 'Corrupted')"
+            )
+            logger.error("shard %d: job %d %s: %s", self.index, item.job_id, fate, item.reason)
 
     # ------------------------------------------------------------------ completion (through a record)
 
@@ -847,10 +1011,7 @@ class Shard:
         def txn_fn(txn: Any) -> None:
             record = self._held(txn, job_id, token)
             self._unindex(txn, job_id, record)
-            record[F_STATE] = PENDING
-            record[F_TOKEN] = None
-            record[F_LEASE_UNTIL] = None
-            record[F_STARTED_AT] = None
+            _mark_pending_uncharged(record)
             record[F_ATTEMPTS] = max((record[F_ATTEMPTS] or 1) - 1, 0)
             self._index(txn, job_id, record)
             self._store(txn, job_id, record)
@@ -861,39 +1022,66 @@ class Shard:
 
     def recover_expired(self, now: float, batch: int = 1000) -> list[Recovered]:
         """Running jobs whose lease expired count a failed attempt and go back to pending, or to failed
-        once out of retries. Idempotent. -> what was recovered (at most ``batch``)."""
+        once out of retries; all are claimed alone next time (``CLAIM_ALONE_NEXT``). A job claimed in a
+        batch (``CLAIM_BATCH``) is not charged: it goes back to pending, at its place, as a release would
+        put it, since the holder that died was running at most one job of its batch, and the next claim
+        of it, alone, tells which one that was. Idempotent. -> what was recovered (at most ``batch``)."""
         now_us = micros(now)
         error = ("lease expired: the worker holding the job died or stalled", LEASE_EXPIRED, None)
 
+        found: list[CorruptedJobQuarantined] = []  # records that do not decode: to the dead letters
+
         def txn_fn(txn: Any) -> list[Recovered]:
+            found.clear()
             recovered: list[Recovered] = []
             cursor = txn.cursor(db=self.lease)
             while len(recovered) < batch and cursor.first():
                 expiry_us, job_id = time_key_parts(cursor.key())
                 if expiry_us > now_us:
                     break
-                record = self._load(txn, job_id)
+                try:
+                    record = self._load(txn, job_id)
+                except QueueCorrupted as exc:
+                    found.append(self._quarantine_unreadable(txn, job_id, self.lease, cursor.key(), now_us,
+                                                             str(exc)))  # fmt: skip
+                    continue
                 if record is None or record[F_STATE] != RUNNING or record[F_LEASE_UNTIL] != expiry_us:
                     cursor.delete()  # stray entry
+                    continue
+                batched = record[F_CLAIM] == CLAIM_BATCH
+                record[F_CLAIM] = CLAIM_ALONE_NEXT
+                if batched:
+                    self._unindex(txn, job_id, record)
+                    _mark_pending_uncharged(record)
+                    self._index(txn, job_id, record)
+                    self._store(txn, job_id, record)
+                    recovered.append(Recovered(job_id, record[F_QUEUE], record[F_NAME], State.PENDING, False))
                     continue
                 state = self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
                 recovered.append(Recovered(job_id, record[F_QUEUE], record[F_NAME], state))
             return recovered
 
-        return self.env.write(txn_fn)
+        recovered = self.env.write(txn_fn)
+        self._report(found)
+        return recovered
 
     def scrub(
         self, now: float, start: bytes | None, batch: int = 2000
     ) -> tuple[list[Recovered], bytes | None]:
         """Walk up to ``batch`` records from ``start`` and recover running jobs that have no lease entry
-        (only broken data can cause that: RFC-RC-02). -> (recovered, where to go on, or None at the end).
-        Recovery calls this a step at a time, so the whole store is checked over successive rounds."""
+        (only broken data can cause that: RFC-RC-02), and move records that do not decode, in any state,
+        to the dead letters. -> (recovered, where to go on, or None at the end). Recovery calls this a step
+        at a time, so the whole store is checked over successive rounds."""
         error = ("lease lost: the job was running without a lease", LEASE_EXPIRED, None)
+        now_us = micros(now)
+        quarantined: list[CorruptedJobQuarantined] = []
 
         def txn_fn(txn: Any) -> tuple[list[Recovered], bytes | None]:
+            quarantined.clear()
             cursor = txn.cursor(db=self.jobs)
             found = cursor.set_range(start) if start is not None else cursor.first()
             orphans: list[tuple[int, list[Any]]] = []
+            unreadable: dict[int, str] = {}
             seen = 0
             while found and seen < batch:
                 key, raw = cursor.item()
@@ -904,9 +1092,10 @@ class Shard:
                 job_id = id_from_key(key)
                 try:
                     record = codec.unpack_record(raw, job_id)
-                except QueueCorrupted:
+                except QueueCorrupted as exc:
+                    unreadable[job_id] = str(exc)
                     found = cursor.next()
-                    continue  # verify() reports it; a claim would quarantine it
+                    continue
                 if record[F_STATE] == RUNNING:
                     lease_us = record[F_LEASE_UNTIL]
                     if lease_us is None or txn.get(time_key(lease_us, job_id), db=self.lease) is None:
@@ -918,30 +1107,49 @@ class Shard:
                 record[F_LEASE_UNTIL] = None
                 state = self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
                 recovered.append(Recovered(job_id, record[F_QUEUE], record[F_NAME], state))
+            if unreadable:
+                self._drop_entries(txn, set(unreadable))  # one scan of the indexes for them all
+                for job_id, reason in unreadable.items():
+                    quarantined.append(self._quarantine(txn, job_id, None, None, now_us, reason))
             return recovered, resume
 
-        return self.env.write(txn_fn)
+        outcome = self.env.write(txn_fn)
+        self._report(quarantined)
+        return outcome
 
-    def vacuum(self, cutoff: float, batch: int = 1000) -> int:
-        """Delete done jobs that finished at or before ``cutoff``. -> how many (at most ``batch``)."""
-        cutoff_us = micros(cutoff)
+    def vacuum(self, cutoff: float, batch: int = 1000, *, now: float) -> int:
+        """Delete done jobs that finished at or before ``cutoff``. -> how many (at most ``batch``). An entry
+        whose job is not done (any more) is dropped, the job left alone; a job whose record does not decode
+        goes to the dead letters (``_quarantine``)."""
+        cutoff_us, now_us = micros(cutoff), micros(now)
+        found: list[CorruptedJobQuarantined] = []
 
         def txn_fn(txn: Any) -> int:
+            found.clear()
             removed = 0
             cursor = txn.cursor(db=self.done_at)
             while removed < batch and cursor.first():
-                finished_us, job_id = time_key_parts(cursor.key())
+                index_key = cursor.key()
+                finished_us, job_id = time_key_parts(index_key)
                 if finished_us > cutoff_us:
                     break
+                try:
+                    record = self._load(txn, job_id)
+                except QueueCorrupted as exc:
+                    found.append(self._quarantine_unreadable(txn, job_id, self.done_at, index_key, now_us,
+                                                             str(exc)))  # fmt: skip
+                    continue
                 cursor.delete()
-                key = id_key(job_id)
-                raw = txn.pop(key, db=self.jobs)
-                if raw is None or codec.unpack_record(raw, job_id)[F_PAYLOAD] is None:
-                    txn.delete(key, db=self.payloads)
                 removed += 1
+                if record is None:
+                    txn.delete(id_key(job_id), db=self.payloads)
+                elif record[F_STATE] == DONE:
+                    self._delete(txn, job_id, record)  # its done entry, if it was another, is a stray one
             return removed
 
-        return self.env.write(txn_fn)
+        removed = self.env.write(txn_fn)
+        self._report(found)
+        return removed
 
     def forget_unique(self, now: float, ttl: float, batch: int = 1000) -> int:
         """Drop unique keys used ``max(ttl, UNIQUE_KEY_MIN_TTL)`` seconds or more before ``now``: a key lives
@@ -959,12 +1167,16 @@ class Shard:
         return self.env.write(txn_fn)
 
     def requeue(self, now: float, job_id: int) -> bool:
-        """Failed -> pending with retries reset. False if the job is not failed (or gone)."""
+        """Failed -> pending with retries reset. False if the job is not failed (or gone), or its record
+        does not decode: then it becomes a dead letter that says so (``_quarantine``), with nothing left
+        to run."""
         now_us = micros(now)
+        found: list[CorruptedJobQuarantined] = []
 
         def txn_fn(txn: Any) -> bool:
-            record = self._load(txn, job_id)
-            if record is None or record[F_STATE] != FAILED:
+            found.clear()
+            record = self._load_or_quarantine(txn, job_id, now_us, found)
+            if record is None or found or record[F_STATE] != FAILED:
                 return False
             self._unindex(txn, job_id, record)
             record[F_STATE] = PENDING
@@ -976,37 +1188,67 @@ class Shard:
             self._store(txn, job_id, record)
             return True
 
-        return self.env.write(txn_fn)
+        requeued = self.env.write(txn_fn)
+        self._report(found)
+        return requeued
 
-    def cancel(self, job_id: int) -> bool:
+    def cancel(self, job_id: int, *, now: float) -> bool:
         """Pending or scheduled -> deleted. False if the job is in another state (or gone)."""
-        return self.delete(job_id, (PENDING, SCHEDULED))
+        return self.delete(job_id, (PENDING, SCHEDULED), now=now)
 
-    def delete(self, job_id: int, states: tuple[int, ...] = (PENDING, SCHEDULED, DONE, FAILED)) -> bool:
-        assert RUNNING not in states
+    def delete(
+        self, job_id: int, states: tuple[int, ...] = (PENDING, SCHEDULED, DONE, FAILED), *, now: float
+    ) -> bool:
         """Delete the job, record and index entries in one transaction, if its state is one of ``states``
-        (never running: its holder still works on it). False otherwise (or gone)."""
+        (never running: its holder still works on it). False otherwise (or gone). A job whose record does
+        not decode is a dead letter first (``_quarantine``): deleted if ``states`` has failed ones."""
+        assert RUNNING not in states
+        now_us = micros(now)
+        found: list[CorruptedJobQuarantined] = []
 
         def txn_fn(txn: Any) -> bool:
-            record = self._load(txn, job_id)
+            found.clear()
+            record = self._load_or_quarantine(txn, job_id, now_us, found)
             if record is None or record[F_STATE] not in states:
                 return False
             self._delete(txn, job_id, record)
+            for item in found:
+                item.deleted = True
             return True
 
-        return self.env.write(txn_fn)
+        deleted = self.env.write(txn_fn)
+        self._report(found)
+        return deleted
+
+    def _load_or_quarantine(
+        self, txn: Any, job_id: int, now_us: int, found: list[CorruptedJobQuarantined]
+    ) -> list[Any] | None:
+        """``_load``, but a record that does not decode is first quarantined (noted in ``found``): -> the
+        dead letter it became."""
+        try:
+            return self._load(txn, job_id)
+        except QueueCorrupted as exc:
+            found.append(self._quarantine_unreadable(txn, job_id, None, None, now_us, str(exc)))
+            return self._load(txn, job_id)
 
     def purge(
-        self, state: State, cutoff: float | None, batch: int = 1000, start: bytes | None = None
+        self, state: State, cutoff: float | None, batch: int = 1000, start: bytes | None = None, *, now: float
     ) -> tuple[int, bytes | None]:
         """Delete the jobs in ``state`` (only those older than ``cutoff`` if given: by finish time for
         done/failed, by enqueue time otherwise) among the next ``batch`` index entries from ``start``.
-        -> (deleted, where the next call starts, or None when the index is done)."""
+        -> (deleted, where the next call starts, or None when the index is done).
+
+        A job whose record does not decode is quarantined (``_quarantine``): a dead letter. Met while
+        purging the dead letters, it goes with them if it is old enough: the enqueue time its id gives is
+        the only time known of it."""
         cutoff_us = None if cutoff is None else micros(cutoff)
+        now_us = micros(now)
         index = self.indexes[state]
         code = STATE_CODE[state]
+        quarantined: list[CorruptedJobQuarantined] = []
 
         def txn_fn(txn: Any) -> tuple[int, bytes | None]:
+            quarantined.clear()
             cursor = txn.cursor(db=index)
             found = cursor.set_range(start) if start is not None else cursor.first()
             keys: list[bytes] = []
@@ -1017,7 +1259,16 @@ class Shard:
             deleted = 0
             for key in keys:
                 job_id = id_from_key(key[-8:])  # every index key ends with the job id
-                record = self._load(txn, job_id)
+                try:
+                    record = self._load(txn, job_id)
+                except QueueCorrupted as exc:
+                    item = self._quarantine_unreadable(txn, job_id, index, key, now_us, str(exc))
+                    quarantined.append(item)
+                    if code == FAILED and (cutoff_us is None or job_id >> SHARD_BITS <= cutoff_us):
+                        self._delete(txn, job_id, self._load(txn, job_id))  # type: ignore[arg-type]
+                        item.deleted = True
+                        deleted += 1
+                    continue
                 if record is None or record[F_STATE] != code:
                     txn.delete(key, db=index)  # a stray entry (verify() reports such things)
                     continue
@@ -1029,27 +1280,50 @@ class Shard:
                 deleted += 1
             return deleted, resume
 
-        return self.env.write(txn_fn)
+        outcome = self.env.write(txn_fn)
+        self._report(quarantined)
+        return outcome
 
     # ------------------------------------------------------------------ reads
 
-    def job(self, job_id: int) -> Job | None:
-        def txn_fn(txn: Any) -> Job | None:
-            record = self._load(txn, job_id)
+    def job(self, job_id: int, *, now: float) -> Job | None:
+        """A snapshot of the job, or None if there is none. Never raises on broken data: a job whose
+        record does not decode is quarantined first (``quarantine_unreadable``), and this is the dead
+        letter it became (or, if that write failed, what it would have become, ``damage`` saying why)."""
+
+        def txn_fn(txn: Any) -> Job | str | None:
+            try:
+                record = self._load(txn, job_id)
+            except QueueCorrupted as exc:
+                return str(exc)
             if record is None:
                 return None
             return record_to_job(job_id, record, self._payload(txn, job_id, record))
 
-        return self.env.read(txn_fn)
+        snapshot = self.env.read(txn_fn)
+        if not isinstance(snapshot, str):
+            return snapshot
+        if self.quarantine_unreadable(now, [(job_id, None, None)]):
+            again = self.env.read(txn_fn)
+            if not isinstance(again, str):
+                return again
+        record = _unreadable_record(job_id)  # the write failed: what the dead letter would hold
+        record[F_STATE], record[F_FINISHED_AT] = FAILED, micros(now)
+        record[F_ERROR], record[F_ERROR_TYPE] = f"corrupted: {snapshot}", CORRUPTED
+        return replace(record_to_job(job_id, record, None), damage=snapshot)
 
     def sort_key(self, state: State, job_id: int) -> bytes | None:
         """Where ``job_id`` sorts in the listing of ``state`` (see ``list_jobs``), from its record; the job
-        need not be in that state any more. None if that cannot be known (the record is gone)."""
+        need not be in that state any more. None if that cannot be known (the record is gone, or does not
+        decode)."""
         if state in (State.RUNNING, State.FAILED):
             return id_key(job_id)
 
         def txn_fn(txn: Any) -> bytes | None:
-            record = self._load(txn, job_id)
+            try:
+                record = self._load(txn, job_id)
+            except QueueCorrupted:
+                return None  # nowhere in any listing
             if record is None:
                 return None
             if state is State.PENDING:
@@ -1070,25 +1344,31 @@ class Shard:
         newest_first: bool,
         queue: str | None,
         name: str | None,
+        now: float,
     ) -> list[Listed]:
         """Up to ``limit`` jobs in ``state`` of this shard with their sort keys, strictly past ``after_key``,
         undecoded: the caller merges shards by sort key and decodes (``Listed.job()``) only what it keeps.
 
         Each state is listed in the order of its index: pending in claim order (priority, then ready
         time), scheduled by ETA, done by finish time; running and failed by job id. Sort keys compare
-        across shards, so the caller merges shards by them."""
+        across shards, so the caller merges shards by them. A job whose record does not decode is
+        quarantined once the read is done (``quarantine_unreadable``) and the listing read again: it is
+        then among the dead letters."""
         index = self.indexes[state]
         code = STATE_CODE[state]
+        unreadable: list[Unreadable] = []
 
         def txn_fn(txn: Any) -> list[Listed]:
+            unreadable.clear()
             cursor = txn.cursor(db=index)
             out: list[Listed] = []
 
-            def take(sort_key: bytes, job_id: int) -> None:
+            def take(sort_key: bytes, job_id: int, index_key: bytes | None) -> None:
                 try:
                     record = self._load(txn, job_id)
                 except QueueCorrupted:
-                    return  # an undecodable record is left out: verify() names it, a claim quarantines it
+                    unreadable.append((job_id, index, index_key))
+                    return
                 if (
                     record is not None
                     and record[F_STATE] == code
@@ -1105,7 +1385,7 @@ class Shard:
                     if len(out) >= limit:
                         break
                     if after_key is None or (key < after_key if newest_first else key > after_key):
-                        take(key, id_from_key(key))
+                        take(key, id_from_key(key), None)
                 return out
             if state is State.PENDING:
                 prefixes = [queue_prefix(queue.encode())] if queue is not None else _queue_prefixes(cursor)
@@ -1120,13 +1400,16 @@ class Shard:
                     key = cursor.key()
                     if not key.startswith(prefix):
                         break
-                    take(key[len(prefix) :], id_from_key(key[-8:]))
+                    take(key[len(prefix) :], id_from_key(key[-8:]), bytes(key))
                     found = step()
                 merged.extend(out)
             merged.sort(key=lambda item: item.sort_key, reverse=newest_first)
             return merged[:limit]
 
-        return self.env.read(txn_fn)
+        listed = self.env.read(txn_fn)
+        if unreadable and self.quarantine_unreadable(now, list(unreadable)):
+            listed = self.env.read(txn_fn)  # once: what it quarantined decodes now
+        return listed
 
     def counts(self) -> dict[str, int]:
         """State counts and total puts, O(1): LMDB keeps exact entry counts per database."""
@@ -1139,12 +1422,16 @@ class Shard:
 
         return self.env.read(txn_fn)
 
-    def queue_counts(self) -> dict[str, dict[str, int]]:
+    def queue_counts(self, *, now: float) -> dict[str, dict[str, int]]:
         """queue -> {"pending", "scheduled", "running"} counts in this shard, in one read. A walk over those
-        three indexes (pending: keys only; scheduled and running: their records), not O(1) like counts()."""
+        three indexes (pending: keys only; scheduled and running: their records), not O(1) like counts().
+        A scheduled or running job whose record does not decode is not counted, and is quarantined once
+        the read is done (``quarantine_unreadable``)."""
         tail = _READY_TAIL.size + 3  # NUL, 2-byte priority, (ready time, id)
+        unreadable: list[Unreadable] = []
 
         def txn_fn(txn: Any) -> dict[str, dict[str, int]]:
+            unreadable.clear()
             out: dict[str, dict[str, int]] = {}
 
             def add(queue: str, state: str) -> None:
@@ -1157,12 +1444,20 @@ class Shard:
                 add(bytes(key[:-tail]).decode(), "pending")
             for state, db in (("scheduled", self.sched), ("running", self.lease)):
                 for key in txn.cursor(db=db).iternext(keys=True, values=False):
-                    record = self._load(txn, time_key_parts(key)[1])
+                    job_id = time_key_parts(key)[1]
+                    try:
+                        record = self._load(txn, job_id)
+                    except QueueCorrupted:
+                        unreadable.append((job_id, db, bytes(key)))
+                        continue
                     if record is not None:
                         add(record[F_QUEUE], state)
             return out
 
-        return self.env.read(txn_fn)
+        counts = self.env.read(txn_fn)
+        if unreadable:
+            self.quarantine_unreadable(now, list(unreadable))
+        return counts
 
     def verify(self) -> list[str]:
         """Every inconsistency between records, indexes and counters of this shard (empty if none)."""

@@ -4,6 +4,7 @@ the engine. Each kind of damage is a function (queue, job id) that rewrites the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import msgpack
 
@@ -56,7 +57,32 @@ def garbage_payload(q: Queue, job_id: int) -> None:
     _rewrite(q, job_id, change)
 
 
+def wrong_type(field: int, value: Any) -> Callable[[Queue, int], None]:
+    """Valid msgpack of a record's shape, but field ``field`` (a ``codec.F_*``) holds ``value``, of a type
+    (or in a range) the engine never writes there."""
+
+    def damage(q: Queue, job_id: int) -> None:
+        def change(raw: bytes, payload: bytes | None) -> tuple[bytes, bytes | None]:
+            record = msgpack.unpackb(raw)
+            record[field] = value
+            return msgpack.packb(record, use_bin_type=True), None
+
+        _rewrite(q, job_id, change)
+
+    return damage
+
+
+WRONG_TYPES = {
+    "name-a-list": wrong_type(codec.F_NAME, ["tasks", "add"]),
+    "queue-an-int": wrong_type(codec.F_QUEUE, 7),
+    "priority-a-str": wrong_type(codec.F_PRIORITY, "high"),
+    "enqueued-at-a-float": wrong_type(codec.F_ENQUEUED_AT, 1.5),
+    "ready-at-negative": wrong_type(codec.F_READY_AT, -1),
+    "state-unknown": wrong_type(codec.F_STATE, 9),
+    "workers-a-str": wrong_type(codec.F_WORKERS, "w-1"),
+}
+"""Records that decode but hold what the engine never writes: every path treats them as undecodable."""
 RECORD_DAMAGE = {"garbage-record": garbage_record, "truncated-record": truncated_record,
-                 "record-of-another-shape": record_of_another_shape}  # fmt: skip
+                 "record-of-another-shape": record_of_another_shape} | WRONG_TYPES  # fmt: skip
 PAYLOAD_DAMAGE = {"garbage-payload": garbage_payload}
 DAMAGE = RECORD_DAMAGE | PAYLOAD_DAMAGE
