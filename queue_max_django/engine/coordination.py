@@ -2,8 +2,10 @@
 
 Both live in the control environment beside the limits and breakers. A lock is a lease with an owner and an
 expiry: taking it succeeds when it is free, expired, or already ours (which renews it), all in one write
-transaction with ``now`` read inside it, so two processes can never both hold it. Workers report who they are
-and what they are doing; a report older than its ``stale_after`` means a dead worker and is pruned.
+transaction with ``now`` read inside it, so two processes can never both hold it. Releasing a lock expires
+its record rather than deleting it, so the last holder of a lock stays known (``last_lock_holder``). Workers
+report who they are and what they are doing; a report older than its ``stale_after`` means a dead worker and
+is pruned.
 """
 
 from __future__ import annotations
@@ -104,26 +106,34 @@ class Coordination:
         return self.env.write(txn_fn)
 
     def release_lock(self, name: str, owner: str) -> bool:
-        """Give the lock up if ``owner`` holds it. -> whether it did."""
+        """Give the lock up if ``owner`` holds it (an expired lease is held by nobody). -> whether it did.
+        The record stays, expired as of now: the lock is free, and ``last_lock_holder`` still tells who held
+        it last and until when (the periodic scheduler resumes from there after a clean stop)."""
         key = id_bytes("a lock name", name)
 
         def txn_fn(txn: Any) -> bool:
             raw = txn.get(key, db=self.locks_db)
-            if raw is None or msgpack.unpackb(raw)[0] != owner:
+            if raw is None:
                 return False
-            txn.delete(key, db=self.locks_db)
+            holder, expires_at, since = msgpack.unpackb(raw)
+            now = self._clock()
+            if holder != owner or expires_at <= now:
+                return False
+            txn.put(key, msgpack.packb([holder, now, since]), db=self.locks_db)
             return True
 
         return self.env.write(txn_fn)
 
     def lock_holder(self, name: str) -> LockHolder | None:
-        """Who holds ``name`` now (an expired lease counts as free)."""
+        """Who holds ``name`` now (an expired or released lease counts as free)."""
+        holder = self.last_lock_holder(name)
+        return holder if holder is not None and holder.expires_at > self._clock() else None
+
+    def last_lock_holder(self, name: str) -> LockHolder | None:
+        """The last record of ``name``, expired (or released) or not; None if nobody ever took it."""
         key = id_bytes("a lock name", name)
         raw = self.env.read(lambda txn: txn.get(key, db=self.locks_db))
-        if raw is None:
-            return None
-        holder = LockHolder(*msgpack.unpackb(raw))
-        return holder if holder.expires_at > self._clock() else None
+        return None if raw is None else LockHolder(*msgpack.unpackb(raw))
 
     # ------------------------------------------------------------------ workers
 

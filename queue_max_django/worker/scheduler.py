@@ -8,12 +8,17 @@ keeps a unique key a day at least, whatever the result TTL, and a tick is only e
 ``misfire_grace_time`` (half a day at most) of its due time, the clock read again just before each put: so
 a tick's key is still there whenever it could be put a second time.
 
-Missed ticks (a leader that died, a step that came late, no worker at all) follow the task's misfire
-policy, as APScheduler's ``misfire_grace_time`` and ``coalesce``: every tick due within the last
-``misfire_grace_time`` seconds that this leader has not enqueued yet is enqueued, each as its own job (those
-its predecessor enqueued already are no-ops, by their keys), at most ``MAX_CATCH_UP`` of one task per step
-(the latest; older ones are skipped and logged); with ``coalesce=True`` only the latest due tick is. Ticks
-older than the grace time are skipped.
+Missed ticks (a leader that died, a step that came late, workers stopped for a deploy) follow the task's
+misfire policy, as APScheduler's ``misfire_grace_time`` and ``coalesce``. A new leader catches up only the
+ticks a previous leader could have been responsible for. It reads the lock's last record before taking the
+lock (``Queue.last_lock_holder``: a clean stop releases the lock by expiring its record, it does not delete
+it) and resumes from that leader's last renewal, the last moment its ticks are known handled (the record's
+expiry minus ``LOCK_TTL``, not before that leader took the lock); each tick due since then is enqueued as its
+own job (those the predecessor enqueued already are no-ops, by their keys). On a store where no scheduler
+ever led there is no record: the first leader starts from now and enqueues no tick that was due before.
+While it leads, a scheduler goes on from the first tick it has not handled yet. Either way ticks due more
+than ``misfire_grace_time`` ago are skipped, at most ``MAX_CATCH_UP`` of one task are enqueued per step (the
+latest; older ones are skipped and logged), and with ``coalesce=True`` only the latest due tick is.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..engine import Queue, QueueError
+from ..engine import LockHolder, Queue, QueueError
 from ..periodic import PeriodicTask, periodic_tasks
 from ..schedules import ticks_between
 
@@ -49,6 +54,14 @@ def tick_key(task_name: str, due: dt.datetime) -> str:
     return f"periodic:{name}:{int(due.timestamp() * 1_000_000)}"
 
 
+def resume_point(previous: LockHolder, lock_ttl: float, now: float) -> float:
+    """From when a new leader enqueues ticks, given the record of the lock's last holder: its last renewal
+    (its expiry minus the ttl; a released lock expired when it was released, so that is ``lock_ttl`` before
+    the stop, a margin of no-ops), but not before that holder took the lock (ticks due before then were its
+    own predecessor's, or were due before any scheduler ran), and never after now."""
+    return min(now, max(previous.expires_at - lock_ttl, previous.since))
+
+
 class Scheduler:
     def __init__(
         self,
@@ -64,7 +77,8 @@ class Scheduler:
         self._tasks = tasks
         self._clock = clock
         self._lock_ttl = lock_ttl
-        self._next: dict[str, dt.datetime] = {}
+        self._next: dict[str, dt.datetime] = {}  # per task: the first tick this leader has not handled yet
+        self._resume_from = 0.0  # when this leadership began: ticks from then on are not handled yet
         self.leading = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -73,16 +87,25 @@ class Scheduler:
         """Take or renew the leadership; if leading, enqueue every tick that is due and not enqueued yet,
         within each task's misfire policy. -> ticks enqueued (a tick its key showed enqueued already
         counts too: the scheduler cannot tell the two apart without a second read)."""
-        now = self._clock()
+        # Before taking the lock, which overwrites it: the record of the last leader (None on a store where
+        # no scheduler ever led). Read only when taking the leadership: a leader goes on from its own _next.
+        previous = None if self.leading else self.queue.last_lock_holder(LOCK)
         if not self.queue.acquire_lock(LOCK, self.owner, self._lock_ttl):
             if self.leading:
                 logger.info("scheduler: %s lost the leadership", self.owner)
             self.leading = False
             self._next.clear()
             return 0
+        # The clock is read after the renewal: every tick due before the renewal's time is handled by this
+        # step, so that a successor may resume from the renewal (its expiry minus the ttl).
+        now = self._clock()
         if not self.leading:
             self.leading = True
-            logger.info("scheduler: %s leads; periodic tasks: %s", self.owner,
+            self._next.clear()
+            self._resume_from = now if previous is None else resume_point(previous, self._lock_ttl, now)
+            logger.info("scheduler: %s leads (%s), enqueueing ticks due from %s; periodic tasks: %s",
+                        self.owner, "the first leader" if previous is None else f"after {previous.owner}",
+                        dt.datetime.fromtimestamp(self._resume_from, dt.UTC).isoformat(),
                         ", ".join(t.name for t in self._tasks()) or "none")  # fmt: skip
         moment = dt.datetime.fromtimestamp(now, dt.UTC)
         enqueued = 0
@@ -95,7 +118,9 @@ class Scheduler:
                 logger.warning("scheduler: ticks of %s due from %s to %s were skipped: later than its "
                                "misfire_grace_time (%g s)", task.name, start.isoformat(), oldest.isoformat(),
                                task.misfire_grace_time)  # fmt: skip
-            if start is None or start < oldest:
+            if start is None:  # a new leadership: from the previous leader's last renewal, or from now
+                start = dt.datetime.fromtimestamp(self._resume_from, dt.UTC)
+            if start < oldest:
                 start = oldest
             due, left_out = ticks_between(
                 task.schedule, start, moment, limit=1 if task.coalesce else MAX_CATCH_UP

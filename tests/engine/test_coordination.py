@@ -1,7 +1,8 @@
 """What the processes of one store tell each other: named locks and the worker registry.
 
 The rules proved here: a lock has one holder at a time, across processes; its owner renews it (keeping
-``since``); a holder that dies or stops renewing loses it when its ttl runs out; only the owner releases it.
+``since``); a holder that dies or stops renewing loses it when its ttl runs out; only the owner releases it,
+and a released lock keeps its record, expired at the release, for ``last_lock_holder()``.
 The worker registry keeps each worker's report (every field round-trips through the store), tells live from
 dead workers by their ``stale_after`` on the injected clock, and is shared by every process of the store.
 Bad names, owners, ids and ttls raise ``InvalidJob`` before anything is written.
@@ -115,6 +116,57 @@ def test_a_lock_survives_reopening_the_store(store_path: Path, clock: FakeClock)
         assert holder is not None and holder.owner == "a"
 
 
+def test_a_released_lock_keeps_its_record_expired_at_the_release(queue: Queue, clock: FakeClock) -> None:
+    """release_lock() frees the lock at once but keeps its record, expired as of the release (before the fix
+    it deleted it, and nobody could tell when the last holder let go): lock_holder() says None,
+    last_lock_holder() says who held it and until when, and anyone takes it again with a new ``since``."""
+    taken = clock.now
+    assert queue.acquire_lock("leader", "a", 10)
+    clock.advance(3)
+    assert queue.release_lock("leader", "a")
+    assert queue.lock_holder("leader") is None
+    assert queue.last_lock_holder("leader") == LockHolder("a", clock.now, taken)
+    before = control_dump(queue)
+    clock.advance(1)
+    assert not queue.release_lock("leader", "a"), "released already: nothing to give up"
+    assert control_dump(queue) == before
+    assert queue.acquire_lock("leader", "b", 10)
+    assert queue.lock_holder("leader") == LockHolder("b", clock.now + 10, clock.now)
+    assert queue.release_lock("leader", "b")
+    assert queue.acquire_lock("leader", "b", 10), "its own released lock: a new tenure"
+    assert queue.lock_holder("leader") == LockHolder("b", clock.now + 10, clock.now)
+
+
+def test_releasing_an_expired_lease_changes_nothing(queue: Queue, clock: FakeClock) -> None:
+    """An owner whose lease ran out holds nothing: release_lock() says False and leaves the record (and its
+    expiry, the last moment the owner held the lock) as it was."""
+    taken = clock.now
+    assert queue.acquire_lock("leader", "a", 10)
+    clock.advance(30)
+    before = control_dump(queue)
+    assert not queue.release_lock("leader", "a")
+    assert control_dump(queue) == before
+    assert queue.last_lock_holder("leader") == LockHolder("a", taken + 10, taken)
+
+
+def test_last_lock_holder_reads_the_record_held_or_expired(queue: Queue, clock: FakeClock) -> None:
+    """last_lock_holder(): None for a lock nobody ever took; while held, what lock_holder() says; once the
+    lease ran out, the expired record (lock_holder() says None); it reads only."""
+    assert queue.last_lock_holder("leader") is None
+    assert queue.acquire_lock("leader", "a", 10)
+    assert (
+        queue.last_lock_holder("leader")
+        == queue.lock_holder("leader")
+        == LockHolder("a", clock.now + 10, clock.now)
+    )
+    clock.advance(10)
+    before = control_dump(queue)
+    assert queue.lock_holder("leader") is None
+    assert queue.last_lock_holder("leader") == LockHolder("a", clock.now, clock.now - 10)
+    assert control_dump(queue) == before
+    assert queue.last_lock_holder("other") is None
+
+
 @pytest.mark.inv_7
 @pytest.mark.parametrize("bad", BAD_IDS)
 def test_bad_lock_names_and_owners_raise_before_writing(queue: Queue, bad: Any) -> None:
@@ -128,6 +180,8 @@ def test_bad_lock_names_and_owners_raise_before_writing(queue: Queue, bad: Any) 
         queue.acquire_lock("name", bad, 10)
     with pytest.raises(InvalidJob):
         queue.lock_holder(bad)
+    with pytest.raises(InvalidJob):
+        queue.last_lock_holder(bad)
     with pytest.raises(InvalidJob):
         queue.release_lock(bad, "owner")
     assert (dump_store(queue), control_dump(queue)) == before

@@ -1,4 +1,7 @@
-"""The periodic scheduler in-process, on an injected clock: leadership, handover, and exactly-once ticks."""
+"""The periodic scheduler in-process, on an injected clock: leadership, handover, and exactly-once ticks.
+
+A new leader catches up the ticks from its predecessor's last renewal (a clean stop leaves the lock's record
+expired), within the grace time; the first leader of a store starts from now."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from queue_max_django.engine import Queue, State
+from queue_max_django.engine import LockHolder, Queue, State
 from queue_max_django.periodic import PeriodicTask
 from queue_max_django.worker.scheduler import LOCK, MAX_CATCH_UP, STEP, Scheduler, tick_key
 
@@ -46,14 +49,14 @@ def ticks(queue: Queue) -> list[float]:
 
 def test_only_the_leader_enqueues_and_each_tick_once(queue: Queue, clock: FakeClock) -> None:
     a, b = scheduler(queue, clock, "a"), scheduler(queue, clock, "b")
-    assert a.step() == 1  # the tick at START, one second ago (within the look-back)
+    assert a.step() == 0  # the tick at START, a second before any scheduler ran: not enqueued
     assert b.step() == 0 and not b.leading and a.leading
     for _ in range(3):
         clock.advance(60)
         assert a.step() == 1
         assert b.step() == 0
     assert a.step() == 0  # the same moment again: nothing new is due
-    assert ticks(queue) == [START + 1 + 60 * n for n in range(4)]
+    assert ticks(queue) == [START + 1 + 60 * n for n in range(1, 4)]
     assert queue.lock_holder(LOCK).owner == "a"  # type: ignore[union-attr]
 
 
@@ -61,11 +64,11 @@ def test_a_new_leader_takes_over_when_the_lease_runs_out_without_repeating_a_tic
     queue: Queue, clock: FakeClock
 ) -> None:
     a, b = scheduler(queue, clock, "a"), scheduler(queue, clock, "b")
-    assert a.step() == 1
+    assert a.step() == 0 and a.leading
     clock.advance(60)  # a's lease expired long ago (it stopped stepping: a pause or a crash)
-    assert b.step() == 1  # b leads and enqueues the tick at START + 60
+    assert b.step() == 1  # b leads and enqueues the tick at START + 60, missed since a's last renewal
     assert a.step() == 0 and not a.leading  # a came back: b holds the lease now
-    assert len(ticks(queue)) == 2
+    assert ticks(queue) == [START + 61]
 
 
 def test_two_schedulers_that_both_believe_they_lead_still_enqueue_a_tick_once(
@@ -82,10 +85,10 @@ def test_ticks_missed_while_no_scheduler_ran_are_not_replayed_one_by_one(
     queue: Queue, clock: FakeClock
 ) -> None:
     a = scheduler(queue, clock, "a")
-    assert a.step() == 1
+    assert a.step() == 0
     clock.advance(60 * 30 + 5)  # thirty ticks passed while nothing ran
     assert a.step() == 1  # only the latest of them
-    assert len(ticks(queue)) == 2
+    assert len(ticks(queue)) == 1
 
 
 def test_stop_gives_the_leadership_up(queue: Queue, clock: FakeClock) -> None:
@@ -93,6 +96,7 @@ def test_stop_gives_the_leadership_up(queue: Queue, clock: FakeClock) -> None:
     a.step()
     a.stop()
     assert queue.lock_holder(LOCK) is None
+    assert queue.last_lock_holder(LOCK) == LockHolder("a", clock.now, clock.now)  # kept, expired at the stop
     clock.advance(60)
     assert b.step() == 1 and b.leading
 
@@ -162,18 +166,20 @@ def test_ticks_older_than_the_grace_time_are_skipped_and_the_rest_caught_up(
     a = Scheduler(queue, "a", tasks=lambda: [task], clock=clock)
     clock.now = START + 100
     a.step()
-    assert tick_times(queue, task.name) == [START + 95 + n for n in range(6)]  # 5 s back, no more
+    assert tick_times(queue, task.name) == [START + 100]  # the first leader: from now
     clock.advance(30)  # a stalled: 30 ticks passed
     assert a.step() == 6
-    assert tick_times(queue, task.name)[6:] == [START + 125 + n for n in range(6)]
+    assert tick_times(queue, task.name)[1:] == [START + 125 + n for n in range(6)]  # 5 s back, no more
 
 
 def test_at_most_max_catch_up_ticks_of_a_task_in_one_step(queue: Queue, clock: FakeClock) -> None:
     task = PeriodicTask(every_second, interval=0.1, name="tests.fast", misfire_grace_time=60)
-    a = Scheduler(queue, "a", tasks=lambda: [task], clock=clock)
-    clock.now = START + 100
-    assert a.step() == MAX_CATCH_UP
-    times = tick_times(queue, task.name)
+    a, b = (Scheduler(queue, owner, tasks=lambda: [task], clock=clock) for owner in "ab")
+    clock.now = START
+    assert a.step() == 1  # the first leader: the tick due now
+    clock.now = START + 100  # a died: 600 ticks since its last renewal, within the grace time
+    assert b.step() == MAX_CATCH_UP
+    times = tick_times(queue, task.name)[1:]
     assert len(times) == MAX_CATCH_UP and times[-1] == START + 100  # the latest ones
     assert times[0] == pytest.approx(START + 100 - (MAX_CATCH_UP - 1) * 0.1)
 
@@ -200,7 +206,8 @@ def test_with_result_ttl_0_a_leader_paused_after_renewing_its_lock_enqueues_a_ti
 
         a = Scheduler(queue, "a", tasks=a_tasks, clock=clock, lock_ttl=10.0)
         b = scheduler(queue, clock, "b")
-        assert a.step() == 1  # START
+        clock.now = START
+        assert a.step() == 1  # START, due as a starts
         queue.get(timeout=0).ack()
         clock.advance(60)
         paused.append("now")
@@ -225,5 +232,75 @@ def test_a_step_that_stalls_past_the_grace_time_puts_nothing(queue: Queue, clock
         return [task]
 
     a = Scheduler(queue, "a", tasks=tasks, clock=clock)
+    clock.now = START  # the tick at START is due as a starts: a would put it, but for the stall
     assert a.step() == 0
     assert tick_times(queue, task.name) == [] and queue.stats()["total"] == 0
+
+
+# ------------------------------------------------------------------------ where a new leader resumes
+
+
+def jobs_enqueued_at(queue: Queue, when: float) -> int:
+    """How many jobs were enqueued when the clock read ``when``."""
+    return sum(1 for state in State for job in queue.jobs(state, limit=1000) if job.enqueued_at == when)
+
+
+def test_the_first_leader_of_a_fresh_store_enqueues_no_past_tick(queue: Queue, clock: FakeClock) -> None:
+    """No scheduler ever led this store (no lock record): the first leader enqueues only ticks that become
+    due from now on, not the last minute of a 1-second task (before the fix: 60 jobs at once)."""
+    task = PeriodicTask(every_second, interval=1, name="tests.every_second")
+    assert task.misfire_grace_time == 60
+    a = Scheduler(queue, "a", tasks=lambda: [task], clock=clock)
+    clock.now = START + 30.25
+    assert queue.last_lock_holder(LOCK) is None
+    assert a.step() == 0 and a.leading
+    assert queue.stats()["total"] == 0
+    steps(clock, START + 35.25, a)
+    assert tick_times(queue, task.name) == [START + 31 + n for n in range(5)]
+    assert queue.stats()["total"] == 5
+
+
+@pytest.mark.parametrize("ran", [5.0, 30.0], ids=["ran-5s", "ran-30s"])
+def test_a_clean_stop_then_a_start_20_s_later_catches_up_the_20_s(
+    queue: Queue, clock: FakeClock, ran: float
+) -> None:
+    """A deploy: a stops cleanly (its lock record stays, expired at the stop) and b starts 20 s later. b
+    enqueues the 20 ticks due in between, one job each, and nothing from before a started (a ran for less
+    than the lock ttl, or for more)."""
+    task = PeriodicTask(every_second, interval=1, name="tests.every_second")
+    a, b = (Scheduler(queue, owner, tasks=lambda: [task], clock=clock, lock_ttl=10.0) for owner in "ab")
+    clock.now = START + 0.25
+    steps(clock, START + 0.25 + ran, a)
+    a.stop()
+    stopped = clock.now
+    assert not a.leading and queue.lock_holder(LOCK) is None
+    assert tick_times(queue, task.name) == [START + 1 + n for n in range(int(ran))]
+
+    clock.advance(20)
+    before = tick_times(queue, task.name)
+    b.step()
+    assert b.leading
+    new = sorted(set(tick_times(queue, task.name)) - set(before))
+    assert new == [stopped + 0.75 + n for n in range(20)] and jobs_enqueued_at(queue, clock.now) == 20
+    everything = [START + 1 + n for n in range(int(ran) + 20)]  # no gap, and nothing from before a started
+    assert tick_times(queue, task.name) == everything
+    assert queue.stats()["total"] == int(ran) + 20  # one job per tick
+
+
+@pytest.mark.parametrize("how", ["stopped", "died"])
+def test_a_gap_longer_than_the_grace_time_is_caught_up_within_it(
+    queue: Queue, clock: FakeClock, how: str
+) -> None:
+    """Workers stopped (or the leader died) for 100 s: the next leader enqueues the ticks of the last
+    misfire_grace_time (60 s) only, each as one job."""
+    task = PeriodicTask(every_second, interval=1, name="tests.every_second")
+    a, b = (Scheduler(queue, owner, tasks=lambda: [task], clock=clock, lock_ttl=10.0) for owner in "ab")
+    clock.now = START + 0.25
+    steps(clock, START + 10.25, a)
+    if how == "stopped":
+        a.stop()
+    clock.advance(100)
+    assert b.step() == 60 and b.leading
+    caught_up = [START + 51 + n for n in range(60)]  # due within 60 s of the clock, START + 110.25
+    assert jobs_enqueued_at(queue, clock.now) == 60
+    assert tick_times(queue, task.name) == [START + 1 + n for n in range(10)] + caught_up
