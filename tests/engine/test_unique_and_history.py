@@ -343,7 +343,7 @@ def test_errors_keep_the_last_ten(store_path: Path, clock: FakeClock) -> None:
 def _as_old_record(raw: bytes) -> bytes:
     """What the version before worker_ids/errors wrote: the same array, 20 fields long."""
     record = msgpack.unpackb(raw, raw=False)
-    assert len(record) == codec.RECORD_FIELDS == 22
+    assert len(record) == codec.RECORD_FIELDS == 23
     return bytes(msgpack.packb(record[:20], use_bin_type=True))
 
 
