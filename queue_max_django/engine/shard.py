@@ -72,6 +72,15 @@ FAILED = STATE_CODE[State.FAILED]
 # are appended at the end of that B-tree, so a put dirties one page for the record and the counters both.
 _COUNTERS_KEY = b"\xff" * 8
 _COUNTERS = struct.Struct(">QQ")
+# Per queue, right after them: _QUEUE_COUNTS_KEY + queue name -> (pending, scheduled, running) jobs of that
+# queue here, changed in the same transactions as the states (no key while all three are 0), so that
+# queue_counts() is O(queues). The key alone (an empty queue name, which no queue has) says they are exact:
+# without it (a store older than them, or a quarantined record whose queue could not be read) the next
+# queue_counts() rebuilds them from the indexes, in one write transaction.
+_QUEUE_COUNTS_KEY = _COUNTERS_KEY + b"q"
+_QUEUE_COUNTS = struct.Struct(">qqq")
+_QUEUE_COUNTS_EXACT = b"exact"
+_COUNTED = {PENDING: 0, SCHEDULED: 1, RUNNING: 2}  # state code -> its place in a queue's counts
 _ID = struct.Struct(">Q")
 _TIME_KEY = struct.Struct(">QQ")
 _READY_TAIL = struct.Struct(">QQ")
@@ -318,17 +327,52 @@ class Shard:
         return self.failed, id_key(job_id)
 
     def _unindex(self, txn: Any, job_id: int, record: list[Any]) -> None:
-        """Remove the job from the index of its current state."""
+        """Remove the job from the index of its current state (and from its queue's count of it)."""
         db, key = self._index_key(job_id, record)
         if key is not None:
             txn.delete(key, db=db)
+        place = _COUNTED.get(record[F_STATE])
+        if place is not None:
+            self._tally(txn, record[F_QUEUE].encode(), place, -1)
 
     def _index(self, txn: Any, job_id: int, record: list[Any]) -> None:
-        """Add the job to the index of its (new) state."""
+        """Add the job to the index of its (new) state (and to its queue's count of it)."""
         db, key = self._index_key(job_id, record)
         assert key is not None  # a running job always gets its lease before being indexed
         # A ready entry carries the job's name, so flow control can walk past held-back jobs by key alone.
         txn.put(key, _name_bytes(record[F_NAME]) if db is self.ready else b"", db=db)
+        place = _COUNTED.get(record[F_STATE])
+        if place is not None:
+            self._tally(txn, record[F_QUEUE].encode(), place, 1)
+
+    def _tally(self, txn: Any, queue: bytes, place: int, change: int) -> None:
+        """Add ``change`` to the count of ``queue``'s jobs in state ``place`` (see ``_COUNTED``)."""
+        key = _QUEUE_COUNTS_KEY + queue
+        raw = txn.get(key, db=self.jobs)
+        counts = list(_QUEUE_COUNTS.unpack(raw)) if raw is not None else [0, 0, 0]
+        counts[place] += change
+        if counts[0] or counts[1] or counts[2]:
+            txn.put(key, _QUEUE_COUNTS.pack(*counts), db=self.jobs)
+        elif raw is not None:
+            txn.delete(key, db=self.jobs)
+
+    def _tally_many(self, txn: Any, changes: dict[bytes, list[int]]) -> None:
+        """``_tally`` of several queues' (pending, scheduled, running) changes at once."""
+        jobs = self.jobs
+        for queue, change in changes.items():
+            key = _QUEUE_COUNTS_KEY + queue
+            raw = txn.get(key, db=jobs)
+            p, s, r = _QUEUE_COUNTS.unpack(raw) if raw is not None else (0, 0, 0)
+            p, s, r = p + change[0], s + change[1], r + change[2]
+            if p or s or r:
+                txn.put(key, _QUEUE_COUNTS.pack(p, s, r), db=jobs)
+            elif raw is not None:
+                txn.delete(key, db=jobs)
+
+    def _counts_inexact(self, txn: Any) -> None:
+        """A job left a counted state and its queue cannot be told (its record does not decode): the
+        queue counts are rebuilt by the next ``queue_counts()``."""
+        txn.delete(_QUEUE_COUNTS_KEY, db=self.jobs)
 
     def _delete(self, txn: Any, job_id: int, record: list[Any]) -> None:
         self._unindex(txn, job_id, record)
@@ -337,11 +381,14 @@ class Shard:
         if record[F_PAYLOAD] is None:
             txn.delete(key, db=self.payloads)
 
-    def _held(self, txn: Any, job_id: int, token: bytes) -> list[Any]:
-        """The record of a job this token holds, or ``QueueCorrupted`` (and nothing changes)."""
-        record = self._load(txn, job_id)
-        if record is None:
+    def _held(self, txn: Any, job_id: int, token: bytes, *, whole: bool = True) -> list[Any]:
+        """The record of a job this token holds, or ``QueueCorrupted`` (and nothing changes). ``whole``
+        False: a completion that uses only the state, token and lease checks only those when the token is
+        this claim's (``codec.unpack_held``)."""
+        raw = txn.get(id_key(job_id), db=self.jobs)
+        if raw is None:
             raise QueueCorrupted(f"job {job_id} no longer exists (vacuumed, purged or cancelled)")
+        record = codec.unpack_record(raw, job_id) if whole else codec.unpack_held(raw, job_id, token)
         if record[F_STATE] != RUNNING:
             raise QueueCorrupted(
                 f"job {job_id} is {STATES[record[F_STATE]].value}, not running: it was already completed "
@@ -395,6 +442,7 @@ class Shard:
                 scheduled = ready_us > now_us
                 if not wake:  # is the first job of this batch ahead of everything waiting? (the rest follow)
                     wake = self._would_lead(txn, spec, scheduled, ready_us)
+                self._tally(txn, spec.queue_bytes, 1 if scheduled else 0, count)
                 if count == 1:  # the same writes as below, without building lists
                     sequence = sequence + 1 if sequence >= now_us else now_us
                     job_id = self._write_one(txn, now_us, sequence, batch.payloads[0], spec, ready_us)
@@ -443,9 +491,11 @@ class Shard:
             raw = txn.get(_COUNTERS_KEY, db=self.jobs)
             sequence, total = _COUNTERS.unpack(raw) if raw is not None else (0, 0)
             ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
-            wake = self._would_lead(txn, spec, ready_us > now_us, ready_us)
+            scheduled = ready_us > now_us
+            wake = self._would_lead(txn, spec, scheduled, ready_us)
             sequence = sequence + 1 if sequence >= now_us else now_us
             job_id = self._write_one(txn, now_us, sequence, payload, spec, ready_us)
+            self._tally(txn, spec.queue_bytes, 1 if scheduled else 0, 1)
             self._count_puts(txn, sequence, total + 1, 1)
             return job_id, wake
 
@@ -713,6 +763,7 @@ class Shard:
                 elif step is ALONE_NEXT:
                     break
                 elif isinstance(step, Outranked):
+                    self._tally_claims(txn, claimed)
                     return claimed, step.priority, self._next_eta(txn)
                 elif isinstance(step, CorruptedJobQuarantined):
                     if not claimed:
@@ -726,12 +777,28 @@ class Shard:
                     heads.remove(head)
                 if alone:
                     break
+            self._tally_claims(txn, claimed)
             return claimed, (ready_key_parts(min(heads)[1])[1] if heads else None), self._next_eta(txn)
 
         outcome = self.env.write(txn_fn)
         if isinstance(outcome, CorruptedJobQuarantined):
             raise outcome
         return outcome
+
+    def _tally_claims(self, txn: Any, claimed: list[Claimed]) -> None:
+        """The queue counts after ``claimed`` went from pending to running (one write per queue)."""
+        if not claimed:
+            return
+        queue = claimed[0].record[F_QUEUE]
+        if all(item.record[F_QUEUE] == queue for item in claimed):
+            self._tally_many(txn, {queue.encode(): [-len(claimed), 0, len(claimed)]})
+            return
+        changes: dict[bytes, list[int]] = {}
+        for item in claimed:
+            change = changes.setdefault(item.record[F_QUEUE].encode(), [0, 0, 0])
+            change[0] -= 1
+            change[2] += 1
+        self._tally_many(txn, changes)
 
     def _claim_step(
         self,
@@ -804,7 +871,10 @@ class Shard:
         it stays its payload (as bytes, if those do not decode either)."""
         if ready_k is not None:
             txn.delete(ready_k, db=self.ready)
+            if record is not None:  # a pending job, met by a claim: its queue has one fewer
+                self._tally(txn, record[F_QUEUE].encode(), _COUNTED[PENDING], -1)
         if record is None:  # undecodable: rebuild a minimal record around what we know
+            self._counts_inexact(txn)  # whether it was counted, and in which queue, the record cannot say
             key = id_key(job_id)
             raw = txn.get(key, db=self.jobs)
             record = _unreadable_record(job_id)
@@ -905,10 +975,12 @@ class Shard:
         lease_us = micros(now + lease_time)
 
         def txn_fn(txn: Any) -> float:
-            record = self._held(txn, job_id, token)
-            self._unindex(txn, job_id, record)
+            record = self._held(txn, job_id, token, whole=False)
+            old = record[F_LEASE_UNTIL]
+            if old is not None:
+                txn.delete(time_key(old, job_id), db=self.lease)
             record[F_LEASE_UNTIL] = lease_us
-            self._index(txn, job_id, record)
+            txn.put(time_key(lease_us, job_id), b"", db=self.lease)  # still running: no count changes
             self._store(txn, job_id, record)
             return lease_us / 1_000_000
 
@@ -916,7 +988,12 @@ class Shard:
 
     def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
         now_us = micros(now)
-        self.env.write(lambda txn: self._complete(txn, now_us, job_id, token, result), durable=durable)
+
+        def txn_fn(txn: Any) -> None:
+            queue = self._complete(txn, now_us, job_id, token, result)
+            self._tally(txn, queue.encode(), _COUNTED[RUNNING], -1)
+
+        self.env.write(txn_fn, durable=durable)
 
     def complete_many(
         self, now: float, done: Sequence[tuple[int, bytes, bytes | None]], durable: bool
@@ -927,17 +1004,23 @@ class Shard:
 
         def txn_fn(txn: Any) -> dict[int, str]:
             skipped: dict[int, str] = {}
+            finished: dict[str, int] = {}  # queue -> jobs completed
             for job_id, token, result in done:
                 try:
-                    self._complete(txn, now_us, job_id, token, result)
+                    queue = self._complete(txn, now_us, job_id, token, result)
                 except QueueCorrupted as exc:
                     skipped[job_id] = str(exc)
+                else:
+                    finished[queue] = finished.get(queue, 0) + 1
+            self._tally_many(txn, {queue.encode(): [0, 0, -n] for queue, n in finished.items()})
             return skipped
 
         return self.env.write(txn_fn, durable=durable)
 
-    def _complete(self, txn: Any, now_us: int, job_id: int, token: bytes, result: bytes | None) -> None:
-        record = self._held(txn, job_id, token)
+    def _complete(self, txn: Any, now_us: int, job_id: int, token: bytes, result: bytes | None) -> str:
+        """Running -> done, without the queue's count (the caller changes it, once for many). -> the
+        job's queue."""
+        record = self._held(txn, job_id, token, whole=False)
         # running -> done, written out (the hot path: what _unindex() + _index() do, inlined)
         txn.delete(time_key(record[F_LEASE_UNTIL], job_id), db=self.lease)
         txn.put(time_key(now_us, job_id), b"", db=self.done_at)
@@ -947,6 +1030,8 @@ class Shard:
         record[F_LEASE_UNTIL] = None
         record[F_RESULT] = result
         txn.put(id_key(job_id), codec.pack_record(record), db=self.jobs)
+        queue: str = record[F_QUEUE]
+        return queue
 
     def fail(
         self,
@@ -1423,41 +1508,75 @@ class Shard:
         return self.env.read(txn_fn)
 
     def queue_counts(self, *, now: float) -> dict[str, dict[str, int]]:
-        """queue -> {"pending", "scheduled", "running"} counts in this shard, in one read. A walk over those
-        three indexes (pending: keys only; scheduled and running: their records), not O(1) like counts().
-        A scheduled or running job whose record does not decode is not counted, and is quarantined once
-        the read is done (``quarantine_unreadable``)."""
-        tail = _READY_TAIL.size + 3  # NUL, 2-byte priority, (ready time, id)
-        unreadable: list[Unreadable] = []
+        """queue -> {"pending", "scheduled", "running"} counts in this shard, from the counters kept with
+        the states (``_QUEUE_COUNTS_KEY``): one read, O(queues). When they are not known to be exact (a
+        store older than them, a quarantined record), they are rebuilt first (``rebuild_queue_counts``)."""
 
-        def txn_fn(txn: Any) -> dict[str, dict[str, int]]:
-            unreadable.clear()
+        def txn_fn(txn: Any) -> dict[str, dict[str, int]] | None:
+            cursor = txn.cursor(db=self.jobs)
+            if not cursor.set_key(_QUEUE_COUNTS_KEY):
+                return None
             out: dict[str, dict[str, int]] = {}
+            prefix = len(_QUEUE_COUNTS_KEY)
+            while cursor.next():
+                key, value = cursor.item()
+                if not key.startswith(_QUEUE_COUNTS_KEY):
+                    break
+                pending, scheduled, running = _QUEUE_COUNTS.unpack(value)
+                out[bytes(key[prefix:]).decode()] = {"pending": pending, "scheduled": scheduled,
+                                                     "running": running}  # fmt: skip
+            return out
 
-            def add(queue: str, state: str) -> None:
-                counts = out.get(queue)
-                if counts is None:
-                    counts = out[queue] = {"pending": 0, "scheduled": 0, "running": 0}
-                counts[state] += 1
+        counts = self.env.read(txn_fn)
+        return counts if counts is not None else self.rebuild_queue_counts(now)
 
+    def rebuild_queue_counts(self, now: float) -> dict[str, dict[str, int]]:
+        """Count each queue's pending, scheduled and running jobs from the indexes (ready keys hold their
+        queue; scheduled and running jobs' records are read) and store the counts, marked exact, in one
+        write transaction: O(those jobs), once. A record met that does not decode is quarantined in it.
+        -> the counts, as ``queue_counts`` gives them."""
+        now_us = micros(now)
+        found: list[CorruptedJobQuarantined] = []
+        tail = _READY_TAIL.size + 3  # NUL, 2-byte priority, (ready time, id)
+
+        def txn_fn(txn: Any) -> dict[bytes, list[int]]:
+            found.clear()
+            counts: dict[bytes, list[int]] = {}
             for key in txn.cursor(db=self.ready).iternext(keys=True, values=False):
-                add(bytes(key[:-tail]).decode(), "pending")
-            for state, db in (("scheduled", self.sched), ("running", self.lease)):
+                counts.setdefault(bytes(key[:-tail]), [0, 0, 0])[0] += 1
+            unreadable: list[tuple[int, Any, bytes, str]] = []
+            for place, db in ((1, self.sched), (2, self.lease)):
                 for key in txn.cursor(db=db).iternext(keys=True, values=False):
                     job_id = time_key_parts(key)[1]
                     try:
                         record = self._load(txn, job_id)
-                    except QueueCorrupted:
-                        unreadable.append((job_id, db, bytes(key)))
+                    except QueueCorrupted as exc:
+                        unreadable.append((job_id, db, bytes(key), str(exc)))
                         continue
                     if record is not None:
-                        add(record[F_QUEUE], state)
-            return out
+                        counts.setdefault(record[F_QUEUE].encode(), [0, 0, 0])[place] += 1
+            for job_id, db, key, reason in unreadable:
+                found.append(self._quarantine_unreadable(txn, job_id, db, key, now_us, reason))
+            cursor = txn.cursor(db=self.jobs)
+            stale = []
+            if cursor.set_range(_QUEUE_COUNTS_KEY):
+                for key in cursor.iternext(values=False):
+                    if not key.startswith(_QUEUE_COUNTS_KEY):
+                        break
+                    stale.append(bytes(key))
+            for key in stale:
+                txn.delete(key, db=self.jobs)
+            for queue, (pending, scheduled, running) in counts.items():
+                txn.put(
+                    _QUEUE_COUNTS_KEY + queue, _QUEUE_COUNTS.pack(pending, scheduled, running), db=self.jobs
+                )
+            txn.put(_QUEUE_COUNTS_KEY, _QUEUE_COUNTS_EXACT, db=self.jobs)
+            return counts
 
-        counts = self.env.read(txn_fn)
-        if unreadable:
-            self.quarantine_unreadable(now, list(unreadable))
-        return counts
+        counts = self.env.write(txn_fn)
+        self._report(found)
+        return {queue.decode(): {"pending": p, "scheduled": s, "running": r}
+                for queue, (p, s, r) in counts.items()}  # fmt: skip
 
     def verify(self) -> list[str]:
         """Every inconsistency between records, indexes and counters of this shard (empty if none)."""
@@ -1469,8 +1588,15 @@ class Shard:
             external = set()
             max_sequence = 0
             jobs = 0
+            by_queue: dict[bytes, list[int]] = {}  # what the queue counters should say
+            stored_counts: dict[bytes, list[int]] = {}
+            exact = False
             for key, raw in txn.cursor(db=self.jobs):
-                if key == _COUNTERS_KEY:
+                if key[:8] == _COUNTERS_KEY:  # the shard's counters, then the queue counters
+                    if key == _QUEUE_COUNTS_KEY:
+                        exact = True
+                    elif key.startswith(_QUEUE_COUNTS_KEY):
+                        stored_counts[bytes(key[len(_QUEUE_COUNTS_KEY) :])] = list(_QUEUE_COUNTS.unpack(raw))
                     continue
                 jobs += 1
                 job_id = id_from_key(key)
@@ -1503,6 +1629,9 @@ class Shard:
                     problems.append(f"{tag}: job {job_id} has retries={record[F_RETRIES]} out of range")
                 if state is State.FAILED and record[F_ERROR] is None:
                     problems.append(f"{tag}: failed job {job_id} has no error")
+                place = _COUNTED.get(record[F_STATE])
+                if place is not None:
+                    by_queue.setdefault(record[F_QUEUE].encode(), [0, 0, 0])[place] += 1
             for key in txn.cursor(db=self.payloads).iternext(values=False):
                 if key not in external:
                     problems.append(f"{tag}: a stored payload no job refers to ({id_from_key(key)})")
@@ -1520,6 +1649,14 @@ class Shard:
                 problems.append(f"{tag}: a job id is past the stored sequence {sequence}")
             if jobs > total:
                 problems.append(f"{tag}: {jobs} jobs stored but only {total} ever put")
+            if exact:  # inexact counters are rebuilt before they are read: nothing to check
+                for queue in sorted(by_queue.keys() | stored_counts.keys()):
+                    want, have = by_queue.get(queue, [0, 0, 0]), stored_counts.get(queue, [0, 0, 0])
+                    if want != have:
+                        problems.append(
+                            f"{tag}: the counts of queue {queue.decode(errors='replace')!r} say (pending, "
+                            f"scheduled, running) = {tuple(have)}, its jobs are {tuple(want)}"
+                        )
             return problems
 
         return self.env.read(txn_fn)

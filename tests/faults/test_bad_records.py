@@ -391,3 +391,48 @@ def test_a_problem_that_goes_on_is_logged_again_after_a_while() -> None:
     assert message == "disk full (still: 1 more time(s) since it was last logged)"
     trouble.worked()
     assert trouble.failed("disk full") == (None, 0.01)
+
+
+def test_background_maintenance_logs_a_failure_that_repeats_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The maintenance thread retries a failed round every interval: the same failure in a row is one log
+    line, and it is logged again only after a round that worked."""
+    caplog.set_level(logging.ERROR, logger="queue_max_django")
+    rounds: list[int] = []
+    outcomes = [StoreError("disk on fire")] * 8 + [None] + [StoreError("disk on fire")] * 3
+
+    def recover(self: Queue) -> int:
+        rounds.append(1)
+        outcome = outcomes.pop(0) if outcomes else None
+        if outcome is not None:
+            raise outcome
+        return 0
+
+    monkeypatch.setattr(Queue, "recover", recover)
+    with Queue(tmp_path / "store", shards=1, recover_interval=0.01, do_vacuum=False):
+        deadline = time.monotonic() + 10
+        while outcomes and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert not outcomes and len(rounds) >= 12
+    failures = [entry for entry in caplog.records if "background maintenance" in entry.getMessage()]
+    assert len(failures) == 2 and all(entry.exc_info is not None for entry in failures)
+
+
+def test_an_ack_keeps_what_its_claim_checked_and_the_next_walk_checks_the_rest(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A running job's record damaged while its holder works (its token intact): the ack completes it (a
+    completion checks the state, token, lease and queue it uses: ``codec.unpack_held``), and vacuum, the
+    next walk that reads it, quarantines it."""
+    with open_queue(tmp_path / "store", clock, shards=1) as q:
+        q.put("x")
+        record = q.get(0)
+        RECORD_DAMAGE["name-a-list"](q, record.job_id)
+        record.ack()
+        assert q.stats()["done"] == 1
+        clock.advance(1)
+        assert q.vacuum(older_than=0) == 0
+        job = q.job(record.job_id)
+        assert job is not None and job.error_type == "Corrupted" and "a list as its name" in (job.error or "")
+        assert q.verify() == []
