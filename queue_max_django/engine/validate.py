@@ -9,8 +9,9 @@ import traceback as _traceback
 import unicodedata
 from typing import Any
 
-from .errors import ConfigurationError, InvalidJob
+from .errors import ConfigurationError, InvalidJob, UnknownQueue
 from .job import State
+from .keys import PRIORITY_MAX, PRIORITY_MIN
 
 MAX_QUEUE_NAME = 100
 MAX_NAME = 200
@@ -160,3 +161,41 @@ def put_defaults(options: dict[str, Any]) -> dict[str, Any]:
     defaults["queue"] = "default"
     defaults.update(options)
     return defaults
+
+
+def check_put(
+    *,
+    priority: Any = 0,
+    delay: Any = None,
+    eta: Any = None,
+    queue: Any = "default",
+    name: Any = None,
+    max_retries: Any = None,
+    timeout: Any = None,
+    partition_key: Any = None,
+    queues: frozenset[str] | tuple[str, ...] | None = None,
+    now: float,
+) -> None:
+    """Everything ``Queue.put()`` checks of its options, with no ``Queue`` and no store: for a caller that
+    checks many jobs before it writes any (``queue_enqueue --file``). ``queues``: the names the ``Queue``
+    would serve (None: any). Raises what ``put()`` raises, with the same messages (a test holds the two
+    to the same answers); the payload is ``codec.pack_value``'s to check."""
+    if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise InvalidJob(f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}")
+    validate_queue_name(queue)
+    if queues is not None and queue not in queues:
+        raise UnknownQueue(f"unknown queue {queue!r}: this Queue serves {sorted(queues)}")
+    if name is not None:
+        validate_name(name)
+    if max_retries is not None and (
+        type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES_LIMIT
+    ):
+        raise InvalidJob(
+            f"max_retries must be None or an int from 0 to {MAX_RETRIES_LIMIT}, not {max_retries!r}"
+        )
+    if timeout is not None:
+        check_number("timeout", timeout, minimum=0.001, error=InvalidJob)
+    if partition_key is not None:
+        check_partition_key(partition_key)
+    if delay is not None or eta is not None:
+        ready_at(delay, eta, now)

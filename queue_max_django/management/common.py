@@ -136,7 +136,18 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.1f}"
-    return str(value)
+    return printable(str(value))
+
+
+def printable(text: str) -> str:
+    """``text`` safe for an operator's terminal: every character that is not printable (a control
+    character such as newline, ESC or BEL; a lone surrogate; an invisible format character) as its Python
+    escape (``\\n``, ``\\x1b``, ``\\u200b``). Names are checked when they are stored, but a store written
+    by an earlier version may hold such names, and errors are any text. Costs one ``isprintable()`` for
+    ordinary text."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def to_json(value: Any) -> str:

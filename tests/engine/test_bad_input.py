@@ -24,6 +24,7 @@ from queue_max_django.engine import (
     State,
     UnknownQueue,
 )
+from queue_max_django.engine.validate import check_put
 from tests.engine.conftest import FakeClock, dump_store, open_queue
 
 LIMIT = 1024
@@ -494,3 +495,28 @@ def test_nesting_deeper_than_the_reader_reads_is_refused(refusing_queue: Queue) 
     with open_queue(q.path + "-deep", FakeClock()) as other:
         job_id = other.put(nested(1000))
         assert other.job(job_id).payload == nested(1000)
+
+
+@pytest.mark.contract
+@pytest.mark.inv_7
+@pytest.mark.parametrize(
+    "options",
+    [options for _, options, _, _ in BAD_PUTS if options] + [{"queue": "sms"}, {"queue": "mail", "delay": 5}],
+    ids=repr,
+)
+def test_check_put_refuses_what_put_refuses(
+    tmp_path_factory: pytest.TempPathFactory, options: dict[str, Any]
+) -> None:
+    """inv_7: validate.check_put (no Queue, no store: queue_enqueue checks a whole file with it before it
+    writes a job) raises what put() raises for the same options, with the same message; and accepts what
+    put() accepts."""
+    clock = FakeClock()
+    with open_queue(tmp_path_factory.mktemp("check") / "store", clock, queues=["default", "mail"]) as q:
+        try:
+            q.put("x", **options)
+        except InvalidJob as exc:
+            with pytest.raises(type(exc)) as caught:
+                check_put(**options, queues=q.queues, now=clock())
+            assert str(caught.value) == str(exc)
+        else:
+            check_put(**options, queues=q.queues, now=clock())

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ..common import STATES, engine_errors, open_queue, to_json
+from ..common import STATES, engine_errors, open_queue, printable, to_json
 
 
 class Command(BaseCommand):
@@ -34,7 +34,7 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"The store {queue.path} has {len(problems)} problem(s):")
-            self.stdout.write("\n".join(f"  {problem}" for problem in problems))
+            self.stdout.write("\n".join(f"  {printable(problem)}" for problem in problems))
         if problems:
             raise CommandError(
                 f"{len(problems)} problem(s) in the store. Stop the workers and keep a copy of the data "

@@ -7,6 +7,7 @@ import json
 import math
 import random
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,19 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import QueueMaxConfig
 from ...engine import Queue
-from ...engine.codec import pack_value
+from ...engine.codec import MAX_DEPTH, check_reads_back, pack_value
+from ...engine.validate import check_put
 from ...tasks import Task
-from ..common import ProgressBar, engine_errors, find_task, load_config, open_queue, positive_int, to_json
+from ..common import (
+    ProgressBar,
+    engine_errors,
+    find_task,
+    load_config,
+    open_queue,
+    positive_int,
+    printable,
+    to_json,
+)
 
 LINE_KEYS = ("task", "args", "kwargs", "priority", "delay", "queue")
 SHOWN_ERRORS = 20  # bad lines listed in the error; the rest are counted
@@ -51,9 +62,9 @@ class Checker:
         """A ``Call`` if the task takes these arguments and ``options`` (priority, queue, delay) and the
         store would take the payload."""
         if not isinstance(args, list):
-            raise ValueError(f"args must be a JSON list, not {json.dumps(args)}")
+            raise ValueError(f"args must be a JSON list, not {_shown(json.dumps(args))}")
         if not isinstance(kwargs, dict):
-            raise ValueError(f"kwargs must be a JSON object, not {json.dumps(kwargs)}")
+            raise ValueError(f"kwargs must be a JSON object, not {_shown(json.dumps(kwargs))}")
         signature = self._signatures.get(task.name)
         if signature is None:
             signature = self._signatures[task.name] = inspect.signature(task.func)
@@ -65,29 +76,32 @@ class Checker:
         variant = self._variants.get(key)
         if variant is None:
             variant = self._variants[key] = self._variant(task, **options)
-        pack_value(variant._payload(tuple(args), kwargs), what="payload", limit=self.config.max_payload_bytes)
+        payload = variant._payload(tuple(args), kwargs)
+        packed = pack_value(payload, what="payload", limit=self.config.max_payload_bytes)
+        if len(packed) > MAX_DEPTH:  # only then can it be nested deeper than msgpack reads back
+            check_reads_back(packed, payload, "payload")
         return Call(variant, args, kwargs)
 
     def _variant(self, task: Task[..., Any], *, priority: Any, queue: Any, delay: Any) -> Task[..., Any]:
         if delay is not None and (
             isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay < math.inf
         ):
-            raise ValueError(f"delay must be a number of seconds >= 0, not {json.dumps(delay)}")
+            raise ValueError(f"delay must be a number of seconds >= 0, not {_shown(json.dumps(delay))}")
         variant = task.using(priority=priority, queue=queue, delay=delay)  # ValueError: bad priority, queue
         allowed = self.config.queues
         if allowed is not None and variant.queue not in allowed:
             raise ValueError(f"unknown queue {variant.queue!r}: QUEUE_MAX['QUEUES'] allows {list(allowed)}")
+        # every option as the engine will judge it when the job is put (a delay past the year 9999, a task
+        # name it refuses), so that a bad line is found before any line is written
+        check_put(**variant._put_options(), queues=allowed, now=time.time())
         return variant
 
     def line(self, text: str) -> Call:
         """One line of a ``--file``: a JSON object with some of ``LINE_KEYS``."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not JSON: {exc}") from None
+        data = _parse_json(text)
         if not isinstance(data, dict):
             raise ValueError(
-                f'expected a JSON object such as {{"task": ..., "args": [...]}}, not {text.strip()}'
+                f'expected a JSON object such as {{"task": ..., "args": [...]}}, not {_shown(text.strip())}'
             )
         unknown = sorted(set(data) - set(LINE_KEYS))
         if unknown:
@@ -95,7 +109,7 @@ class Checker:
         task = self.defaults["task"]
         if "task" in data:
             if not isinstance(data["task"], str):
-                raise ValueError(f"task must be a task name, not {json.dumps(data['task'])}")
+                raise ValueError(f"task must be a task name, not {_shown(json.dumps(data['task']))}")
             try:
                 task = find_task(data["task"], listing=False)
             except CommandError as exc:
@@ -205,7 +219,7 @@ class Command(BaseCommand):
             self.stdout.write(to_json({"count": len(ids), "job_ids": ids}))
         elif path is None:
             variant = calls[0].task
-            self.stdout.write(f"Enqueued job {ids[0]}: {variant.name} on queue {variant.queue!r}.")
+            self.stdout.write(f"Enqueued job {ids[0]}: {printable(variant.name)} on queue {variant.queue!r}.")
         else:
             jobs = f"{len(ids):,} job{'' if len(ids) == 1 else 's'}"
             batches = f"{transactions:,} transaction{'' if transactions == 1 else 's'}"
@@ -235,13 +249,33 @@ class Command(BaseCommand):
         return calls
 
 
+def _parse_json(text: str) -> Any:
+    """``json.loads``; a ``ValueError`` saying what is wrong, also for nesting too deep to decode (which
+    ``json`` reports as a ``RecursionError``)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(
+            "nested too deeply to decode: a job's arguments nest a few hundred levels at most"
+        ) from None
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """``text`` for a message: at most ``limit`` characters."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _json_option(text: str | None, option: str, kind: type, default: Any) -> Any:
     if text is None:
         return default
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CommandError(f"{option} is not JSON: {exc}") from None
+        value = _parse_json(text)
+    except ValueError as exc:
+        raise CommandError(f"{option} is {exc}") from None  # "is not JSON: ...", "is nested too deeply ..."
     if not isinstance(value, kind):
-        raise CommandError(f"{option} must be a JSON {'list' if kind is list else 'object'}, not {text}")
+        raise CommandError(
+            f"{option} must be a JSON {'list' if kind is list else 'object'}, not {_shown(text.strip())}"
+        )
     return value
