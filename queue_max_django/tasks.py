@@ -33,6 +33,7 @@ from .engine import (
     Queue,
     Rate,
     backoff_delay,
+    codec,
     parse_rate,
 )
 from .engine.classify import exception_types
@@ -127,11 +128,13 @@ def _breaker_policy(value: bool | Mapping[str, Any] | None) -> BreakerPolicy | b
 
 
 def _unstorable(value: Any) -> str | None:
-    """Why msgpack cannot encode ``value`` (None when it can), as the engine's codec encodes payloads."""
+    """Why the engine's codec refuses ``value`` (None when it stores it so that it reads back): a value
+    msgpack cannot encode, or one it encodes so that it cannot be decoded (a tuple as a dict key)."""
     try:
-        msgpack.packb(value, use_bin_type=True, datetime=False)
-    except (TypeError, ValueError, OverflowError) as exc:
-        return str(exc)
+        codec.pack_value(value, what="value", limit=1 << 62)
+    except PayloadNotSerializable as exc:
+        found = codec.unstorable_part(value, "value")
+        return str(exc) if found is None else f"{found[0]}: {found[1]}"
     return None
 
 

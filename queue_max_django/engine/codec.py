@@ -175,41 +175,41 @@ _PATH_MAX = 200  # characters of a path shown in a message; the middle of a long
 
 def unstorable_part(value: Any, root: str = "payload") -> tuple[str, str] | None:
     """(path, reason) of the first part of ``value`` that msgpack cannot store so that it reads back, such
-    as ``("payload['args'][0][(1, 2)]", "a dict key of type tuple ...")``; None if there is none. A walk
-    in Python: only for values already refused (never on the path of a good put)."""
+    as ``("payload['args'][0][(1, 2)]", "its key is a tuple, which msgpack stores as a list ...")``; None
+    if there is none. A walk in Python: only for values already refused (never on a good put's path)."""
     stack: list[tuple[Any, str, int, bool]] = [(value, root, 0, False)]
     while stack:
         item, path, depth, is_key = stack.pop()
-        why = _scalar_problem(item, depth)
-        if why is None and isinstance(item, dict):
+        what = _scalar_problem(item, depth)
+        if what is None and isinstance(item, dict):
             children: list[tuple[Any, str, int, bool]] = []
             for key, child in item.items():
                 key_path = f"{path}[{_short(key)}]"
                 if isinstance(key, (tuple, list, dict)):
                     stored = "a map" if isinstance(key, dict) else "a list"
                     return _cut(key_path), (
-                        f"a dict key of type {type(key).__name__}, which msgpack stores as {stored}: a "
-                        f"key that cannot be read back"
+                        f"its key is {_a(type(key).__name__)}, which msgpack stores as {stored}: that cannot "
+                        f"be a key when the job is read back"
                     )
                 children += [(key, key_path, depth + 1, True), (child, key_path, depth + 1, False)]
             stack += reversed(children)
-        elif why is None and isinstance(item, (tuple, list)):
+        elif what is None and isinstance(item, (tuple, list)):
             stack += reversed([(child, f"{path}[{i}]", depth + 1, False) for i, child in enumerate(item)])
-        elif why is not None:
-            return _cut(path), f"its key is {why}" if is_key else why
+        elif what is not None:
+            return _cut(path), f"{'its key' if is_key else 'it'} is {what}"
     return None
 
 
 def _scalar_problem(item: Any, depth: int) -> str | None:
-    """Why ``item`` itself cannot be stored (its items aside), or None."""
+    """What ``item`` itself is that cannot be stored (its items aside: "a date, which ..."), or None."""
     if depth >= MAX_DEPTH:
-        return f"it is nested more than {MAX_DEPTH} levels deep"
+        return f"nested more than {MAX_DEPTH} levels deep"
     if item is None or isinstance(item, (bool, float, bytes, bytearray, memoryview, dict, tuple, list)):
         return None
     if isinstance(item, int):
         if -(2**63) <= item < 2**64:
             return None
-        return f"the int {_short(item)} is outside msgpack's 64-bit range (-2**63 to 2**64 - 1)"
+        return f"the int {_short(item)}, outside msgpack's 64-bit range (-2**63 to 2**64 - 1)"
     if isinstance(item, str):
         try:
             item.encode("utf-8")
@@ -221,7 +221,7 @@ def _scalar_problem(item: Any, depth: int) -> str | None:
         return None
     if isinstance(item, (msgpack.ExtType, msgpack.Timestamp)):
         return None
-    return f"{type(item).__name__} is not msgpack data"
+    return f"{_a(type(item).__name__)}, which is not msgpack data"
 
 
 def _short(value: Any) -> str:

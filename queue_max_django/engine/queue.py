@@ -57,6 +57,7 @@ from .validate import (
     MAX_RETRIES_LIMIT,
     MAX_SECONDS,
     bad_character,
+    check_filter,
     check_number,
     check_partition_key,
     parse_state,
@@ -814,6 +815,8 @@ class Queue(FlowControl):
         ``after`` for the next page; every page costs the same at any depth. ``queue``/``name`` filter
         as they scan (pending jobs of one queue are a seek, not a scan); ``shard`` lists one shard only."""
         state = parse_state(state)
+        check_filter("queue", queue)
+        check_filter("name", name)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidJob(f"limit must be an int >= 1, not {limit!r}")
         if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):

@@ -54,6 +54,20 @@ def bad_character(text: str) -> str | None:
     return None  # only other unprintable characters (format, separators, private use): allowed
 
 
+def check_filter(what: str, value: Any) -> None:
+    """A listing's ``queue``/``name`` filter: None or a str with a UTF-8 encoding. Control characters are
+    let through: a store of an earlier version may hold such names, and they must stay listable."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidJob(f"{what} must be None or a str, not {value!r}")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidJob(f"{what} must be valid Unicode (no lone surrogates), not {value!r}") from None
+
+
 def validate_queue_name(queue: Any) -> str:
     if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_NAME:
         raise InvalidJob(

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import transaction
 from django.test import override_settings
 
 from queue_max_django.conf import get_queue
-from queue_max_django.engine import codec
+from queue_max_django.engine import PayloadNotSerializable, codec
 from queue_max_django.engine.jobspec import JobSpec
 from tests.testapp import tasks as t
 
@@ -73,8 +74,8 @@ def test_five_good_lines_and_a_delay_past_the_year_9999_enqueue_nothing(
     [
         (
             line('["a\\ud800b"]'),
-            "payload['args'][0] cannot be stored: a str with a lone surrogate ('\\ud800' at position 1), "
-            "which has no UTF-8 encoding.",
+            "payload['args'][0] cannot be stored: it is a str with a lone surrogate ('\\ud800' at position "
+            "1), which has no UTF-8 encoding.",
         ),
         (
             line('[{"\\udc00": 1}]'),
@@ -141,7 +142,7 @@ def test_exactly_1024_levels_are_enqueued_and_read_back(queue_max: Configure, tm
         (("--args", "[1, 2]", "--delay", "1e300"), "delay 1e+300 s is past the year 9999"),
         (("--args", "[1, 2]", "--delay", "nan"), "delay must be a number of seconds >= 0, not NaN"),
         (("--args", "[1, 2]", "--queue", "a\x07b"), "'a\\x07b' has a control character ('\\x07' at"),
-        (("--args", '["a\\udfff", 2]'), "payload['args'][0] cannot be stored: a str with a lone surrogate"),
+        (("--args", '["a\\udfff", 2]'), "payload['args'][0] cannot be stored: it is a str with a lone"),
     ],
 )
 def test_enqueue_options_that_the_engine_refuses(
@@ -214,3 +215,29 @@ def test_queue_list_and_queue_stats_print_stored_control_characters_escaped(queu
     assert "q\\x07bell" in stats
     # JSON escapes them its own way, and gives them back as they are
     assert (as_json["jobs"][0]["queue"], as_json["jobs"][0]["task"]) == (BELL_QUEUE, ESCAPE_TASK)
+
+
+# ------------------------------------------------------------------------------------ .delay()
+
+
+def test_delay_refuses_a_tuple_key_naming_the_argument(queue_max: Configure) -> None:
+    """The job could never be read back (a tuple key is stored as a list): refused at .delay(), nothing
+    stored."""
+    with queue_max(), pytest.raises(PayloadNotSerializable) as caught:
+        t.record_call.delay({(1, 2): "x"})
+    assert str(caught.value).startswith(
+        f"argument 'value' of task {RECORD!r} cannot be stored: dict is not msgpack data (value[(1, 2)]: its "
+        f"key is a tuple, which msgpack stores as a list: that cannot be a key when the job is read back)."
+    )
+    with queue_max():
+        assert get_queue().stats()["total"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_delay_on_commit_refuses_a_tuple_key_at_the_call_not_at_the_commit(queue_max: Configure) -> None:
+    with queue_max(ENQUEUE_ON_COMMIT=True):
+        with transaction.atomic():
+            with pytest.raises(PayloadNotSerializable, match=r"argument 'value'.*value\[\(1, 2\)\]: its key"):
+                t.record_call.delay({(1, 2): "x"})
+            t.record_call.delay({"1,2": "x"})
+        assert get_queue().stats()["total"] == 1

@@ -246,6 +246,8 @@ def test_bad_nack_delay_leaves_the_job_running(queue: Queue, delay: Any) -> None
         (lambda q: q.vacuum(older_than=-1), "older_than"),
         (lambda q: q.cancel("1"), "job_id"),
         (lambda q: q.requeue(-3), "job_id"),
+        (lambda q: q.jobs("pending", queue="a\udcff"), "queue must be valid Unicode"),
+        (lambda q: q.jobs("failed", name="\ud800"), "name must be valid Unicode"),
     ],
     ids=[
         "get-timeout-negative",
@@ -261,6 +263,8 @@ def test_bad_nack_delay_leaves_the_job_running(queue: Queue, delay: Any) -> None
         "vacuum-older-than",
         "cancel-id",
         "requeue-id",
+        "jobs-queue-surrogate",
+        "jobs-name-surrogate",
     ],
 )
 def test_bad_arguments_of_other_calls_are_refused(queue: Queue, call: Any, named: str) -> None:
@@ -401,16 +405,17 @@ class Status(enum.StrEnum):
     ACTIVE = "active"
 
 
+TUPLE_KEY = "its key is a tuple, which msgpack stores as a list"
 UNREADABLE = [
     # (payload, the path the message must name, what it must say)
-    ({(1, 2): "x"}, "payload[(1, 2)]", "dict key of type tuple"),
-    ({"args": [{(1, 2): "x"}], "kwargs": {}}, "payload['args'][0][(1, 2)]", "dict key of type tuple"),
-    ({"kwargs": {"a": [{("k",): 1}]}}, "payload['kwargs']['a'][0][('k',)]", "dict key of type tuple"),
-    ({"args": [], "kwargs": {"s": "a\ud800b"}}, "payload['kwargs']['s']", "lone surrogate ('\\ud800' at"),
+    ({(1, 2): "x"}, "payload[(1, 2)]", TUPLE_KEY),
+    ({"args": [{(1, 2): "x"}], "kwargs": {}}, "payload['args'][0][(1, 2)]", TUPLE_KEY),
+    ({"kwargs": {"a": [{("k",): 1}]}}, "payload['kwargs']['a'][0][('k',)]", TUPLE_KEY),
+    ({"kwargs": {"s": "a\ud800b"}}, "payload['kwargs']['s']", "it is a str with a lone surrogate ('\\ud800'"),
     ({"\udc80": 1}, "payload['\\udc80']", "its key is a str with a lone surrogate"),
     ({"n": [1, 2**64]}, "payload['n'][1]", "outside msgpack's 64-bit range"),
-    ({"x": {frozenset(): 1}}, "payload['x'][frozenset()]", "its key is frozenset is not msgpack data"),
-    ([dt.date(2024, 1, 1)], "payload[0]", "date is not msgpack data"),
+    ({"x": {frozenset(): 1}}, "payload['x'][frozenset()]", "its key is a frozenset, which is not msgpack"),
+    ([dt.date(2024, 1, 1)], "payload[0]", "it is a date, which is not msgpack data"),
 ]
 
 
