@@ -130,12 +130,7 @@ def _breaker_policy(value: bool | Mapping[str, Any] | None) -> BreakerPolicy | b
 def _unstorable(value: Any) -> str | None:
     """Why the engine's codec refuses ``value`` (None when it stores it so that it reads back): a value
     msgpack cannot encode, or one it encodes so that it cannot be decoded (a tuple as a dict key)."""
-    try:
-        codec.pack_value(value, what="value", limit=1 << 62)
-    except PayloadNotSerializable as exc:
-        found = codec.unstorable_part(value, "value")
-        return str(exc) if found is None else f"{found[0]}: {found[1]}"
-    return None
+    return codec.unstorable(value)
 
 
 class Task(Generic[P, R]):

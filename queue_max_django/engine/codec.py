@@ -152,6 +152,27 @@ def pack_values(values: Iterable[Any], *, what: str, limit: int) -> list[bytes]:
     return out
 
 
+def unstorable(value: Any, what: str = "value") -> str | None:
+    """Why ``pack_value`` would refuse ``value`` (None if it would store it), its size aside: msgpack's own
+    words when it cannot encode it (``can not serialize 'object' object``), else the part that would not
+    read back (``value[(1, 2)]: its key is a tuple, ...``). For callers that name the argument themselves."""
+    packer = _value_packer()
+    try:
+        data: bytes = packer.pack(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        packer.reset()
+        packer.containers = 0
+        return str(exc)
+    if packer.containers:
+        packer.containers = 0
+        try:
+            check_reads_back(data, value, what)
+        except PayloadNotSerializable as exc:
+            found = unstorable_part(value, what)
+            return str(exc) if found is None else f"{found[0]}: {found[1]}"
+    return None
+
+
 def check_reads_back(data: bytes, value: Any, what: str) -> None:
     """``PayloadNotSerializable`` (naming the bad part) unless ``data``, the packed ``value``, decodes."""
     try:
