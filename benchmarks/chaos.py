@@ -19,8 +19,9 @@ nothing wrong. Once everything is produced and finished, the supervisors get SIG
 the run started is SIGKILLed, and the logs are compared with the store:
 
 - lost: an acknowledged put whose job is missing or not finished (neither done nor dead-lettered);
-- duplicated: a job that ran more than once. Each must have a lease-expired attempt in its history
-  (``Job.errors``) and have been held by a process that was killed (``Job.worker_ids``);
+- duplicated: a job that ran more than once. Each must have lost a lease (a lease-expired attempt in
+  ``Job.errors``, or, claimed in a batch, an attempt that ended with no outcome: ``lost_a_lease``) and
+  have been held by a process that was killed (``Job.worker_ids``);
 - checked: the acknowledged puts compared, and the rounds of ``queue_check``.
 
 Exit status 0 when every property holds. Seeded (``--seed``): the kill schedule and the victims' choice
@@ -78,7 +79,7 @@ class Report:
     dead_lettered: int = 0
     lost: list[int] = field(default_factory=list)
     duplicated: list[int] = field(default_factory=list)
-    duplicated_without_lease_expiry: list[int] = field(default_factory=list)
+    duplicated_without_lost_lease: list[int] = field(default_factory=list)
     duplicated_not_held_by_a_killed_process: list[int] = field(default_factory=list)
     done_without_running: list[int] = field(default_factory=list)
     rounds_checked: int = 0
@@ -91,7 +92,7 @@ class Report:
     def ok(self) -> bool:
         return not (
             self.lost
-            or self.duplicated_without_lease_expiry
+            or self.duplicated_without_lost_lease
             or self.duplicated_not_held_by_a_killed_process
             or self.done_without_running
             or self.check_problems
@@ -105,8 +106,8 @@ class Report:
             f"seed {self.seed}: {len(self.kills)} kills ({kinds}) in {self.seconds:.0f} s",
             f"checked: {self.acknowledged:,} acknowledged puts; {self.rounds_checked} rounds of queue_check",
             f"lost: {len(self.lost)}",
-            f"duplicated: {len(self.duplicated)} (without a lease-expired attempt: "
-            f"{len(self.duplicated_without_lease_expiry)}; not held by a killed process: "
+            f"duplicated: {len(self.duplicated)} (without a lost lease: "
+            f"{len(self.duplicated_without_lost_lease)}; not held by a killed process: "
             f"{len(self.duplicated_not_held_by_a_killed_process)})",
             f"done {self.done:,}, dead-lettered {self.dead_lettered:,}, executions {self.executions:,}; "
             f"unacknowledged puts that ran: {self.unacknowledged_ran}",
@@ -395,10 +396,21 @@ class Chaos:
                 report.dead_lettered += 1
             if runs[token] > 1:
                 report.duplicated.append(job_id)
-                if not any(kind == "LeaseExpired" for kind, _error in job.errors):
-                    report.duplicated_without_lease_expiry.append(job_id)
+                if not lost_a_lease(job):
+                    report.duplicated_without_lost_lease.append(job_id)
                 if not set(job.worker_ids[:-1]) & self.killed_workers:
                     report.duplicated_not_held_by_a_killed_process.append(job_id)
+
+
+def lost_a_lease(job: Any) -> bool:
+    """Did an attempt of ``job`` end with its lease expiring? Charged, it left a LeaseExpired error; a job
+    claimed in a batch goes back uncharged (no error), so an attempt with no outcome recorded says so:
+    every attempt ends in the success (a done job's last), an error, or a lease lost in a batch."""
+    from queue_max_django.engine import State
+
+    if any(kind == "LeaseExpired" for kind, _error in job.errors):
+        return True
+    return bool(job.attempts > len(job.errors) + (1 if job.state is State.DONE else 0))
 
 
 def _alive(pid: int | None) -> bool:

@@ -39,7 +39,7 @@ from .forks import fork_generation
 from .groupcommit import GroupCommitter
 from .job import STATE_CODE, Job, State
 from .jobspec import JobSpec
-from .keys import MAX_SHARDS, PRIORITY_MAX, PRIORITY_MIN, shard_of
+from .keys import MAX_SHARDS, PRIORITY_MAX, shard_of
 from .record import Record
 from .retry import backoff_delay
 from .shard import CorruptedJobQuarantined, Listed, NewJobs, Recovered, Shard
@@ -59,11 +59,10 @@ from .validate import (
     bad_character,
     check_filter,
     check_number,
-    check_partition_key,
+    check_put,
     parse_state,
     put_defaults,
     ready_at,
-    validate_name,
     validate_queue_name,
 )
 from .wake import SLOT, Waker
@@ -318,29 +317,13 @@ class Queue(FlowControl):
             spec = self._specs.get((queue, name, priority, max_retries, None))
             if spec is not None:
                 return spec
-        if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-            raise InvalidJob(
-                f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}"
-            )
-        if queue not in self._valid_queues:
-            validate_queue_name(queue)
-            if self.queues is not None and queue not in self.queues:
-                raise UnknownQueue(f"unknown queue {queue!r}: this Queue serves {sorted(self.queues)}")
-            _remember(self._valid_queues, queue)
-        if name is not None and name not in self._valid_names:
-            _remember(self._valid_names, validate_name(name))
+        check_put(priority=priority, queue=queue, name=name, max_retries=max_retries, timeout=timeout,
+                  partition_key=partition_key, queues=self.queues, now=now, valid_queues=self._valid_queues,
+                  valid_names=self._valid_names)  # fmt: skip
         given_max_retries = max_retries  # None (the Queue's default) is its own cache entry
         if max_retries is None:
             max_retries = self.max_retries
-        elif type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES_LIMIT:
-            raise InvalidJob(
-                f"max_retries must be None or an int from 0 to {MAX_RETRIES_LIMIT}, not {max_retries!r}"
-            )
-        if timeout is not None:
-            check_number("timeout", timeout, minimum=0.001, error=InvalidJob)
-        if partition_key is not None:
-            check_partition_key(partition_key)
-        elif delay is None and eta is None:
+        if partition_key is None and delay is None and eta is None:
             # Validated values only: priority and max_retries ints (not bools; max_retries None for the
             # Queue's default: looked up as given, above), timeout a number, so equal keys mean equal
             # records (timeout 1 and 1.0 share one: both are stored as 1.0).
@@ -1103,10 +1086,3 @@ def _store_path(path: Any) -> str:
 
 def _seconds(timeout: float | None) -> float | None:
     return None if timeout is None else float(timeout)
-
-
-def _remember(valid: set[str], name: str) -> None:
-    """Add to a cache of validated names; names are few in practice, but never let it grow unbounded."""
-    if len(valid) > 10_000:
-        valid.clear()
-    valid.add(name)

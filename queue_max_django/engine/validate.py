@@ -189,18 +189,26 @@ def check_put(
     partition_key: Any = None,
     queues: frozenset[str] | tuple[str, ...] | None = None,
     now: float,
+    valid_queues: set[str] | None = None,
+    valid_names: set[str] | None = None,
 ) -> None:
-    """Everything ``Queue.put()`` checks of its options, with no ``Queue`` and no store: for a caller that
-    checks many jobs before it writes any (``queue_enqueue --file``). ``queues``: the names the ``Queue``
-    would serve (None: any). Raises what ``put()`` raises, with the same messages (a test holds the two
-    to the same answers); the payload is ``codec.pack_value``'s to check."""
+    """Everything ``Queue.put()`` checks of its options (``put()`` checks them here too), with no
+    ``Queue`` and no store: for a caller that checks many jobs before it writes any (``queue_enqueue
+    --file``). ``queues``: the names the ``Queue`` would serve (None: any). ``valid_queues`` and
+    ``valid_names``: names already checked, skipped, and where those that pass are remembered (a
+    ``Queue``'s caches). Raises what ``put()`` raises; the payload is ``codec.pack_value``'s to check."""
     if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         raise InvalidJob(f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}")
-    validate_queue_name(queue)
-    if queues is not None and queue not in queues:
-        raise UnknownQueue(f"unknown queue {queue!r}: this Queue serves {sorted(queues)}")
-    if name is not None:
+    if valid_queues is None or queue not in valid_queues:
+        validate_queue_name(queue)
+        if queues is not None and queue not in queues:
+            raise UnknownQueue(f"unknown queue {queue!r}: this Queue serves {sorted(queues)}")
+        if valid_queues is not None:
+            _remember(valid_queues, queue)
+    if name is not None and (valid_names is None or name not in valid_names):
         validate_name(name)
+        if valid_names is not None:
+            _remember(valid_names, name)
     if max_retries is not None and (
         type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES_LIMIT
     ):
@@ -213,3 +221,10 @@ def check_put(
         check_partition_key(partition_key)
     if delay is not None or eta is not None:
         ready_at(delay, eta, now)
+
+
+def _remember(valid: set[str], name: str) -> None:
+    """Add to a cache of checked names; names are few in practice, but never let it grow unbounded."""
+    if len(valid) > 10_000:
+        valid.clear()
+    valid.add(name)

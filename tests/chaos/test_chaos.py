@@ -37,7 +37,7 @@ def test_kills_lose_no_acknowledged_job_and_duplicate_only_jobs_of_killed_holder
     assert report.lost == [], summary
     assert report.done + report.dead_lettered == JOBS, summary
     assert report.done_without_running == [], summary
-    assert report.duplicated_without_lease_expiry == [], summary
+    assert report.duplicated_without_lost_lease == [], summary
     assert report.duplicated_not_held_by_a_killed_process == [], summary
     assert report.executions >= report.done, summary
     assert report.ok, summary
