@@ -13,7 +13,6 @@ import datetime as dt
 import functools
 import inspect
 import math
-import random
 import sys
 import threading
 import time
@@ -254,8 +253,9 @@ class Task(Generic[P, R]):
         transaction.on_commit(functools.partial(self._enqueue, args, kwargs))
 
     def map(self, iterable: Iterable[Any], *args: Any, **kwargs: Any) -> list[JobResult]:
-        """One job per item (the item first, then ``args``/``kwargs``), spread over the shards with one
-        all-or-nothing ``put_many`` per shard. -> the handles, in the items' order."""
+        """One job per item (the item first, then ``args``/``kwargs``), spread over the store in parts
+        (``Queue.put_parts``: one per shard, each all or nothing) so that workers drain them in parallel.
+        -> the handles, in the items' order."""
         calls = [((item, *args), kwargs) for item in iterable]
         for index, (call_args, call_kwargs) in enumerate(calls):
             self._bind(call_args, call_kwargs, label=f"item {index} of .map()")
@@ -263,19 +263,12 @@ class Task(Generic[P, R]):
         if _unstorable(payloads) is not None:
             for index, (call_args, call_kwargs) in enumerate(calls):
                 self._check_storable(call_args, call_kwargs, label=f"item {index} of .map()")
-        self._check_sizes(payloads)  # before any part is written: the parts go to the shards one by one
+        self._check_sizes(payloads)  # the item's index in the message (put_parts checks them all too)
         if not payloads:
             return []
         if get_config().immediate:
             return [self._run_now(payload) for payload in payloads]
-        queue = self._prepare(get_queue())
-        count = queue.shard_count
-        size = -(-len(payloads) // count)
-        first = random.randrange(count)
-        options = self._put_options()
-        ids: list[int] = []
-        for part, start in enumerate(range(0, len(payloads), size)):
-            ids += queue.put_many_to_shard((first + part) % count, payloads[start : start + size], **options)
+        ids = self._prepare(get_queue()).put_parts(payloads, **self._put_options())
         return [JobResult(job_id, task_name=self.name) for job_id in ids]
 
     # ------------------------------------------------------------------ internals

@@ -430,8 +430,12 @@ class Queue(FlowControl):
         return self._put_batch(self._route(partition_key), payloads, spec)
 
     def _put_batch(self, shard: int, payloads: Iterable[Any], spec: JobSpec) -> list[int]:
-        shards = self._live()
         packed = codec.pack_values(payloads, what="payload", limit=self.max_payload_bytes)
+        return self._write_batch(shard, packed, spec)
+
+    def _write_batch(self, shard: int, packed: list[bytes], spec: JobSpec) -> list[int]:
+        """Store packed payloads in one shard, in one transaction. -> their ids."""
+        shards = self._live()
         if not packed:
             return []
         ids, wake = shards[shard].enqueue(self._clock(), [NewJobs(packed, spec)], durable=self.sync)
@@ -439,6 +443,41 @@ class Queue(FlowControl):
             self._waker.notify(shard)
         if self._watching:
             self._after_put(ids, spec.queue, spec.name)
+        return ids
+
+    def put_parts(
+        self,
+        payloads: Iterable[Any],
+        *,
+        part_size: int | None = None,
+        priority: int = 0,
+        delay: float | None = None,
+        eta: float | _dt.datetime | None = None,
+        queue: str = "default",
+        name: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        partition_key: Any = None,
+    ) -> list[int]:
+        """Store many jobs with the same options in parts spread over the store, so that consumers drain
+        them in parallel: ``part_size`` jobs a part (default: as many parts as the store has shards),
+        each part ONE transaction, all or nothing, the parts on the shards in turn (from the next of the
+        Queue's rotation; every part on the key's shard with ``partition_key``). The options and every
+        payload are checked before any part is written. -> the ids, in the payloads' order."""
+        if part_size is not None and (type(part_size) is not int or part_size < 1):
+            raise InvalidJob(f"part_size must be None or an int >= 1, not {part_size!r}")
+        spec = self._job_options(
+            priority=priority, delay=delay, eta=eta, queue=queue, name=name,
+            max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
+        )  # fmt: skip
+        packed = codec.pack_values(payloads, what="payload", limit=self.max_payload_bytes)
+        count = self.shard_count
+        size = part_size or max(1, -(-len(packed) // count))
+        first = self._route(partition_key)
+        step = 0 if partition_key is not None else 1
+        ids: list[int] = []
+        for part, start in enumerate(range(0, len(packed), size)):
+            ids += self._write_batch((first + part * step) % count, packed[start : start + size], spec)
         return ids
 
     def put_many_to_shard(self, shard: int, payloads: Iterable[Any], **options: Any) -> list[int]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import random
 import sys
 import time
 from dataclasses import dataclass
@@ -122,21 +121,21 @@ class Checker:
 
 def put(queue: Queue, calls: list[Call], batch: int, progress: ProgressBar) -> tuple[list[int], int]:
     """Store ``calls``: each group of equal options in transactions of ``batch`` jobs, spread over the
-    shards. -> (job ids in the calls' order, transactions)."""
+    store (``Queue.put_parts``). -> (job ids in the calls' order, transactions)."""
     groups: dict[tuple[str, int, str, float | None], list[int]] = {}
     for index, call in enumerate(calls):
         groups.setdefault(call.group, []).append(index)
     ids = [0] * len(calls)
-    shard, transactions = random.randrange(queue.shard_count), 0
+    transactions = 0
     for indexes in groups.values():
         task = calls[indexes[0]].task
         task._prepare(queue)  # the task's rate limit and breaker, as .delay() applies them
         options = task._put_options()
-        for start in range(0, len(indexes), batch):
+        for start in range(0, len(indexes), batch):  # one part a call: the next shard in turn each time
             part = indexes[start : start + batch]
             payloads = [task._payload(tuple(calls[i].args), calls[i].kwargs) for i in part]
-            stored = queue.put_many_to_shard(shard % queue.shard_count, payloads, **options)
-            shard, transactions = shard + 1, transactions + 1
+            stored = queue.put_parts(payloads, part_size=batch, **options)
+            transactions += 1
             for index, job_id in zip(part, stored, strict=True):
                 ids[index] = job_id
             progress.advance(len(part))
