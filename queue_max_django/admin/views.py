@@ -94,6 +94,7 @@ class JobAdmin(ModelAdmin):
             "title": title,
             "labels": {state.value: label for state, label in listing.LABELS.items()},
             "dashboard_url": self._url("changelist"),
+            "sharded": get_queue().shard_count > 1,  # the shard filter, column and table: only then
             **extra,
         }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from django.test import Client, override_settings
@@ -319,3 +320,25 @@ def test_actions_shown_follow_the_users_permissions(store: Queue) -> None:
     assert 'value="Retry"' not in deleter and "Delete…" in deleter
     listing = page(staff("view_job", username="viewer2"), f"{BASE}failed/")
     assert 'name="ids"' not in listing  # no action, so no checkboxes
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_shards_are_shown_only_where_the_store_has_several(
+    admin_client: Client, queue_max: Configure, tmp_path: Path, shards: int
+) -> None:
+    """The shard table, the shard filter and column, and the job page's shard: only with several shards."""
+    with queue_max(DATA_DIR=tmp_path / f"store-{shards}", SHARDS=shards):
+        queue = get_queue()
+        job_id = queue.put({"args": [], "kwargs": {}}, name="a.task")
+        pages = {
+            "dashboard": page(admin_client, BASE),
+            "list": page(admin_client, f"{BASE}pending/"),
+            "job": page(admin_client, f"{BASE}{job_id}/"),
+        }
+    shown = {
+        "dashboard": "<caption>Shards</caption>" in pages["dashboard"],
+        "list": 'name="shard"' in pages["list"] and '<th scope="col">Shard</th>' in pages["list"],
+        "job": "<dt>Shard</dt>" in pages["job"],
+    }
+    assert shown == dict.fromkeys(shown, shards > 1)
+    assert ids_listed(pages["list"]) == [job_id]

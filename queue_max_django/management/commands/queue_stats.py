@@ -39,12 +39,15 @@ def collect(queue: Queue, shard: int | None) -> dict[str, Any]:
 def render(stats: dict[str, Any]) -> str:
     """The figures of ``collect()`` as tables for people."""
     where = f"shard {stats['shard']} of " if "shard" in stats else ""
-    parts = [f"Store {stats['store']} ({where}{stats['shard_count']} shards)"]
+    sharded = stats["shard_count"] > 1  # a table of one shard would repeat the totals
+    parts = [f"Store {stats['store']} ({where}{stats['shard_count']} shard{'s' if sharded else ''})"]
     parts.append(table(["STATE", "JOBS"], [*((s, stats[s]) for s in STATES), ("total puts", stats["total"])]))
     queues = [(name, c["pending"], c["scheduled"], c["running"]) for name, c in stats["queues"].items()]
-    parts.append(_section("Queues (all shards)", ["QUEUE", "PENDING", "SCHEDULED", "RUNNING"], queues))
-    shards = [[row["shard"], *(row[s] for s in STATES), row["total"]] for row in stats["shards"]]
-    parts.append(_section("Shards", ["SHARD", *(s.upper() for s in STATES), "TOTAL"], shards))
+    title = "Queues (all shards)" if sharded else "Queues"
+    parts.append(_section(title, ["QUEUE", "PENDING", "SCHEDULED", "RUNNING"], queues))
+    if sharded:
+        shards = [[row["shard"], *(row[s] for s in STATES), row["total"]] for row in stats["shards"]]
+        parts.append(_section("Shards", ["SHARD", *(s.upper() for s in STATES), "TOTAL"], shards))
     fields = ("worker_id", "pid", "host", "threads", "queues", "current_jobs", "processed", "failed")
     workers = [
         [w[f] for f in fields] + [when(w["started_at"]), when(w["last_heartbeat"])] for w in stats["workers"]
