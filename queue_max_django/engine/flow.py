@@ -29,11 +29,10 @@ from .control import (
 )
 from .errors import InvalidJob, RateLimited
 from .ratelimit import Rate, parse_rate
-from .record import Record
 from .validate import check_number
 
 if TYPE_CHECKING:
-    from .shard import Candidate, Shard
+    from .shard import Candidate, Claimed, Shard
 
 MAX_KEY = 200
 MAX_ADMIT_ROUNDS = 16
@@ -233,11 +232,12 @@ class FlowControl:
                 self._reserve[key] = (tokens - 1, taken_at)
         return held_keys
 
-    def _settle(self, held_keys: list[str], claimed: Record | None) -> None:
-        """After a fast claim: the claimed job spent the tokens of its own keys; the rest go back."""
+    def _settle(self, held_keys: list[str], claimed: tuple[str, str | None] | None) -> None:
+        """After a fast claim: the claimed job (its queue and name, None if none) spent the tokens of its
+        own keys; the rest go back."""
         if not held_keys or (claimed is not None and held_keys == [GLOBAL_KEY]):
             return  # nothing held, or only the store-wide token, which every job spends
-        spent = set(job_keys(claimed.queue, claimed.name)) if claimed is not None else set()
+        spent = set(job_keys(*claimed)) if claimed is not None else set()
         with self._reserve_lock:
             for key in held_keys:
                 if key not in spent and key in self._reserve:
@@ -246,9 +246,10 @@ class FlowControl:
 
     def _claim_under_flow(
         self, allowed: list[bytes] | None, state: FlowState
-    ) -> tuple[Record | None, float | None]:
-        """Claim the best job that limits and breakers let start now. -> (record, or None and the clock time
-        when it is worth looking again: the earliest ETA or unblocking, None if nothing is in sight)."""
+    ) -> tuple[Claimed | None, float | None]:
+        """Claim the best job that limits and breakers let start now. -> (the claimed job, or None and the
+        clock time when it is worth looking again: the earliest ETA or unblocking, None if nothing is in
+        sight)."""
         shards = self._live()
         for _round in range(MAX_ADMIT_ROUNDS):
             now = self._clock()
@@ -299,5 +300,5 @@ class FlowControl:
             if claimed is None:
                 self._control.give_back(job_keys_)
                 continue
-            return Record(self, claimed), None  # type: ignore[arg-type]
+            return claimed, None
         return None, None

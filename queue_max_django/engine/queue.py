@@ -33,7 +33,7 @@ from .errors import (
     QueueEmpty,
     UnknownQueue,
 )
-from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, Events
+from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .flow import FlowControl
 from .forks import fork_generation
 from .groupcommit import GroupCommitter
@@ -60,6 +60,7 @@ from .validate import (
     check_filter,
     check_number,
     check_put,
+    describe_error,
     parse_state,
     put_defaults,
     ready_at,
@@ -567,13 +568,13 @@ class Queue(FlowControl):
         if flow is not None:
             held = self._fast_admission(flow)
             if held is None:
-                record, next_eta = self._claim_under_flow(allowed, flow)
-                return ([] if record is None else [record]), next_eta
+                claimed, next_eta = self._claim_under_flow(allowed, flow)
+                return ([] if claimed is None else [Record(self, claimed)]), next_eta
             records: list[Record] = []
             try:
                 records, next_eta = self._claim_best(shards, allowed, 1)
             finally:
-                self._settle(held, records[0] if records else None)
+                self._settle(held, (records[0].queue, records[0].name) if records else None)
             return records, next_eta
         return self._claim_best(shards, allowed, limit)
 
@@ -705,7 +706,7 @@ class Queue(FlowControl):
                 skipped[record.job_id] = "this record was already acked, nacked or released"
                 continue
             by_shard.setdefault(shard_of(record.job_id), []).append(
-                (record.job_id, record._token, record.pack_result(result))
+                (record.job_id, record._token, None if result is None else self._pack_result(result))
             )
         shards = self._live()
         for index, items in by_shard.items():
@@ -714,8 +715,52 @@ class Queue(FlowControl):
         breakers = flow is not None and bool(flow.breakers)
         for record, result in done:
             if record.job_id not in skipped and not record.finished:
-                record._succeeded(result, count_outcome=breakers)
+                self._succeeded(record, result, breakers)
         return skipped
+
+    # ------------------------------------------------------------------ a Record's owner (record.py)
+
+    def _ack(self, record: Record, result: Any) -> None:
+        job_id = record.job_id
+        packed = None if result is None else self._pack_result(result)
+        self._shard(job_id).complete(self._clock(), job_id, record._token, packed, self.sync)
+        self._succeeded(record, result, True)
+
+    def _succeeded(self, record: Record, result: Any, count_outcome: bool) -> None:
+        record.finished = True
+        if count_outcome:
+            self._record_outcome(record.queue, record.name, True)
+        if self.events.listening(JOB_SUCCEEDED):
+            self.events.emit(JOB_SUCCEEDED, job_id=record.job_id, queue=record.queue, name=record.name,
+                             result=result)  # fmt: skip
+
+    def _pack_result(self, result: Any) -> bytes:
+        return codec.pack_value(result, what="result", limit=self.max_payload_bytes)
+
+    def _nack(
+        self, record: Record, error: BaseException | str | None, delay: float | None, permanent: bool
+    ) -> State:
+        if delay is not None:
+            check_number("delay", delay, minimum=0, error=InvalidJob)
+        job_id = record.job_id
+        shard = self._shard(job_id)
+        described = describe_error(error)
+        state = shard.fail(self._clock(), job_id, record._token, described, delay=delay, permanent=permanent,
+                           backoff=self._backoff, durable=self.sync)  # fmt: skip
+        record.finished = True
+        self._waker.notify(shard.index)
+        self._record_outcome(record.queue, record.name, False)
+        self._emit_failure(job_id, record.queue, record.name, state, described[0])
+        return state
+
+    def _release(self, record: Record) -> None:
+        shard = self._shard(record.job_id)
+        shard.release(self._clock(), record.job_id, record._token)
+        record.finished = True
+        self._waker.notify(shard.index)
+
+    def _touch(self, record: Record) -> float:
+        return self._shard(record.job_id).touch(self._clock(), record.job_id, record._token, self.lease_time)
 
     @contextlib.contextmanager
     def processing(

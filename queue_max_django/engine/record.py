@@ -1,27 +1,41 @@
-"""``Record``: one claimed job. Completion goes through the record only, never through a bare job id: the
-record carries the claim token that the store checks inside each completing transaction."""
+"""``Record``: one claimed job, a small handle. Completion goes through the record only, never through a bare
+job id: the record carries the claim token, and its owner (the ``Queue`` that claimed it) has the store check
+that token inside each completing transaction. The record knows nothing of shards, wake hints or events."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import codec
-from .errors import InvalidJob
-from .events import JOB_SUCCEEDED
-from .job import State
-from .keys import shard_of
-from .shard import Claimed
-from .validate import check_number, describe_error
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from .job import State
+    from .shard import Claimed
+
+
+class RecordOwner(Protocol):
+    """What a ``Record`` asks of the queue that claimed it: one method per way a job can end or go on, each
+    one store transaction checked against the record's token (``QueueCorrupted`` when it no longer holds the
+    job), plus the result check. Each completing method sets ``record.finished``."""
+
+    def _ack(self, record: Record, result: Any) -> None: ...
+
+    def _nack(
+        self, record: Record, error: BaseException | str | None, delay: float | None, permanent: bool
+    ) -> State: ...
+
+    def _release(self, record: Record) -> None: ...
+
+    def _touch(self, record: Record) -> float: ...
+
+    def _pack_result(self, result: Any) -> bytes: ...
 
 
 class Record:
     """One claimed job. Completion goes through the record only: ``ack``, ``nack``, ``release``."""
 
     __slots__ = (
-        "_queue",
+        "_owner",
         "_token",
         "attempts",
         "enqueued_at",
@@ -37,9 +51,9 @@ class Record:
         "worker_ids",
     )
 
-    def __init__(self, owner: Queue, claimed: Claimed) -> None:
+    def __init__(self, owner: RecordOwner, claimed: Claimed) -> None:
         record = claimed.record
-        self._queue = owner
+        self._owner = owner
         self._token: bytes = record[codec.F_TOKEN]
         self.job_id: int = claimed.job_id
         self.payload: Any = claimed.payload  # decoded inside the claim transaction
@@ -59,60 +73,24 @@ class Record:
 
     def ack(self, result: Any = None) -> None:
         """Done. ``result`` (msgpack data) is kept with the job until vacuum (``result_ttl``)."""
-        q = self._queue
-        shard = q._shard(self.job_id)
-        shard.complete(q._clock(), self.job_id, self._token, self.pack_result(result), q.sync)
-        self._succeeded(result)
+        self._owner._ack(self, result)
 
     def pack_result(self, result: Any) -> bytes | None:
         """``result`` as it will be stored; raises ``PayloadNotSerializable``/``PayloadTooLarge``."""
-        if result is None:
-            return None
-        return codec.pack_value(result, what="result", limit=self._queue.max_payload_bytes)
-
-    def _succeeded(self, result: Any, *, count_outcome: bool = True) -> None:
-        q = self._queue
-        self.finished = True
-        if count_outcome:
-            q._record_outcome(self.queue, self.name, True)
-        if q.events.listening(JOB_SUCCEEDED):
-            q.events.emit(JOB_SUCCEEDED, job_id=self.job_id, queue=self.queue, name=self.name, result=result)
+        return None if result is None else self._owner._pack_result(result)
 
     def nack(
         self, error: BaseException | str | None = None, *, delay: float | None = None, permanent: bool = False
     ) -> State:
         """A failed attempt. Retries later (after the backoff, or ``delay`` seconds), or fails for good when
         out of retries or ``permanent``. -> the job's new state."""
-        if delay is not None:
-            check_number("delay", delay, minimum=0, error=InvalidJob)
-        q = self._queue
-        shard = q._shard(self.job_id)
-        described = describe_error(error)
-        state = shard.fail(
-            q._clock(),
-            self.job_id,
-            self._token,
-            described,
-            delay=delay,
-            permanent=permanent,
-            backoff=q._backoff,
-            durable=q.sync,
-        )
-        self.finished = True
-        q._waker.notify(shard_of(self.job_id))
-        q._record_outcome(self.queue, self.name, False)
-        q._emit_failure(self.job_id, self.queue, self.name, state, described[0])
-        return state
+        return self._owner._nack(self, error, delay, permanent)
 
     def release(self) -> None:
         """Give the job back unfinished (shutdown): pending again, not counted as an attempt."""
-        q = self._queue
-        q._shard(self.job_id).release(q._clock(), self.job_id, self._token)
-        self.finished = True
-        q._waker.notify(shard_of(self.job_id))
+        self._owner._release(self)
 
     def touch(self) -> float:
         """Extend the lease by ``lease_time`` from now. -> the new expiry (unix seconds)."""
-        q = self._queue
-        self.lease_until = q._shard(self.job_id).touch(q._clock(), self.job_id, self._token, q.lease_time)
-        return self.lease_until
+        self.lease_until = lease_until = self._owner._touch(self)
+        return lease_until

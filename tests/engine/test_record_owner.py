@@ -1,0 +1,73 @@
+"""``Record`` is a handle: each way of ending a job (and ``touch``, and the result check) is one call to the
+queue that claimed it, with the record itself, and nothing else; ``touch`` keeps the new lease end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from queue_max_django.engine import Record, State, codec
+from queue_max_django.engine.shard import Claimed
+
+
+class Owner:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def _ack(self, record: Record, result: Any) -> None:
+        self.calls.append(("ack", record, result))
+
+    def _nack(
+        self, record: Record, error: BaseException | str | None, delay: float | None, permanent: bool
+    ) -> State:
+        self.calls.append(("nack", record, error, delay, permanent))
+        return State.SCHEDULED
+
+    def _release(self, record: Record) -> None:
+        self.calls.append(("release", record))
+
+    def _touch(self, record: Record) -> float:
+        self.calls.append(("touch", record))
+        return 1234.5
+
+    def _pack_result(self, result: Any) -> bytes:
+        self.calls.append(("pack", result))
+        return b"packed"
+
+
+def claimed(job_id: int = 7) -> Claimed:
+    record: list[Any] = [None] * (codec.F_WORKERS + 1)
+    record[codec.F_TOKEN] = b"t" * 16
+    record[codec.F_RETRIES], record[codec.F_ATTEMPTS] = 1, 2
+    record[codec.F_ENQUEUED_AT], record[codec.F_LEASE_UNTIL] = 5_000_000, 35_000_000
+    record[codec.F_PRIORITY], record[codec.F_QUEUE], record[codec.F_NAME] = 3, "mail", "send"
+    record[codec.F_TIMEOUT], record[codec.F_WORKERS] = 2.5, ["w-1"]
+    return Claimed(job_id, record, {"to": "a@example.com"})
+
+
+def test_a_record_reads_its_fields_from_the_claim() -> None:
+    record = Record(Owner(), claimed())
+    assert (record.job_id, record.payload, record.retries, record.attempts, record.enqueued_at) == (
+        7, {"to": "a@example.com"}, 1, 2, 5.0,
+    )  # fmt: skip
+    assert (record.priority, record.queue, record.name, record.timeout, record.lease_until) == (
+        3, "mail", "send", 2.5, 35.0,
+    )  # fmt: skip
+    assert record.worker_ids == ("w-1",) and record.finished is False
+
+
+def test_each_completion_is_one_call_to_the_owner() -> None:
+    owner = Owner()
+    record = Record(owner, claimed())
+    record.ack({"ok": 1})
+    assert record.nack("boom", delay=3.0, permanent=True) is State.SCHEDULED
+    record.release()
+    assert record.touch() == 1234.5 and record.lease_until == 1234.5
+    assert record.pack_result(None) is None  # nothing to check, nothing asked
+    assert record.pack_result([1]) == b"packed"
+    assert owner.calls == [
+        ("ack", record, {"ok": 1}),
+        ("nack", record, "boom", 3.0, True),
+        ("release", record),
+        ("touch", record),
+        ("pack", [1]),
+    ]
