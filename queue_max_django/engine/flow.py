@@ -1,4 +1,5 @@
-"""The ``Queue``'s flow-control half: shared rate limits, circuit breakers, and claiming under them.
+"""``Flow``: a ``Queue``'s flow control, a member of it: shared rate limits, circuit breakers, and claiming
+under them.
 
 Limits and breakers are keyed: ``"*"`` (store-wide), ``"queue:<name>"`` and ``"name:<job name>"`` (the Django
 layer's task names). A job falls under the keys of its queue and name (``control.job_keys``). Their state is
@@ -13,7 +14,9 @@ Jobs held back stay pending, untouched; the consumer serves the others, as DESIG
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import ratelimit
@@ -29,7 +32,6 @@ from .control import (
 )
 from .errors import InvalidJob, RateLimited
 from .ratelimit import Rate, parse_rate
-from .validate import check_number
 
 if TYPE_CHECKING:
     from .shard import Candidate, Claimed, Shard
@@ -52,57 +54,40 @@ def _check_key(key: Any) -> str:
     return key
 
 
-class FlowControl:
-    """Mixed into ``Queue``. Everything here shares state across processes through the control store."""
+class Flow:
+    """The limits and breakers of one store, for the ``Queue`` that holds it (a new one whenever the Queue
+    opens its environments, also in a forked child). Everything here shares state across processes through
+    the control store; the ``Queue`` checks that it is open before it calls any of this."""
 
-    _control: Control
-    worker_id: str | None
-    _flow_cache: tuple[int, FlowState | None]
-    _reserve: dict[str, tuple[int, float]]  # key -> (tokens held locally, when they were taken: monotonic)
-    _reserve_lock: Any
-    lease_time: float
-
-    if TYPE_CHECKING:
-
-        def _clock(self) -> float: ...
-        def _live(self) -> list[Shard]: ...
+    def __init__(self, control: Control, clock: Callable[[], float]) -> None:
+        self._control = control
+        self._clock = clock
+        self._cache: tuple[int, FlowState | None] = (-1, None)
+        self._reserve: dict[str, tuple[int, float]] = {}  # key -> (tokens held locally, taken at: monotonic)
+        self._reserve_lock = threading.Lock()
 
     # ------------------------------------------------------------------ rate limits
 
     def set_rate_limit(self, key: str, rate: Any, *, burst: int | None = None) -> Rate:
-        """Limit ``key`` to ``rate`` ("160/m", "10/s", "5000/h", ``(count, seconds)``, or an int per minute),
-        shared by every process; ``burst`` defaults to the count. Takes effect at once, also for running
-        workers; changing a limit keeps the tokens there are. -> the parsed ``Rate``."""
-        self._live()
         parsed = parse_rate(rate, burst=burst)
         self._control.set_limit(_check_key(key), parsed)
         return parsed
 
     def remove_rate_limit(self, key: str) -> bool:
-        self._live()
         return self._control.remove_limit(_check_key(key))
 
     def reset_rate_limit(self, key: str) -> bool:
-        """Fill ``key``'s bucket again. -> False if there is no such limit."""
-        self._live()
         return self._control.reset_limit(_check_key(key))
 
     def rate_limits(self) -> dict[str, Rate]:
-        self._live()
         return {key: limit.rate for key, limit in self._control.state().limits.items()}
 
     def try_acquire(self, key: str) -> bool:
-        """Take one token from ``key`` if there is one now. A key without a limit always grants."""
-        self._live()
         granted, _ = self._control.take([_check_key(key)])
         return granted
 
-    def acquire(self, key: str, timeout: float | None = None) -> None:
-        """Take one token from ``key``, waiting for it; ``RateLimited`` (with ``retry_after``) if it would
-        take longer than ``timeout`` seconds."""
-        if timeout is not None:
-            check_number("timeout", timeout, minimum=0, error=InvalidJob)
-        self._live()
+    def acquire(self, key: str, timeout: float | None) -> None:
+        """``timeout`` was checked by the caller."""
         _check_key(key)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -118,16 +103,12 @@ class FlowControl:
             time.sleep(wait)
 
     def remaining(self, key: str) -> float | None:
-        """Tokens ``key`` has now (fractional), or None if it has no limit."""
-        self._live()
         limit = self._control.state().limits.get(_check_key(key))
         if limit is None:
             return None
         return ratelimit.remaining(limit.bucket, limit.rate, self._clock())
 
     def retry_after(self, key: str) -> float:
-        """Seconds until ``key`` has a token (0 if it has one now, or has no limit)."""
-        self._live()
         limit = self._control.state().limits.get(_check_key(key))
         if limit is None:
             return 0.0
@@ -136,42 +117,35 @@ class FlowControl:
     # ------------------------------------------------------------------ circuit breakers
 
     def set_circuit_breaker(self, key: str, *, threshold: int = 5, recovery_timeout: float = 60.0) -> None:
-        """Open ``key``'s breaker after ``threshold`` consecutive failures of jobs under it; after
-        ``recovery_timeout`` seconds one trial job passes: success closes it, failure opens it again."""
-        self._live()
         self._control.set_breaker(_check_key(key), BreakerPolicy(threshold, recovery_timeout))
 
     def remove_circuit_breaker(self, key: str) -> bool:
-        self._live()
         return self._control.remove_breaker(_check_key(key))
 
     def reset_circuit_breaker(self, key: str) -> bool:
-        """Close ``key``'s breaker now. -> False if there is no such breaker."""
-        self._live()
         return self._control.reset_breaker(_check_key(key))
 
     def circuit_breakers(self) -> dict[str, dict[str, Any]]:
-        """Every breaker: state, consecutive failures, threshold, timeout, seconds to the next trial."""
-        self._live()
         now = self._clock()
         return {key: breaker_summary(entry, now) for key, entry in self._control.state().breakers.items()}
 
     # ------------------------------------------------------------------ the hot path's view
 
-    def _flow(self) -> FlowState | None:
+    def state(self) -> FlowState | None:
         """The current limits and breakers, or None when there are none (the common, free case).
         Re-read only when some process changed them."""
         version = self._control.version()
-        cached_version, state = self._flow_cache
+        cached_version, state = self._cache
         if version != cached_version:
             state = self._control.state()
             if not state.limits and not state.breakers:
                 state = None
-            self._flow_cache = (version, state)
+            self._cache = (version, state)
         return state
 
-    def _flow_stats(self) -> dict[str, Any]:
-        state = self._flow()
+    def stats(self) -> dict[str, Any]:
+        """``stats()``'s ``rate_limits`` and ``circuit_breakers``, when there are any."""
+        state = self.state()
         if state is None:
             return {}
         now = self._clock()
@@ -190,9 +164,9 @@ class FlowControl:
             }
         return out
 
-    def _record_outcome(self, queue: str, name: str | None, success: bool) -> None:
+    def record_outcome(self, queue: str, name: str | None, success: bool) -> None:
         """Count a finished job in its breakers; skips the write when it would change nothing."""
-        state = self._flow()
+        state = self.state()
         if state is None or not state.breakers or (success and not state.success_matters):
             return
         keys = [key for key in job_keys(queue, name) if key in state.breakers]
@@ -202,10 +176,10 @@ class FlowControl:
             return
         self._control.record(keys, success)
 
-    def _fast_admission(self, state: FlowState) -> list[str] | None:
+    def fast_admission(self, state: FlowState) -> list[str] | None:
         """Can this consumer claim the usual way, with no per-job admission? Yes when every breaker is
         closed and every limit is fast: then one token of each limit is set aside from the local reserve
-        (refilled from the shared bucket when empty or stale) and the keys are returned; ``_settle`` keeps
+        (refilled from the shared bucket when empty or stale) and the keys are returned; ``settle`` keeps
         the tokens of the claimed job's keys and puts the others back. None: admit job by job."""
         if not state.all_closed:
             return None
@@ -232,7 +206,7 @@ class FlowControl:
                 self._reserve[key] = (tokens - 1, taken_at)
         return held_keys
 
-    def _settle(self, held_keys: list[str], claimed: tuple[str, str | None] | None) -> None:
+    def settle(self, held_keys: list[str], claimed: tuple[str, str | None] | None) -> None:
         """After a fast claim: the claimed job (its queue and name, None if none) spent the tokens of its
         own keys; the rest go back."""
         if not held_keys or (claimed is not None and held_keys == [GLOBAL_KEY]):
@@ -244,13 +218,17 @@ class FlowControl:
                     tokens, taken_at = self._reserve[key]
                     self._reserve[key] = (tokens + 1, taken_at)
 
-    def _claim_under_flow(
-        self, allowed: list[bytes] | None, state: FlowState
+    def claim(
+        self,
+        shards: list[Shard],
+        allowed: list[bytes] | None,
+        state: FlowState,
+        lease_time: float,
+        worker_id: str | None,
     ) -> tuple[Claimed | None, float | None]:
-        """Claim the best job that limits and breakers let start now. -> (the claimed job, or None and the
-        clock time when it is worth looking again: the earliest ETA or unblocking, None if nothing is in
-        sight)."""
-        shards = self._live()
+        """Claim the best job of ``shards`` that limits and breakers let start now. -> (the claimed job, or
+        None and the clock time when it is worth looking again: the earliest ETA or unblocking, None if
+        nothing is in sight)."""
         for _round in range(MAX_ADMIT_ROUNDS):
             now = self._clock()
             keys = set(state.limits) | set(state.breakers)
@@ -295,7 +273,7 @@ class FlowControl:
                 state = self._control.state()  # someone else spent it; look again with fresh state
                 continue
             claimed = shards[best.shard].claim_job(
-                now, best.job_id, self.lease_time, os.urandom(16), worker=self.worker_id
+                now, best.job_id, lease_time, os.urandom(16), worker=worker_id
             )
             if claimed is None:
                 self._control.give_back(job_keys_)

@@ -1,8 +1,10 @@
-"""``Queue`` and ``Record``: validation, routing across shards, waiting, and the background maintenance.
+"""``Queue``: validation, routing across shards, waiting, completing records, and the background maintenance.
 
 Every state change is delegated to one ``Shard`` method (one LMDB transaction). This module owns policy:
 which shard a job goes to, which shard a consumer claims from (never passing over a higher priority),
-backoff, the clock, waking consumers, and the recovery/vacuum/sync thread.
+backoff, the clock, waking consumers, and the recovery/vacuum/sync thread. A ``Record`` (record.py) ends
+its job through the Queue that claimed it (the ``RecordOwner`` methods ``_ack``, ``_nack``, ``_release``,
+``_touch``); rate limits and breakers are the ``Flow`` member's (flow.py).
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ from .errors import (
     UnknownQueue,
 )
 from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
-from .flow import FlowControl
+from .flow import Flow
 from .forks import fork_generation
 from .groupcommit import GroupCommitter
 from .job import STATE_CODE, Job, State
 from .jobspec import JobSpec
 from .keys import MAX_SHARDS, PRIORITY_MAX, shard_of
+from .ratelimit import Rate
 from .record import Record
 from .retry import backoff_delay
 from .shard import CorruptedJobQuarantined, Listed, NewJobs, Recovered, Shard
@@ -96,7 +99,7 @@ class _View:
     etas: list[float | None]  # each shard's earliest ETA
 
 
-class Queue(FlowControl):
+class Queue:
     """A persistent, sharded, crash-safe job queue in a directory. See docs/reference/engine.md."""
 
     def __init__(
@@ -224,9 +227,7 @@ class Queue(FlowControl):
             raise
         self._control = Control(control_env, self._clock)
         self._coordination = Coordination(control_env, self._clock)
-        self._flow_cache = (-1, None)
-        self._reserve = {}
-        self._reserve_lock = threading.Lock()
+        self._flow = Flow(self._control, self._clock)
         self._envs = envs
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]
         self._committers = [GroupCommitter(self._durable_enqueue(shard)) for shard in self._shards]
@@ -564,17 +565,18 @@ class Queue(FlowControl):
         priority the other shards may hold, and takes nothing below it (the view is refreshed if its own
         head is lower): no job is ever taken over a higher-priority one seen by the view."""
         shards = self._live()
-        flow = self._flow()
-        if flow is not None:
-            held = self._fast_admission(flow)
+        flow = self._flow
+        state = flow.state()
+        if state is not None:
+            held = flow.fast_admission(state)
             if held is None:
-                claimed, next_eta = self._claim_under_flow(allowed, flow)
+                claimed, next_eta = flow.claim(shards, allowed, state, self.lease_time, self.worker_id)
                 return ([] if claimed is None else [Record(self, claimed)]), next_eta
             records: list[Record] = []
             try:
                 records, next_eta = self._claim_best(shards, allowed, 1)
             finally:
-                self._settle(held, (records[0].queue, records[0].name) if records else None)
+                flow.settle(held, (records[0].queue, records[0].name) if records else None)
             return records, next_eta
         return self._claim_best(shards, allowed, limit)
 
@@ -711,7 +713,7 @@ class Queue(FlowControl):
         shards = self._live()
         for index, items in by_shard.items():
             skipped.update(shards[index].complete_many(self._clock(), items, self.sync))
-        flow = self._flow()  # read once for the batch: breakers only matter when there are some
+        flow = self._flow.state()  # read once for the batch: breakers only matter when there are some
         breakers = flow is not None and bool(flow.breakers)
         for record, result in done:
             if record.job_id not in skipped and not record.finished:
@@ -729,7 +731,7 @@ class Queue(FlowControl):
     def _succeeded(self, record: Record, result: Any, count_outcome: bool) -> None:
         record.finished = True
         if count_outcome:
-            self._record_outcome(record.queue, record.name, True)
+            self._flow.record_outcome(record.queue, record.name, True)
         if self.events.listening(JOB_SUCCEEDED):
             self.events.emit(JOB_SUCCEEDED, job_id=record.job_id, queue=record.queue, name=record.name,
                              result=result)  # fmt: skip
@@ -749,7 +751,7 @@ class Queue(FlowControl):
                            backoff=self._backoff, durable=self.sync)  # fmt: skip
         record.finished = True
         self._waker.notify(shard.index)
-        self._record_outcome(record.queue, record.name, False)
+        self._flow.record_outcome(record.queue, record.name, False)
         self._emit_failure(job_id, record.queue, record.name, state, described[0])
         return state
 
@@ -835,7 +837,7 @@ class Queue(FlowControl):
             for key, value in shard.counts().items():
                 out[key] += value
         out["shards"] = self.shard_count
-        out.update(self._flow_stats())
+        out.update(self._flow.stats())
         return out
 
     def queue_counts(self) -> dict[str, dict[str, int]]:
@@ -1004,7 +1006,7 @@ class Queue(FlowControl):
             for job in recovered:  # a lost lease is a failed attempt: breakers and listeners hear of it
                 if not job.charged:
                     continue  # claimed in a batch: back uncharged, to be claimed alone (shard.py)
-                self._record_outcome(job.queue, job.name, False)
+                self._flow.record_outcome(job.queue, job.name, False)
                 self._emit_failure(job.job_id, job.queue, job.name, job.state, "lease expired")
         return len(recovered)
 
@@ -1054,6 +1056,71 @@ class Queue(FlowControl):
         for shard in self._live():
             problems.extend(shard.verify())
         return problems
+
+    # ------------------------------------------------------------------ rate limits and breakers (flow.py)
+
+    def set_rate_limit(self, key: str, rate: Any, *, burst: int | None = None) -> Rate:
+        """Limit ``key`` to ``rate`` ("160/m", "10/s", "5000/h", ``(count, seconds)``, or an int per minute),
+        shared by every process; ``burst`` defaults to the count. Takes effect at once, also for running
+        workers; changing a limit keeps the tokens there are. -> the parsed ``Rate``."""
+        self._live()
+        return self._flow.set_rate_limit(key, rate, burst=burst)
+
+    def remove_rate_limit(self, key: str) -> bool:
+        self._live()
+        return self._flow.remove_rate_limit(key)
+
+    def reset_rate_limit(self, key: str) -> bool:
+        """Fill ``key``'s bucket again. -> False if there is no such limit."""
+        self._live()
+        return self._flow.reset_rate_limit(key)
+
+    def rate_limits(self) -> dict[str, Rate]:
+        self._live()
+        return self._flow.rate_limits()
+
+    def try_acquire(self, key: str) -> bool:
+        """Take one token from ``key`` if there is one now. A key without a limit always grants."""
+        self._live()
+        return self._flow.try_acquire(key)
+
+    def acquire(self, key: str, timeout: float | None = None) -> None:
+        """Take one token from ``key``, waiting for it; ``RateLimited`` (with ``retry_after``) if it would
+        take longer than ``timeout`` seconds."""
+        if timeout is not None:
+            check_number("timeout", timeout, minimum=0, error=InvalidJob)
+        self._live()
+        self._flow.acquire(key, timeout)
+
+    def remaining(self, key: str) -> float | None:
+        """Tokens ``key`` has now (fractional), or None if it has no limit."""
+        self._live()
+        return self._flow.remaining(key)
+
+    def retry_after(self, key: str) -> float:
+        """Seconds until ``key`` has a token (0 if it has one now, or has no limit)."""
+        self._live()
+        return self._flow.retry_after(key)
+
+    def set_circuit_breaker(self, key: str, *, threshold: int = 5, recovery_timeout: float = 60.0) -> None:
+        """Open ``key``'s breaker after ``threshold`` consecutive failures of jobs under it; after
+        ``recovery_timeout`` seconds one trial job passes: success closes it, failure opens it again."""
+        self._live()
+        self._flow.set_circuit_breaker(key, threshold=threshold, recovery_timeout=recovery_timeout)
+
+    def remove_circuit_breaker(self, key: str) -> bool:
+        self._live()
+        return self._flow.remove_circuit_breaker(key)
+
+    def reset_circuit_breaker(self, key: str) -> bool:
+        """Close ``key``'s breaker now. -> False if there is no such breaker."""
+        self._live()
+        return self._flow.reset_circuit_breaker(key)
+
+    def circuit_breakers(self) -> dict[str, dict[str, Any]]:
+        """Every breaker: state, consecutive failures, threshold, timeout, seconds to the next trial."""
+        self._live()
+        return self._flow.circuit_breakers()
 
     # ------------------------------------------------------------------ locks and the worker registry
 

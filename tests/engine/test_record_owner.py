@@ -1,10 +1,16 @@
 """``Record`` is a handle: each way of ending a job (and ``touch``, and the result check) is one call to the
-queue that claimed it, with the record itself, and nothing else; ``touch`` keeps the new lease end."""
+queue that claimed it, with the record itself, and nothing else; ``touch`` keeps the new lease end. The
+record knows its owner only as the ``RecordOwner`` protocol, and flow control hands back what the shard
+claimed, not records: neither module imports the queue (tests/test_import_graph.py checks the whole
+engine for circles)."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
+import queue_max_django.engine as engine
 from queue_max_django.engine import Record, State, codec
 from queue_max_django.engine.shard import Claimed
 
@@ -71,3 +77,21 @@ def test_each_completion_is_one_call_to_the_owner() -> None:
         ("touch", record),
         ("pack", [1]),
     ]
+
+
+def engine_modules_imported_by(module: str) -> set[str]:
+    """The engine modules ``module`` imports anywhere in its source: at the top, in a function, or under
+    ``if TYPE_CHECKING:`` (every relative import)."""
+    found: set[str] = set()
+    source = (Path(engine.__file__).parent / f"{module}.py").read_text(encoding="utf-8")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update([node.module.split(".")[0]] if node.module else [alias.name for alias in node.names])
+    return found
+
+
+def test_record_and_flow_import_neither_the_queue_nor_each_other() -> None:
+    assert {"codec", "shard", "job"} <= engine_modules_imported_by("record")  # the reader sees imports
+    assert "record" in engine_modules_imported_by("queue")
+    assert engine_modules_imported_by("record").isdisjoint({"queue", "flow", "aio"})
+    assert engine_modules_imported_by("flow").isdisjoint({"queue", "record", "aio"})
