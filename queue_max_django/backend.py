@@ -9,7 +9,7 @@ A job's payload is msgpack data: ``{DJANGO_TASK_KEY: 1, "task": <module path>, "
 "run_after": <ISO 8601 text or None>, "args": [...], "kwargs": {...}}``; its engine name is the task's module
 path, its priority and queue the task's. A result is rebuilt from these stored fields of its own job, never
 from another ``using()`` variant of the task. With ``QUEUE_MAX["IMMEDIATE"]`` a job is run as soon as it is
-stored, here, through ``runner.run_now`` (a failure is final), as Django's ``ImmediateBackend`` does.
+stored, here, as ``runner.run_now`` would run it (a failure is final), as Django's ``ImmediateBackend`` does.
 
 Invariant 6: the run side looks the module path up only among the ``django.tasks.Task`` objects this process
 has registered (every Task this backend validates or enqueues, and those defined by the modules listed in
@@ -49,8 +49,8 @@ from django.utils.json import normalize_json
 from .conf import get_config, get_queue
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, is_interrupt
 from .engine.validate import validate_queue_name
+from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
 from .results import attempt_errors, attempt_workers
-from .runner import DJANGO_TASK_KEY, Outcome, _run_coroutine, run_now
 
 OPTION_KEYS = frozenset({"MODULES", "MAX_RETRIES"})
 CHECK_PREFIX = "queue_max_django.backend"
@@ -180,9 +180,12 @@ class QueueMaxBackend(BaseTaskBackend):
         return result
 
     def _run_inline(self, queue: Any, job_id: int, result: TaskResult[Any, Any]) -> TaskResult[Any, Any]:
-        """IMMEDIATE: claim exactly this job and run it here, once, through the runner (a failure is final,
-        as with ``ImmediateBackend``); ``result`` is then updated from the store."""
-        run_now(queue, job_id)
+        """IMMEDIATE: claim exactly this job and run it here, once (a failure is final, as with
+        ``ImmediateBackend``); ``result`` is then updated from the store. What ``runner.run_now`` does,
+        without the detour through ``runner.run_job``, which would hand this job back to this module."""
+        record = claim_now(queue, job_id)
+        if record is not None:
+            run_django_task_job(record, final=True)
         job = queue.job(job_id)
         if job is not None:  # None: the store forgot it at once (RESULT_TTL 0): the result stays READY
             fresh = result_of(job, result.task, job.payload)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from django.apps import AppConfig
 from django.core import checks
 
-from .conf import (
+from .defaults import (
     DATA_DIR_NAME,
     DEFAULTS,
     MIN_LEASE_TIME,
@@ -33,6 +33,7 @@ from .engine.errors import InvalidJob, QueueError
 from .engine.keys import MAX_SHARDS
 from .engine.store import LAYOUT_VERSION, read_store_meta
 from .engine.validate import MAX_RETRIES_LIMIT, MAX_SECONDS, validate_name, validate_queue_name
+from .registry import registry
 
 TAG = "queue_max_django"  # `manage.py check --tag queue_max_django` runs these checks alone
 PREFIX = "queue_max_django"
@@ -385,10 +386,6 @@ def problems() -> list[Problem]:
 def task_problems() -> list[Problem]:
     """Mistakes in this process's task registry: each task name claimed by two functions, then each
     periodic task whose schedule does not parse, then each task name the engine would refuse."""
-    # here, not at the top: apps.py imports this module while apps load
-    from .periodic import unscheduled_periodic_tasks
-    from .tasks import registry
-
     conflicts = [
         Problem(
             f"{PREFIX}.E013",
@@ -401,12 +398,11 @@ def task_problems() -> list[Problem]:
     schedules = [
         Problem(
             f"{PREFIX}.E014",
-            f"The periodic task {made.name!r} has a schedule that does not parse: {made.schedule_error}. "
-            f"It is not scheduled.",
+            f"The periodic task {name!r} has a schedule that does not parse: {error}. It is not scheduled.",
             "Give @periodic_task interval= (a positive number of seconds) or cron= (five fields: minute hour "
             'day-of-month month day-of-week, such as "*/15 * * * *").',
         )
-        for made in unscheduled_periodic_tasks()
+        for name, error in _schedule_errors()
     ]
     names = [
         Problem(
@@ -418,6 +414,19 @@ def task_problems() -> list[Problem]:
         for name, exc in _bad_task_names(registry.names())
     ]
     return conflicts + schedules + names
+
+
+def _schedule_errors() -> list[tuple[str, str]]:
+    """(name, why) of each periodic task whose schedule did not parse, by name: what
+    ``periodic.unscheduled_periodic_tasks()`` lists, read from the registry without importing periodic.py
+    (it imports tasks.py, which imports conf.py, which imports this module). Such a task is the registered
+    task that has a ``schedule_error``."""
+    found = []
+    for name in registry.names():
+        error = getattr(registry.get(name), "schedule_error", None)
+        if error is not None:
+            found.append((name, str(error)))
+    return found
 
 
 def _bad_task_names(names: list[str]) -> list[tuple[str, InvalidJob]]:

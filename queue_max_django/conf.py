@@ -16,55 +16,43 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .checks import settings_problems
+from .defaults import (
+    CIRCUIT_BREAKER_DEFAULTS,
+    DATA_DIR_NAME,
+    DEFAULTS,
+    MIN_LEASE_TIME,
+    NESTED_DEFAULTS,
+    WORKER_DEFAULTS,
+    merge_defaults,
+    read_settings,
+    resolve_data_dir,
+)
 from .engine import GLOBAL_KEY, QUEUE_KEY_PREFIX, Queue, Rate, parse_rate
+from .signals import connect
 
-DATA_DIR_NAME = "queue_max_data"  # the default DATA_DIR is BASE_DIR / DATA_DIR_NAME
-# The shortest LEASE_TIME: the worker renews the leases of running jobs on its 0.1 s tick, at least three
-# times per lease time (worker/options.py: heartbeat_every); 0.5 s gives it five.
-MIN_LEASE_TIME = 0.5
-
-CIRCUIT_BREAKER_DEFAULTS: Mapping[str, Any] = MappingProxyType({"THRESHOLD": 5, "TIMEOUT": 60.0})
-WORKER_DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {
-        "PROCESSES": None,
-        "THREADS": 1,
-        "QUEUES": None,
-        "SHUTDOWN_TIMEOUT": 30.0,
-        "MAX_JOBS": None,
-        "MAX_MEMORY_MB": None,
-        "BURST_WAIT": 0.0,
-    }
-)
-DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {
-        "DATA_DIR": None,  # None: BASE_DIR / "queue_max_data"
-        "SHARDS": None,  # None: the count on disk, or 6 for a new store
-        "LEASE_TIME": 30.0,
-        "MAX_RETRIES": 3,
-        "RETRY_BACKOFF": 1.0,
-        "RETRY_BACKOFF_MAX": 3600.0,
-        "RESULT_TTL": 86400.0,
-        "MAX_PAYLOAD_BYTES": 2**20,
-        "SYNC": False,
-        "QUEUES": None,
-        "RATE_LIMIT": None,
-        "QUEUE_RATE_LIMITS": MappingProxyType({}),
-        "CIRCUIT_BREAKER": CIRCUIT_BREAKER_DEFAULTS,
-        "ALERT_THRESHOLD": None,
-        "TIMEOUT": None,
-        "IMMEDIATE": False,
-        "ENQUEUE_ON_COMMIT": False,
-        "WORKER": WORKER_DEFAULTS,
-    }
-)
-NESTED_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
-    {"CIRCUIT_BREAKER": CIRCUIT_BREAKER_DEFAULTS, "WORKER": WORKER_DEFAULTS}
-)
+__all__ = [  # with the defaults (defaults.py), whose names were this module's before checks.py needed them
+    "CIRCUIT_BREAKER_DEFAULTS",
+    "DATA_DIR_NAME",
+    "DEFAULTS",
+    "MIN_LEASE_TIME",
+    "NESTED_DEFAULTS",
+    "WORKER_DEFAULTS",
+    "CircuitBreakerConfig",
+    "QueueMaxConfig",
+    "WorkerConfig",
+    "build_config",
+    "get_config",
+    "get_queue",
+    "merge_defaults",
+    "read_settings",
+    "reset",
+    "resolve_data_dir",
+]
 
 
 @dataclass(frozen=True)
@@ -112,31 +100,8 @@ class QueueMaxConfig:
     worker: WorkerConfig
 
 
-def read_settings() -> tuple[Any, Any]:
-    """The ``QUEUE_MAX`` and ``BASE_DIR`` settings, as they are (``{}`` and None when unset)."""
-    return getattr(settings, "QUEUE_MAX", {}), getattr(settings, "BASE_DIR", None)
-
-
-def merge_defaults(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """``raw`` over ``DEFAULTS``; ``CIRCUIT_BREAKER`` and ``WORKER`` are merged key by key when dicts."""
-    result = {**DEFAULTS, **raw}
-    for key, defaults in NESTED_DEFAULTS.items():
-        if isinstance(result[key], Mapping):
-            result[key] = {**defaults, **result[key]}
-    return result
-
-
-def resolve_data_dir(value: Any, base_dir: Any) -> Path | None:
-    """DATA_DIR as a Path (BASE_DIR / "queue_max_data" when unset), or None when it cannot be had."""
-    if value is None:
-        return Path(base_dir) / DATA_DIR_NAME if isinstance(base_dir, (str, os.PathLike)) else None
-    return Path(value) if isinstance(value, (str, os.PathLike)) and os.fspath(value) else None
-
-
 def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
     """The config of a ``QUEUE_MAX`` value; ``ImproperlyConfigured`` naming the check ids of its errors."""
-    from .checks import settings_problems  # here, not at the top: checks.py imports this module
-
     errors = [problem for problem in settings_problems(raw, base_dir) if problem.is_error]
     if errors:
         lines = "\n".join(f"{p.id}: {p.msg} HINT: {p.hint}" for p in errors)
@@ -220,8 +185,6 @@ def get_queue() -> Queue:
 
 
 def _open_queue(config: QueueMaxConfig) -> Queue:
-    from .signals import connect  # its engine events become Django signals (signals.py)
-
     queue = Queue(
         config.data_dir,
         shards=config.shards,
@@ -239,7 +202,7 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
         worker_id=f"{socket.gethostname()}:{os.getpid()}",  # queue_worker's processes name themselves
     )
     try:
-        connect(queue)
+        connect(queue)  # its engine events become Django signals (signals.py)
         _apply_rate_limits(queue, config)
     except BaseException:
         queue.close()

@@ -56,7 +56,7 @@ class PeriodicTask(Task[P, R]):
         self.coalesce = coalesce
         super().__init__(func, **options)
         self.schedule: Interval | Cron | None = None
-        self.schedule_error: str | None = None
+        self.schedule_error: str | None = None  # checks.py reports E014 from it, knowing no PeriodicTask
         try:
             self.schedule = parse_schedule(interval=interval, cron=cron, tz=tz)
         except InvalidSchedule as exc:

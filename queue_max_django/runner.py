@@ -7,18 +7,12 @@ dead letter with a clear error.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import inspect
-import threading
 import time
-from collections.abc import Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 from .conf import get_config
 from .engine import (
-    JOB_STARTED,
     PayloadNotSerializable,
     PayloadTooLarge,
     Queue,
@@ -28,21 +22,18 @@ from .engine import (
     classify,
     is_interrupt,
 )
-from .tasks import Task, registry
+from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now, use_event_loop
+from .registry import RegisteredTask, registry
 
-DJANGO_TASK_KEY = "django_task"  # in a payload: a job of Django's Tasks framework (backend.py runs it)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What ``run_job`` did: the job's new state, the return value (when done), the exception (when not),
-    and why an error was classified as it was."""
-
-    job_id: int
-    state: State
-    result: Any = None
-    error: BaseException | str | None = None
-    reason: str | None = None
+__all__ = [  # with outcome.py's names, which were this module's before backend.py needed them
+    "DJANGO_TASK_KEY",
+    "Outcome",
+    "call_task",
+    "run_job",
+    "run_now",
+    "unknown_task_message",
+    "use_event_loop",
+]
 
 
 def unknown_task_message(name: str | None) -> str:
@@ -66,30 +57,7 @@ def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]] | None:
     return args, kwargs
 
 
-_thread = threading.local()
-
-
-def use_event_loop(loop: asyncio.AbstractEventLoop | None) -> None:
-    """Run this thread's coroutine tasks on ``loop`` (a worker thread keeps one loop for all its jobs)
-    instead of a new loop per job. None: back to ``asyncio.run``."""
-    _thread.loop = loop
-
-
-def _run_coroutine(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """On this thread's loop (``use_event_loop``), else ``asyncio.run`` it; in a thread of its own when
-    this thread already runs an event loop."""
-    loop = getattr(_thread, "loop", None)
-    if loop is not None and not loop.is_running():
-        return loop.run_until_complete(coroutine)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
-
-
-def call_task(task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+def call_task(task: RegisteredTask, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """Call the task's function (not its direct-call retries); a coroutine function runs to completion."""
     result = task.func(*args, **kwargs)
     if inspect.iscoroutine(result):
@@ -156,7 +124,7 @@ def run_job(
 
 
 def _failed(
-    record: Record, task: Task[..., Any], exc: BaseException, retry_delay: float | None, final: bool = False
+    record: Record, task: RegisteredTask, exc: BaseException, retry_delay: float | None, final: bool = False
 ) -> Outcome:
     decision = classify(exc, retry_on=task.retry_on, permanent_on=task.permanent_on, now=time.time())
     delay = decision.delay
@@ -173,11 +141,5 @@ def _failed(
 def run_now(queue: Queue, job_id: int) -> Outcome | None:
     """Claim job ``job_id`` and run it here, once: the immediate mode. A failure is final (the job goes to
     the dead letters), as with Django's ``ImmediateBackend``. -> None if the job was not waiting."""
-    record = queue.claim(job_id)
-    if record is None:
-        return None
-    if queue.events.listening(JOB_STARTED):  # claim() does not send it, get() does: as a worker's job
-        queue.events.emit(
-            JOB_STARTED, job_id=job_id, queue=record.queue, name=record.name, attempt=record.attempts
-        )
-    return run_job(record, final=True)
+    record = claim_now(queue, job_id)
+    return None if record is None else run_job(record, final=True)

@@ -14,11 +14,10 @@ import functools
 import inspect
 import math
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 import msgpack
 from django.db import transaction
@@ -37,7 +36,10 @@ from .engine import (
 )
 from .engine.classify import exception_types
 from .engine.validate import validate_queue_name
+from .registry import Registry as Registry  # its name here too, as before registry.py
+from .registry import registry as _registry
 from .results import JobResult
+from .runner import run_now
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -46,46 +48,9 @@ PRIORITY_MIN, PRIORITY_MAX = -100, 100
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...] | list[type[BaseException]]
 
 
-class Registry:
-    """This process's tasks by name. A second, different function under a taken name is refused (the first
-    keeps the name) and listed in ``conflicts()``; re-registering the same module.qualname (a reload)
-    replaces it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._tasks: dict[str, Task[..., Any]] = {}
-        self._conflicts: list[tuple[str, str, str]] = []
-
-    def register(self, task: Task[..., Any]) -> None:
-        with self._lock:
-            existing = self._tasks.get(task.name)
-            if existing is not None and existing.path != task.path:
-                self._conflicts.append((task.name, existing.path, task.path))
-                return
-            self._tasks[task.name] = task
-
-    def unregister(self, name: str) -> None:
-        with self._lock:
-            self._tasks.pop(name, None)
-
-    def get(self, name: str) -> Task[..., Any] | None:
-        return self._tasks.get(name)
-
-    def __getitem__(self, name: str) -> Task[..., Any]:
-        return self._tasks[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tasks
-
-    def names(self) -> list[str]:
-        return sorted(self._tasks)
-
-    def conflicts(self) -> list[tuple[str, str, str]]:
-        """(name, the registered function's path, the refused one's path) for each name claimed twice."""
-        return list(self._conflicts)
-
-
-registry = Registry()
+# The registry (registry.py) typed with what it holds: every task registered is a Task (the decorators below
+# register them), though runner.py and checks.py, which cannot import this module, see only RegisteredTask.
+registry = cast("Registry[Task[..., Any]]", _registry)
 
 
 def _check_options(
@@ -379,8 +344,6 @@ class Task(Generic[P, R]):
     def _run_now(self, payload: dict[str, Any]) -> JobResult:
         """IMMEDIATE: store the job, then claim exactly that job and run it here, once, through the runner
         (a failure is final, as with Django's ImmediateBackend)."""
-        from .runner import run_now
-
         queue = self._prepare(get_queue())
         options = {**self._put_options(), "delay": None, "eta": None}
         job_id = queue.put(payload, **options)
