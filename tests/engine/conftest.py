@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from queue_max_django.engine import Queue
+from tests.engine.probes import PROBES, LmdbProbe, StoreProbe
 from tests.engine.procs import Children
+
+STORE_KINDS = ["lmdb"]
+"""The stores the contract tests run on (``store_kind``); PostgreSQL joins when its store exists."""
 
 
 class FakeClock:
@@ -46,12 +50,46 @@ def open_queue(path: Path, clock: Any = None, **options: Any) -> Queue:
 
 def dump_store(q: Queue) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
     """Every key and value of every database of every shard: to prove that nothing was written."""
-    out = {}
-    for shard in q._shards:
-        with shard.env.env.begin() as txn:
-            for name, db in shard.env.dbs.items():
-                out[shard.index, name] = list(txn.cursor(db=db))
-    return out
+    return LmdbProbe(q).snapshot()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test marked ``lmdb`` runs on the LMDB store only: its other ``store_kind`` variants are left out."""
+    for item in list(items):
+        callspec = getattr(item, "callspec", None)
+        kind = callspec.params.get("store_kind") if callspec is not None else None
+        if kind not in (None, "lmdb") and item.get_closest_marker("lmdb"):
+            items.remove(item)
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """The kind of store a contract test runs on; each kind shows in the test's id (``[lmdb]``)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_queue(store_kind: str, store_path: Path, clock: FakeClock) -> Iterator[Callable[..., Queue]]:
+    """``make_queue(**options)``: a Queue on this test's store (every call opens the same one, as another
+    process would), on the shared fake clock, with no background threads and retries at once (as
+    ``open_queue``); ``options`` override any of that. Each is closed after the test."""
+    opened: list[Queue] = []
+
+    def make(**options: Any) -> Queue:
+        assert store_kind == "lmdb", store_kind
+        q = open_queue(store_path, clock, **options)
+        opened.append(q)
+        return q
+
+    yield make
+    for q in opened:
+        q.close()
+
+
+@pytest.fixture
+def probe(store_kind: str) -> Callable[[Queue], StoreProbe]:
+    """``probe(q)``: the ``StoreProbe`` of ``q``'s store, to read or damage what it holds past the engine."""
+    return PROBES[store_kind]
 
 
 @pytest.fixture
@@ -63,8 +101,7 @@ def children() -> Iterator[Children]:
 
 
 @pytest.fixture
-def queue(store_path: Path, clock: FakeClock) -> Iterator[Queue]:
-    """A queue on a fake clock with no background threads (tests call recover()/vacuum() themselves)."""
-    q = open_queue(store_path, clock)
-    yield q
-    q.close()
+def queue(make_queue: Callable[..., Queue]) -> Queue:
+    """A queue on a fake clock with no background threads (tests call recover()/vacuum() themselves), on
+    the store of ``store_kind``."""
+    return make_queue()

@@ -1,0 +1,342 @@
+"""Test-side probes: what a store holds, read (and damaged) past the engine.
+
+A contract test asserts what is stored, not only what the engine returns (STYLE.md: "assert the state on
+disk"). It does so through a ``StoreProbe``, never through the store's internals, so that the same test runs
+on every store: ``LmdbProbe`` reads the shards' environments; a PostgreSQL probe will run plain SQL. A probe
+method that cannot exist on a store raises ``pytest.skip`` with the reason.
+
+This is the one module of the engine tests that knows the LMDB layout (databases, key forms, record fields).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal, Protocol
+
+import msgpack
+
+from queue_max_django.engine import Queue, State, codec, keys
+from queue_max_django.engine.job import STATES
+from tests.faults import corrupt
+
+Where = State | Literal["record", "payload"]
+"""What a damage helper removes: a state's index entry for the job, its record, or its external payload."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """One job as the store keeps it, decoded by the probe (not by the engine's readers). Times are µs since
+    the epoch, as stored; ``payload`` and ``result`` are their stored msgpack bytes."""
+
+    state: State
+    queue: str
+    name: str | None
+    priority: int
+    retries: int
+    max_retries: int
+    attempts: int
+    enqueued_at_us: int
+    ready_at_us: int | None
+    started_at_us: int | None
+    finished_at_us: int | None
+    lease_until_us: int | None
+    token: bytes | None
+    error: str | None
+    error_type: str | None
+    traceback: str | None
+    result: bytes | None
+    timeout: Any
+    partition_key: Any
+    payload: bytes | None
+    workers: tuple[str, ...] | None
+    errors: tuple[tuple[Any, ...], ...] | None
+    claim: Literal["batch", "alone-next"] | None  # how it was last claimed, when that matters to recovery
+
+
+class StoreProbe(Protocol):
+    """What the contract tests read and break in a store, by meaning rather than by layout."""
+
+    kind: str
+
+    def stored(self, job_id: int) -> Stored | None:
+        """The job as stored, or None when the store holds no record of it."""
+
+    def shard_of(self, job_id: int) -> int:
+        """The shard that holds the job; 0 on a store without shards."""
+
+    def places(self, job_id: int) -> list[str]:
+        """Every place the store holds something of the job (record, payload, index entries), by name:
+        empty when no trace of it is left."""
+
+    def indexes_naming(self, job_id: int) -> list[State]:
+        """The states whose index holds an entry for the job (once per entry)."""
+
+    def index_problems(self) -> list[str]:
+        """RFC-INV-08 and its kin: each state's index holds exactly the jobs in that state, once each."""
+
+    def leases(self) -> dict[int, int]:
+        """job id -> lease expiry (µs) of every entry of the lease index."""
+
+    def snapshot(self) -> Any:
+        """Everything stored, comparable with ``==``: to prove that nothing was written."""
+
+    def record_bytes(self, job_id: int) -> bytes | None:
+        """The record's bytes, for a store that keeps a job's record as one msgpack value."""
+
+    # Damage, as a bad disk, a bad copy or a stray write would do it.
+    def drop_lease(self, job_id: int) -> None:
+        """Remove the running job's lease entry, leaving it running."""
+
+    def drop_payload(self, job_id: int) -> None:
+        """Remove the job's payload wherever it is kept."""
+
+    def drop_entry(self, job_id: int, where: Where) -> list[str]:
+        """Remove what ``where`` names for the job; -> the words a report of it may use."""
+
+    def stray_entry(self, job_id: int, state: State) -> None:
+        """Add an entry for ``job_id`` to ``state``'s index, whatever (if anything) its record says."""
+
+    def steal_claim(self, job_id: int) -> bytes:
+        """Give the running job another claim token, as if another holder had claimed it; -> that token."""
+
+    def break_record(self, job_id: int, how: str) -> None:
+        """Damage the record one of the ways in ``tests/faults/corrupt.py``'s ``RECORD_DAMAGE``."""
+
+    def break_payload(self, job_id: int) -> None:
+        """Make the job's payload bytes undecodable, the record left intact."""
+
+
+# ------------------------------------------------------------------------------------------------- LMDB
+
+INDEX_OF_STATE: dict[State, str] = {
+    State.PENDING: "ready",
+    State.SCHEDULED: "sched",
+    State.RUNNING: "lease",
+    State.DONE: "done_at",
+    State.FAILED: "failed",
+}
+_CLAIMS: dict[Any, Literal["batch", "alone-next"] | None] = {
+    None: None,
+    codec.CLAIM_BATCH: "batch",
+    codec.CLAIM_ALONE_NEXT: "alone-next",
+}
+
+
+def _index_entry_id(db: str, key: bytes) -> int:
+    if db == "ready":
+        return keys.ready_key_parts(key)[3]
+    if db == "failed":
+        return keys.id_from_key(key)
+    return keys.time_key_parts(key)[1]
+
+
+def _decode(raw: bytes) -> list[Any] | None:
+    """A stored job record as a plain msgpack reader sees it; None for what is not one (the counters)."""
+    try:
+        record = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.ExtraData):
+        return None
+    if not isinstance(record, list) or len(record) < codec.F_TIMEOUT:
+        return None
+    return record + [None] * (codec.RECORD_FIELDS - len(record))
+
+
+class LmdbProbe:
+    """The probe of the LMDB store: reads and writes the shards' environments directly."""
+
+    kind = "lmdb"
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+
+    # The one place that knows how the Queue holds its shards.
+    def _shards(self) -> list[Any]:
+        return list(self.queue._shards)
+
+    def environments(self) -> list[Any]:
+        """The LMDB environment of each shard (LMDB only: not part of ``StoreProbe``)."""
+        return [shard.env.env for shard in self._shards()]
+
+    def last_txnids(self) -> list[int]:
+        """Each shard's last committed write transaction id (LMDB only: not part of ``StoreProbe``)."""
+        return [shard.env.last_txnid() for shard in self._shards()]
+
+    def _shard(self, job_id: int) -> Any:
+        return self._shards()[keys.shard_of(job_id)]
+
+    @contextmanager
+    def _txn(self, job_id: int, *, write: bool = False) -> Iterator[tuple[Any, dict[str, Any]]]:
+        shard = self._shard(job_id)
+        with shard.env.env.begin(write=write) as txn:
+            yield txn, shard.env.dbs
+
+    def _raw(self, job_id: int, db: str) -> bytes | None:
+        with self._txn(job_id) as (txn, dbs):
+            value = txn.get(keys.id_key(job_id), db=dbs[db])
+        return None if value is None else bytes(value)
+
+    # ------------------------------------------------------------------------------------------- reading
+
+    def shard_of(self, job_id: int) -> int:
+        return keys.shard_of(job_id)
+
+    def record_bytes(self, job_id: int) -> bytes | None:
+        return self._raw(job_id, "jobs")
+
+    def stored(self, job_id: int) -> Stored | None:
+        raw = self.record_bytes(job_id)
+        if raw is None:
+            return None
+        r = _decode(raw)
+        assert r is not None, f"job {job_id}: the stored record does not decode"
+        external = self._raw(job_id, "payloads")
+        return Stored(
+            state=STATES[r[codec.F_STATE]],
+            queue=r[codec.F_QUEUE],
+            name=r[codec.F_NAME],
+            priority=r[codec.F_PRIORITY],
+            retries=r[codec.F_RETRIES],
+            max_retries=r[codec.F_MAX_RETRIES],
+            attempts=r[codec.F_ATTEMPTS] or 0,
+            enqueued_at_us=r[codec.F_ENQUEUED_AT],
+            ready_at_us=r[codec.F_READY_AT],
+            started_at_us=r[codec.F_STARTED_AT],
+            finished_at_us=r[codec.F_FINISHED_AT],
+            lease_until_us=r[codec.F_LEASE_UNTIL],
+            token=r[codec.F_TOKEN],
+            error=r[codec.F_ERROR],
+            error_type=r[codec.F_ERROR_TYPE],
+            traceback=r[codec.F_TRACEBACK],
+            result=r[codec.F_RESULT],
+            timeout=r[codec.F_TIMEOUT],
+            partition_key=r[codec.F_PARTITION_KEY],
+            payload=external if external is not None else r[codec.F_PAYLOAD],
+            workers=None if r[codec.F_WORKERS] is None else tuple(r[codec.F_WORKERS]),
+            errors=None if r[codec.F_ERRORS] is None else tuple(tuple(e) for e in r[codec.F_ERRORS]),
+            claim=_CLAIMS[r[codec.F_CLAIM]],
+        )
+
+    def snapshot(self) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
+        out = {}
+        for shard in self._shards():
+            with shard.env.env.begin() as txn:
+                for name, db in shard.env.dbs.items():
+                    out[shard.index, name] = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
+        return out
+
+    def places(self, job_id: int) -> list[str]:
+        """(shard, database) of every key that ends with the job's id: its record, its payload and every
+        (…, id) index entry."""
+        suffix = keys.id_key(job_id)
+        return [
+            f"shard {shard} {db}"
+            for (shard, db), items in self.snapshot().items()
+            for key, _ in items
+            if key.endswith(suffix)
+        ]
+
+    def _index_ids(self, shard: Any, txn: Any, state: State) -> list[int]:
+        db = INDEX_OF_STATE[state]
+        return [_index_entry_id(db, k) for k in txn.cursor(db=shard.env.dbs[db]).iternext(values=False)]
+
+    def indexes_naming(self, job_id: int) -> list[State]:
+        shard = self._shard(job_id)
+        with shard.env.env.begin() as txn:
+            return [s for s in INDEX_OF_STATE for found in self._index_ids(shard, txn, s) if found == job_id]
+
+    def index_problems(self) -> list[str]:
+        problems = []
+        for shard in self._shards():
+            with shard.env.env.begin() as txn:
+                in_state: dict[State, set[int]] = {state: set() for state in INDEX_OF_STATE}
+                for key, value in txn.cursor(db=shard.env.dbs["jobs"]):
+                    record = _decode(bytes(value))
+                    if record is not None:
+                        in_state[STATES[record[codec.F_STATE]]].add(keys.id_from_key(bytes(key)))
+                indexed = {state: self._index_ids(shard, txn, state) for state in INDEX_OF_STATE}
+            for state, ids in indexed.items():
+                name = f"shard {shard.index}: {INDEX_OF_STATE[state]} index"
+                if len(ids) != len(set(ids)):
+                    problems.append(f"{name}: duplicate entries {sorted(ids)}")
+                if set(ids) != in_state[state]:
+                    problems.append(f"{name} {sorted(ids)} != {state} {sorted(in_state[state])}")
+        return problems
+
+    def leases(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for shard in self._shards():
+            with shard.env.env.begin() as txn:
+                for key in txn.cursor(db=shard.env.dbs["lease"]).iternext(values=False):
+                    expiry, job_id = keys.time_key_parts(key)
+                    assert job_id not in out, "two lease entries for one job"
+                    out[job_id] = expiry
+        return out
+
+    # -------------------------------------------------------------------------------------------- damage
+
+    def _rewrite_record(self, job_id: int, change: Callable[[list[Any]], None]) -> None:
+        with self._txn(job_id, write=True) as (txn, dbs):
+            key = keys.id_key(job_id)
+            record = msgpack.unpackb(txn.get(key, db=dbs["jobs"]))
+            change(record)
+            txn.put(key, msgpack.packb(record, use_bin_type=True), db=dbs["jobs"])
+
+    def drop_lease(self, job_id: int) -> None:
+        stored = self.stored(job_id)
+        assert stored is not None and stored.lease_until_us is not None
+        with self._txn(job_id, write=True) as (txn, dbs):
+            assert txn.delete(keys.time_key(stored.lease_until_us, job_id), db=dbs["lease"])
+
+    def drop_payload(self, job_id: int) -> None:
+        with self._txn(job_id, write=True) as (txn, dbs):
+            key = keys.id_key(job_id)
+            removed = txn.delete(key, db=dbs["payloads"])
+            record = msgpack.unpackb(txn.get(key, db=dbs["jobs"]))
+            if record[codec.F_PAYLOAD] is not None:
+                record[codec.F_PAYLOAD] = None
+                txn.put(key, msgpack.packb(record, use_bin_type=True), db=dbs["jobs"])
+                removed = True
+        assert removed, f"job {job_id} has no payload to drop"
+
+    def drop_entry(self, job_id: int, where: Where) -> list[str]:
+        db = {"record": "jobs", "payload": "payloads"}.get(where) if isinstance(where, str) else None
+        db = db or INDEX_OF_STATE[State(where)]
+        suffix = keys.id_key(job_id)
+        with self._txn(job_id, write=True) as (txn, dbs):
+            doomed = [k for k in txn.cursor(db=dbs[db]).iternext(values=False) if k.endswith(suffix)]
+            assert len(doomed) == 1, doomed
+            txn.delete(doomed[0], db=dbs[db])
+        return [db, bytes(doomed[0]).hex()]
+
+    def stray_entry(self, job_id: int, state: State) -> None:
+        entry = {
+            State.PENDING: keys.ready_key(b"default", 0, 1, job_id),
+            State.SCHEDULED: keys.time_key(1, job_id),
+            State.RUNNING: keys.time_key(1, job_id),
+            State.DONE: keys.time_key(1, job_id),
+        }.get(state, keys.id_key(job_id))
+        with self._txn(job_id, write=True) as (txn, dbs):
+            txn.put(entry, b"", db=dbs[INDEX_OF_STATE[state]])
+
+    def steal_claim(self, job_id: int) -> bytes:
+        token = os.urandom(16)
+
+        def change(record: list[Any]) -> None:
+            assert record[codec.F_STATE] == STATES.index(State.RUNNING) and record[codec.F_TOKEN]
+            record[codec.F_TOKEN] = token
+
+        self._rewrite_record(job_id, change)
+        return token
+
+    def break_record(self, job_id: int, how: str) -> None:
+        corrupt.RECORD_DAMAGE[how](self.queue, job_id)
+
+    def break_payload(self, job_id: int) -> None:
+        corrupt.garbage_payload(self.queue, job_id)
+
+
+PROBES: dict[str, Callable[[Queue], StoreProbe]] = {"lmdb": LmdbProbe}
+"""The probe of each store kind, by the ``store_kind`` fixture's values."""
