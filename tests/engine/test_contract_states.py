@@ -6,12 +6,9 @@ completion through the record, release/touch, management (cancel/requeue/purge) 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 
 from queue_max_django.engine import (
@@ -21,57 +18,18 @@ from queue_max_django.engine import (
     QueueEmpty,
     Record,
     State,
-    codec,
-    keys,
 )
-from queue_max_django.engine.job import STATE_CODE
-from tests.engine.conftest import FakeClock, open_queue
+from tests.engine.conftest import FakeClock
+from tests.engine.probes import Stored, StoreProbe
+
+Probe = Callable[[Queue], StoreProbe]
 
 LEASE = 30.0  # the fixture queue's lease_time
 
 
-def raw(q: Queue, job_id: int, db: str = "jobs") -> bytes | None:
-    """The bytes stored under the job's id in one named database of its shard."""
-    shard = q._shards[keys.shard_of(job_id)]
-    with shard.env.env.begin() as txn:
-        return txn.get(keys.id_key(job_id), db=shard.env.dbs[db])
-
-
-def snapshot(q: Queue, job_id: int) -> tuple[Any, bytes | None, dict[str, Any]]:
-    """Everything a refused completion must leave alone: the Job, its raw record, the counts."""
-    return q.job(job_id), raw(q, job_id), q.stats()
-
-
-def _record_state(value: bytes) -> int | None:
-    """The state code of a stored job record; None for the other entries of the jobs database."""
-    try:
-        record = msgpack.unpackb(value)
-    except (ValueError, msgpack.ExtraData):
-        return None
-    return record[codec.F_STATE] if isinstance(record, list) else None
-
-
-def claim_index_problems(q: Queue) -> list[str]:
-    """RFC-INV-08 read straight from LMDB: in every shard the claim index ("ready") holds exactly the
-    pending jobs, once each."""
-    problems = []
-    pending_code = STATE_CODE[State.PENDING]
-    for shard in q._shards:
-        dbs = shard.env.dbs
-        with shard.env.env.begin() as txn:
-            pending = {
-                keys.id_from_key(key)
-                for key, value in txn.cursor(db=dbs["jobs"])
-                if _record_state(value) == pending_code
-            }
-            ready = [
-                keys.ready_key_parts(key)[3] for key in txn.cursor(db=dbs["ready"]).iternext(values=False)
-            ]
-        if len(ready) != len(set(ready)):
-            problems.append(f"shard {shard.index}: duplicate claim entries {sorted(ready)}")
-        if set(ready) != pending:
-            problems.append(f"shard {shard.index}: claim index {sorted(ready)} != pending {sorted(pending)}")
-    return problems
+def snapshot(q: Queue, probe: Probe, job_id: int) -> tuple[Any, Stored | None, dict[str, Any]]:
+    """Everything a refused completion must leave alone: the Job, its record as stored, the counts."""
+    return q.job(job_id), probe(q).stored(job_id), q.stats()
 
 
 # ---------------------------------------------------------------------------------------------- RFC-SM
@@ -79,18 +37,18 @@ def claim_index_problems(q: Queue) -> list[str]:
 
 @pytest.mark.contract
 @pytest.mark.rfc_sm_01
-def test_ack_requires_running_state(queue: Queue) -> None:
+def test_ack_requires_running_state(queue: Queue, probe: Probe) -> None:
     """RFC-SM-01: a job that is pending again (its record released it) cannot be acked."""
     job_id = queue.put("work")
     record = queue.get(0)
     record.release()
-    before = snapshot(queue, job_id)
+    before = snapshot(queue, probe, job_id)
     assert before[0] is not None and before[0].state is State.PENDING
 
     with pytest.raises(QueueCorrupted, match="not running"):
         record.ack("result")
 
-    assert snapshot(queue, job_id) == before
+    assert snapshot(queue, probe, job_id) == before
     assert queue.job(job_id).result is None
     assert queue.stats()["done"] == 0
     assert queue.verify() == []
@@ -98,36 +56,36 @@ def test_ack_requires_running_state(queue: Queue) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rfc_sm_02
-def test_nack_requires_running_state(queue: Queue, clock: FakeClock) -> None:
+def test_nack_requires_running_state(queue: Queue, clock: FakeClock, probe: Probe) -> None:
     """RFC-SM-02: a job that went back to pending (lease expired, recovered) cannot be nacked."""
     job_id = queue.put("work")
     record = queue.get(0)
     clock.advance(LEASE + 1)
     assert queue.recover() == 1
-    before = snapshot(queue, job_id)
+    before = snapshot(queue, probe, job_id)
     assert before[0].state is State.PENDING and before[0].retries == 1
 
     with pytest.raises(QueueCorrupted):
         record.nack(ValueError("late"))
 
-    assert snapshot(queue, job_id) == before  # retries not bumped a second time, error not replaced
+    assert snapshot(queue, probe, job_id) == before  # retries not bumped a second time, error not replaced
     assert queue.verify() == []
 
 
 @pytest.mark.contract
 @pytest.mark.rfc_sm_03
-def test_nack_on_failed_is_rejected(queue: Queue) -> None:
+def test_nack_on_failed_is_rejected(queue: Queue, probe: Probe) -> None:
     """RFC-SM-03: once a nack made the job failed, another nack through the same record is refused."""
     job_id = queue.put("work", max_retries=0)
     record = queue.get(0)
     assert record.nack("first failure") is State.FAILED
-    before = snapshot(queue, job_id)
+    before = snapshot(queue, probe, job_id)
     assert before[0].state is State.FAILED and before[0].retries == 1
 
     with pytest.raises(QueueCorrupted, match="failed"):
         record.nack("second failure")
 
-    after = snapshot(queue, job_id)
+    after = snapshot(queue, probe, job_id)
     assert after == before
     assert after[0].error == "first failure" and after[0].retries == 1
     assert queue.verify() == []
@@ -138,7 +96,7 @@ def test_nack_on_failed_is_rejected(queue: Queue) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rfc_rec_01
-def test_stale_record_after_reclaim_is_rejected(queue: Queue, clock: FakeClock) -> None:
+def test_stale_record_after_reclaim_is_rejected(queue: Queue, clock: FakeClock, probe: Probe) -> None:
     """RFC-REC-01: after the lease expired and another holder claimed the job, the old record cannot ack."""
     job_id = queue.put("work")
     stale = queue.get(0)
@@ -146,12 +104,12 @@ def test_stale_record_after_reclaim_is_rejected(queue: Queue, clock: FakeClock) 
     assert queue.recover() == 1
     fresh = queue.get(0)
     assert fresh.job_id == job_id
-    before = snapshot(queue, job_id)
+    before = snapshot(queue, probe, job_id)
 
     with pytest.raises(QueueCorrupted, match="another claim"):
         stale.ack("stale result")
 
-    assert snapshot(queue, job_id) == before
+    assert snapshot(queue, probe, job_id) == before
     assert queue.job(job_id).state is State.RUNNING
     fresh.ack("fresh result")
     assert queue.job(job_id).result == "fresh result"
@@ -160,26 +118,21 @@ def test_stale_record_after_reclaim_is_rejected(queue: Queue, clock: FakeClock) 
 
 @pytest.mark.contract
 @pytest.mark.rfc_rec_02
-def test_wrong_token_raises_queue_corrupted(queue: Queue) -> None:
+def test_wrong_token_raises_queue_corrupted(queue: Queue, probe: Probe) -> None:
     """RFC-REC-02: the token stored with the running job must match the record's; a mismatch is refused."""
     job_id = queue.put("work")
     record = queue.get(0)
-    shard = queue._shards[keys.shard_of(job_id)]
-    jobs_db = shard.env.dbs["jobs"]
-    with shard.env.env.begin(write=True) as txn:
-        stored = msgpack.unpackb(txn.get(keys.id_key(job_id), db=jobs_db))
-        assert stored[codec.F_TOKEN] == record._token
-        stored[codec.F_TOKEN] = os.urandom(16)  # another holder's token, as if it had claimed the job
-        txn.put(keys.id_key(job_id), msgpack.packb(stored, use_bin_type=True), db=jobs_db)
-    before = snapshot(queue, job_id)
+    assert probe(queue).stored(job_id).token == record._token
+    stored_token = probe(queue).steal_claim(job_id)  # another holder's token, as if it had claimed the job
+    before = snapshot(queue, probe, job_id)
 
     for complete in (lambda: record.ack(), lambda: record.nack("x"), record.release, record.touch):
         with pytest.raises(QueueCorrupted):
             complete()
-        assert snapshot(queue, job_id) == before
+        assert snapshot(queue, probe, job_id) == before
 
     # The same record with the token on disk goes through: the token alone made the difference.
-    record._token = stored[codec.F_TOKEN]
+    record._token = stored_token
     record.ack()
     assert queue.job(job_id).state is State.DONE
 
@@ -189,24 +142,24 @@ def test_wrong_token_raises_queue_corrupted(queue: Queue) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rfc_id_01
-def test_double_ack_raises_queue_corrupted(queue: Queue) -> None:
+def test_double_ack_raises_queue_corrupted(queue: Queue, probe: Probe) -> None:
     """RFC-ID-01: the second ack of one record raises and keeps the first result."""
     job_id = queue.put("work")
     record = queue.get(0)
     record.ack("first")
-    before = snapshot(queue, job_id)
+    before = snapshot(queue, probe, job_id)
 
     with pytest.raises(QueueCorrupted):
         record.ack("second")
 
-    assert snapshot(queue, job_id) == before
+    assert snapshot(queue, probe, job_id) == before
     assert queue.job(job_id).result == "first"
     assert queue.stats()["done"] == 1
 
 
 @pytest.mark.contract
 @pytest.mark.rfc_id_02
-def test_ack_after_vacuumed_job_raises(queue: Queue, clock: FakeClock) -> None:
+def test_ack_after_vacuumed_job_raises(queue: Queue, clock: FakeClock, probe: Probe) -> None:
     """RFC-ID-02: a stale record whose job was finished by another holder and vacuumed cannot ack."""
     job_id = queue.put("work")
     stale = queue.get(0)
@@ -222,7 +175,7 @@ def test_ack_after_vacuumed_job_raises(queue: Queue, clock: FakeClock) -> None:
         stale.nack("late")
 
     assert queue.job(job_id) is None
-    assert raw(queue, job_id) is None and raw(queue, job_id, "payloads") is None
+    assert probe(queue).stored(job_id) is None and probe(queue).places(job_id) == []
     stats = queue.stats()
     assert (stats["done"], stats["pending"], stats["failed"], stats["total"]) == (0, 0, 0, 1)
     assert queue.verify() == []
@@ -273,18 +226,21 @@ COMPLETIONS = {"ack": _ack, "nack": _nack, "release": _release, "touch": _touch}
 @pytest.mark.parametrize("finish", ["ack", "nack", "release"])
 @pytest.mark.parametrize("operation", sorted(COMPLETIONS))
 def test_completion_after_finish_raises_and_changes_nothing(
-    queue: Queue, finish: str, operation: str
+    queue: Queue,
+    finish: str,
+    operation: str,
+    probe: Probe,
 ) -> None:
     """rule_completion: once a record acked/nacked/released, every further use of it is refused."""
     job_id = queue.put("work", max_retries=0)
     record = queue.get(0)
     COMPLETIONS[finish](record)
-    before = snapshot(queue, job_id)
+    before = snapshot(queue, probe, job_id)
 
     with pytest.raises(QueueCorrupted):
         COMPLETIONS[operation](record)
 
-    assert snapshot(queue, job_id) == before
+    assert snapshot(queue, probe, job_id) == before
     assert queue.verify() == []
 
 
@@ -292,7 +248,10 @@ def test_completion_after_finish_raises_and_changes_nothing(
 @pytest.mark.rule_completion
 @pytest.mark.parametrize("operation", sorted(COMPLETIONS))
 def test_completion_with_stale_record_raises_and_changes_nothing(
-    queue: Queue, clock: FakeClock, operation: str
+    queue: Queue,
+    clock: FakeClock,
+    operation: str,
+    probe: Probe,
 ) -> None:
     """rule_completion: a record whose lease expired and whose job was claimed again changes nothing."""
     job_id = queue.put("work")
@@ -300,12 +259,12 @@ def test_completion_with_stale_record_raises_and_changes_nothing(
     clock.advance(LEASE + 1)
     queue.recover()
     fresh = queue.get(0)
-    before = snapshot(queue, job_id)
+    before = snapshot(queue, probe, job_id)
 
     with pytest.raises(QueueCorrupted):
         COMPLETIONS[operation](stale)
 
-    assert snapshot(queue, job_id) == before
+    assert snapshot(queue, probe, job_id) == before
     assert queue.job(job_id).lease_until == pytest.approx(fresh.lease_until)
     fresh.ack()
     assert queue.job(job_id).state is State.DONE
@@ -454,14 +413,14 @@ def test_release_after_retries_keeps_retry_count(queue: Queue) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rule_management
-def test_cancel_removes_pending_and_scheduled_only(queue: Queue) -> None:
+def test_cancel_removes_pending_and_scheduled_only(queue: Queue, probe: Probe) -> None:
     """rule_management: cancel() deletes pending and scheduled jobs; running, done and failed stay."""
     pending = queue.put("pending")
     scheduled = queue.put("scheduled", delay=30)
     assert queue.cancel(pending) is True
     assert queue.cancel(scheduled) is True
     assert queue.job(pending) is None and queue.job(scheduled) is None
-    assert raw(queue, pending, "payloads") is None
+    assert probe(queue).places(pending) == []  # nor its payload, nor an index entry
 
     running_id = queue.put("running")
     record = queue.get(0)
@@ -560,10 +519,13 @@ def test_purge_older_than_uses_finish_time(queue: Queue, clock: FakeClock) -> No
 
 @pytest.mark.contract
 @pytest.mark.rule_management
-def test_purge_older_than_reaches_old_jobs_behind_many_newer_ones(tmp_path: Path, clock: FakeClock) -> None:
+def test_purge_older_than_reaches_old_jobs_behind_many_newer_ones(
+    clock: FakeClock,
+    make_queue: Callable[..., Queue],
+) -> None:
     """rule_management: purge(older_than=) finds every old enough job however many newer ones (by finish
     time) come before it in id order: 1,000+ recent failures must not hide 5 old ones."""
-    with open_queue(tmp_path / "store", clock, shards=1, max_retries=0) as q:
+    with make_queue(shards=1, max_retries=0) as q:
         ids = q.put_many(range(1005))
         records = [q.get(0) for _ in ids]
         assert [r.job_id for r in records] == ids
@@ -675,7 +637,11 @@ def test_wait_until_empty_false_while_a_job_waits_or_runs(queue: Queue, state: s
 
 @pytest.mark.contract
 @pytest.mark.rfc_inv_08
-def test_claim_index_follows_every_move_into_and_out_of_pending(queue: Queue, clock: FakeClock) -> None:
+def test_claim_index_follows_every_move_into_and_out_of_pending(
+    queue: Queue,
+    clock: FakeClock,
+    probe: Probe,
+) -> None:
     """RFC-INV-08: after every operation the claim index holds exactly the pending jobs, once each."""
     steps: list[tuple[str, Callable[[], Any]]] = []
     held: list[Record] = []
@@ -699,5 +665,5 @@ def test_claim_index_follows_every_move_into_and_out_of_pending(queue: Queue, cl
 
     for name, step in steps:
         step()
-        assert claim_index_problems(queue) == [], name
+        assert probe(queue).index_problems() == [], name
         assert queue.verify() == [], name
