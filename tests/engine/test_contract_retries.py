@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator
 
-import msgpack
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, backoff_delay, codec, keys
-from tests.engine.conftest import FakeClock, dump_store, open_queue
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, backoff_delay, keys
+from tests.engine.conftest import FakeClock
+from tests.engine.probes import StoreProbe
+
+Probe = Callable[[Queue], StoreProbe]
 
 LEASE = 30.0  # the fixture queue's lease_time
 
@@ -25,56 +25,12 @@ class PaymentDeclined(Exception):
     """A user-defined error: its dead letter names it module.Class."""
 
 
-def stored_record(q: Queue, job_id: int) -> list[Any]:
-    """The job's record as stored on disk (a msgpack array), bypassing the engine's readers."""
-    shard = q._shards[keys.shard_of(job_id)]
-    with shard.env.env.begin() as txn:
-        raw = txn.get(keys.id_key(job_id), db=shard.env.dbs["jobs"])
-    assert raw is not None
-    return list(msgpack.unpackb(raw))
-
-
-def lease_entries(q: Queue) -> dict[int, int]:
-    """job id -> lease expiry (µs) from every shard's lease index."""
-    out = {}
-    for shard in q._shards:
-        with shard.env.env.begin() as txn:
-            for key in txn.cursor(db=shard.env.dbs["lease"]).iternext(values=False):
-                expiry, job_id = keys.time_key_parts(key)
-                assert job_id not in out, "two lease entries for one job"
-                out[job_id] = expiry
-    return out
-
-
-def delete_lease_entry(q: Queue, job_id: int) -> None:
-    shard = q._shards[keys.shard_of(job_id)]
-    lease_us = stored_record(q, job_id)[codec.F_LEASE_UNTIL]
-    with shard.env.env.begin(write=True) as txn:
-        assert txn.delete(keys.time_key(lease_us, job_id), db=shard.env.dbs["lease"])
-
-
-def remove_payload(q: Queue, job_id: int) -> None:
-    """Delete the job's payload wherever the engine keeps it (its own database, or inline in the record)."""
-    shard = q._shards[keys.shard_of(job_id)]
-    dbs = shard.env.dbs
-    key = keys.id_key(job_id)
-    inline_field = getattr(codec, "F_PAYLOAD", None)
-    with shard.env.env.begin(write=True) as txn:
-        removed = txn.delete(key, db=dbs["payloads"])
-        record = msgpack.unpackb(txn.get(key, db=dbs["jobs"]))
-        if inline_field is not None and len(record) > inline_field and record[inline_field] is not None:
-            record[inline_field] = None
-            txn.put(key, msgpack.packb(record, use_bin_type=True), db=dbs["jobs"])
-            removed = True
-    assert removed
-
-
 # --------------------------------------------------------------------------------------------- RFC-RT
 
 
 @pytest.mark.contract
 @pytest.mark.rfc_rt_01
-def test_failed_after_max_retries_plus_one_nacks(queue: Queue) -> None:
+def test_failed_after_max_retries_plus_one_nacks(queue: Queue, probe: Probe) -> None:
     """RFC-RT-01: with max_retries=3, the 4th nack fails the job; retries == 4 in the record on disk."""
     job_id = queue.put("flaky")
     assert queue.job(job_id).max_retries == 3
@@ -82,8 +38,8 @@ def test_failed_after_max_retries_plus_one_nacks(queue: Queue) -> None:
         assert queue.get(0).nack(f"attempt {attempt}") is State.PENDING
     assert queue.get(0).nack("attempt 4") is State.FAILED
 
-    assert stored_record(queue, job_id)[codec.F_RETRIES] == 4
-    assert stored_record(queue, job_id)[codec.F_STATE] == list(State).index(State.FAILED)
+    stored = probe(queue).stored(job_id)
+    assert stored is not None and stored.retries == 4 and stored.state is State.FAILED
     job = queue.job(job_id)
     assert job.state is State.FAILED and job.retries == 4 and job.error == "attempt 4"
     with pytest.raises(QueueEmpty):
@@ -93,14 +49,14 @@ def test_failed_after_max_retries_plus_one_nacks(queue: Queue) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rfc_rt_02
-def test_requeue_increments_retry_counter(queue: Queue) -> None:
+def test_requeue_increments_retry_counter(queue: Queue, probe: Probe) -> None:
     """RFC-RT-02: every nack that re-queues the job raises its retry count by exactly one."""
     job_id = queue.put("flaky", max_retries=5)
     for expected in range(1, 6):
         record = queue.get(0)
         assert record.retries == expected - 1
         assert record.nack("again") is State.PENDING
-        assert stored_record(queue, job_id)[codec.F_RETRIES] == expected
+        assert probe(queue).stored(job_id).retries == expected
         assert queue.job(job_id).retries == expected
         assert queue.stats()["pending"] == 1
 
@@ -126,9 +82,9 @@ def test_failed_with_retry_count_max_retries_plus_one(queue: Queue, max_retries:
 
 @pytest.mark.contract
 @pytest.mark.rule_retries
-def test_max_retries_zero_means_one_attempt(tmp_path: Path, clock: FakeClock) -> None:
+def test_max_retries_zero_means_one_attempt(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
     """rule_retries: max_retries=0 (queue default or per job) -> the first nack fails the job."""
-    with open_queue(tmp_path / "store", clock, max_retries=0) as q:
+    with make_queue(max_retries=0) as q:
         by_default = q.put("default")
         overridden = q.put("three", max_retries=3)
         assert q.job(by_default).max_retries == 0
@@ -141,13 +97,14 @@ def test_max_retries_zero_means_one_attempt(tmp_path: Path, clock: FakeClock) ->
 
 @pytest.mark.contract
 @pytest.mark.rule_retries
-def test_default_max_retries_is_resolved_at_put_time(tmp_path: Path, clock: FakeClock) -> None:
+def test_default_max_retries_is_resolved_at_put_time(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """rule_retries: max_retries=None stores the queue's default of the time of the put; a later Queue with
     another default does not change it."""
-    path = tmp_path / "store"
-    with open_queue(path, clock, max_retries=2) as q:
+    with make_queue(max_retries=2) as q:
         job_id = q.put("x")
-    with open_queue(path, clock, max_retries=0) as q:
+    with make_queue(max_retries=0) as q:
         assert q.job(job_id).max_retries == 2
         assert q.get(0).nack("1") is State.PENDING
         assert q.get(0).nack("2") is State.PENDING
@@ -164,8 +121,10 @@ def backoff_rng() -> random.Random:
 
 
 @pytest.fixture
-def backoff_queue(tmp_path: Path, clock: FakeClock, backoff_rng: random.Random) -> Iterator[Queue]:
-    q = open_queue(tmp_path / "backoff", clock, retry_backoff=2.0, rng=backoff_rng, max_retries=5)
+def backoff_queue(
+    clock: FakeClock, backoff_rng: random.Random, make_queue: Callable[..., Queue]
+) -> Iterator[Queue]:
+    q = make_queue(retry_backoff=2.0, rng=backoff_rng, max_retries=5)
     yield q
     q.close()
 
@@ -208,10 +167,10 @@ def test_nack_schedules_retry_after_exact_seeded_backoff(
 
 @pytest.mark.contract
 @pytest.mark.rule_backoff
-def test_backoff_is_capped_at_retry_backoff_max(tmp_path: Path, clock: FakeClock) -> None:
+def test_backoff_is_capped_at_retry_backoff_max(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
     """rule_backoff: the second retry's 4 s +-20 % is over retry_backoff_max=3: it waits exactly 3 s."""
     rng = random.Random(7)
-    with open_queue(tmp_path / "store", clock, retry_backoff=2.0, retry_backoff_max=3.0, rng=rng) as q:
+    with make_queue(retry_backoff=2.0, retry_backoff_max=3.0, rng=rng) as q:
         job_id = q.put("x")
         record = q.get(0)
         expected = next_backoff(rng, 1, cap=3.0)
@@ -323,12 +282,13 @@ def test_job_whose_lease_always_expires_ends_failed(queue: Queue, clock: FakeClo
 
 @pytest.mark.contract
 @pytest.mark.rule_dead_letters
-def test_dead_letter_keeps_payload_error_type_traceback_and_times(tmp_path: Path, clock: FakeClock) -> None:
+def test_dead_letter_keeps_payload_error_type_traceback_and_times(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """rule_dead_letters: a failed job keeps its payload, error text, error type (builtins bare,
     others module.Class), the traceback with the raising line, retries and timestamps, across a reopen."""
-    path = tmp_path / "store"
     t0 = clock.now
-    with open_queue(path, clock) as q:
+    with make_queue() as q:
         job_id = q.put({"order": 7, "blob": b"\x00\x01"}, name="shop.charge", queue="payments", max_retries=1)
         clock.advance(1)
         record = q.get(0)
@@ -348,7 +308,7 @@ def test_dead_letter_keeps_payload_error_type_traceback_and_times(tmp_path: Path
         except PaymentDeclined as exc:
             assert record.nack(exc) is State.FAILED
 
-    with open_queue(path, clock) as q:
+    with make_queue() as q:
         job = q.job(job_id)
         assert job.state is State.FAILED
         assert job.payload == {"order": 7, "blob": b"\x00\x01"}
@@ -408,7 +368,7 @@ def test_dead_letters_stay_until_requeued_or_purged(queue: Queue, clock: FakeClo
 
 @pytest.mark.contract
 @pytest.mark.rfc_rc_01
-def test_no_expired_running_leases_after_recover(queue: Queue, clock: FakeClock) -> None:
+def test_no_expired_running_leases_after_recover(queue: Queue, clock: FakeClock, probe: Probe) -> None:
     """RFC-RC-01: after recover(), every running job has a lease in the future, in the lease index."""
     for i in range(6):
         queue.put(i)
@@ -422,7 +382,7 @@ def test_no_expired_running_leases_after_recover(queue: Queue, clock: FakeClock)
     now_us = keys.micros(clock.now)
     running = queue.jobs(State.RUNNING)
     assert sorted(j.job_id for j in running) == sorted(r.job_id for r in late)
-    entries = lease_entries(queue)
+    entries = probe(queue).leases()
     assert set(entries) == {j.job_id for j in running}
     for job in running:
         assert job.lease_until > clock.now
@@ -434,12 +394,12 @@ def test_no_expired_running_leases_after_recover(queue: Queue, clock: FakeClock)
 
 @pytest.mark.contract
 @pytest.mark.rfc_rc_02
-def test_running_without_lease_recovered(queue: Queue) -> None:
+def test_running_without_lease_recovered(queue: Queue, probe: Probe) -> None:
     """RFC-RC-02: a running job whose lease entry is missing is recovered at once (no clock change)."""
     job_id = queue.put("orphan")
     other = queue.put("held")
     records = {r.job_id: r for r in (queue.get(0), queue.get(0))}
-    delete_lease_entry(queue, job_id)
+    probe(queue).drop_lease(job_id)
     assert queue.verify() != []  # the store really is inconsistent now
 
     assert queue.recover() == 1
@@ -455,13 +415,15 @@ def test_running_without_lease_recovered(queue: Queue) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rfc_rc_02
-def test_running_without_lease_recovered_by_daemon(tmp_path: Path, clock: FakeClock) -> None:
+def test_running_without_lease_recovered_by_daemon(
+    clock: FakeClock, probe: Probe, make_queue: Callable[..., Queue]
+) -> None:
     """RFC-RC-02: the background recovery thread fixes a running job whose lease entry is missing."""
-    q = Queue(tmp_path / "store", clock=clock, do_recover=True, recover_interval=0.02, do_vacuum=False)
+    q = make_queue(do_recover=True, recover_interval=0.02, retry_backoff=1.0)
     try:
         job_id = q.put("orphan")
         q.get(0)
-        delete_lease_entry(q, job_id)
+        probe(q).drop_lease(job_id)
         deadline = time.monotonic() + 5.0
         while q.job(job_id).state is State.RUNNING and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -475,19 +437,23 @@ def test_running_without_lease_recovered_by_daemon(tmp_path: Path, clock: FakeCl
 
 @pytest.mark.contract
 @pytest.mark.rfc_inv_03
-def test_no_running_job_keeps_expired_or_absent_lease_after_recovery(queue: Queue, clock: FakeClock) -> None:
+def test_no_running_job_keeps_expired_or_absent_lease_after_recovery(
+    queue: Queue,
+    clock: FakeClock,
+    probe: Probe,
+) -> None:
     """RFC-INV-03: expired and missing leases are all recovered; live ones stay untouched."""
     for i in range(4):
         queue.put(i)
     expired = [queue.get(0), queue.get(0)]
     clock.advance(20)
     orphan, live = queue.get(0), queue.get(0)
-    delete_lease_entry(queue, orphan.job_id)
+    probe(queue).drop_lease(orphan.job_id)
     clock.advance(15)
 
     assert queue.recover() == 3
 
-    entries = lease_entries(queue)
+    entries = probe(queue).leases()
     running = queue.jobs(State.RUNNING)
     assert [j.job_id for j in running] == [live.job_id]
     assert entries == {live.job_id: keys.micros(running[0].lease_until)}
@@ -499,19 +465,19 @@ def test_no_running_job_keeps_expired_or_absent_lease_after_recovery(queue: Queu
 
 @pytest.mark.contract
 @pytest.mark.rfc_inv_09
-def test_recover_is_idempotent(queue: Queue, clock: FakeClock) -> None:
+def test_recover_is_idempotent(queue: Queue, clock: FakeClock, probe: Probe) -> None:
     """RFC-INV-09: a second recover() finds nothing and changes no byte of the store."""
     for i in range(5):
         queue.put(i, max_retries=1)
     records = [queue.get(0) for _ in range(4)]
-    delete_lease_entry(queue, records[0].job_id)
+    probe(queue).drop_lease(records[0].job_id)
     clock.advance(LEASE + 1)
     assert queue.recover() == 4
-    before = dump_store(queue), queue.stats()
+    before = probe(queue).snapshot(), queue.stats()
 
     assert queue.recover() == 0
 
-    assert (dump_store(queue), queue.stats()) == before
+    assert (probe(queue).snapshot(), queue.stats()) == before
     assert all(queue.job(r.job_id).retries == 1 for r in records)
     assert queue.stats()["pending"] == 5
 
@@ -522,12 +488,12 @@ def test_recover_is_idempotent(queue: Queue, clock: FakeClock) -> None:
 @pytest.mark.contract
 @pytest.mark.rfc_cl_01
 @pytest.mark.parametrize("size", [10, 5000], ids=["small-payload", "large-payload"])
-def test_claim_on_missing_payload_raises_queue_corrupted(queue: Queue, size: int) -> None:
+def test_claim_on_missing_payload_raises_queue_corrupted(queue: Queue, size: int, probe: Probe) -> None:
     """RFC-CL-01: a claimable job without its payload makes get() raise QueueCorrupted once; the job goes to
     the dead letters with error_type "Corrupted"; the next get() serves the other jobs."""
     broken = queue.put("b" * size, priority=10)
     good = queue.put("good", priority=0)
-    remove_payload(queue, broken)
+    probe(queue).drop_payload(broken)
 
     with pytest.raises(QueueCorrupted, match=str(broken)):
         queue.get(0)
@@ -549,13 +515,11 @@ def test_claim_on_missing_payload_raises_queue_corrupted(queue: Queue, size: int
 
 @pytest.mark.contract
 @pytest.mark.rfc_cl_01
-def test_claim_on_undecodable_record_raises_queue_corrupted(queue: Queue) -> None:
+def test_claim_on_undecodable_record_raises_queue_corrupted(queue: Queue, probe: Probe) -> None:
     """RFC-CL-01: a claimable job whose record bytes are garbage is quarantined the same way."""
     broken = queue.put("x", priority=5)
     good = queue.put("good")
-    shard = queue._shards[keys.shard_of(broken)]
-    with shard.env.env.begin(write=True) as txn:
-        txn.put(keys.id_key(broken), b"\xc1 not msgpack", db=shard.env.dbs["jobs"])
+    probe(queue).break_record(broken, "garbage-record")  # bytes that are not msgpack
 
     with pytest.raises(QueueCorrupted):
         queue.get(0)
