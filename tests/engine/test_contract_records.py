@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,50 +26,26 @@ from queue_max_django.engine import (
     QueueEmpty,
     State,
     UnknownQueue,
-    codec,
     keys,
 )
-from queue_max_django.engine.job import STATE_CODE
-from tests.engine.conftest import FakeClock, dump_store, open_queue
+from tests.engine.conftest import FakeClock
+from tests.engine.probes import StoreProbe
+
+Probe = Callable[[Queue], StoreProbe]
 
 
 def _no_ext(code: int, data: bytes) -> Any:
     raise AssertionError(f"msgpack extension type {code} in the store")
 
 
-def stored(q: Queue, job_id: int, db: str = "jobs") -> bytes | None:
-    shard = q._shards[keys.shard_of(job_id)]
-    with shard.env.env.begin() as txn:
-        return txn.get(keys.id_key(job_id), db=shard.env.dbs[db])
-
-
-def stored_record(q: Queue, job_id: int) -> list[Any]:
-    raw = stored(q, job_id)
-    assert raw is not None
-    record = msgpack.unpackb(raw, ext_hook=_no_ext)  # one plain msgpack value, nothing after it
-    assert isinstance(record, list)
-    return record
-
-
-def stored_payload(q: Queue, job_id: int) -> bytes:
-    """The payload's bytes as stored: in the payloads database, or inline in the record."""
-    external = stored(q, job_id, "payloads")
-    if external is not None:
-        return external
-    inline_field = getattr(codec, "F_PAYLOAD", None)
-    record = stored_record(q, job_id)
-    assert inline_field is not None and isinstance(record[inline_field], bytes), "payload not found"
-    return bytes(record[inline_field])
-
-
 def partition_keys_for_distinct_shards(tmp_path: Path, count: int, shards: int = 6) -> list[str]:
     """Partition keys that route to ``count`` different shards (found on a scratch store of the same shape,
     since routing by key is deterministic)."""
     found: dict[int, str] = {}
-    with Queue(tmp_path / "routing-probe", shards=shards, do_recover=False, do_vacuum=False) as probe:
+    with Queue(tmp_path / "routing-probe", shards=shards, do_recover=False, do_vacuum=False) as scratch:
         for i in range(1000):
             key = f"k{i}"
-            found.setdefault(keys.shard_of(probe.put(None, partition_key=key)), key)
+            found.setdefault(keys.shard_of(scratch.put(None, partition_key=key)), key)
             if len(found) == count:
                 break
     assert len(found) == count
@@ -80,7 +57,8 @@ def partition_keys_for_distinct_shards(tmp_path: Path, count: int, shards: int =
 
 @pytest.mark.contract
 @pytest.mark.rule_job_id
-def test_job_ids_are_positive_unique_and_name_their_shard(queue: Queue) -> None:
+@pytest.mark.lmdb  # the shard in the id is LMDB's
+def test_job_ids_are_positive_unique_and_name_their_shard(queue: Queue, probe: Probe) -> None:
     """rule_job_id: positive ints, unique across shards; shard_of(id) is the shard that stores the job."""
     ids = [queue.put(i) for i in range(60)]
     ids += queue.put_many(range(20))
@@ -93,10 +71,8 @@ def test_job_ids_are_positive_unique_and_name_their_shard(queue: Queue) -> None:
         home = keys.shard_of(job_id)
         assert 0 <= home < queue.shard_count
         assert queue.job(job_id).shard == home
-        for shard in queue._shards:
-            with shard.env.env.begin() as txn:
-                present = txn.get(keys.id_key(job_id), db=shard.env.dbs["jobs"]) is not None
-            assert present is (shard.index == home)
+        records = [place for place in probe(queue).places(job_id) if place.endswith(" jobs")]
+        assert records == [f"shard {home} jobs"]  # the record is in its home shard, and in no other
 
 
 @pytest.mark.contract
@@ -124,18 +100,17 @@ def test_job_id_is_stable_through_the_jobs_life(queue: Queue, clock: FakeClock) 
 @pytest.mark.contract
 @pytest.mark.rule_job_id
 def test_job_ids_stay_unique_across_reopen_and_a_clock_stepping_back(
-    tmp_path: Path, clock: FakeClock
+    clock: FakeClock, probe: Probe, make_queue: Callable[..., Queue]
 ) -> None:
     """rule_job_id: ids never repeat in a shard, even when the clock goes back between two opens."""
-    path = tmp_path / "store"
-    with open_queue(path, clock) as q:
+    with make_queue() as q:
         first = [q.put(i, partition_key="p") for i in range(5)]
     clock.advance(-3600)
-    with open_queue(path, clock) as q:
+    with make_queue() as q:
         second = [q.put(i, partition_key="p") for i in range(5)]
         assert len(set(first + second)) == 10
         assert first + second == sorted(first + second)
-        assert {keys.shard_of(j) for j in first + second} == {keys.shard_of(first[0])}
+        assert {probe(q).shard_of(j) for j in first + second} == {probe(q).shard_of(first[0])}
         assert q.verify() == []
 
 
@@ -155,6 +130,7 @@ def test_job_of_unknown_id_is_none(queue: Queue) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rule_priority
+@pytest.mark.lmdb  # several shards
 def test_get_serves_strictly_by_priority_across_shards(queue: Queue, tmp_path: Path) -> None:
     """rule_priority: jobs of different priorities in different shards come out highest first."""
     partitions = partition_keys_for_distinct_shards(tmp_path, 6)
@@ -172,6 +148,7 @@ def test_get_serves_strictly_by_priority_across_shards(queue: Queue, tmp_path: P
 
 @pytest.mark.contract
 @pytest.mark.rule_priority
+@pytest.mark.lmdb  # several shards
 def test_get_sees_a_higher_priority_job_put_after_the_last_get(queue: Queue, tmp_path: Path) -> None:
     """rule_priority: a consumer that already took a job must not pass over a higher-priority job put
     into another shard since (nor miss it and report the queue empty)."""
@@ -187,6 +164,7 @@ def test_get_sees_a_higher_priority_job_put_after_the_last_get(queue: Queue, tmp
 
 @pytest.mark.contract
 @pytest.mark.rule_priority
+@pytest.mark.lmdb  # several shards
 def test_get_once_finds_a_job_put_into_another_shard_since_the_last_get(queue: Queue) -> None:
     """rule_priority: get(0) never reports the queue empty while a job waits, whatever shard it is in."""
     first = queue.put("first")
@@ -245,7 +223,7 @@ def test_priority_bounds_are_accepted(queue: Queue, priority: int) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rule_fifo
-def test_equal_priorities_are_fifo_within_a_shard(queue: Queue, clock: FakeClock) -> None:
+def test_equal_priorities_are_fifo_within_a_shard(queue: Queue, clock: FakeClock, probe: Probe) -> None:
     """rule_fifo: jobs of one priority in one shard come out in put order (clock still or moving)."""
     ids = []
     for i in range(30):
@@ -253,7 +231,7 @@ def test_equal_priorities_are_fifo_within_a_shard(queue: Queue, clock: FakeClock
         if i % 3 == 0:
             clock.advance(0.5)
     ids += queue.put_many(range(30, 40), partition_key="one shard", priority=5)
-    assert len({keys.shard_of(j) for j in ids}) == 1
+    assert len({probe(queue).shard_of(j) for j in ids}) == 1
 
     assert [queue.get(0).job_id for _ in ids] == ids
 
@@ -374,10 +352,10 @@ def test_get_with_queues_serves_only_those(queue: Queue) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rule_named_queues
-def test_queue_restricted_to_names_refuses_others(store_path: Path, clock: FakeClock) -> None:
+def test_queue_restricted_to_names_refuses_others(make_queue: Callable[..., Queue]) -> None:
     """rule_named_queues: Queue(queues=[...]) rejects other names at put (UnknownQueue, nothing written)
     and at get, and its plain get() never takes jobs of other queues that others put there."""
-    with open_queue(store_path, clock) as anyone, open_queue(store_path, clock, queues=["mail", "sms"]) as q:
+    with make_queue() as anyone, make_queue(queues=["mail", "sms"]) as q:
         other = anyone.put("not ours", queue="reports", priority=100)
         with pytest.raises(UnknownQueue, match="reports"):
             q.put("x", queue="reports")
@@ -442,19 +420,17 @@ def test_ack_without_result_stores_none(queue: Queue) -> None:
 @pytest.mark.contract
 @pytest.mark.rfc_ps_01
 @pytest.mark.parametrize("size", [10, 5000], ids=["small", "large"])
-def test_ack_keeps_payload_and_state_in_lmdb(queue: Queue, size: int) -> None:
+def test_ack_keeps_payload_and_state_stored(queue: Queue, size: int, probe: Probe) -> None:
     """RFC-PS-01: after ack the record says done and the payload bytes are still on disk."""
     payload = {"body": "x" * size}
     job_id = queue.put(payload)
     queue.get(0).ack()
 
-    record = stored_record(queue, job_id)
-    assert record[codec.F_STATE] == STATE_CODE[State.DONE]
-    assert msgpack.unpackb(stored_payload(queue, job_id)) == payload
-    shard = queue._shards[keys.shard_of(job_id)]
-    with shard.env.env.begin() as txn:
-        done_index = list(txn.cursor(db=shard.env.dbs["done_at"]).iternext(values=False))
-    assert [keys.id_from_key(key[-8:]) for key in done_index] == [job_id]
+    stored = probe(queue).stored(job_id)
+    assert stored is not None and stored.state is State.DONE
+    assert msgpack.unpackb(stored.payload) == payload
+    assert probe(queue).indexes_naming(job_id) == [State.DONE]
+    assert probe(queue).index_problems() == []  # and the done index holds this job only
     assert queue.job(job_id).payload == payload
     assert queue.jobs(State.DONE)[0].payload == payload
 
@@ -470,27 +446,27 @@ def test_ack_keeps_payload_and_state_in_lmdb(queue: Queue, size: int) -> None:
     ids=["object", "too-large", "set"],
 )
 def test_put_many_with_one_bad_payload_writes_nothing(
-    tmp_path: Path, clock: FakeClock, bad: Any, error: type[Exception]
+    bad: Any, error: type[Exception], probe: Probe, make_queue: Callable[..., Queue]
 ) -> None:
     """inv_5: one bad payload among good ones -> the error, and not one byte of any job on disk."""
-    with open_queue(tmp_path / "store", clock, max_payload_bytes=1024) as q:
+    with make_queue(max_payload_bytes=1024) as q:
         q.put("before")
-        before = dump_store(q)
+        before = probe(q).snapshot()
         with pytest.raises(error):
             q.put_many(["ok 1", "ok 2", bad, "ok 3"])
-        assert dump_store(q) == before
+        assert probe(q).snapshot() == before
         assert q.stats()["total"] == 1 and q.stats()["pending"] == 1
         assert q.verify() == []
 
 
 @pytest.mark.contract
 @pytest.mark.inv_5
-def test_put_many_writes_all_into_one_shard_in_order(queue: Queue) -> None:
+def test_put_many_writes_all_into_one_shard_in_order(queue: Queue, probe: Probe) -> None:
     """inv_5: put_many puts every job, with the same options, into one shard; they run in list order."""
     payloads = [{"n": i} for i in range(25)]
     ids = queue.put_many(payloads, priority=3, name="batch.item", queue="bulk", max_retries=1)
     assert len(ids) == 25 and len(set(ids)) == 25
-    assert len({keys.shard_of(job_id) for job_id in ids}) == 1
+    assert len({probe(queue).shard_of(job_id) for job_id in ids}) == 1
     for job_id, payload in zip(ids, payloads, strict=True):
         job = queue.job(job_id)
         assert (job.payload, job.priority, job.name, job.queue, job.max_retries) == (
@@ -548,25 +524,39 @@ def test_msgpack_payload_round_trips(queue: Queue, pad: int) -> None:
 @pytest.mark.contract
 @pytest.mark.inv_6
 @pytest.mark.parametrize("pad", [0, 4000], ids=["small", "large"])
-def test_stored_bytes_are_plain_msgpack(queue: Queue, pad: int) -> None:
-    """inv_6: the record and the payload on disk decode with a plain msgpack reader, no extension types,
-    no pickle; the payload bytes are exactly msgpack's encoding of the payload."""
+def test_stored_payload_is_plain_msgpack(queue: Queue, probe: Probe, pad: int) -> None:
+    """inv_6: the payload as stored decodes with a plain msgpack reader, no extension types, no pickle; its
+    bytes are exactly msgpack's encoding of the payload, and stay so as the job's state changes."""
     payload = dict(RICH_PAYLOAD, pad="p" * pad)
     job_id = queue.put(payload, name="some.task")
-    raw_payload = stored_payload(queue, job_id)
+    raw_payload = probe(queue).stored(job_id).payload
     assert msgpack.unpackb(raw_payload, ext_hook=_no_ext, strict_map_key=False) == payload
     assert raw_payload == msgpack.packb(payload, use_bin_type=True)
-    record = stored_record(queue, job_id)
-    assert "some.task" in record
     queue.get(0).ack(result={"ok": b"\x01"})
-    stored_record(queue, job_id)  # still plain msgpack after the state changes
+    assert probe(queue).stored(job_id).payload == raw_payload
+    result = probe(queue).stored(job_id).result
+    assert msgpack.unpackb(result, ext_hook=_no_ext) == {"ok": b"\x01"}
 
 
-@pytest.fixture(scope="module")
-def refusing_queue(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """One store for all the refused payloads (they must leave it empty, so they can share it)."""
-    with open_queue(tmp_path_factory.mktemp("refusals") / "store", FakeClock()) as q:
-        yield q
+@pytest.mark.contract
+@pytest.mark.inv_6
+@pytest.mark.lmdb  # the record is one msgpack value in LMDB
+@pytest.mark.parametrize("pad", [0, 4000], ids=["small", "large"])
+def test_stored_record_is_plain_msgpack(queue: Queue, probe: Probe, pad: int) -> None:
+    """inv_6: the record on disk decodes with a plain msgpack reader (one value, nothing after it, no
+    extension types), before and after the state changes."""
+
+    def stored_record() -> list[Any]:
+        raw = probe(queue).record_bytes(job_id)
+        assert raw is not None
+        record = msgpack.unpackb(raw, ext_hook=_no_ext)  # one plain msgpack value, nothing after it
+        assert isinstance(record, list)
+        return record
+
+    job_id = queue.put(dict(RICH_PAYLOAD, pad="p" * pad), name="some.task")
+    assert "some.task" in stored_record()
+    queue.get(0).ack(result={"ok": b"\x01"})
+    stored_record()  # still plain msgpack after the state changes
 
 
 @dataclasses.dataclass
@@ -601,17 +591,17 @@ class Reducible:
     ],
     ids=lambda p: type(p).__name__,
 )
-def test_payload_that_is_not_msgpack_data_is_refused(refusing_queue: Queue, payload: Any) -> None:
+def test_payload_that_is_not_msgpack_data_is_refused(queue: Queue, probe: Probe, payload: Any) -> None:
     """inv_6: objects, classes, functions, sets, datetimes, decimals and out-of-range ints are refused with
     PayloadNotSerializable; nothing is stored."""
-    before = dump_store(refusing_queue)
+    before = probe(queue).snapshot()
     with pytest.raises(PayloadNotSerializable, match="payload"):
-        refusing_queue.put(payload)
+        queue.put(payload)
     with pytest.raises(PayloadNotSerializable):
-        refusing_queue.put_many(["good", payload])
-    assert dump_store(refusing_queue) == before
-    assert refusing_queue.stats()["total"] == 0
-    assert refusing_queue.verify() == []
+        queue.put_many(["good", payload])
+    assert probe(queue).snapshot() == before
+    assert queue.stats()["total"] == 0
+    assert queue.verify() == []
 
 
 @pytest.mark.contract
