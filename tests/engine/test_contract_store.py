@@ -21,18 +21,13 @@ from queue_max_django.engine import (
     QueueClosed,
     State,
     StoreMismatch,
-    keys,
 )
-from tests.engine.conftest import FakeClock, dump_store, open_queue
+from tests.engine.conftest import FakeClock, open_queue
+from tests.engine.probes import LmdbProbe, StoreProbe, Where
+
+Probe = Callable[[Queue], StoreProbe]
 
 LIFECYCLE = ("pending", "scheduled", "running", "done", "failed")
-
-
-def keys_naming(q: Queue, job_id: int) -> list[tuple[int, str]]:
-    """(shard, database) of every key in the store that ends with the job's id: records, payloads, lists
-    and every (…, id) index entry."""
-    suffix = keys.id_key(job_id)
-    return [where for where, items in dump_store(q).items() for key, _ in items if key.endswith(suffix)]
 
 
 def lifecycle_sum(stats: dict[str, Any]) -> int:
@@ -145,9 +140,9 @@ def test_vacuum_decrements_done_counter(queue: Queue, clock: FakeClock) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rfc_ps_03
-def test_vacuum_default_uses_result_ttl(tmp_path: Path, clock: FakeClock) -> None:
+def test_vacuum_default_uses_result_ttl(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
     """RFC-PS-03: vacuum() with no argument removes the jobs done at least result_ttl ago."""
-    with open_queue(tmp_path / "store", clock, result_ttl=60) as q:
+    with make_queue(result_ttl=60) as q:
         job_id = q.put("x")
         q.get(0).ack()
         clock.advance(59)
@@ -160,7 +155,7 @@ def test_vacuum_default_uses_result_ttl(tmp_path: Path, clock: FakeClock) -> Non
 @pytest.mark.contract
 @pytest.mark.rfc_inv_06
 @pytest.mark.parametrize("size", [10, 5000], ids=["small", "large"])
-def test_vacuum_leaves_no_trace_of_done_jobs(queue: Queue, size: int) -> None:
+def test_vacuum_leaves_no_trace_of_done_jobs(queue: Queue, size: int, probe: Probe) -> None:
     """RFC-INV-06: after vacuum no key of any database names a vacuumed job (record, payload, lists,
     indexes); a failed job keeps its keys."""
     done = [queue.put("d" * size, partition_key="p") for _ in range(3)]
@@ -168,13 +163,13 @@ def test_vacuum_leaves_no_trace_of_done_jobs(queue: Queue, size: int) -> None:
         queue.get(0).ack(result="r" * size)
     failed = queue.put("f" * size, max_retries=0, partition_key="p")
     queue.get(0).nack("kept")
-    assert all(keys_naming(queue, j) for j in done)
+    assert all(probe(queue).places(j) for j in done)
 
     assert queue.vacuum(older_than=0) == 3
 
     for job_id in done:
-        assert keys_naming(queue, job_id) == []
-    assert keys_naming(queue, failed) != []
+        assert probe(queue).places(job_id) == []
+    assert probe(queue).places(failed) != []
     assert queue.verify() == []
 
 
@@ -225,10 +220,9 @@ def test_lifecycle_sum_never_exceeds_total(queue: Queue, clock: FakeClock) -> No
 
 @pytest.mark.contract
 @pytest.mark.rfc_st_03
-def test_lifecycle_invariant_holds_after_vacuum_and_reopen(tmp_path: Path, clock: FakeClock) -> None:
+def test_lifecycle_invariant_holds_after_vacuum_and_reopen(make_queue: Callable[..., Queue]) -> None:
     """RFC-ST-03: after vacuum and a reopen the counts still add up and total is unchanged."""
-    path = tmp_path / "store"
-    with open_queue(path, clock) as q:
+    with make_queue() as q:
         for i in range(10):
             q.put(i)
         for _ in range(6):
@@ -237,7 +231,7 @@ def test_lifecycle_invariant_holds_after_vacuum_and_reopen(tmp_path: Path, clock
         q.vacuum(older_than=0)
         before = q.stats()
     assert lifecycle_sum(before) == 4 and before["total"] == 10
-    with open_queue(path, clock) as q:
+    with make_queue() as q:
         after = q.stats()
         assert after == before
         assert lifecycle_sum(after) <= after["total"]
@@ -246,11 +240,10 @@ def test_lifecycle_invariant_holds_after_vacuum_and_reopen(tmp_path: Path, clock
 
 @pytest.mark.contract
 @pytest.mark.rfc_inv_01
-def test_total_counts_every_successful_put_across_restarts(tmp_path: Path, clock: FakeClock) -> None:
+def test_total_counts_every_successful_put_across_restarts(make_queue: Callable[..., Queue]) -> None:
     """RFC-INV-01: total == successful put()s + put_many() items ever, across reopens; refused puts and
     deletions do not change it."""
-    path = tmp_path / "store"
-    with open_queue(path, clock) as q:
+    with make_queue() as q:
         for i in range(5):
             q.put(i)
         q.put_many(["a", "b", "c"])
@@ -260,7 +253,7 @@ def test_total_counts_every_successful_put_across_restarts(tmp_path: Path, clock
         with pytest.raises(TypeError):
             q.put_many(["ok", object()])
         assert q.stats()["total"] == 8
-    with open_queue(path, clock) as q, open_queue(path, clock) as twin:
+    with make_queue() as q, make_queue() as twin:
         assert q.stats()["total"] == 8
         q.put("from q")
         twin.put("from twin")
@@ -269,7 +262,7 @@ def test_total_counts_every_successful_put_across_restarts(tmp_path: Path, clock
         q.vacuum(older_than=0)
         q.purge(State.PENDING)
         assert q.stats()["total"] == twin.stats()["total"] == 10
-    with open_queue(path, clock) as q:
+    with make_queue() as q:
         assert q.stats()["total"] == 10
         assert q.verify() == []
 
@@ -299,14 +292,14 @@ def test_lifecycle_sum_equals_total_until_something_is_deleted(queue: Queue, clo
 
 @pytest.mark.contract
 @pytest.mark.rfc_sh_01
-def test_close_is_idempotent(store_path: Path, clock: FakeClock) -> None:
+def test_close_is_idempotent(make_queue: Callable[..., Queue]) -> None:
     """RFC-SH-01: close() twice (and the context manager's close after it) is safe."""
-    with open_queue(store_path, clock, do_recover=True, do_vacuum=True) as q:
+    with make_queue(do_recover=True, do_vacuum=True) as q:
         q.put("x")
         q.close()
         q.close()
         assert q.closed
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         assert q.stats()["pending"] == 1
 
 
@@ -337,9 +330,9 @@ def _after_close_operations(q: Queue, record: Any) -> dict[str, Callable[[], Any
 
 @pytest.mark.contract
 @pytest.mark.rfc_sh_02
-def test_operations_after_close_raise_queue_closed(store_path: Path, clock: FakeClock) -> None:
+def test_operations_after_close_raise_queue_closed(make_queue: Callable[..., Queue]) -> None:
     """RFC-SH-02: every operation of a closed Queue, and of its records, raises QueueClosed."""
-    q = open_queue(store_path, clock)
+    q = make_queue()
     q.put("a")
     q.put("b")
     record = q.get(0)
@@ -348,16 +341,16 @@ def test_operations_after_close_raise_queue_closed(store_path: Path, clock: Fake
         with pytest.raises(QueueClosed):
             operation()
             pytest.fail(f"{name} did not raise")
-    with open_queue(store_path, clock) as again:  # nothing was changed by the refused calls
+    with make_queue() as again:  # nothing was changed by the refused calls
         stats = again.stats()
         assert (stats["pending"], stats["running"], stats["total"]) == (1, 1, 2)
 
 
 @pytest.mark.contract
 @pytest.mark.rfc_sh_02
-def test_close_wakes_a_blocked_get(store_path: Path, clock: FakeClock) -> None:
+def test_close_wakes_a_blocked_get(make_queue: Callable[..., Queue]) -> None:
     """RFC-SH-02: a get() blocked in another thread returns QueueClosed soon after close()."""
-    q = open_queue(store_path, clock)
+    q = make_queue()
     outcome: list[BaseException] = []
 
     def consume() -> None:
@@ -377,12 +370,16 @@ def test_close_wakes_a_blocked_get(store_path: Path, clock: FakeClock) -> None:
     assert len(outcome) == 1 and isinstance(outcome[0], QueueClosed)
 
 
+BACKGROUND: dict[str, Any] = {"do_recover": True, "do_vacuum": True, "retry_backoff": 1.0}
+"""A Queue's own defaults: with its background threads."""
+
+
 @pytest.mark.contract
 @pytest.mark.rfc_inv_07
-def test_repeated_close_never_raises(store_path: Path, clock: FakeClock) -> None:
+def test_repeated_close_never_raises(make_queue: Callable[..., Queue]) -> None:
     """RFC-INV-07: close() many times, on queues with background threads, in any order, never raises."""
-    first = Queue(store_path, clock=clock, recover_interval=0.01, vacuum_interval=0.01, sync_interval=0.01)
-    second = Queue(store_path, clock=clock, recover_interval=0.01)
+    first = make_queue(**BACKGROUND, recover_interval=0.01, vacuum_interval=0.01, sync_interval=0.01)
+    second = make_queue(**BACKGROUND, recover_interval=0.01)
     first.put("x")
     time.sleep(0.05)  # let the background threads run a round or two
     for _ in range(3):
@@ -391,7 +388,7 @@ def test_repeated_close_never_raises(store_path: Path, clock: FakeClock) -> None
     with first, second:
         pass
     assert first.closed and second.closed
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         assert q.stats()["pending"] == 1
 
 
@@ -400,13 +397,14 @@ def test_repeated_close_never_raises(store_path: Path, clock: FakeClock) -> None
 
 @pytest.mark.contract
 @pytest.mark.rule_shared_env
-def test_two_queues_on_one_path_share_environments(store_path: Path, clock: FakeClock) -> None:
+@pytest.mark.lmdb  # LMDB environments
+def test_two_queues_on_one_path_share_environments(make_queue: Callable[..., Queue]) -> None:
     """rule_shared_env: two Queues on one path in one process use the same LMDB environment per shard and
     see each other's writes at once."""
-    with open_queue(store_path, clock) as q1, open_queue(store_path, clock) as q2:
+    with make_queue() as q1, make_queue() as q2:
         assert q1.shard_count == q2.shard_count
-        for s1, s2 in zip(q1._shards, q2._shards, strict=True):
-            assert s1.env.env is s2.env.env
+        for env1, env2 in zip(LmdbProbe(q1).environments(), LmdbProbe(q2).environments(), strict=True):
+            assert env1 is env2
         job_id = q1.put("from q1")
         record = q2.get(0)
         assert record.job_id == job_id
@@ -419,10 +417,10 @@ def test_two_queues_on_one_path_share_environments(store_path: Path, clock: Fake
 @pytest.mark.rule_shared_env
 @pytest.mark.parametrize("close_first", ["q1", "q2"])
 def test_closing_one_queue_leaves_the_other_working(
-    store_path: Path, clock: FakeClock, close_first: str
+    close_first: str, make_queue: Callable[..., Queue]
 ) -> None:
     """rule_shared_env: closing one of two Queues on a path (twice, even) does not break the other."""
-    queues = {"q1": open_queue(store_path, clock), "q2": open_queue(store_path, clock)}
+    queues = {"q1": make_queue(), "q2": make_queue()}
     closed = queues.pop(close_first)
     (survivor,) = queues.values()
     try:
@@ -443,7 +441,7 @@ def test_closing_one_queue_leaves_the_other_working(
             closed.put("x")
     finally:
         survivor.close()
-    with open_queue(store_path, clock) as reopened:
+    with make_queue() as reopened:
         assert reopened.stats()["done"] == 2
 
 
@@ -452,6 +450,7 @@ def test_closing_one_queue_leaves_the_other_working(
 
 @pytest.mark.contract
 @pytest.mark.rule_store_meta
+@pytest.mark.lmdb  # shards and store.json
 def test_reopen_with_other_shard_count_is_refused(tmp_path: Path, clock: FakeClock) -> None:
     """rule_store_meta: another shards= raises StoreMismatch saying what to do; the store is untouched."""
     path = tmp_path / "store"
@@ -471,6 +470,7 @@ def test_reopen_with_other_shard_count_is_refused(tmp_path: Path, clock: FakeClo
 
 @pytest.mark.contract
 @pytest.mark.rule_store_meta
+@pytest.mark.lmdb  # shards and store.json
 def test_new_store_defaults_to_six_shards(tmp_path: Path, clock: FakeClock) -> None:
     """rule_store_meta: shards=None on a new path creates 6 shards; later opens read that count."""
     path = tmp_path / "store"
@@ -483,6 +483,7 @@ def test_new_store_defaults_to_six_shards(tmp_path: Path, clock: FakeClock) -> N
 
 @pytest.mark.contract
 @pytest.mark.rule_store_meta
+@pytest.mark.lmdb  # shards and store.json
 def test_store_json_with_another_layout_is_refused(tmp_path: Path, clock: FakeClock) -> None:
     """rule_store_meta: a store.json of another layout version raises StoreMismatch naming the layout."""
     path = tmp_path / "store"
@@ -501,6 +502,7 @@ def test_store_json_with_another_layout_is_refused(tmp_path: Path, clock: FakeCl
 @pytest.mark.contract
 @pytest.mark.rule_store_meta
 @pytest.mark.parametrize("content", ["not json at all", "{}", '{"layout": 1}', "[1, 2]"])
+@pytest.mark.lmdb  # shards and store.json
 def test_unreadable_store_json_is_refused(tmp_path: Path, clock: FakeClock, content: str) -> None:
     """rule_store_meta: a store.json that does not describe a store raises StoreMismatch, not a crash."""
     path = tmp_path / "store"
@@ -536,64 +538,49 @@ def _job_in_state(q: Queue, state: State, payload: Any = "x") -> int:
     return job_id
 
 
-# (database to damage, the state the job must be in for that database to mention it)
-DAMAGE = [
-    ("ready", State.PENDING),
-    ("sched", State.SCHEDULED),
-    ("lease", State.RUNNING),
-    ("done_at", State.DONE),
-    ("failed", State.FAILED),
-    ("jobs", State.PENDING),
-    ("payloads", State.PENDING),
+# (what to damage, the state the job must be in for that to exist)
+DAMAGE: list[tuple[Where, State]] = [
+    (State.PENDING, State.PENDING),
+    (State.SCHEDULED, State.SCHEDULED),
+    (State.RUNNING, State.RUNNING),
+    (State.DONE, State.DONE),
+    (State.FAILED, State.FAILED),
+    ("record", State.PENDING),
+    ("payload", State.PENDING),
 ]
 
 
 @pytest.mark.contract
 @pytest.mark.rule_verify
-@pytest.mark.parametrize(("db", "state"), DAMAGE, ids=[db for db, _ in DAMAGE])
-def test_verify_reports_a_deleted_entry(queue: Queue, db: str, state: State) -> None:
-    """rule_verify: deleting by hand the entry one database holds for a job makes verify() say so."""
-    job_id = _job_in_state(queue, state, payload="p" * 5000)  # large: it has an entry in "payloads"
-    shard = queue._shards[keys.shard_of(job_id)]
-    suffix = keys.id_key(job_id)
-    with shard.env.env.begin(write=True) as txn:
-        cursor = txn.cursor(db=shard.env.dbs[db])
-        doomed = [key for key in cursor.iternext(values=False) if key.endswith(suffix)]
-        assert len(doomed) == 1, doomed
-        txn.delete(doomed[0], db=shard.env.dbs[db])
+@pytest.mark.parametrize(("where", "state"), DAMAGE, ids=[str(where) for where, _ in DAMAGE])
+def test_verify_reports_a_deleted_entry(queue: Queue, probe: Probe, where: Where, state: State) -> None:
+    """rule_verify: deleting by hand what the store holds for a job (its state's index entry, its record,
+    its payload) makes verify() say so."""
+    job_id = _job_in_state(queue, state, payload="p" * 5000)  # large: it has a payload of its own
+    words = probe(queue).drop_entry(job_id, where)
 
     problems = queue.verify()
 
     assert problems != []
-    assert any(str(job_id) in p or db in p or doomed[0].hex() in p for p in problems), problems
+    assert any(str(job_id) in p or any(word in p for word in words) for p in problems), problems
 
 
 @pytest.mark.contract
 @pytest.mark.rule_verify
-@pytest.mark.parametrize("db", ["ready", "sched", "lease", "done_at", "failed"])
-def test_verify_reports_a_stray_entry(queue: Queue, db: str) -> None:
+@pytest.mark.parametrize("state", list(State))
+def test_verify_reports_a_stray_entry(queue: Queue, probe: Probe, state: State) -> None:
     """rule_verify: an index entry for a job that does not exist is reported."""
     job_id = queue.put("x")
     ghost = job_id + 256 * 1000  # same shard, never put
-    entry = {
-        "ready": keys.ready_key(b"default", 0, 1, ghost),
-        "sched": keys.time_key(1, ghost),
-        "lease": keys.time_key(1, ghost),
-        "done_at": keys.time_key(1, ghost),
-    }.get(db, keys.id_key(ghost))
-    shard = queue._shards[keys.shard_of(job_id)]
-    with shard.env.env.begin(write=True) as txn:
-        txn.put(entry, b"", db=shard.env.dbs[db])
+    probe(queue).stray_entry(ghost, state)
 
     assert queue.verify() != []
 
 
 @pytest.mark.contract
 @pytest.mark.rule_verify
-def test_verify_reports_a_job_in_two_states(queue: Queue) -> None:
+def test_verify_reports_a_job_in_two_states(queue: Queue, probe: Probe) -> None:
     """rule_verify: a job indexed as both pending and failed is reported."""
     job_id = queue.put("x")
-    shard = queue._shards[keys.shard_of(job_id)]
-    with shard.env.env.begin(write=True) as txn:
-        txn.put(keys.id_key(job_id), b"", db=shard.env.dbs["failed"])
+    probe(queue).stray_entry(job_id, State.FAILED)
     assert any(str(job_id) in p for p in queue.verify())
