@@ -44,7 +44,7 @@ from .jobspec import JobSpec
 from .keys import MAX_SHARDS, PRIORITY_MAX, shard_of
 from .ratelimit import Rate
 from .record import Record
-from .retry import backoff_delay
+from .retry import decide
 from .shard import CorruptedJobQuarantined, Listed, NewJobs, Recovered, Shard
 from .store import (
     CONTROL_DB_NAMES,
@@ -747,8 +747,10 @@ class Queue:
         job_id = record.job_id
         shard = self._shard(job_id)
         described = describe_error(error)
-        state = shard.fail(self._clock(), job_id, record._token, described, delay=delay, permanent=permanent,
-                           backoff=self._backoff, durable=self.sync)  # fmt: skip
+        now = self._clock()
+        retry_at = decide(record.retries + 1, record._max_retries, now, delay=delay, permanent=permanent,
+                          base=self.retry_backoff, cap=self.retry_backoff_max, rng=self._rng)  # fmt: skip
+        state = shard.fail(now, job_id, record._token, described, retry_at=retry_at, durable=self.sync)
         record.finished = True
         self._waker.notify(shard.index)
         self._flow.record_outcome(record.queue, record.name, False)
@@ -822,9 +824,6 @@ class Queue:
         event = JOB_FAILED if state is State.FAILED else JOB_RETRIED
         if self.events.listening(event):
             self.events.emit(event, job_id=job_id, queue=queue, name=name, error=error, state=state)
-
-    def _backoff(self, retries: int) -> float:
-        return backoff_delay(retries, self.retry_backoff, self.retry_backoff_max, rng=self._rng)
 
     # ------------------------------------------------------------------ reads
 

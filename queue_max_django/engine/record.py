@@ -35,6 +35,7 @@ class Record:
     """One claimed job. Completion goes through the record only: ``ack``, ``nack``, ``release``."""
 
     __slots__ = (
+        "_max_retries",
         "_owner",
         "_token",
         "attempts",
@@ -55,6 +56,7 @@ class Record:
         record = claimed.record
         self._owner = owner
         self._token: bytes = record[codec.F_TOKEN]
+        self._max_retries: int = record[codec.F_MAX_RETRIES]  # for the owner's retry decision
         self.job_id: int = claimed.job_id
         self.payload: Any = claimed.payload  # decoded inside the claim transaction
         self.retries: int = record[codec.F_RETRIES]

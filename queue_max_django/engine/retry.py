@@ -1,4 +1,5 @@
-"""Retry backoff: one pure function, testable exactly with a seeded random source."""
+"""Retry backoff and the retry decision: pure functions, testable exactly with a seeded random source. The
+store applies a decision; it never decides (so that a store is given a time, not a policy)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,23 @@ def backoff_delay(
     raw = base * 2.0 ** min(exponent, 64)
     factor = (rng or _random).uniform(1.0 - jitter, 1.0 + jitter)
     return min(raw * factor, cap)
+
+
+def decide(
+    retries: int,
+    max_retries: int,
+    now: float,
+    *,
+    delay: float | None = None,
+    permanent: bool = False,
+    base: float = 0.0,
+    cap: float = 3600.0,
+    rng: _Uniform | None = None,
+) -> float | None:
+    """When a job runs again after its ``retries``-th failed attempt (1 for the first): unix seconds (``now``
+    itself for at once), or None for a dead letter. Dead when ``permanent`` or once ``retries`` exceeds
+    ``max_retries``; else after ``delay`` seconds if given, or ``backoff_delay(retries, base, cap)``."""
+    if permanent or retries > max_retries:
+        return None
+    wait = backoff_delay(retries, base, cap, rng=rng) if delay is None else delay
+    return now + wait if wait > 0 else now

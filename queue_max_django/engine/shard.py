@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -60,6 +60,7 @@ from .keys import (
     time_key,
     time_key_parts,
 )
+from .retry import decide
 from .store import Env, put_reserve
 
 PENDING = STATE_CODE[State.PENDING]
@@ -1033,16 +1034,16 @@ class Shard:
         token: bytes | None,
         error: tuple[str | None, str | None, str | None],
         *,
-        delay: float | None,
-        permanent: bool,
-        backoff: Callable[[int], float],
+        retry_at: float | None,
         durable: bool,
     ) -> State:
-        """A failed attempt: retries + 1, then scheduled retry, immediate retry, or failed (dead letter)."""
+        """A failed attempt: retries + 1, then pending again at ``retry_at`` (scheduled until then if it is
+        after ``now``), or failed (a dead letter) when ``retry_at`` is None: the caller decided
+        (``retry.decide``, on the retries this token's claim read; the token proves they are current)."""
 
         def txn_fn(txn: Any) -> State:
             record = self._held(txn, job_id, token)  # type: ignore[arg-type]
-            return self._fail_record(txn, job_id, record, now, error, delay, permanent, backoff)
+            return self._fail_record(txn, job_id, record, now, error, retry_at)
 
         return self.env.write(txn_fn, durable=durable)
 
@@ -1053,9 +1054,7 @@ class Shard:
         record: list[Any],
         now: float,
         error: tuple[str | None, str | None, str | None],
-        delay: float | None,
-        permanent: bool,
-        backoff: Callable[[int], float],
+        retry_at: float | None,
     ) -> State:
         now_us = micros(now)
         self._unindex(txn, job_id, record)
@@ -1067,17 +1066,15 @@ class Shard:
         record[F_ERRORS] = history[-HISTORY_MAX:]
         record[F_TOKEN] = None
         record[F_LEASE_UNTIL] = None
-        if permanent or retries > record[F_MAX_RETRIES]:
+        if retry_at is None:
             record[F_STATE] = FAILED
             record[F_FINISHED_AT] = now_us
+        elif retry_at > now:
+            record[F_STATE] = SCHEDULED
+            record[F_READY_AT] = micros(retry_at)
         else:
-            wait = backoff(retries) if delay is None else delay
-            if wait > 0:
-                record[F_STATE] = SCHEDULED
-                record[F_READY_AT] = micros(now + wait)
-            else:
-                record[F_STATE] = PENDING
-                record[F_READY_AT] = now_us
+            record[F_STATE] = PENDING
+            record[F_READY_AT] = now_us
         self._index(txn, job_id, record)
         self._store(txn, job_id, record)
         new_state: State = STATES[record[F_STATE]]
@@ -1135,7 +1132,7 @@ class Shard:
                     self._store(txn, job_id, record)
                     recovered.append(Recovered(job_id, record[F_QUEUE], record[F_NAME], State.PENDING, False))
                     continue
-                state = self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
+                state = self._fail_record(txn, job_id, record, now, error, _at_once(record, now))
                 recovered.append(Recovered(job_id, record[F_QUEUE], record[F_NAME], state))
             return recovered
 
@@ -1183,7 +1180,7 @@ class Shard:
             recovered = []
             for job_id, record in orphans:
                 record[F_LEASE_UNTIL] = None
-                state = self._fail_record(txn, job_id, record, now, error, 0.0, False, _no_backoff)
+                state = self._fail_record(txn, job_id, record, now, error, _at_once(record, now))
                 recovered.append(Recovered(job_id, record[F_QUEUE], record[F_NAME], state))
             if unreadable:
                 self._drop_entries(txn, set(unreadable))  # one scan of the indexes for them all
@@ -1713,5 +1710,7 @@ def _entries(txn: Any, db: Any) -> int:
     return int(txn.stat(db)["entries"])
 
 
-def _no_backoff(_retries: int) -> float:
-    return 0.0
+def _at_once(record: list[Any], now: float) -> float | None:
+    """Recovery's decision for a lost lease (a failed attempt): run again at once, or a dead letter when this
+    was the last attempt."""
+    return decide(record[F_RETRIES] + 1, record[F_MAX_RETRIES], now)

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from queue_max_django.engine import backoff_delay
+from queue_max_django.engine.retry import decide
 
 pytestmark = [pytest.mark.contract, pytest.mark.rule_backoff]
 
@@ -123,3 +124,17 @@ def test_without_rng_uses_module_random_within_bounds() -> None:
     delays = [backoff_delay(2, 1.0) for _ in range(200)]
     assert all(1.6 <= d <= 2.4 for d in delays)
     assert len(set(delays)) > 1
+
+
+def test_decide_is_the_retry_rule_of_design_md() -> None:
+    """rule_backoff: a job fails for good on the nack that makes retries exceed max_retries (or at once when
+    permanent); otherwise it runs again after the delay given, or the backoff, or at once with base 0."""
+    now = 1_000.0
+    assert decide(1, 0, now) is None  # max_retries 0: one attempt only
+    assert decide(4, 3, now) is None and decide(3, 3, now) == now
+    assert decide(1, 5, now, permanent=True) is None
+    assert decide(1, 5, now, delay=7.5) == now + 7.5
+    assert decide(1, 5, now, delay=0) == now
+    seeded, again = random.Random(3), random.Random(3)
+    assert decide(3, 5, now, base=2.0, rng=seeded) == now + backoff_delay(3, 2.0, rng=again)
+    assert decide(30, 50, now, base=2.0, cap=10.0, rng=seeded) == now + 10.0
