@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,11 @@ from queue_max_django.engine import (
     Record,
     State,
 )
-from tests.engine.conftest import FakeClock, dump_store, open_queue
+from tests.engine.conftest import FakeClock, open_queue
+from tests.engine.probes import LmdbProbe, StoreProbe
 from tests.engine.procs import CHILD_TIMEOUT, Children, Log, kill, read_lines, wait_for
+
+Probe = Callable[[Queue], StoreProbe]
 
 
 def pending_by_shard(q: Queue) -> dict[int, list[Job]]:
@@ -54,10 +58,10 @@ def state_of(q: Queue, job_id: int) -> State:
 
 @pytest.mark.rule_fifo
 def test_get_many_claims_the_next_jobs_of_one_shard_in_claim_order(
-    store_path: Path, clock: FakeClock
+    clock: FakeClock, make_queue: Callable[..., Queue]
 ) -> None:
     """rule_fifo: get_many(n) returns the first n jobs of the shard in put order, each running on disk."""
-    with open_queue(store_path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         ids = q.put_many([{"n": n} for n in range(10)])
         batch = q.get_many(4, timeout=0)
         assert [r.job_id for r in batch] == ids[:4]
@@ -73,9 +77,11 @@ def test_get_many_claims_the_next_jobs_of_one_shard_in_claim_order(
 
 
 @pytest.mark.rule_priority
-def test_get_many_takes_higher_priorities_first_within_the_shard(store_path: Path, clock: FakeClock) -> None:
+def test_get_many_takes_higher_priorities_first_within_the_shard(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """rule_priority, rule_fifo: inside one shard a batch goes by priority, then FIFO."""
-    with open_queue(store_path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         low = q.put_many(["low"] * 3, priority=-5)
         high = q.put_many(["high"] * 2, priority=7)
         mid = q.put_many(["mid"] * 2, priority=0)
@@ -85,14 +91,15 @@ def test_get_many_takes_higher_priorities_first_within_the_shard(store_path: Pat
 
 
 @pytest.mark.rule_priority
+@pytest.mark.lmdb  # several shards
 def test_get_many_never_takes_a_job_below_a_priority_another_shard_holds(
-    store_path: Path, clock: FakeClock
+    clock: FakeClock, make_queue: Callable[..., Queue]
 ) -> None:
     """rule_priority: with jobs of several priorities spread over the shards, every batch comes from one
     shard, is that shard's next jobs in claim order, and holds no job below the best priority waiting in any
     other shard at the time of the claim. In the end every job was claimed exactly once."""
     rng = random.Random(7)
-    with open_queue(store_path, clock, shards=4) as q:
+    with make_queue(shards=4) as q:
         put: set[int] = set()
         for _ in range(24):
             shard = rng.randrange(4)
@@ -125,10 +132,13 @@ def test_get_many_never_takes_a_job_below_a_priority_another_shard_holds(
 
 
 @pytest.mark.rule_priority
-def test_get_many_stops_at_the_priority_of_the_other_shards(store_path: Path, clock: FakeClock) -> None:
+@pytest.mark.lmdb  # several shards
+def test_get_many_stops_at_the_priority_of_the_other_shards(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """rule_priority: a shard holding 5, 5, 1 next to a shard holding 3 gives [5, 5] only (the 1 waits for
     the 3), then the 3, then the 1."""
-    with open_queue(store_path, clock, shards=2) as q:
+    with make_queue(shards=2) as q:
         fives = q.put_many_to_shard(0, ["a", "b"], priority=5)
         one = q.put_many_to_shard(0, ["c"], priority=1)
         three = q.put_many_to_shard(1, ["d"], priority=3)
@@ -138,9 +148,9 @@ def test_get_many_stops_at_the_priority_of_the_other_shards(store_path: Path, cl
 
 
 @pytest.mark.rule_named_queues
-def test_get_many_serves_only_the_named_queues(store_path: Path, clock: FakeClock) -> None:
+def test_get_many_serves_only_the_named_queues(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
     """rule_named_queues: get_many(queues=[...]) never takes a job of another queue."""
-    with open_queue(store_path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         mail = q.put_many(["m"] * 3, queue="mail")
         q.put_many(["r"] * 3, queue="reports", priority=9)
         batch = q.get_many(10, timeout=0, queues=["mail"])
@@ -149,18 +159,22 @@ def test_get_many_serves_only_the_named_queues(store_path: Path, clock: FakeCloc
         assert q.queue_counts()["reports"]["pending"] == 3
 
 
-def test_get_many_with_a_rate_limit_returns_one_job(store_path: Path, clock: FakeClock) -> None:
+def test_get_many_with_a_rate_limit_returns_one_job(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """flow: with a rate limit set, jobs are admitted one by one, so get_many returns one."""
-    with open_queue(store_path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         q.put_many(["x"] * 5)
         q.set_rate_limit("*", "1000/s")
         assert len(q.get_many(5, timeout=0)) == 1
         assert q.stats()["running"] == 1
 
 
-def test_get_many_with_a_circuit_breaker_returns_one_job(store_path: Path, clock: FakeClock) -> None:
+def test_get_many_with_a_circuit_breaker_returns_one_job(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """flow: with a circuit breaker set (closed), get_many still returns one job at a time."""
-    with open_queue(store_path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         q.put_many(["x"] * 5)
         q.set_circuit_breaker("queue:default", threshold=3, recovery_timeout=10)
         assert len(q.get_many(5, timeout=0)) == 1
@@ -168,9 +182,11 @@ def test_get_many_with_a_circuit_breaker_returns_one_job(store_path: Path, clock
         assert len(q.get_many(5, timeout=0)) == 4
 
 
-def test_get_many_raises_queue_empty_after_its_timeout(store_path: Path, clock: FakeClock) -> None:
+def test_get_many_raises_queue_empty_after_its_timeout(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """get_many waits like get(): QueueEmpty once the timeout passed with nothing to claim."""
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         start = time.monotonic()
         with pytest.raises(QueueEmpty):
             q.get_many(3, timeout=0.1)
@@ -182,21 +198,23 @@ def test_get_many_raises_queue_empty_after_its_timeout(store_path: Path, clock: 
 
 @pytest.mark.inv_7
 @pytest.mark.parametrize("limit", [0, -1, 1.5, "3", None, True])
-def test_get_many_refuses_a_bad_limit(store_path: Path, clock: FakeClock, limit: Any) -> None:
+def test_get_many_refuses_a_bad_limit(
+    clock: FakeClock, limit: Any, probe: Probe, make_queue: Callable[..., Queue]
+) -> None:
     """inv_7: a limit that is not an int >= 1 raises InvalidJob and claims nothing."""
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         q.put("x")
-        before = dump_store(q)
+        before = probe(q).snapshot()
         with pytest.raises(InvalidJob):
             q.get_many(limit, timeout=0)
-        assert dump_store(q) == before
+        assert probe(q).snapshot() == before
         with pytest.raises(InvalidJob):
             q.get_many(2, timeout=-1)
 
 
-def test_get_many_emits_job_started_for_each_job(store_path: Path, clock: FakeClock) -> None:
+def test_get_many_emits_job_started_for_each_job(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
     """flow_events: one JOB_STARTED per claimed job, with its attempt."""
-    with open_queue(store_path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         ids = q.put_many(["x"] * 3)
         started: list[dict[str, Any]] = []
         q.events.on(JOB_STARTED, lambda **fields: started.append(fields))
@@ -206,10 +224,10 @@ def test_get_many_emits_job_started_for_each_job(store_path: Path, clock: FakeCl
 
 
 @pytest.mark.rule_completion
-def test_each_record_of_a_batch_has_its_own_lease(store_path: Path, clock: FakeClock) -> None:
+def test_each_record_of_a_batch_has_its_own_lease(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
     """rule_completion, inv_2: the records of one batch are completed one by one, each through its own
     token: ack, nack, release and touch each act on their job only."""
-    with open_queue(store_path, clock, shards=1, lease_time=10, max_retries=2) as q:
+    with make_queue(shards=1, lease_time=10, max_retries=2) as q:
         ids = q.put_many([0, 1, 2, 3])
         a, b, c, d = q.get_many(4, timeout=0)
         assert {r.lease_until for r in (a, b, c, d)} == {clock.now + 10}
@@ -238,10 +256,12 @@ def test_each_record_of_a_batch_has_its_own_lease(store_path: Path, clock: FakeC
 
 
 @pytest.mark.inv_2
-def test_expired_leases_of_a_batch_are_all_recovered(store_path: Path, clock: FakeClock) -> None:
+def test_expired_leases_of_a_batch_are_all_recovered(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """inv_2: the jobs of a batch whose holder went silent all come back at recovery, uncharged (the holder
     ran at most one of them: tests/engine/test_poison_isolation.py), and the old records cannot complete."""
-    with open_queue(store_path, clock, shards=1, lease_time=5) as q:
+    with make_queue(shards=1, lease_time=5) as q:
         ids = q.put_many(["x"] * 6)
         batch = q.get_many(6, timeout=0)
         clock.advance(4.9)
@@ -313,9 +333,10 @@ def test_killed_holder_of_a_batch_loses_every_job_of_it(
 
 
 @pytest.mark.rule_results
-def test_ack_many_stores_every_result(store_path: Path, clock: FakeClock) -> None:
+@pytest.mark.lmdb  # several shards
+def test_ack_many_stores_every_result(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
     """rule_results: each result of ack_many is readable through job(), across shards, after reopening."""
-    with open_queue(store_path, clock, shards=3) as q:
+    with make_queue(shards=3) as q:
         for shard in range(3):
             q.put_many_to_shard(shard, [shard] * 3)
         records: list[Record] = []
@@ -324,7 +345,7 @@ def test_ack_many_stores_every_result(store_path: Path, clock: FakeClock) -> Non
         clock.advance(2)
         assert q.ack_many([(r, {"double": r.payload * 2, "id": r.job_id}) for r in records]) == {}
         assert all(r.finished for r in records)
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         for r in records:
             job = q.job(r.job_id)
             assert job is not None and job.state is State.DONE
@@ -334,24 +355,29 @@ def test_ack_many_stores_every_result(store_path: Path, clock: FakeClock) -> Non
         assert q.verify() == []
 
 
-def test_ack_many_writes_one_transaction_per_shard(store_path: Path, clock: FakeClock) -> None:
+@pytest.mark.lmdb  # several shards
+def test_ack_many_writes_one_transaction_per_shard(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """ack_many commits once per shard it touches, not once per record."""
-    with open_queue(store_path, clock, shards=2) as q:
+    with make_queue(shards=2) as q:
         q.put_many_to_shard(0, ["a"] * 4)
         q.put_many_to_shard(1, ["b"] * 4)
         records = q.get_many(4, timeout=0) + q.get_many(4, timeout=0)
         assert {r.job_id & 0xFF for r in records} == {0, 1}
-        before = [shard.env.last_txnid() for shard in q._shards]
+        before = LmdbProbe(q).last_txnids()
         assert q.ack_many([(r, None) for r in records]) == {}
-        after = [shard.env.last_txnid() for shard in q._shards]
+        after = LmdbProbe(q).last_txnids()
         assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1]
 
 
 @pytest.mark.rfc_rec_01
-def test_ack_many_skips_a_record_whose_job_was_claimed_again(store_path: Path, clock: FakeClock) -> None:
+def test_ack_many_skips_a_record_whose_job_was_claimed_again(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """rfc_rec_01: a record whose lease expired, was recovered and claimed by someone else is skipped (and
     reported); the other records of the call still complete; the new holder keeps its job."""
-    with open_queue(store_path, clock, shards=1, lease_time=10) as q:
+    with make_queue(shards=1, lease_time=10) as q:
         ids = q.put_many([0, 1, 2])
         stale, fresh_1, fresh_2 = q.get_many(3, timeout=0)
         clock.advance(5)
@@ -376,10 +402,12 @@ def test_ack_many_skips_a_record_whose_job_was_claimed_again(store_path: Path, c
 
 
 @pytest.mark.rfc_id_01
-def test_ack_many_skips_an_already_finished_record(store_path: Path, clock: FakeClock) -> None:
+def test_ack_many_skips_an_already_finished_record(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """rfc_id_01: a record already acked, nacked or released is skipped and reported; nothing about its
     job changes; the others complete."""
-    with open_queue(store_path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         ids = q.put_many([0, 1, 2, 3])
         acked, nacked, released, good = q.get_many(4, timeout=0)
         acked.ack("first")
@@ -395,9 +423,9 @@ def test_ack_many_skips_an_already_finished_record(store_path: Path, clock: Fake
 
 
 @pytest.mark.rfc_id_02
-def test_ack_many_skips_a_job_that_is_gone(store_path: Path, clock: FakeClock) -> None:
+def test_ack_many_skips_a_job_that_is_gone(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
     """rfc_id_02: a record whose job was recovered to the dead letters and purged is skipped too."""
-    with open_queue(store_path, clock, shards=1, lease_time=1, max_retries=0) as q:
+    with make_queue(shards=1, lease_time=1, max_retries=0) as q:
         gone_id, kept_id = q.put_many([0, 1])
         gone, kept = q.get(timeout=0), q.get(timeout=0)  # each alone: an expired lease is charged
         clock.advance(2)
@@ -416,45 +444,51 @@ def test_ack_many_skips_a_job_that_is_gone(store_path: Path, clock: FakeClock) -
         (b"x" * 5000, PayloadTooLarge),
     ],
 )
+@pytest.mark.lmdb  # several shards
 def test_ack_many_refuses_a_bad_result_before_writing_anything(
-    store_path: Path, clock: FakeClock, bad: Any, error: type[Exception]
+    clock: FakeClock, bad: Any, error: type[Exception], probe: Probe, make_queue: Callable[..., Queue]
 ) -> None:
     """inv_7: one unencodable (or too large) result among many raises before anything is written: every
     job of the call is still running, on disk, and the records can still be acked."""
-    with open_queue(store_path, clock, shards=2, max_payload_bytes=4096) as q:
+    with make_queue(shards=2, max_payload_bytes=4096) as q:
         q.put_many_to_shard(0, ["a"] * 3)
         q.put_many_to_shard(1, ["b"] * 3)
         records = q.get_many(3, timeout=0) + q.get_many(3, timeout=0)
-        before = dump_store(q)
+        before = probe(q).snapshot()
         with pytest.raises(error):
             q.ack_many([(r, "fine") for r in records[:4]] + [(records[4], bad), (records[5], "fine")])
-        assert dump_store(q) == before
+        assert probe(q).snapshot() == before
         assert not any(r.finished for r in records)
         assert q.ack_many([(r, "fine") for r in records]) == {}
         assert q.stats()["done"] == 6
 
 
 @pytest.mark.inv_7
-def test_ack_many_refuses_a_job_listed_twice(store_path: Path, clock: FakeClock) -> None:
+def test_ack_many_refuses_a_job_listed_twice(
+    clock: FakeClock, probe: Probe, make_queue: Callable[..., Queue]
+) -> None:
     """inv_7: the same job twice in one call is a mistake: InvalidJob, nothing written (before the fix it
     was acked with the first result while reported as skipped, and its record never marked finished)."""
-    with open_queue(store_path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         q.put_many([0, 1])
         first, second = q.get_many(2, timeout=0)
-        before = dump_store(q)
+        before = probe(q).snapshot()
         with pytest.raises(InvalidJob, match="twice"):
             q.ack_many([(first, 1), (second, 2), (first, 3)])
-        assert dump_store(q) == before
+        assert probe(q).snapshot() == before
         assert q.ack_many([(first, 1), (second, 2)]) == {}
         job = q.job(first.job_id)
         assert job is not None and job.result == 1
 
 
 @pytest.mark.flow_events
-def test_ack_many_emits_job_succeeded_once_per_acked_job(store_path: Path, clock: FakeClock) -> None:
+@pytest.mark.lmdb  # several shards
+def test_ack_many_emits_job_succeeded_once_per_acked_job(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """flow_events: JOB_SUCCEEDED once for each job ack_many completed, with its result; none for the
     skipped ones."""
-    with open_queue(store_path, clock, shards=2, lease_time=10) as q:
+    with make_queue(shards=2, lease_time=10) as q:
         q.put_many_to_shard(0, ["a"] * 2)
         q.put_many_to_shard(1, ["b"] * 2)
         records = q.get_many(2, timeout=0) + q.get_many(2, timeout=0)
@@ -471,9 +505,9 @@ def test_ack_many_emits_job_succeeded_once_per_acked_job(store_path: Path, clock
         assert len(succeeded) == 4
 
 
-def test_ack_many_feeds_the_circuit_breaker(store_path: Path, clock: FakeClock) -> None:
+def test_ack_many_feeds_the_circuit_breaker(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
     """flow_breaker: an acked batch counts as successes, as single acks do: a half-open breaker closes."""
-    with open_queue(store_path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         q.set_circuit_breaker("queue:default", threshold=1, recovery_timeout=5)
         q.put_many(["x"] * 3)
         q.get(timeout=0).nack("boom")
