@@ -4,15 +4,17 @@ known to be exact (a store from before them, a quarantined record whose queue co
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, State, keys
+from queue_max_django.engine import Queue, QueueCorrupted, State
 from queue_max_django.engine.shard import _QUEUE_COUNTS_KEY
-from tests.engine.conftest import FakeClock, open_queue
-from tests.faults.corrupt import garbage_record
+from tests.engine.conftest import FakeClock
+from tests.engine.probes import StoreProbe
+
+Probe = Callable[[Queue], StoreProbe]
 
 
 def counted(q: Queue) -> dict[str, dict[str, int]]:
@@ -31,8 +33,8 @@ def counted(q: Queue) -> dict[str, dict[str, int]]:
     return dict(sorted(out.items()))
 
 
-def test_every_state_change_keeps_the_counts(store_path: Path, clock: FakeClock) -> None:
-    with open_queue(store_path, clock, shards=2, lease_time=5, max_retries=1) as q:
+def test_every_state_change_keeps_the_counts(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
+    with make_queue(shards=2, lease_time=5, max_retries=1) as q:
         assert q.queue_counts() == {}
         ids = q.put_many(["a"] * 5, queue="mail")
         q.put_many(["b"] * 3, queue="mail", delay=10)
@@ -62,27 +64,28 @@ def test_every_state_change_keeps_the_counts(store_path: Path, clock: FakeClock)
         assert ids
 
 
-def test_the_counts_are_read_without_a_walk(store_path: Path, clock: FakeClock) -> None:
+def test_the_counts_are_read_without_a_walk(
+    clock: FakeClock, probe: Probe, make_queue: Callable[..., Queue]
+) -> None:
     """O(queues): the answer comes from the counters alone; a record changed behind the engine's back is
     not even read (verify() says the counters disagree with it)."""
-    with open_queue(store_path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         q.put_many(["x"] * 1000, queue="bulk")
         assert q.queue_counts() == {"bulk": {"pending": 1000, "scheduled": 0, "running": 0}}
-        shard = q._shards[0]
-        with shard.env.env.begin(write=True) as txn:  # one job vanishes without its counters knowing
-            cursor = txn.cursor(db=shard.ready)
-            assert cursor.first()
-            job_id = keys.id_from_key(cursor.key()[-8:])
-            cursor.delete()
-            txn.delete(keys.id_key(job_id), db=shard.jobs)
+        job_id = q.jobs(State.PENDING, limit=1)[0].job_id  # one job vanishes without its counters knowing
+        probe(q).drop_entry(job_id, State.PENDING)
+        probe(q).drop_entry(job_id, "record")
         assert q.queue_counts()["bulk"]["pending"] == 1000
         assert any("counts of queue 'bulk'" in problem for problem in q.verify())
 
 
-def test_a_store_without_counters_rebuilds_them_once(store_path: Path, clock: FakeClock) -> None:
+@pytest.mark.lmdb  # where LMDB keeps its counters
+def test_a_store_without_counters_rebuilds_them_once(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """A store written before the counters existed (no counter keys at all) gets them on the first
     queue_counts(), exact, and keeps them from then on."""
-    with open_queue(store_path, clock, shards=2, lease_time=5) as q:
+    with make_queue(shards=2, lease_time=5) as q:
         q.put_many(["x"] * 10, queue="a")
         q.put_many(["y"] * 4, queue="b", delay=60)
         q.get_many(3, timeout=0, queues=["a"])
@@ -105,14 +108,14 @@ def test_a_store_without_counters_rebuilds_them_once(store_path: Path, clock: Fa
 
 @pytest.mark.parametrize("state", ["scheduled", "running"])
 def test_a_record_whose_queue_cannot_be_read_makes_the_counts_rebuild(
-    store_path: Path, clock: FakeClock, state: str
+    clock: FakeClock, state: str, probe: Probe, make_queue: Callable[..., Queue]
 ) -> None:
-    with open_queue(store_path, clock, shards=1, lease_time=5) as q:
+    with make_queue(shards=1, lease_time=5) as q:
         q.put_many(["x"] * 3, queue="a")
         bad = q.put("bad", queue="b", delay=5 if state == "scheduled" else None)
         if state == "running":
             q.claim(bad)
-        garbage_record(q, bad)
+        probe(q).break_record(bad, "garbage-record")
         clock.advance(6)  # due, or its lease expired
         if state == "scheduled":
             q.promote()
@@ -124,11 +127,13 @@ def test_a_record_whose_queue_cannot_be_read_makes_the_counts_rebuild(
         assert q.verify() == []
 
 
-def test_a_claim_that_quarantines_keeps_the_counts(store_path: Path, clock: FakeClock) -> None:
-    with open_queue(store_path, clock, shards=1) as q:
+def test_a_claim_that_quarantines_keeps_the_counts(
+    clock: FakeClock, probe: Probe, make_queue: Callable[..., Queue]
+) -> None:
+    with make_queue(shards=1) as q:
         bad = q.put("bad", priority=5)
         q.put_many(["x"] * 2)
-        garbage_record(q, bad)
+        probe(q).break_record(bad, "garbage-record")
         with pytest.raises(QueueCorrupted):
             q.get(timeout=0)
         assert q.queue_counts() == {"default": {"pending": 2, "scheduled": 0, "running": 0}} == counted(q)
