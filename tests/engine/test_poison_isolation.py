@@ -9,20 +9,23 @@ after ``max_retries + 1`` charged attempts, and no healthy job of its batches is
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from queue_max_django.engine import QueueEmpty, State, codec
-from tests.engine.conftest import FakeClock, open_queue
+from queue_max_django.engine import Queue, QueueEmpty, State
+from tests.engine.conftest import FakeClock
+from tests.engine.probes import StoreProbe
+
+Probe = Callable[[Queue], StoreProbe]
 
 LEASE = 5.0
 
 
 def test_a_batch_whose_lease_expired_comes_back_uncharged_in_its_place(
-    store_path: Path, clock: FakeClock
+    clock: FakeClock, make_queue: Callable[..., Queue]
 ) -> None:
-    with open_queue(store_path, clock, shards=1, lease_time=LEASE) as q:
+    with make_queue(shards=1, lease_time=LEASE) as q:
         ids = q.put_many(list(range(6)))
         later = q.put("later")
         assert [r.job_id for r in q.get_many(6, timeout=0)] == ids
@@ -37,9 +40,9 @@ def test_a_batch_whose_lease_expired_comes_back_uncharged_in_its_place(
 
 
 def test_a_job_back_from_a_batch_is_claimed_alone_then_batches_resume(
-    store_path: Path, clock: FakeClock
+    clock: FakeClock, make_queue: Callable[..., Queue]
 ) -> None:
-    with open_queue(store_path, clock, shards=1, lease_time=LEASE) as q:
+    with make_queue(shards=1, lease_time=LEASE) as q:
         ids = q.put_many(list(range(4)))
         fresh = q.put_many(list(range(4, 8)))
         q.get_many(4, timeout=0)
@@ -50,8 +53,10 @@ def test_a_job_back_from_a_batch_is_claimed_alone_then_batches_resume(
         assert [r.job_id for r in q.get_many(64, timeout=0)] == fresh  # the others in a batch again
 
 
-def test_a_batch_stops_before_a_job_that_must_be_claimed_alone(store_path: Path, clock: FakeClock) -> None:
-    with open_queue(store_path, clock, shards=1, lease_time=LEASE) as q:
+def test_a_batch_stops_before_a_job_that_must_be_claimed_alone(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
+    with make_queue(shards=1, lease_time=LEASE) as q:
         first = q.put("first", priority=1)
         suspect = q.put("suspect")
         q.get_many(2, timeout=0)  # claims both: a batch
@@ -64,9 +69,11 @@ def test_a_batch_stops_before_a_job_that_must_be_claimed_alone(store_path: Path,
         assert q.job(first) is not None
 
 
-def test_an_expired_lease_of_a_job_claimed_alone_is_charged(store_path: Path, clock: FakeClock) -> None:
+def test_an_expired_lease_of_a_job_claimed_alone_is_charged(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
     """DESIGN: a lease that expires counts as a failed attempt: for a job claimed alone, as before."""
-    with open_queue(store_path, clock, shards=1, lease_time=LEASE, max_retries=1) as q:
+    with make_queue(shards=1, lease_time=LEASE, max_retries=1) as q:
         job_id = q.put("x")
         for expected in (State.PENDING, State.FAILED):
             assert q.get_many(8, timeout=0)[0].job_id == job_id
@@ -79,34 +86,35 @@ def test_an_expired_lease_of_a_job_claimed_alone_is_charged(store_path: Path, cl
             q.get(timeout=0)
 
 
-def test_the_claim_mode_is_stored_in_the_record(store_path: Path, clock: FakeClock) -> None:
+def test_the_claim_mode_is_stored_in_the_record(
+    clock: FakeClock, probe: Probe, make_queue: Callable[..., Queue]
+) -> None:
     """What recovery decides from is on disk: a batch's records say CLAIM_BATCH, a lone claim's do not."""
-    with open_queue(store_path, clock, shards=1, lease_time=LEASE) as q:
+    with make_queue(shards=1, lease_time=LEASE) as q:
         pair = q.put_many(["a", "b"])
         lone = q.put("c")
         q.get_many(2, timeout=0)
         q.get_many(5, timeout=0)
 
         def claim_mode(job_id: int) -> object:
-            shard = q._shards[0]
-            with shard.env.env.begin() as txn:
-                raw = txn.get(job_id.to_bytes(8, "big"), db=shard.jobs)
-            return codec.unpack_record(raw, job_id)[codec.F_CLAIM]
+            stored = probe(q).stored(job_id)
+            assert stored is not None
+            return stored.claim
 
-        assert [claim_mode(j) for j in pair] == [codec.CLAIM_BATCH, codec.CLAIM_BATCH]
+        assert [claim_mode(j) for j in pair] == ["batch", "batch"]
         assert claim_mode(lone) is None
         clock.advance(LEASE + 0.1)
         q.recover()
-        assert {claim_mode(j) for j in [*pair, lone]} == {codec.CLAIM_ALONE_NEXT}
+        assert {claim_mode(j) for j in [*pair, lone]} == {"alone-next"}
 
 
 @pytest.mark.parametrize("max_retries", [0, 3])
 def test_a_poison_job_is_dead_lettered_and_charges_no_healthy_job(
-    store_path: Path, clock: FakeClock, max_retries: int
+    clock: FakeClock, max_retries: int, make_queue: Callable[..., Queue]
 ) -> None:
     """A worker that claims batches of 64 and dies whenever it starts the poison job: the poison job ends
     failed after max_retries + 1 charged attempts; every healthy job is done, none charged an attempt."""
-    with open_queue(store_path, clock, shards=1, lease_time=LEASE, max_retries=max_retries) as q:
+    with make_queue(shards=1, lease_time=LEASE, max_retries=max_retries) as q:
         healthy = q.put_many(list(range(150)))
         poison = q.put("poison")
         healthy += q.put_many(list(range(150, 300)))
