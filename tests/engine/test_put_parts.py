@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from queue_max_django.engine import InvalidJob, PayloadNotSerializable, State, keys
-from tests.engine.conftest import FakeClock, dump_store, open_queue
+from tests.engine.conftest import FakeClock, open_queue
+from tests.engine.probes import LmdbProbe
+
+pytestmark = pytest.mark.lmdb  # parts of a put_many are spread over shards
 
 
 @pytest.mark.inv_5
@@ -37,14 +40,14 @@ def test_parts_of_a_given_size_take_the_shards_in_turn(store_path: Path, clock: 
 def test_a_bad_payload_anywhere_writes_no_part(store_path: Path, clock: FakeClock) -> None:
     with open_queue(store_path, clock, shards=3) as q:
         q.put("before")
-        before = dump_store(q)
+        before = LmdbProbe(q).snapshot()
         payloads: list[object] = list(range(40))
         payloads[33] = {(1, 2): "tuple key"}
         with pytest.raises(PayloadNotSerializable, match=r"payloads\[33\]"):
             q.put_parts(payloads)
         with pytest.raises(InvalidJob):
             q.put_parts([1, 2], priority=1000)
-        assert dump_store(q) == before
+        assert LmdbProbe(q).snapshot() == before
 
 
 def test_a_partition_key_keeps_every_part_on_its_shard(store_path: Path, clock: FakeClock) -> None:
