@@ -23,6 +23,8 @@ from queue_max_django.engine.store import StoreInUse, lock_store_exclusive
 from tests.engine.conftest import FakeClock, dump_store, open_queue
 from tests.engine.procs import CHILD_TIMEOUT, Children, kill, send, wait_for
 
+pytestmark = pytest.mark.lmdb  # offline compaction of LMDB files
+
 BIG = "x" * 3000  # a payload over 1 KiB lives in the payloads database
 
 

@@ -15,6 +15,8 @@ from queue_max_django.engine.store import CONTROL_DIR, Env
 from tests.engine import procs
 from tests.engine.procs import Children
 
+pytestmark = pytest.mark.lmdb  # LMDB's meta pages
+
 
 def lmdb_says(env: Env) -> int:
     return int(env.env.info()["last_txnid"])

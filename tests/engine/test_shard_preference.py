@@ -7,8 +7,12 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from queue_max_django.engine import keys
 from tests.engine.conftest import open_queue
+
+pytestmark = pytest.mark.lmdb  # consumers parting over LMDB shards
 
 
 def test_a_consumer_keeps_to_one_shard_for_a_run_of_claims(store_path: Path) -> None:

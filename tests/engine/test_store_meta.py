@@ -17,6 +17,8 @@ from queue_max_django.engine.errors import StoreMismatch
 from queue_max_django.engine.store import read_store_meta
 from tests.engine.conftest import FakeClock, open_queue
 
+pytestmark = pytest.mark.lmdb  # store.json and the shard folders
+
 
 def _store_with_jobs(path: Path, clock: FakeClock, shards: int = 6, jobs: int = 60) -> None:
     with open_queue(path, clock, shards=shards) as q:

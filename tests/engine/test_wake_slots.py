@@ -19,6 +19,8 @@ from tests.engine.conftest import FakeClock, open_queue
 from tests.engine.procs import Children
 from tests.engine.test_contract_records import partition_keys_for_distinct_shards
 
+pytestmark = pytest.mark.lmdb  # the wake file and its slots are the LMDB store's
+
 
 def slots_on_disk(path: Path, shards: int = 6) -> list[bytes]:
     data = (path / WAKE_FILE).read_bytes().ljust(SLOT * (shards + 1), b"\0")
