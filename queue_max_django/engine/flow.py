@@ -34,7 +34,8 @@ from .errors import InvalidJob, RateLimited
 from .ratelimit import Rate, parse_rate
 
 if TYPE_CHECKING:
-    from .shard import Candidate, Claimed, Shard
+    from .shard import Shard
+    from .stores.types import Candidate, Claimed
 
 MAX_KEY = 200
 MAX_ADMIT_ROUNDS = 16

@@ -45,7 +45,7 @@ from .keys import MAX_SHARDS, PRIORITY_MAX, shard_of
 from .ratelimit import Rate
 from .record import Record
 from .retry import decide
-from .shard import CorruptedJobQuarantined, Listed, NewJobs, Recovered, Shard
+from .shard import Listed, Shard
 from .store import (
     CONTROL_DB_NAMES,
     CONTROL_DIR,
@@ -55,6 +55,7 @@ from .store import (
     open_store_meta,
     shard_dir,
 )
+from .stores.types import CorruptedJobQuarantined, NewJobs, Recovered
 from .validate import (
     MAX_NAME,
     MAX_RETRIES_LIMIT,

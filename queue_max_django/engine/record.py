@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import codec
-
 if TYPE_CHECKING:
     from .job import State
-    from .shard import Claimed
+    from .stores.types import Claimed
 
 
 class RecordOwner(Protocol):
@@ -53,21 +51,20 @@ class Record:
     )
 
     def __init__(self, owner: RecordOwner, claimed: Claimed) -> None:
-        record = claimed.record
         self._owner = owner
-        self._token: bytes = record[codec.F_TOKEN]
-        self._max_retries: int = record[codec.F_MAX_RETRIES]  # for the owner's retry decision
+        self._token: bytes = claimed.token
+        self._max_retries: int = claimed.max_retries  # for the owner's retry decision
         self.job_id: int = claimed.job_id
         self.payload: Any = claimed.payload  # decoded inside the claim transaction
-        self.retries: int = record[codec.F_RETRIES]
-        self.attempts: int = record[codec.F_ATTEMPTS]
-        self.enqueued_at: float = record[codec.F_ENQUEUED_AT] / 1_000_000
-        self.priority: int = record[codec.F_PRIORITY]
-        self.queue: str = record[codec.F_QUEUE]
-        self.name: str | None = record[codec.F_NAME]
-        self.timeout: float | None = record[codec.F_TIMEOUT]
-        self.lease_until: float = record[codec.F_LEASE_UNTIL] / 1_000_000
-        self.worker_ids: tuple[str, ...] = tuple(record[codec.F_WORKERS] or ())  # per attempt, last 10
+        self.retries: int = claimed.retries
+        self.attempts: int = claimed.attempts
+        self.enqueued_at: float = claimed.enqueued_at
+        self.priority: int = claimed.priority
+        self.queue: str = claimed.queue
+        self.name: str | None = claimed.name
+        self.timeout: float | None = claimed.timeout
+        self.lease_until: float = claimed.lease_until
+        self.worker_ids: tuple[str, ...] = claimed.worker_ids  # per attempt, the last ten
         self.finished = False  # set once ack/nack/release succeeded through this object
 
     def __repr__(self) -> str:

@@ -62,6 +62,7 @@ from .keys import (
 )
 from .retry import decide
 from .store import Env, put_reserve
+from .stores.types import Candidate, Claimed, CorruptedJobQuarantined, Head, NewJobs, Recovered
 
 PENDING = STATE_CODE[State.PENDING]
 SCHEDULED = STATE_CODE[State.SCHEDULED]
@@ -98,16 +99,6 @@ UNIQUE_KEY_MIN_TTL = 86_400.0  # seconds a unique key is kept at least, whatever
 logger = logging.getLogger("queue_max_django.engine")
 
 
-@dataclass(slots=True)
-class NewJobs:
-    """Jobs ready to be written: packed payloads that share one ``JobSpec``."""
-
-    payloads: Sequence[bytes]
-    spec: JobSpec
-    unique_key: bytes | None = None  # one payload only: if the key was seen, nothing is written
-    unique_hit: bool = False  # set by enqueue(): the key was seen, the id returned is the earlier job's
-
-
 @dataclass(frozen=True, slots=True)
 class Listed:
     """A job found by ``list_jobs``, not decoded yet: shards are merged by ``sort_key`` first."""
@@ -119,49 +110,6 @@ class Listed:
 
     def job(self) -> Job:
         return record_to_job(self.job_id, self.record, self.payload)
-
-
-@dataclass(slots=True)
-class Claimed:
-    """A job a claim took (not frozen: created on every claim, and a frozen dataclass's ``__init__`` costs
-    three ``object.__setattr__`` calls)."""
-
-    job_id: int
-    record: list[Any]
-    payload: Any  # decoded inside the claim transaction: a payload that does not decode is quarantined
-    alone: bool = False  # a job whose lease once expired: its claim takes no other job with it
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A pending job a flow-controlled consumer may take: ``order`` compares across shards."""
-
-    order: bytes
-    job_id: int
-    shard: int
-    queue: str
-    name: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Recovered:
-    """A job that recovery took back from a holder whose lease expired, and where it went. ``charged``:
-    the expiry counted as a failed attempt (False for a job claimed in a batch: it goes back uncharged, to
-    be claimed alone next time)."""
-
-    job_id: int
-    queue: str
-    name: str | None
-    state: State
-    charged: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """What a read of one shard saw: the best claimable job's priority, and the earliest ETA."""
-
-    priority: int | None
-    next_eta: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,18 +132,6 @@ class StrayEntry:
     """Internal: a claim met an index entry without a pending job behind it, dropped it, and must retry."""
 
     job_id: int
-
-
-class CorruptedJobQuarantined(Exception):
-    """Internal: a claim met a job whose data is broken; it was moved aside and the claim must be retried.
-    Other walks collect these to log them once their transaction has committed (``deleted``: the job was
-    being deleted, so it is gone rather than a dead letter)."""
-
-    def __init__(self, job_id: int, reason: str) -> None:
-        super().__init__(job_id, reason)
-        self.job_id = job_id
-        self.reason = reason
-        self.deleted = False
 
 
 # (job id, the index it was met in, its key there, or None if unknown) of a record a read could not decode
@@ -258,6 +194,15 @@ def _mark_running(record: list[Any], now_us: int, lease_us: int, token: bytes, w
     record[F_CLAIM] = None
     if worker is not None:
         _remember_worker(record, worker)
+
+
+def _claimed(job_id: int, record: list[Any], payload: Any, alone: bool) -> Claimed:
+    """The neutral ``Claimed`` of a record a claim just marked running."""
+    return Claimed(
+        job_id, record[F_TOKEN], payload, record[F_RETRIES], record[F_MAX_RETRIES], record[F_ATTEMPTS],
+        record[F_ENQUEUED_AT] / 1_000_000, record[F_PRIORITY], record[F_QUEUE], record[F_NAME],
+        record[F_TIMEOUT], record[F_LEASE_UNTIL] / 1_000_000, tuple(record[F_WORKERS] or ()), alone,
+    )  # fmt: skip
 
 
 def _mark_pending_uncharged(record: list[Any]) -> None:
@@ -613,6 +558,7 @@ class Shard:
             cursor = txn.cursor(db=self.ready)
             prefixes = [queue_prefix(q) for q in queues] if queues is not None else _queue_prefixes(cursor)
             best: Candidate | None = None
+            best_tail = b""
             for prefix in prefixes:
                 if prefix[:-1] in skip_queues:
                     continue
@@ -623,7 +569,7 @@ class Shard:
                     if not key.startswith(prefix):
                         break
                     tail = key[len(prefix) :]
-                    if best is not None and tail >= best.order:
+                    if best is not None and tail >= best_tail:
                         break  # nothing further in this queue can beat the best so far
                     if value.decode() not in skip_names:
                         job_id = id_from_key(key[-8:])
@@ -633,7 +579,10 @@ class Shard:
                             unreadable.append((job_id, self.ready, bytes(key)))
                             record = None
                         if record is not None:
-                            best = Candidate(tail, job_id, self.index, record[F_QUEUE], record[F_NAME])
+                            _q, priority, ready_us, _id = ready_key_parts(key)
+                            best_tail = tail
+                            order = (-priority, ready_us, job_id)
+                            best = Candidate(order, job_id, self.index, record[F_QUEUE], record[F_NAME])
                             break
                     found = cursor.next()
                     scanned += 1
@@ -682,7 +631,7 @@ class Shard:
             _mark_running(record, now_us, lease_us, token, worker)
             self._index(txn, job_id, record)
             self._store(txn, job_id, record)
-            return Claimed(job_id, record, value)
+            return _claimed(job_id, record, value, False)
 
         return self.env.write(txn_fn)
 
@@ -749,20 +698,23 @@ class Shard:
 
         def txn_fn(txn: Any) -> tuple[list[Claimed], int | None, float | None] | CorruptedJobQuarantined:
             claimed: list[Claimed] = []
+            first_record: list[list[Any]] = []  # the first job's record, rewritten if a second one joins
             cursor = txn.cursor(db=self.ready)
             heads = self._queue_heads(cursor, queues)  # [order, key, prefix] of each queue's next job
             while len(claimed) < limit and heads:
                 head = min(heads)
                 key, prefix = head[1], head[2]
-                step = self._claim_step(txn, key, now_us, lease_us, token, min_priority, worker, claimed)
+                step = self._claim_step(
+                    txn, key, now_us, lease_us, token, min_priority, worker, claimed, first_record
+                )
                 alone = False
                 if type(step) is Claimed:
                     claimed.append(step)
                     alone = step.alone
                     if len(claimed) == 2:  # a batch after all: the first job's record says so too
-                        first = claimed[0]
-                        first.record[F_CLAIM] = CLAIM_BATCH
-                        txn.put(id_key(first.job_id), codec.pack_record(first.record), db=self.jobs)
+                        record = first_record[0]
+                        record[F_CLAIM] = CLAIM_BATCH
+                        txn.put(id_key(claimed[0].job_id), codec.pack_record(record), db=self.jobs)
                 elif step is ALONE_NEXT:
                     break
                 elif isinstance(step, Outranked):
@@ -792,13 +744,13 @@ class Shard:
         """The queue counts after ``claimed`` left pending (one write per queue)."""
         if not claimed:
             return
-        queue = claimed[0].record[F_QUEUE]
-        if len(claimed) == 1 or all(item.record[F_QUEUE] == queue for item in claimed):
+        queue = claimed[0].queue
+        if len(claimed) == 1 or all(item.queue == queue for item in claimed):
             self._tally(txn, queue.encode(), 0, -len(claimed))
             return
         changes: dict[str, int] = {}
         for item in claimed:
-            changes[item.record[F_QUEUE]] = changes.get(item.record[F_QUEUE], 0) + 1
+            changes[item.queue] = changes.get(item.queue, 0) + 1
         for name, count in changes.items():
             self._tally(txn, name.encode(), 0, -count)
 
@@ -812,10 +764,12 @@ class Shard:
         min_priority: int | None,
         worker: str | None,
         claimed: list[Claimed] | None = None,
+        first_record: list[list[Any]] | None = None,
     ) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | AloneNext:
         """Claim the job of ready ``key`` in this transaction, unless it is outranked, stray or corrupted.
         ``claimed``: the jobs this claim took before it (a job to be claimed alone waits for a claim of
-        its own: ``ALONE_NEXT``); the job is marked ``CLAIM_BATCH`` when there are some."""
+        its own: ``ALONE_NEXT``); the job is marked ``CLAIM_BATCH`` when there are some. The first job's
+        record goes into ``first_record``."""
         _queue, priority, _ready_us, job_id = ready_key_parts(key)
         if min_priority is not None and priority < min_priority:
             return Outranked(priority)
@@ -845,8 +799,10 @@ class Shard:
         _mark_running(record, now_us, lease_us, token, worker)
         if claimed:
             record[F_CLAIM] = CLAIM_BATCH
+        elif first_record is not None:
+            first_record.append(record)
         txn.put(id_k, codec.pack_record(record), db=self.jobs)
-        return Claimed(job_id, record, value, alone)
+        return _claimed(job_id, record, value, alone)
 
     def _drop_stray(self, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
         """A ready entry whose job is gone or not pending: remove the stray entries, keep the record."""

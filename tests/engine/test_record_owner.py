@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import queue_max_django.engine as engine
-from queue_max_django.engine import Record, State, codec
-from queue_max_django.engine.shard import Claimed
+from queue_max_django.engine import Record, State
+from queue_max_django.engine.stores.types import Claimed
 
 
 class Owner:
@@ -41,13 +41,21 @@ class Owner:
 
 
 def claimed(job_id: int = 7) -> Claimed:
-    record: list[Any] = [None] * (codec.F_WORKERS + 1)
-    record[codec.F_TOKEN] = b"t" * 16
-    record[codec.F_RETRIES], record[codec.F_ATTEMPTS] = 1, 2
-    record[codec.F_ENQUEUED_AT], record[codec.F_LEASE_UNTIL] = 5_000_000, 35_000_000
-    record[codec.F_PRIORITY], record[codec.F_QUEUE], record[codec.F_NAME] = 3, "mail", "send"
-    record[codec.F_TIMEOUT], record[codec.F_WORKERS] = 2.5, ["w-1"]
-    return Claimed(job_id, record, {"to": "a@example.com"})
+    return Claimed(
+        job_id,
+        token=b"t" * 16,
+        payload={"to": "a@example.com"},
+        retries=1,
+        max_retries=3,
+        attempts=2,
+        enqueued_at=5.0,
+        priority=3,
+        queue="mail",
+        name="send",
+        timeout=2.5,
+        lease_until=35.0,
+        worker_ids=("w-1",),
+    )
 
 
 def test_a_record_reads_its_fields_from_the_claim() -> None:
@@ -91,7 +99,7 @@ def engine_modules_imported_by(module: str) -> set[str]:
 
 
 def test_record_and_flow_import_neither_the_queue_nor_each_other() -> None:
-    assert {"codec", "shard", "job"} <= engine_modules_imported_by("record")  # the reader sees imports
+    assert {"stores", "job"} <= engine_modules_imported_by("record")  # the reader sees imports
     assert "record" in engine_modules_imported_by("queue")
     assert engine_modules_imported_by("record").isdisjoint({"queue", "flow", "aio"})
     assert engine_modules_imported_by("flow").isdisjoint({"queue", "record", "aio"})

@@ -1,0 +1,112 @@
+"""The values that cross the line between the ``Queue`` and its store: plain Python, no store's bytes,
+cursors or key layouts. What a store writes is its own affair (the LMDB store: ``lmdb/``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..job import State
+    from ..jobspec import JobSpec
+
+
+@dataclass(slots=True)
+class NewJobs:
+    """Jobs ready to be written: payloads already packed and size-checked by the Queue, sharing one set of
+    validated options."""
+
+    payloads: Sequence[bytes]
+    spec: JobSpec
+    unique_key: bytes | None = None  # one payload only: if the key was seen, nothing is written
+    unique_hit: bool = False  # set by the store's enqueue: the key was seen, the id is the earlier job's
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A job a claim took, as the claim left it: running, held by ``token`` until ``lease_until``. The
+    ``Record`` handed to the consumer is built from it. (Not frozen: one is made on every claim, and a
+    frozen dataclass's ``__init__`` costs an ``object.__setattr__`` per field.)"""
+
+    job_id: int
+    token: bytes
+    payload: Any  # decoded inside the claim's transaction: a payload that does not decode is quarantined
+    retries: int
+    max_retries: int
+    attempts: int
+    enqueued_at: float  # unix seconds
+    priority: int
+    queue: str
+    name: str | None
+    timeout: float | None
+    lease_until: float  # unix seconds
+    worker_ids: tuple[str, ...]  # who claimed it, one per attempt, the last ten
+    alone: bool = False  # a job whose lease once expired: its claim took no other job with it
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    """What one claim of one shard did: the jobs it took (possibly none), the priority of that shard's next
+    claimable job after them (None: there is none; with nothing claimed and a priority, the claim was
+    outranked by ``min_priority``), its earliest ETA, and whether it had to wait for another writer."""
+
+    claimed: list[Claimed]
+    head_priority: int | None
+    next_eta: float | None
+    contended: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What a read of one shard saw: the best claimable job's priority, and the earliest ETA."""
+
+    priority: int | None
+    next_eta: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A pending job a flow-controlled consumer may take. ``order`` (minus the priority, the ready time in
+    µs, the job id) compares across shards: the smallest is claimed first."""
+
+    order: tuple[int, int, int]
+    job_id: int
+    shard: int
+    queue: str
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A job that recovery took back from a holder whose lease expired, and where it went. ``charged``:
+    the expiry counted as a failed attempt (False for a job claimed in a batch: it goes back uncharged, to
+    be claimed alone next time)."""
+
+    job_id: int
+    queue: str
+    name: str | None
+    state: State
+    charged: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    """What a store is, for display: its kind ("lmdb"), where it is (a path; never a password), and its
+    number of shards."""
+
+    kind: str
+    location: str
+    shards: int
+
+
+class CorruptedJobQuarantined(Exception):
+    """A claim met a job whose data is broken; the store moved it to the dead letters, and the claim must be
+    retried. Walks collect these to log them once their transaction has committed (``deleted``: the job was
+    being deleted, so it is gone rather than a dead letter)."""
+
+    def __init__(self, job_id: int, reason: str) -> None:
+        super().__init__(job_id, reason)
+        self.job_id = job_id
+        self.reason = reason
+        self.deleted = False
