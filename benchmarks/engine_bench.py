@@ -448,11 +448,13 @@ class _OneTransactionPerPut:
 def bypass_group_commit(q: Any) -> None:
     """Workload 7's baseline: ``Queue.put`` exactly as it is (validation, routing, wake hint), but every put
     is its own durable transaction: the queue's per-shard group committers are swapped for pass-throughs.
-    Uses private attributes (``Queue._committers``, ``GroupCommitter._commit``): benchmark only."""
-    committers = getattr(q, "_committers", None)
+    Uses private attributes (the LMDB store's ``_committers``, ``GroupCommitter._commit``; on engines before
+    the store interface, ``Queue._committers``): benchmark only."""
+    owner = getattr(q, "_store", q)
+    committers = getattr(owner, "_committers", None)
     if not committers or not all(callable(getattr(c, "_commit", None)) for c in committers):
-        raise RuntimeError("this engine has no per-shard group committers to bypass (Queue._committers)")
-    q._committers = [_OneTransactionPerPut(c) for c in committers]
+        raise RuntimeError("this engine has no per-shard group committers to bypass (LmdbStore._committers)")
+    owner._committers = [_OneTransactionPerPut(c) for c in committers]
 
 
 def _threaded_puts(

@@ -47,7 +47,7 @@ def floor_side(path: str) -> Op:
     q = Queue(path, writemap=True, shards=1, do_recover=False, do_vacuum=False)
     q.put("warm-up")
     q.get(0).ack()  # the waker's write descriptor and this thread's watch now exist
-    shard = q._live()[0]
+    shard = q._store._shards[0]
     env, jobs, ready, lease, done, sched = (
         shard.env.env, shard.jobs, shard.ready, shard.lease, shard.done_at, shard.sched
     )  # fmt: skip
@@ -55,7 +55,7 @@ def floor_side(path: str) -> Op:
         priority=0, delay=None, eta=None, queue="default", name=None, max_retries=None, timeout=None,
         partition_key=None, now=time.time(),
     )  # fmt: skip
-    waker = q._waker
+    waker = q._store.hints
     write_fd, watch_fd, poller = waker._write_fd, waker._local.fd, waker._local.poller
     assert write_fd is not None
     size = waker._size

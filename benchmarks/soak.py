@@ -69,7 +69,7 @@ def pages_of(queue: Any) -> Pages:
     """The store's pages, read through the queue's own environments (one open per process: LMDB)."""
     from queue_max_django.engine.compact import env_usage
 
-    usages = [env_usage(env.env, env.path) for env in [queue._control.env, *queue._envs]]
+    usages = [env_usage(env.env, env.path) for env in [queue._store.control.env, *queue._store._envs]]
     return Pages(
         file_bytes=sum(u.file_bytes for u in usages),
         high_water=sum(u.last_pgno + 1 for u in usages),

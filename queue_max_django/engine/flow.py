@@ -34,7 +34,7 @@ from .errors import InvalidJob, RateLimited
 from .ratelimit import Rate, parse_rate
 
 if TYPE_CHECKING:
-    from .shard import Shard
+    from .stores.base import Store
     from .stores.types import Candidate, Claimed
 
 MAX_KEY = 200
@@ -221,15 +221,15 @@ class Flow:
 
     def claim(
         self,
-        shards: list[Shard],
-        allowed: list[bytes] | None,
+        store: Store,
+        allowed: tuple[str, ...] | None,
         state: FlowState,
         lease_time: float,
         worker_id: str | None,
     ) -> tuple[Claimed | None, float | None]:
-        """Claim the best job of ``shards`` that limits and breakers let start now. -> (the claimed job, or
-        None and the clock time when it is worth looking again: the earliest ETA or unblocking, None if
-        nothing is in sight)."""
+        """Claim the best job of the store's shards that limits and breakers let start now. -> (the claimed
+        job, or None and the clock time when it is worth looking again: the earliest ETA or unblocking, None
+        if nothing is in sight)."""
         for _round in range(MAX_ADMIT_ROUNDS):
             now = self._clock()
             keys = set(state.limits) | set(state.breakers)
@@ -242,7 +242,7 @@ class Flow:
             if GLOBAL_KEY in blocked:
                 return None, now + (soonest or 0.0)
             skip_queues = frozenset(
-                k[len(QUEUE_KEY_PREFIX) :].encode() for k in blocked if k.startswith(QUEUE_KEY_PREFIX)
+                k[len(QUEUE_KEY_PREFIX) :] for k in blocked if k.startswith(QUEUE_KEY_PREFIX)
             )
             skip_names = frozenset(
                 k[len(NAME_KEY_PREFIX) :] for k in blocked if k.startswith(NAME_KEY_PREFIX)
@@ -250,8 +250,8 @@ class Flow:
             best: Candidate | None = None
             next_eta: float | None = None
             due = False
-            for shard in shards:
-                candidate, eta = shard.peek_allowed(now, allowed, skip_queues, skip_names)
+            for shard in range(store.shards):
+                candidate, eta = store.find_admissible(shard, now, allowed, skip_queues, skip_names)
                 if eta is not None:
                     if eta <= now:
                         due = True
@@ -260,8 +260,7 @@ class Flow:
                 if candidate is not None and (best is None or candidate.order < best.order):
                     best = candidate
             if due:
-                for shard in shards:
-                    shard.promote_due(now)
+                store.promote_due(None, now)
                 continue
             wake_in = next_eta - now if next_eta is not None else None
             if soonest is not None:
@@ -273,9 +272,7 @@ class Flow:
             if not admitted:
                 state = self._control.state()  # someone else spent it; look again with fresh state
                 continue
-            claimed = shards[best.shard].claim_job(
-                now, best.job_id, lease_time, os.urandom(16), worker=worker_id
-            )
+            claimed = store.claim_job(now, best.job_id, lease_time, os.urandom(16), worker_id, False)
             if claimed is None:
                 self._control.give_back(job_keys_)
                 continue

@@ -64,6 +64,28 @@ def watch(path: str) -> int | None:
     return fd
 
 
+_SLOT_BITS = SLOT * 8
+_SLOT_MASK = (1 << _SLOT_BITS) - 1
+
+
+def changed_shards(old: bytes | None, new: bytes | None) -> list[int] | None:
+    """The shards whose slot differs between two ``slots()`` readings (0-based shard indexes), or None when
+    any shard may have changed: slot 0 was written, or a reading is missing or of another length (a slot
+    first written lengthens the file). The changed slots are the non-zero 8-byte groups of old XOR new."""
+    if old is None or new is None or len(old) != len(new):
+        return None
+    diff = int.from_bytes(old, "little") ^ int.from_bytes(new, "little")
+    if not diff:
+        return []
+    if diff & _SLOT_MASK:
+        return None
+    low = ((diff & -diff).bit_length() - 1) // _SLOT_BITS
+    high = (diff.bit_length() - 1) // _SLOT_BITS
+    if low == high:
+        return [low - 1]
+    return [slot - 1 for slot in range(low, high + 1) if diff >> (slot * _SLOT_BITS) & _SLOT_MASK]
+
+
 class Waker:
     """One per ``Queue``: ``notify(shard)`` after a commit; ``wait(timeout)`` in a consumer thread, and
     ``slots()`` to see which shards were notified since an earlier ``slots()``."""
@@ -109,6 +131,9 @@ class Waker:
             return os.pread(fd, self._size, 0)
         except OSError:
             return None
+
+    mark = slots  # the hints protocol's name: an opaque reading to compare a later one with
+    changed_since = staticmethod(changed_shards)
 
     def _open_writer(self) -> int | None:
         with self._lock:

@@ -214,7 +214,7 @@ def _stored_with_control_characters(queue_max: Configure) -> int:
     queue = get_queue()
     spec = JobSpec(BELL_QUEUE, ESCAPE_TASK, 0, None, 3, None, None)
     packed = codec.pack_value({"args": [], "kwargs": {}}, what="payload", limit=1 << 20)
-    job_id, _ = queue._shards[0].put_one(queue._clock(), packed, spec)
+    job_id, _ = queue._store._shards[0].put_one(queue._clock(), packed, spec)
     return job_id
 
 

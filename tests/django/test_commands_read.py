@@ -352,7 +352,7 @@ def _drop_index_entry(q: Queue, job_id: int) -> None:
     """Break the store as a bug would: remove a pending job's index entry, keep its record."""
     found = q.job(job_id)
     assert found is not None and found.state is State.PENDING
-    shard = q._live()[found.shard]
+    shard = q._store._shards[found.shard]
     with shard.env.env.begin(write=True) as txn:
         cursor = txn.cursor(db=shard.indexes[State.PENDING])
         entries = [key for key in cursor.iternext(values=False) if key.endswith(job_id.to_bytes(8, "big"))]

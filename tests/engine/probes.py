@@ -154,7 +154,7 @@ class LmdbProbe:
 
     # The one place that knows how the Queue holds its shards.
     def _shards(self) -> list[Any]:
-        return list(self.queue._shards)
+        return list(self.queue._store._shards)
 
     def environments(self) -> list[Any]:
         """The LMDB environment of each shard (LMDB only: not part of ``StoreProbe``)."""

@@ -293,8 +293,8 @@ def put_forever(path: str, log_path: str, ready_path: str, sync: bool) -> None:
 def hold_reader(path: str, ready_path: str) -> None:
     """Keep a read transaction open on shard 0 until killed: its reader slot goes stale."""
     q = _quiet(path)
-    txn = q._shards[0].env.env.begin()
-    txn.stat(q._shards[0].jobs)
+    txn = q._store._shards[0].env.env.begin()
+    txn.stat(q._store._shards[0].jobs)
     Path(ready_path).touch()
     time.sleep(CHILD_TIMEOUT)
 

@@ -101,7 +101,7 @@ def access(root: Path) -> dict[str, tuple[int, int, int]]:
 def everything(q: Queue) -> dict[Any, Any]:
     """Every key and value of every shard and of the control environment."""
     out: dict[Any, Any] = dict(dump_store(q))
-    env = q._control.env
+    env = q._store.control.env
     with env.env.begin() as txn:
         for name, db in env.dbs.items():
             out["control", name] = list(txn.cursor(db=db))

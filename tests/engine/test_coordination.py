@@ -35,7 +35,7 @@ BAD_IDS: list[Any] = [
 
 def control_dump(q: Queue) -> list[tuple[bytes, bytes]]:
     """Every key and value of the control store's locks and workers databases."""
-    env = q._coordination.env
+    env = q._store.locks.env
     with env.env.begin() as txn:
         return [(name.encode() + b":" + k, v) for name in ("locks", "workers")
                 for k, v in txn.cursor(db=env.dbs[name])]  # fmt: skip

@@ -459,7 +459,7 @@ def test_a_fast_limit_drains_through_the_reserve(queue: Queue, monkeypatch: pyte
     queue.set_rate_limit("*", "100000/s")
     takes: list[int] = []
     given: list[int] = []
-    take_up_to = queue._control.take_up_to
+    take_up_to = queue._store.control.take_up_to
 
     def spy(key: str, most: int, *, give_back: int = 0) -> int:
         got = take_up_to(key, most, give_back=give_back)
@@ -467,7 +467,7 @@ def test_a_fast_limit_drains_through_the_reserve(queue: Queue, monkeypatch: pyte
         given.append(give_back)
         return got
 
-    monkeypatch.setattr(queue._control, "take_up_to", spy)
+    monkeypatch.setattr(queue._store.control, "take_up_to", spy)
     queue.put_many(list(range(500)))
     records = drain(queue)
     assert len(records) == 500

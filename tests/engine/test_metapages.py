@@ -25,7 +25,7 @@ def lmdb_says(env: Env) -> int:
 @pytest.mark.parametrize("writemap", [False, True], ids=["default", "writemap"])
 def test_the_meta_pages_give_the_last_commit_of_this_process(store_path: Path, writemap: bool) -> None:
     with Queue(store_path, shards=1, writemap=writemap, do_recover=False, do_vacuum=False) as q:
-        env = q._live()[0].env
+        env = q._store._shards[0].env
         assert env._meta is not None  # the fast reader is in use here (64-bit, LMDB format 1)
         seen = [env.last_txnid()]
         for n in range(40):
@@ -39,8 +39,8 @@ def test_the_meta_pages_give_the_last_commit_of_this_process(store_path: Path, w
 
 def test_the_meta_pages_show_another_processs_commits_at_once(store_path: Path, children: Children) -> None:
     with Queue(store_path, shards=1, do_recover=False, do_vacuum=False) as q:
-        env = q._live()[0].env
-        control = q._control.env
+        env = q._store._shards[0].env
+        control = q._store.control.env
         before, control_before = env.last_txnid(), control.last_txnid()
         child = children.start(procs.put_one, str(store_path), "from the child")
         child.recv()
@@ -68,7 +68,7 @@ def test_a_file_that_is_not_lmdb_format_1_gives_no_reader(tmp_path: Path, conten
 
 def test_an_environment_without_the_reader_asks_lmdb(store_path: Path) -> None:
     with Queue(store_path, shards=1, do_recover=False, do_vacuum=False) as q:
-        env = q._live()[0].env
+        env = q._store._shards[0].env
         reader, env._meta = env._meta, None
         try:
             q.put("x")
@@ -80,7 +80,7 @@ def test_an_environment_without_the_reader_asks_lmdb(store_path: Path) -> None:
 
 def test_reading_a_closed_environment_is_a_store_error(store_path: Path) -> None:
     q = Queue(store_path, shards=1, do_recover=False, do_vacuum=False)
-    env = q._live()[0].env
+    env = q._store._shards[0].env
     reader = env._meta
     assert reader is not None
     q.close()  # the last Queue: the environment and its mapping are closed

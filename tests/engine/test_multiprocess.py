@@ -374,7 +374,7 @@ def test_map_grows_while_two_processes_write_and_read(
         seen = Counter(job.payload["tag"] for job in jobs)
         assert seen == {"child": count, "parent": count}
         assert q.stats()["total"] == 2 * count
-        assert min(env.env.info()["map_size"] for env in q._envs) >= 4 << 20  # grew at least twice
+        assert min(env.env.info()["map_size"] for env in q._store._envs) >= 4 << 20  # grew at least twice
         assert q.verify() == []
 
 
@@ -410,7 +410,7 @@ def test_map_grows_while_threads_of_one_process_are_inside_transactions(store_pa
         assert errors == []
         stats = q.stats()
         assert (stats["total"], stats["done"], stats["pending"]) == (4 * count, 2 * count, 2 * count)
-        assert q._envs[0].env.info()["map_size"] >= 8 << 20  # grew at least three times meanwhile
+        assert q._store._envs[0].env.info()["map_size"] >= 8 << 20  # grew at least three times meanwhile
         assert q.verify() == []
 
 

@@ -89,7 +89,7 @@ def test_a_store_without_counters_rebuilds_them_once(
         q.put_many(["x"] * 10, queue="a")
         q.put_many(["y"] * 4, queue="b", delay=60)
         q.get_many(3, timeout=0, queues=["a"])
-        for shard in q._shards:  # as the previous version left it
+        for shard in q._store._shards:  # as the previous version left it
             with shard.env.env.begin(write=True) as txn:
                 cursor = txn.cursor(db=shard.jobs)
                 stale = []

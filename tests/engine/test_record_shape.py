@@ -39,7 +39,7 @@ def records_the_engine_writes(path: Path, clock: FakeClock) -> list[list[Any]]:
         q.put("failed for good", max_retries=0)
         q.get(0).nack("no")
         out = []
-        shard = q._shards[0]
+        shard = q._store._shards[0]
         with shard.env.env.begin() as txn:
             for key, raw in txn.cursor(db=shard.jobs):
                 if not key.startswith(b"\xff" * 8):  # job ids; the counters sort past them
@@ -93,7 +93,7 @@ def test_the_fast_check_and_the_readable_one_agree_on_every_field(tmp_path: Path
 def test_a_wrong_field_is_named(tmp_path: Path, position: int, value: Any, message: str) -> None:
     with Queue(tmp_path / "store", shards=1, do_recover=False, do_vacuum=False) as q:
         job_id = q.put("x")
-        shard = q._shards[0]
+        shard = q._store._shards[0]
         with shard.env.env.begin() as txn:
             record = codec.unpack_record(txn.get(keys.id_key(job_id), db=shard.jobs), job_id)
     record[position] = value
@@ -128,7 +128,7 @@ def test_a_completion_holding_the_token_checks_only_what_it_uses(tmp_path: Path)
     with Queue(tmp_path / "store", shards=1, do_recover=False, do_vacuum=False) as q:
         q.put("x")
         record = q.get(0)
-        shard = q._shards[0]
+        shard = q._store._shards[0]
         with shard.env.env.begin() as txn:
             stored = codec.unpack_record(txn.get(keys.id_key(record.job_id), db=shard.jobs), record.job_id)
     token = stored[codec.F_TOKEN]

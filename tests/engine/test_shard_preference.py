@@ -28,7 +28,7 @@ def test_a_claim_that_waited_for_the_write_lock_moves_the_consumer_to_another_sh
         for i in range(60):
             q.put(i)
         home = keys.shard_of(q.get(0).job_id)
-        env = q._shards[home].env
+        env = q._store._shards[home].env
         holding, release = threading.Event(), threading.Event()
 
         def hold(_txn: object) -> None:

@@ -147,7 +147,7 @@ def test_a_new_store_has_its_shard_folders_before_its_store_json(
     leaves no store.json and the next open makes the store again (the folders are checked only against a
     store.json). Simulated: the first open fails as it opens its first LMDB environment."""
     path = tmp_path / "store"
-    import queue_max_django.engine.queue as queue_module
+    import queue_max_django.engine.stores.lmdb.store as queue_module
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise OSError("killed")

@@ -17,7 +17,7 @@ def _rewrite(
     q: Queue, job_id: int, change: Callable[[bytes, bytes | None], tuple[bytes, bytes | None]]
 ) -> None:
     """``change(record bytes, external payload bytes or None)`` -> the new bytes of both (None: leave)."""
-    shard = q._shards[keys.shard_of(job_id)]
+    shard = q._store._shards[keys.shard_of(job_id)]
     key, dbs = keys.id_key(job_id), shard.env.dbs
     with shard.env.env.begin(write=True) as txn:
         raw, payload = txn.get(key, db=dbs["jobs"]), txn.get(key, db=dbs["payloads"])

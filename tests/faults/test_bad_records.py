@@ -63,7 +63,7 @@ def broken_store(path: Path, clock: FakeClock, state: State, damage: Damage) -> 
 
 
 def on_disk(q: Queue, job_id: int) -> bytes:
-    shard = q._shards[keys.shard_of(job_id)]
+    shard = q._store._shards[keys.shard_of(job_id)]
     with shard.env.env.begin() as txn:
         raw = txn.get(keys.id_key(job_id), db=shard.jobs)
     assert raw is not None
@@ -72,7 +72,7 @@ def on_disk(q: Queue, job_id: int) -> bytes:
 
 def assert_quarantined(q: Queue, bad: int, raw: bytes) -> None:
     """The bad job is a dead letter that says what was wrong and keeps the bytes that were on disk."""
-    shard = q._shards[keys.shard_of(bad)]
+    shard = q._store._shards[keys.shard_of(bad)]
     with shard.env.env.begin() as txn:  # on disk, in the failed index, before any read could move it
         assert txn.get(keys.id_key(bad), db=shard.failed) is not None
     job = q.job(bad)
@@ -245,7 +245,7 @@ def test_a_large_payload_of_a_bad_record_stays_the_dead_letters_payload(
         assert job is not None and job.error_type == "Corrupted" and job.payload == {"big": "x" * 5000}
         assert q.verify() == []
         assert q.purge(State.FAILED) == 1
-        shard = q._shards[0]
+        shard = q._store._shards[0]
         with shard.env.env.begin() as txn:
             assert txn.get(keys.id_key(bad), db=shard.payloads) is None
         assert q.verify() == []

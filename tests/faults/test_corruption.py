@@ -119,7 +119,7 @@ def test_a_result_that_does_not_decode_is_a_clear_error_and_verify_names_it(
     with open_queue(tmp_path / "store", clock, shards=1) as q:
         job_id = q.put("x")
         q.get(0).ack({"fine": True})
-        shard = q._shards[keys.shard_of(job_id)]
+        shard = q._store._shards[keys.shard_of(job_id)]
         with shard.env.env.begin(write=True) as txn:
             record = msgpack.unpackb(txn.get(keys.id_key(job_id), db=shard.jobs))
             record[codec.F_RESULT] = GARBAGE

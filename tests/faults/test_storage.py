@@ -95,7 +95,7 @@ def test_without_a_cap_the_map_grows_by_itself(tmp_path: Path) -> None:
     path = tmp_path / "store"
     with open_queue(path, shards=1, map_size=1 << 20) as q:
         ids = [q.put({"n": n, "blob": BLOB}) for n in range(2000)]  # about 4 MiB: past the first map
-        assert q._shards[0].env.env.info()["map_size"] >= 4 << 20
+        assert q._store._shards[0].env.env.info()["map_size"] >= 4 << 20
     assert_all_there(path, ids)
 
 

@@ -1,0 +1,162 @@
+"""The store interface: what a ``Queue`` asks of the store that keeps its jobs.
+
+The Queue is the policy (validation, routing, priority across shards, backoff decisions, flow admission,
+events, the clock, the maintenance schedule); a store is the atomic operations on what is stored. Each
+operation below is one transaction of the store (LMDB: one write transaction per shard it touches), takes
+the time as ``now`` from the Queue's clock (flow and lock operations read the same clock inside their
+transactions), and passes only the plain values of ``types.py`` across the line: no bytes of the store's
+layout, no cursors, no environments.
+
+A store also says what it can do, as class attributes checked where a feature is asked for:
+``shards`` (how many, each claimed from in parallel), ``offline_compact`` (``queue_compact`` can rewrite its
+files), ``transactional_enqueue`` (a put can join the caller's database transaction), ``multi_host``
+(processes on several machines can share it).
+
+Waking idle consumers is part of the contract: every operation that may make a job claimable (an enqueue
+that leads its queue, a failed attempt scheduled again, a release, a requeue, recovery, promotion) hints
+the waiting consumers after it commits, through ``hints``. A hint is only a hint: consumers re-check the
+store, and every wait is bounded (``MAX_IDLE_WAIT``), so a lost hint costs at most one idle re-check.
+
+The protocols are for readers and type checkers: nothing checks them at run time on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ..job import Job, State
+from ..jobspec import JobSpec
+from .types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, StoreInfo
+
+Queues = tuple[str, ...] | None  # a queue filter: sorted names, or None for every queue
+ErrorInfo = tuple[str | None, str | None, str | None]  # a failure's message, type and traceback
+
+
+class Hints(Protocol):
+    """How a store wakes consumers that wait for work (LMDB: the wake file, see ``lmdb/wake.py``)."""
+
+    def changed(self) -> bool:
+        """Did a hint arrive since this thread last waited or asked? Consumes them; True when unknown."""
+        ...
+
+    def mark(self) -> Any:
+        """An opaque reading of the hints, to compare with a later one (``changed_since``)."""
+        ...
+
+    def changed_since(self, old: Any, new: Any) -> list[int] | None:
+        """The shards hinted between two marks, or None when any shard may have been."""
+        ...
+
+    def wait(self, timeout: float) -> None:
+        """Return when a hint arrives or ``timeout`` seconds pass, whichever is first."""
+        ...
+
+    def reset_poll(self) -> None:
+        """Work was found: a polling fallback starts short again."""
+        ...
+
+    def notify(self, shard: int | None = None) -> None:
+        """Hint that a job of ``shard`` (None: of any shard) may have become claimable."""
+        ...
+
+    def close(self) -> None:
+        """Wake every waiter; later waits return at once."""
+        ...
+
+
+class Store(Protocol):
+    """The operations of a store. Shards are numbered from 0; a job's shard is part of its id, so the job
+    operations take only the id. Flow (rate limits, breakers) and locks (named locks, the worker registry)
+    are the ``control`` and ``locks`` members, shared by every process of the store."""
+
+    kind: str
+    shards: int
+    offline_compact: bool
+    transactional_enqueue: bool
+    multi_host: bool
+    control: Any  # the flow operations: see flow.py for what it is asked
+    locks: Any  # named locks with a ttl and the worker registry: see coordination.py
+
+    @property
+    def hints(self) -> Hints: ...
+
+    # -- lifecycle
+    def info(self) -> StoreInfo: ...
+    def after_fork(self) -> None: ...
+    def maintain(self, flush: bool) -> None: ...
+    def reader_check(self) -> int: ...
+    def close(self, flush: bool) -> None: ...
+
+    # -- enqueue
+    def next_shard(self) -> int: ...
+    def put_one(self, now: float, shard: int, payload: bytes, spec: JobSpec) -> int: ...
+    def enqueue(
+        self, now: float, shard: int | None, batches: Sequence[NewJobs], durable: bool
+    ) -> list[int]: ...
+
+    # -- claims
+    def head(self, shard: int, now: float, queues: Queues) -> Head: ...
+    def claim(
+        self,
+        shard: int,
+        now: float,
+        queues: Queues,
+        lease_time: float,
+        token: bytes,
+        min_priority: int | None,
+        worker: str | None,
+        limit: int,
+    ) -> ClaimOutcome: ...
+    def claim_job(
+        self,
+        now: float,
+        job_id: int,
+        lease_time: float,
+        token: bytes,
+        worker: str | None,
+        scheduled_too: bool,
+    ) -> Claimed | None: ...
+    def find_admissible(
+        self, shard: int, now: float, queues: Queues, skip_queues: frozenset[str], skip_names: frozenset[str]
+    ) -> tuple[Candidate | None, float | None]: ...
+    def promote_due(self, shard: int | None, now: float) -> int: ...
+
+    # -- a claimed job (each checks ``token``: ``QueueCorrupted`` when it no longer holds the job)
+    def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> float: ...
+    def complete(
+        self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool
+    ) -> None: ...
+    def complete_many(
+        self, now: float, items: Sequence[tuple[int, bytes, bytes | None]], durable: bool
+    ) -> dict[int, str]: ...
+    def fail(
+        self, now: float, job_id: int, token: bytes, error: ErrorInfo, retry_at: float | None, durable: bool
+    ) -> State: ...
+    def release(self, now: float, job_id: int, token: bytes) -> None: ...
+
+    # -- management and upkeep
+    def requeue(self, now: float, job_id: int) -> bool: ...
+    def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool: ...
+    def purge(self, now: float, state: State, cutoff: float | None) -> int: ...
+    def recover_expired(self, now: float) -> list[Recovered]: ...
+    def vacuum(self, now: float, cutoff: float, unique_ttl: float) -> int: ...
+
+    # -- reads
+    def job(self, now: float, job_id: int) -> Job | None: ...
+    def list_jobs(
+        self,
+        now: float,
+        state: State,
+        *,
+        queue: str | None,
+        name: str | None,
+        after: int | None,
+        limit: int,
+        newest_first: bool,
+        shard: int | None,
+    ) -> list[Job]: ...
+    def counts(self, shard: int | None = None) -> dict[str, int]: ...
+    def pending_count(self) -> int: ...
+    def queue_counts(self, now: float) -> dict[str, dict[str, int]]: ...
+    def verify(self) -> list[str]: ...

@@ -1,0 +1,1 @@
+"""The embedded LMDB store: a directory of LMDB environments on this machine (see store.py)."""

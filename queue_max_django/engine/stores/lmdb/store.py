@@ -1,0 +1,432 @@
+"""``LmdbStore``: the embedded store, a directory of LMDB environments (one per shard, and one for control).
+
+It composes the pieces of this folder: the shards' atomic operations, the control environment (rate limits,
+breakers, locks, the worker registry), the wake file, and group commit for durable puts. Every operation
+is one LMDB write transaction per shard it touches, and hints waiting consumers after its commit when it may
+have made a job claimable (``hints``). Shards are addressed by index (0 to ``shards`` - 1); a job's shard is
+part of its id (``keys.shard_of``), so job operations take only the id.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from ...control import Control
+from ...coordination import Coordination
+from ...errors import InvalidJob, QueueCorrupted
+from ...forks import fork_generation
+from ...groupcommit import GroupCommitter
+from ...job import STATE_CODE, Job, State
+from ...jobspec import JobSpec
+from ...keys import shard_of
+from ...shard import Listed, Shard
+from ...store import (
+    CONTROL_DB_NAMES,
+    CONTROL_DIR,
+    REGISTRY,
+    WAKE_FILE,
+    EnvOptions,
+    open_store_meta,
+    shard_dir,
+)
+from ...wake import Waker
+from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, StoreInfo
+
+BATCH = 1000  # jobs one maintenance transaction handles at most
+
+
+class LmdbStore:
+    """The jobs of a ``Queue`` in a directory on this machine's disk. See the module docstring."""
+
+    kind = "lmdb"
+    offline_compact = True
+    """``queue_compact`` can rewrite the store's files to their live size while no process has it open."""
+    transactional_enqueue = False
+    """A put cannot join the caller's database transaction: the store is not the application's database."""
+    multi_host = False
+    """Only processes on this machine can open the store (LMDB's locks live in shared memory)."""
+
+    def __init__(
+        self, path: str, shards: int | None, options: EnvOptions, clock: Callable[[], float], rotation: int
+    ) -> None:
+        self.path = path
+        self._options = options
+        self._clock = clock  # read by the flow and lock operations inside their transactions
+        meta = open_store_meta(path, shards)
+        self.shards: int = meta.shards
+        """How many shards the store has: each a writer of its own, claimed from in parallel."""
+        self.hints = Waker(os.path.join(path, WAKE_FILE), self.shards)
+        self._rotation = itertools.count(rotation)
+        self._pending_cache: dict[int, tuple[int, int]] = {}  # shard -> (last txn id, pending jobs)
+        self._scrub_from: list[bytes | None] = [None] * self.shards  # recover_expired's walk through records
+        self._filters: dict[tuple[str, ...], list[bytes]] = {}  # queue filters as the shards seek them
+        self._open()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _open(self) -> None:
+        envs = []
+        try:
+            for index in range(self.shards):
+                envs.append(REGISTRY.acquire(shard_dir(self.path, index), self._options))
+            control_env = REGISTRY.acquire(
+                os.path.join(self.path, CONTROL_DIR),
+                replace(self._options, map_size=1 << 24),
+                CONTROL_DB_NAMES,
+            )
+        except BaseException:
+            for env in envs:
+                REGISTRY.release(env)
+            raise
+        self._control_env = control_env
+        self.control = Control(control_env, self._clock)
+        self.locks = Coordination(control_env, self._clock)
+        self._envs = envs
+        self._shards = [Shard(index, env) for index, env in enumerate(envs)]
+        self._committers = [GroupCommitter(self._durable_enqueue(shard)) for shard in self._shards]
+        self._generation = fork_generation()
+
+    def after_fork(self) -> None:
+        """In a forked child: open the environments afresh (a parent's LMDB handles must not be used)."""
+        self._open()
+
+    @property
+    def forked(self) -> bool:
+        return self._generation != fork_generation()
+
+    def close(self, flush: bool) -> None:
+        """Release the environments (after a sync of each with ``flush``) and wake the waiting consumers."""
+        self.hints.close()
+        if self._generation == fork_generation():
+            for env in [*self._envs, self._control_env]:
+                if flush:
+                    env.sync()
+                REGISTRY.release(env)
+
+    def info(self) -> StoreInfo:
+        return StoreInfo(self.kind, self.path, self.shards)
+
+    def maintain(self, flush: bool) -> None:
+        """The store's own upkeep, run by the Queue's background thread every ``sync_interval``: reclaim the
+        reader slots of dead processes, and (``flush``) write what is committed to disk, which bounds what
+        an OS crash can take in the default (not ``sync``) mode."""
+        self.reader_check()
+        if flush:
+            for env in self._envs:
+                env.sync()
+
+    def reader_check(self) -> int:
+        """Reclaim LMDB reader slots of dead processes. -> how many."""
+        return sum(env.reader_check() for env in self._envs)
+
+    # ------------------------------------------------------------------ enqueue
+
+    def _durable_enqueue(self, shard: Shard) -> Callable[[Sequence[NewJobs]], list[tuple[int, bool]]]:
+        def commit(batches: Sequence[NewJobs]) -> list[tuple[int, bool]]:
+            ids, wake = shard.enqueue(self._clock(), batches, durable=True)
+            return [(job_id, wake) for job_id in ids]
+
+        return commit
+
+    def next_shard(self) -> int:
+        """The next shard in turn, for a put that no key routes."""
+        return next(self._rotation) % self.shards
+
+    def put_one(self, now: float, shard: int, payload: bytes, spec: JobSpec) -> int:
+        """Write one job to ``shard``. -> its id."""
+        job_id, wake = self._shards[shard].put_one(now, payload, spec)
+        if wake:
+            self.hints.notify(shard)
+        return job_id
+
+    def enqueue(self, now: float, shard: int | None, batches: Sequence[NewJobs], durable: bool) -> list[int]:
+        """Write ``batches`` to ``shard`` in ONE transaction (all or nothing; a batch with a unique key that
+        was seen writes nothing and gets the earlier job's id, ``unique_hit`` set). ``durable``: synced
+        before this returns, through the shard's group commit, which writes the batches of concurrent
+        callers in one transaction and one sync. ``shard=None`` (durable only): the store picks, a shard
+        whose group commit is forming if there is one. -> the ids, batch after batch. (Group commit takes
+        single jobs: a batch of many is one transaction and one sync of its own.)"""
+        if durable and len(batches) == 1 and len(batches[0].payloads) == 1:
+            if shard is None:
+                shard = next((i for i, c in enumerate(self._committers) if c.forming), None)
+                if shard is None:
+                    shard = self.next_shard()
+            done = self._committers[shard].submit(batches)
+            if any(wake for _id, wake in done):
+                self.hints.notify(shard)
+            return [job_id for job_id, _wake in done]
+        if shard is None:
+            shard = self.next_shard()
+        ids, wake = self._shards[shard].enqueue(now, batches, durable=durable)
+        if wake:
+            self.hints.notify(shard)
+        return ids
+
+    # ------------------------------------------------------------------ claims
+
+    def seek_filter(self, queues: tuple[str, ...] | None) -> list[bytes] | None:
+        """``queues`` (sorted names, or None for all) as the shards' claims and looks take them."""
+        if queues is None:
+            return None
+        found = self._filters.get(queues)
+        if found is None:
+            if len(self._filters) > 64:
+                self._filters.clear()
+            found = self._filters[queues] = [name.encode() for name in queues]
+        return found
+
+    def head(self, shard: int, now: float, queues: tuple[str, ...] | None) -> Head:
+        """``shard``'s best claimable priority among ``queues`` and its earliest ETA (a read)."""
+        return self._shards[shard].peek(now, self.seek_filter(queues))
+
+    def claim(
+        self,
+        shard: int,
+        now: float,
+        queues: tuple[str, ...] | None,
+        lease_time: float,
+        token: bytes,
+        min_priority: int | None,
+        worker: str | None,
+        limit: int,
+    ) -> ClaimOutcome:
+        """Claim up to ``limit`` next jobs of ``shard`` in ONE transaction, none below ``min_priority``.
+        Raises ``CorruptedJobQuarantined`` when the first job met does not decode (it was moved aside)."""
+        one = self._shards[shard]
+        env = one.env
+        waited = env.waited_writes
+        claimed, priority, eta = one.claim_many(
+            now, self.seek_filter(queues), lease_time, token, min_priority, worker, limit=limit
+        )
+        return ClaimOutcome(claimed, priority, eta, env.waited_writes != waited)
+
+    def claim_job(
+        self,
+        now: float,
+        job_id: int,
+        lease_time: float,
+        token: bytes,
+        worker: str | None,
+        scheduled_too: bool,
+    ) -> Claimed | None:
+        """Claim exactly this job if it is pending (or scheduled, with ``scheduled_too``). None otherwise."""
+        one = self._job_shard(job_id)
+        if one is None:
+            return None
+        return one.claim_job(now, job_id, lease_time, token, scheduled_too=scheduled_too, worker=worker)
+
+    def find_admissible(
+        self,
+        shard: int,
+        now: float,
+        queues: tuple[str, ...] | None,
+        skip_queues: frozenset[str],
+        skip_names: frozenset[str],
+    ) -> tuple[Candidate | None, float | None]:
+        """The best pending job of ``shard`` whose queue and name are not held back, and the earliest ETA."""
+        skipped = frozenset(name.encode() for name in skip_queues)
+        return self._shards[shard].peek_allowed(now, self.seek_filter(queues), skipped, skip_names)
+
+    def promote_due(self, shard: int | None, now: float) -> int:
+        """Scheduled jobs whose ETA passed become pending (``shard``, or all), in batches. -> how many."""
+        total = 0
+        for one in self._shards if shard is None else [self._shards[shard]]:
+            while True:
+                moved = one.promote_due(now, BATCH)
+                total += moved
+                if moved < BATCH:
+                    break
+        if total:
+            self.hints.notify(shard)
+        return total
+
+    # ------------------------------------------------------------------ a claimed job
+
+    def _shard(self, job_id: int) -> Shard:
+        index = shard_of(job_id)
+        if index >= self.shards:
+            raise QueueCorrupted(f"job {job_id} names shard {index}, but the store has {self.shards}")
+        return self._shards[index]
+
+    def _job_shard(self, job_id: int) -> Shard | None:
+        index = shard_of(job_id)
+        return self._shards[index] if index < self.shards else None
+
+    def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> float:
+        """Extend the lease ``token`` holds to ``now + lease_time``. -> the new expiry."""
+        return self._shard(job_id).touch(now, job_id, token, lease_time)
+
+    def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
+        """The job ``token`` holds is done, ``result`` kept; ``QueueCorrupted`` if the token lost it."""
+        self._shard(job_id).complete(now, job_id, token, result, durable)
+
+    def complete_many(
+        self, now: float, items: Sequence[tuple[int, bytes, bytes | None]], durable: bool
+    ) -> dict[int, str]:
+        """(job id, token, result) done, one transaction per shard. -> {job id: why} of those skipped."""
+        by_shard: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
+        for item in items:
+            by_shard.setdefault(shard_of(item[0]), []).append(item)
+        skipped: dict[int, str] = {}
+        for batch in by_shard.values():
+            skipped.update(self._shard(batch[0][0]).complete_many(now, batch, durable))
+        return skipped
+
+    def fail(
+        self,
+        now: float,
+        job_id: int,
+        token: bytes,
+        error: tuple[str | None, str | None, str | None],
+        retry_at: float | None,
+        durable: bool,
+    ) -> State:
+        """A failed attempt: scheduled again at ``retry_at``, or a dead letter (None). -> the new state."""
+        one = self._shard(job_id)
+        state = one.fail(now, job_id, token, error, retry_at=retry_at, durable=durable)
+        self.hints.notify(one.index)
+        return state
+
+    def release(self, now: float, job_id: int, token: bytes) -> None:
+        """Back to pending, not charged an attempt."""
+        one = self._shard(job_id)
+        one.release(now, job_id, token)
+        self.hints.notify(one.index)
+
+    # ------------------------------------------------------------------ management
+
+    def requeue(self, now: float, job_id: int) -> bool:
+        one = self._job_shard(job_id)
+        if one is None or not one.requeue(now, job_id):
+            return False
+        self.hints.notify(one.index)
+        return True
+
+    def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool:
+        """Remove the job if it is in one of ``states`` (None: any but running)."""
+        one = self._job_shard(job_id)
+        if one is None:
+            return False
+        if states is None:
+            return one.delete(job_id, now=now)
+        return one.delete(job_id, tuple(STATE_CODE[state] for state in states), now=now)
+
+    def purge(self, now: float, state: State, cutoff: float | None) -> int:
+        total = 0
+        for one in self._shards:
+            start: bytes | None = None
+            while True:
+                deleted, start = one.purge(state, cutoff, BATCH, start, now=now)
+                total += deleted
+                if start is None:
+                    break
+        return total
+
+    def recover_expired(self, now: float) -> list[Recovered]:
+        """Every running job whose lease expired before ``now``: a charged failed attempt (or, claimed in a
+        batch, back uncharged), plus the next stretch of the walk that finds running jobs without a lease."""
+        recovered: list[Recovered] = []
+        for one in self._shards:
+            while True:
+                batch = one.recover_expired(now, BATCH)
+                recovered.extend(batch)
+                if len(batch) < BATCH:
+                    break
+            orphans, self._scrub_from[one.index] = one.scrub(now, self._scrub_from[one.index])
+            recovered.extend(orphans)
+        if recovered:
+            self.hints.notify()
+        return recovered
+
+    def vacuum(self, now: float, cutoff: float, unique_ttl: float) -> int:
+        """Delete done jobs finished before ``cutoff``, and forget unique keys older than ``unique_ttl``."""
+        for one in self._shards:
+            while one.forget_unique(now, unique_ttl, BATCH) == BATCH:
+                pass
+        total = 0
+        for one in self._shards:
+            while True:
+                count = one.vacuum(cutoff, BATCH, now=now)
+                total += count
+                if count < BATCH:
+                    break
+        return total
+
+    # ------------------------------------------------------------------ reads
+
+    def job(self, now: float, job_id: int) -> Job | None:
+        one = self._job_shard(job_id)
+        return None if one is None else one.job(job_id, now=now)
+
+    def list_jobs(
+        self,
+        now: float,
+        state: State,
+        *,
+        queue: str | None,
+        name: str | None,
+        after: int | None,
+        limit: int,
+        newest_first: bool,
+        shard: int | None,
+    ) -> list[Job]:
+        """Jobs in ``state`` in the order of its index across shards, from after job ``after``."""
+        after_key = None
+        if after is not None:
+            one = self._job_shard(after)
+            after_key = None if one is None else one.sort_key(state, after)
+            if after_key is None:
+                raise InvalidJob(
+                    f"after={after}: that job no longer exists, so the listing cannot go on from it; "
+                    f"list again from the start"
+                )
+        found: list[Listed] = []
+        for one in self._shards if shard is None else [self._shards[shard]]:
+            found.extend(one.list_jobs(state, after_key=after_key, limit=limit, newest_first=newest_first,
+                                       queue=queue, name=name, now=now))  # fmt: skip
+        found.sort(key=lambda item: item.sort_key, reverse=newest_first)
+        return [listed.job() for listed in found[:limit]]  # decode only what is returned
+
+    def counts(self, shard: int | None = None) -> dict[str, int]:
+        """Jobs per state and ``total`` puts ever, of ``shard`` or of the whole store. No scan."""
+        if shard is not None:
+            return self._shards[shard].counts()
+        out: dict[str, int] = {state.value: 0 for state in State}
+        out["total"] = 0
+        for one in self._shards:
+            for key, value in one.counts().items():
+                out[key] += value
+        return out
+
+    def pending_count(self) -> int:
+        """Pending jobs, re-reading only the shards that committed since the last count."""
+        total = 0
+        cache = self._pending_cache
+        for one in self._shards:
+            txnid = one.env.last_txnid()
+            cached = cache.get(one.index)
+            if cached is None or cached[0] != txnid:
+                cached = (txnid, one.counts()["pending"])
+                cache[one.index] = cached
+            total += cached[1]
+        return total
+
+    def queue_counts(self, now: float) -> dict[str, dict[str, int]]:
+        """Per queue: pending, scheduled and running jobs, from counters (a shard whose counters are not known
+        to be exact rebuilds them first)."""
+        total: dict[str, dict[str, int]] = {}
+        for one in self._shards:
+            for queue, counts in one.queue_counts(now=now).items():
+                into = total.setdefault(queue, {"pending": 0, "scheduled": 0, "running": 0})
+                for state, count in counts.items():
+                    into[state] += count
+        return dict(sorted(total.items()))
+
+    def verify(self) -> list[str]:
+        problems: list[str] = []
+        for one in self._shards:
+            problems.extend(one.verify())
+        return problems
