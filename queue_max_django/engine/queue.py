@@ -1,10 +1,11 @@
 """``Queue``: validation, routing across shards, waiting, completing records, and the background maintenance.
 
-Every state change is delegated to one ``Shard`` method (one LMDB transaction). This module owns policy:
-which shard a job goes to, which shard a consumer claims from (never passing over a higher priority),
-backoff, the clock, waking consumers, and the recovery/vacuum/sync thread. A ``Record`` (record.py) ends
-its job through the Queue that claimed it (the ``RecordOwner`` methods ``_ack``, ``_nack``, ``_release``,
-``_touch``); rate limits and breakers are the ``Flow`` member's (flow.py).
+The Queue talks to one object, its store (``stores/base.py``; the LMDB store is ``stores/lmdb/``), and every
+state change is one store operation (one transaction). This module owns policy: validation, which shard a
+job goes to, backoff decisions, events, the clock, the waits, and the maintenance schedule
+(maintenance.py). Which shard a consumer claims from is the ``Claimer``'s (claiming.py); rate limits and
+breakers are the ``Flow`` member's (flow.py). A ``Record`` (record.py) ends its job through the Queue that
+claimed it (the ``RecordOwner`` methods ``_ack``, ``_nack``, ``_release``, ``_touch``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from . import codec
 from .claiming import Claimer
 from .coordination import LockHolder, WorkerInfo, id_bytes
 from .errors import (
-    ConfigurationError,
     InvalidJob,
     QueueClosed,
     QueueEmpty,
@@ -39,20 +39,19 @@ from .forks import fork_generation
 from .job import Job, State
 from .jobspec import JobSpec
 from .keys import MAX_SHARDS
+from .maintenance import Maintenance, Round
 from .ratelimit import Rate
 from .record import Record
 from .retry import decide
-from .store import EnvOptions
-from .stores.lmdb.store import LmdbStore
+from .stores.lmdb.store import DEFAULT_MAP_SIZE, LmdbStore
 from .stores.types import Claimed, NewJobs
 from .validate import (
     MAX_NAME,
-    MAX_RETRIES_LIMIT,
     MAX_SECONDS,
-    bad_character,
     check_filter,
     check_number,
     check_put,
+    check_queue_arguments,
     describe_error,
     parse_state,
     put_defaults,
@@ -60,7 +59,6 @@ from .validate import (
     validate_queue_name,
 )
 
-DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the file grows with the data)
 MAX_IDLE_WAIT = 1.0  # an idle get() re-checks the store at least this often, hint or not
 _PLAIN_NUMBERS = (int, float)  # exactly these types (not bool): the checks that need no function call
 
@@ -100,72 +98,41 @@ class Queue:
         rng: random.Random | None = None,
         worker_id: str | None = None,
     ) -> None:
-        if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
-                                   or not 1 <= shards <= MAX_SHARDS):  # fmt: skip
-            raise ConfigurationError(f"shards must be an int from 1 to {MAX_SHARDS} or None, not {shards!r}")
-        check_number("lease_time", lease_time, minimum=0.001)
-        if type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES_LIMIT:
-            raise ConfigurationError(
-                f"max_retries must be an int from 0 to {MAX_RETRIES_LIMIT}, not {max_retries!r}"
-            )
-        check_number("retry_backoff", retry_backoff, minimum=0)
-        check_number("retry_backoff_max", retry_backoff_max, minimum=0)
-        check_number("result_ttl", result_ttl, minimum=0)
-        check_number("max_payload_bytes", max_payload_bytes, minimum=16, maximum=1 << 30)
-        check_number("map_size", map_size, minimum=1 << 20, maximum=1 << 50)
-        check_number("map_size_max", map_size_max, minimum=map_size, maximum=1 << 50, allow_none=True)
-        check_number("recover_interval", recover_interval, minimum=0.01)
-        check_number("vacuum_interval", vacuum_interval, minimum=0.01)
-        check_number("sync_interval", sync_interval, minimum=0.01)
-        self.path = _store_path(path)
+        self.queues: frozenset[str] | None = check_queue_arguments(
+            lease_time=lease_time, max_retries=max_retries, retry_backoff=retry_backoff,
+            retry_backoff_max=retry_backoff_max, result_ttl=result_ttl, max_payload_bytes=max_payload_bytes,
+            queues=queues, recover_interval=recover_interval, vacuum_interval=vacuum_interval,
+            sync_interval=sync_interval, alert_threshold=alert_threshold, clock=clock, rng=rng,
+            worker_id=worker_id,
+        )  # fmt: skip
         self.lease_time = float(lease_time)
         self.max_retries = max_retries
         self.retry_backoff = float(retry_backoff)
         self.retry_backoff_max = float(retry_backoff_max)
         self.result_ttl = float(result_ttl)
         self.max_payload_bytes = int(max_payload_bytes)
-        self.queues: frozenset[str] | None = None
-        if queues is not None:
-            if isinstance(queues, str):
-                raise ConfigurationError("queues must be a list of names, not one string")
-            try:
-                self.queues = frozenset(validate_queue_name(name) for name in queues)
-            except InvalidJob as exc:
-                raise ConfigurationError(f"queues: {exc}") from None
-            except TypeError:
-                raise ConfigurationError(f"queues must be a list of names, not {queues!r}") from None
-        if clock is not None and not callable(clock):
-            raise ConfigurationError(f"clock must be a callable returning unix seconds, not {clock!r}")
-        if rng is not None and not callable(getattr(rng, "uniform", None)):
-            raise ConfigurationError(f"rng must be a random.Random, not {rng!r}")
         self.sync = bool(sync)
         self.writemap = bool(writemap)
-        if alert_threshold is not None and (type(alert_threshold) is not int or alert_threshold < 0):
-            raise ConfigurationError(f"alert_threshold must be None or an int >= 0, not {alert_threshold!r}")
         self.alert_threshold = alert_threshold
-        if worker_id is not None and (not isinstance(worker_id, str) or not 0 < len(worker_id) <= MAX_NAME
-                                      or bad_character(worker_id) is not None):  # fmt: skip
-            raise ConfigurationError(
-                f"worker_id must be None or a str of 1 to {MAX_NAME} characters without control characters "
-                f"or lone surrogates, not {worker_id!r}"
-            )
         self.worker_id = worker_id  # recorded in each job this Queue claims (Job.worker_ids)
         self.events = Events()  # callbacks: see events.py; the Django layer turns them into signals
         self._alert_quiet_until = 0.0
         self._clock: Clock = clock or time.time
         self._rng = rng or random.Random()
-        self._do_recover = do_recover
-        self._do_vacuum = do_vacuum
-        self._intervals = {"recover": float(recover_interval), "vacuum": float(vacuum_interval),
-                           "sync": float(sync_interval)}  # fmt: skip
-        options = EnvOptions(int(map_size), map_size_max, self.sync, self.writemap)
-        self._store = LmdbStore(self.path, shards, options, self._clock, self._rng.randrange(MAX_SHARDS))
+        self._rounds: list[Round] = [(float(sync_interval), self._upkeep)]  # the background thread's
+        if do_recover:
+            self._rounds.append((float(recover_interval), self.recover))
+        if do_vacuum:
+            self._rounds.append((float(vacuum_interval), self.vacuum))
+        self._store = LmdbStore.open(path, shards=shards, map_size=map_size, map_size_max=map_size_max,
+                                     sync=self.sync, writemap=self.writemap, clock=self._clock,
+                                     rotation=self._rng.randrange(MAX_SHARDS))  # fmt: skip
+        self.path = self._store.path
         self.shard_count = self._store.shards
         self._lock = threading.Lock()
         self._closed = False
         self._rotation = itertools.count(self._rng.randrange(self.shard_count))
-        self._stop = threading.Event()
-        self._maintenance: threading.Thread | None = None
+        self._maintenance: Maintenance | None = None
         self._valid_queues: set[str] = set()  # queue names already validated
         self._valid_names: set[str] = set()  # job names already validated
         self._specs: dict[tuple[Any, ...], JobSpec] = {}  # see _job_options
@@ -180,12 +147,8 @@ class Queue:
         self._flow = Flow(store.control, self._clock)
         self._claimer = Claimer(store, self._clock, self._rng)
         self._generation = fork_generation()
-        if self._do_recover or self._do_vacuum or not self.sync:
-            self._stop = threading.Event()
-            self._maintenance = threading.Thread(
-                target=self._maintain, name=f"queue-max-maintenance:{self.path}", daemon=True
-            )
-            self._maintenance.start()
+        if len(self._rounds) > 1 or not self.sync:
+            self._maintenance = Maintenance(self.path, self._rounds)
 
     def _live(self) -> LmdbStore:
         if self._closed:
@@ -203,11 +166,9 @@ class Queue:
             if self._closed:
                 return
             self._closed = True
-        self._stop.set()
         self._store.hints.close()  # waiting consumers wake at once and see the close
-        thread = self._maintenance
-        if thread is not None and thread is not threading.current_thread() and thread.is_alive():
-            thread.join(timeout=10)
+        if self._maintenance is not None:
+            self._maintenance.stop()
         self._store.close(flush=not self.sync)
 
     @property
@@ -869,58 +830,10 @@ class Queue:
 
     # ------------------------------------------------------------------ background maintenance
 
-    def _maintain(self) -> None:
-        """The background thread: recovery, vacuum and the store's upkeep on their intervals. A round that
-        fails is logged, with its traceback, unless it failed as the round before did: the same problem
-        every 15 s is one log line (until a round works again), not a line per round."""
-        stop = self._stop
-        intervals = self._intervals
-        due = {name: time.monotonic() + interval for name, interval in intervals.items()}
-        last_failure: str | None = None
-        while not stop.is_set():
-            now = time.monotonic()
-            wait = max(0.0, min(due.values()) - now)
-            if stop.wait(wait):
-                return
-            now = time.monotonic()
-            try:
-                if now >= due["recover"]:
-                    due["recover"] = now + intervals["recover"]
-                    if self._do_recover:
-                        self.recover()
-                if now >= due["vacuum"]:
-                    due["vacuum"] = now + intervals["vacuum"]
-                    if self._do_vacuum:
-                        self.vacuum()
-                if now >= due["sync"]:
-                    due["sync"] = now + intervals["sync"]
-                    # The store's upkeep (LMDB: reader slots of dead processes); and, in the default
-                    # mode, a flush to disk, which bounds what an OS crash can take.
-                    self._live().maintain(flush=not self.sync)
-                last_failure = None
-            except QueueClosed:
-                return
-            except Exception as exc:  # keep maintaining; the next round retries
-                failure = f"{type(exc).__name__}: {exc}"
-                if failure != last_failure:
-                    logger.exception("background maintenance of %s failed", self.path)
-                last_failure = failure
-
-
-def _store_path(path: Any) -> str:
-    """The store's directory as a real path. An empty path (an unset environment variable) is refused:
-    it would put the store in whatever the current directory is."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise ConfigurationError(f"path must be a str or a path-like object naming a directory, not {path!r}")
-    text = os.fspath(path)
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigurationError(
-            f"path must name the store's directory, not {text!r}: an empty path would put the store in the "
-            f"current directory (an unset environment variable?)"
-        )
-    if "\x00" in text:
-        raise ConfigurationError(f"path cannot contain a NUL character: {text!r}")
-    return os.path.realpath(text)
+    def _upkeep(self) -> None:
+        """The store's own upkeep (LMDB: reader slots of dead processes); and, in the default mode, a flush
+        to disk, which bounds what an OS crash can take."""
+        self._live().maintain(flush=not self.sync)
 
 
 def _check_id(job_id: Any) -> None:

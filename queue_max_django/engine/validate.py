@@ -223,6 +223,62 @@ def check_put(
         ready_at(delay, eta, now)
 
 
+def check_queue_arguments(
+    *,
+    lease_time: Any,
+    max_retries: Any,
+    retry_backoff: Any,
+    retry_backoff_max: Any,
+    result_ttl: Any,
+    max_payload_bytes: Any,
+    queues: Any,
+    recover_interval: Any,
+    vacuum_interval: Any,
+    sync_interval: Any,
+    alert_threshold: Any,
+    clock: Any,
+    rng: Any,
+    worker_id: Any,
+) -> frozenset[str] | None:
+    """Check the arguments of ``Queue(...)`` that are not the store's: ``ConfigurationError`` naming the
+    first bad one. -> the queue names the Queue serves (None: any)."""
+    check_number("lease_time", lease_time, minimum=0.001)
+    if type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES_LIMIT:
+        raise ConfigurationError(
+            f"max_retries must be an int from 0 to {MAX_RETRIES_LIMIT}, not {max_retries!r}"
+        )
+    check_number("retry_backoff", retry_backoff, minimum=0)
+    check_number("retry_backoff_max", retry_backoff_max, minimum=0)
+    check_number("result_ttl", result_ttl, minimum=0)
+    check_number("max_payload_bytes", max_payload_bytes, minimum=16, maximum=1 << 30)
+    check_number("recover_interval", recover_interval, minimum=0.01)
+    check_number("vacuum_interval", vacuum_interval, minimum=0.01)
+    check_number("sync_interval", sync_interval, minimum=0.01)
+    served = None
+    if queues is not None:
+        if isinstance(queues, str):
+            raise ConfigurationError("queues must be a list of names, not one string")
+        try:
+            served = frozenset(validate_queue_name(name) for name in queues)
+        except InvalidJob as exc:
+            raise ConfigurationError(f"queues: {exc}") from None
+        except TypeError:
+            raise ConfigurationError(f"queues must be a list of names, not {queues!r}") from None
+    if clock is not None and not callable(clock):
+        raise ConfigurationError(f"clock must be a callable returning unix seconds, not {clock!r}")
+    if rng is not None and not callable(getattr(rng, "uniform", None)):
+        raise ConfigurationError(f"rng must be a random.Random, not {rng!r}")
+    if alert_threshold is not None and (type(alert_threshold) is not int or alert_threshold < 0):
+        raise ConfigurationError(f"alert_threshold must be None or an int >= 0, not {alert_threshold!r}")
+    if worker_id is not None and (not isinstance(worker_id, str) or not 0 < len(worker_id) <= MAX_NAME
+                                  or bad_character(worker_id) is not None):  # fmt: skip
+        raise ConfigurationError(
+            f"worker_id must be None or a str of 1 to {MAX_NAME} characters without control characters "
+            f"or lone surrogates, not {worker_id!r}"
+        )
+    return served
+
+
 def _remember(valid: set[str], name: str) -> None:
     """Add to a cache of checked names; names are few in practice, but never let it grow unbounded."""
     if len(valid) > 10_000:

@@ -13,15 +13,16 @@ import itertools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from ...control import Control
 from ...coordination import Coordination
-from ...errors import InvalidJob, QueueCorrupted
+from ...errors import ConfigurationError, InvalidJob, QueueCorrupted
 from ...forks import fork_generation
 from ...groupcommit import GroupCommitter
 from ...job import STATE_CODE, Job, State
 from ...jobspec import JobSpec
-from ...keys import shard_of
+from ...keys import MAX_SHARDS, shard_of
 from ...shard import Listed, Shard
 from ...store import (
     CONTROL_DB_NAMES,
@@ -32,10 +33,12 @@ from ...store import (
     open_store_meta,
     shard_dir,
 )
+from ...validate import check_number
 from ...wake import Waker
 from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, StoreInfo
 
 BATCH = 1000  # jobs one maintenance transaction handles at most
+DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the file grows with the data)
 
 
 class LmdbStore:
@@ -48,6 +51,29 @@ class LmdbStore:
     """A put cannot join the caller's database transaction: the store is not the application's database."""
     multi_host = False
     """Only processes on this machine can open the store (LMDB's locks live in shared memory)."""
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        shards: int | None,
+        map_size: int,
+        map_size_max: int | None,
+        sync: bool,
+        writemap: bool,
+        clock: Callable[[], float],
+        rotation: int,
+    ) -> LmdbStore:
+        """Check the LMDB options (``ConfigurationError`` naming the bad one) and open the store at ``path``,
+        creating it with ``shards`` shards (None: 6) if it does not exist."""
+        if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
+                                   or not 1 <= shards <= MAX_SHARDS):  # fmt: skip
+            raise ConfigurationError(f"shards must be an int from 1 to {MAX_SHARDS} or None, not {shards!r}")
+        check_number("map_size", map_size, minimum=1 << 20, maximum=1 << 50)
+        check_number("map_size_max", map_size_max, minimum=map_size, maximum=1 << 50, allow_none=True)
+        options = EnvOptions(int(map_size), map_size_max, bool(sync), bool(writemap))
+        return cls(_store_path(path), shards, options, clock, rotation)
 
     def __init__(
         self, path: str, shards: int | None, options: EnvOptions, clock: Callable[[], float], rotation: int
@@ -430,3 +456,19 @@ class LmdbStore:
         for one in self._shards:
             problems.extend(one.verify())
         return problems
+
+
+def _store_path(path: Any) -> str:
+    """The store's directory as a real path. An empty path (an unset environment variable) is refused:
+    it would put the store in whatever the current directory is."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigurationError(f"path must be a str or a path-like object naming a directory, not {path!r}")
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigurationError(
+            f"path must name the store's directory, not {text!r}: an empty path would put the store in the "
+            f"current directory (an unset environment variable?)"
+        )
+    if "\x00" in text:
+        raise ConfigurationError(f"path cannot contain a NUL character: {text!r}")
+    return os.path.realpath(text)
