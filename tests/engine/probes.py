@@ -164,6 +164,14 @@ class LmdbProbe:
         """Each shard's last committed write transaction id (LMDB only: not part of ``StoreProbe``)."""
         return [shard.env.last_txnid() for shard in self._shards()]
 
+    def read_txn(self, shard: int) -> Any:
+        """A read transaction on ``shard``, its snapshot taken (it holds a reader slot until it ends; LMDB
+        only: not part of ``StoreProbe``)."""
+        target = self._shards()[shard]
+        txn = target.env.env.begin()
+        txn.stat(target.env.dbs["jobs"])
+        return txn
+
     def _shard(self, job_id: int) -> Any:
         return self._shards()[keys.shard_of(job_id)]
 
