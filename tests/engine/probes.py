@@ -20,6 +20,7 @@ import msgpack
 
 from queue_max_django.engine import Queue, State, codec, keys
 from queue_max_django.engine.job import STATES
+from queue_max_django.engine.shard import _UNIQUE
 from tests.faults import corrupt
 
 Where = State | Literal["record", "payload"]
@@ -82,6 +83,10 @@ class StoreProbe(Protocol):
 
     def snapshot(self) -> Any:
         """Everything stored, comparable with ``==``: to prove that nothing was written."""
+
+    def unique_keys(self) -> dict[str, int]:
+        """Every unique key the store remembers -> the id of the job it names (a key outlives its job
+        until vacuum forgets it)."""
 
     def record_bytes(self, job_id: int) -> bytes | None:
         """The record's bytes, for a store that keeps a job's record as one msgpack value."""
@@ -235,6 +240,16 @@ class LmdbProbe:
                     out[shard.index, name] = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
         return out
 
+    def unique_keys(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for shard in self._shards():
+            with shard.env.env.begin() as txn:
+                for key, value in txn.cursor(db=shard.env.dbs["unique"]):
+                    name = bytes(key).decode()
+                    assert name not in out, f"unique key {name!r} in two shards"
+                    out[name] = _UNIQUE.unpack(bytes(value))[0]
+        return out
+
     def places(self, job_id: int) -> list[str]:
         """(shard, database) of every key that ends with the job's id: its record, its payload and every
         (…, id) index entry."""
@@ -291,6 +306,15 @@ class LmdbProbe:
             record = msgpack.unpackb(txn.get(key, db=dbs["jobs"]))
             change(record)
             txn.put(key, msgpack.packb(record, use_bin_type=True), db=dbs["jobs"])
+
+    def rewrite_record_bytes(self, job_id: int, change: Callable[[bytes], bytes]) -> None:
+        """Replace the record's bytes by ``change(its bytes)``, as an older version of the engine would have
+        written them (LMDB only: not part of ``StoreProbe``)."""
+        with self._txn(job_id, write=True) as (txn, dbs):
+            key = keys.id_key(job_id)
+            raw = txn.get(key, db=dbs["jobs"])
+            assert raw is not None, f"job {job_id} has no record"
+            txn.put(key, change(bytes(raw)), db=dbs["jobs"])
 
     def drop_lease(self, job_id: int) -> None:
         stored = self.stored(job_id)

@@ -113,3 +113,13 @@ def test_damage_helpers_do_what_they_say(queue: Queue, probe: Probe, clock: Fake
     bad_payload = queue.put("fine record")
     p.break_payload(bad_payload)
     assert queue.job(bad_payload).damage is not None
+
+
+def test_unique_keys_are_the_keys_put_and_the_jobs_they_name(queue: Queue, probe: Probe) -> None:
+    p = probe(queue)
+    assert p.unique_keys() == {}
+    first = queue.put("a", unique_key="k1")
+    queue.put("b")
+    second = queue.put("c", unique_key="k2")
+    assert queue.put("d", unique_key="k1") == first
+    assert p.unique_keys() == {"k1": first, "k2": second}
