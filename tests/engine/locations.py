@@ -25,6 +25,8 @@ def _open_lmdb(where: str, options: dict[str, Any]) -> Queue:
 
 OPENERS: dict[str, Callable[[str, dict[str, Any]], Queue]] = {"lmdb": _open_lmdb}
 """How each store kind opens a Queue on its location: (path or URL, Queue options) -> Queue."""
+EXISTS: dict[str, Callable[[str], bool]] = {"lmdb": os.path.lexists}
+"""Whether anything of a store of each kind was created at its location (the LMDB store: its directory)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,11 @@ class StoreLocation:
         opener = OPENERS.get(self.kind)
         assert opener is not None, f"no store of kind {self.kind!r}"
         return opener(self.where, options)
+
+    def exists(self) -> bool:
+        """Whether anything of the store was created at this location (a refused Queue(...) creates
+        nothing)."""
+        return EXISTS[self.kind](self.where)
 
     def with_options(self, **options: Any) -> StoreLocation:
         """The same store, its openers passing ``options`` too."""
