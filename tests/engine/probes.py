@@ -84,6 +84,10 @@ class StoreProbe(Protocol):
     def snapshot(self) -> Any:
         """Everything stored, comparable with ``==``: to prove that nothing was written."""
 
+    def coordination_snapshot(self) -> list[Any]:
+        """Everything stored of locks and the worker registry, comparable with ``==``: to prove that
+        nothing of them was written; ``[]`` when the store holds no lock and no worker."""
+
     def unique_keys(self) -> dict[str, int]:
         """Every unique key the store remembers -> the id of the job it names (a key outlives its job
         until vacuum forgets it)."""
@@ -160,6 +164,10 @@ class LmdbProbe:
     # The one place that knows how the Queue holds its shards.
     def _shards(self) -> list[Any]:
         return list(self.queue._shards)
+
+    # The one place that knows where the Queue keeps its locks and workers.
+    def _coordination_env(self) -> Any:
+        return self.queue._coordination.env
 
     def environments(self) -> list[Any]:
         """The LMDB environment of each shard (LMDB only: not part of ``StoreProbe``)."""
@@ -239,6 +247,16 @@ class LmdbProbe:
                 for name, db in shard.env.dbs.items():
                     out[shard.index, name] = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
         return out
+
+    def coordination_snapshot(self) -> list[tuple[bytes, bytes]]:
+        """Every key and value of the control store's locks and workers databases."""
+        env = self._coordination_env()
+        with env.env.begin() as txn:
+            return [
+                (name.encode() + b":" + bytes(k), bytes(v))
+                for name in ("locks", "workers")
+                for k, v in txn.cursor(db=env.dbs[name])
+            ]
 
     def unique_keys(self) -> dict[str, int]:
         out: dict[str, int] = {}
