@@ -117,6 +117,9 @@ class StoreProbe(Protocol):
     def break_payload(self, job_id: int) -> None:
         """Make the job's payload bytes undecodable, the record left intact."""
 
+    def break_result(self, job_id: int) -> None:
+        """Make the finished job's stored result undecodable, the rest of the record intact."""
+
 
 # ------------------------------------------------------------------------------------------------- LMDB
 
@@ -325,6 +328,20 @@ class LmdbProbe:
             change(record)
             txn.put(key, msgpack.packb(record, use_bin_type=True), db=dbs["jobs"])
 
+    def rewrite_job_bytes(
+        self, job_id: int, change: Callable[[bytes, bytes | None], tuple[bytes, bytes | None]]
+    ) -> None:
+        """``change(record bytes, external payload bytes or None)`` -> the new bytes of both (None: leave
+        the payload), in one write (tests/faults/corrupt.py's damage; LMDB only: not in ``StoreProbe``)."""
+        with self._txn(job_id, write=True) as (txn, dbs):
+            key = keys.id_key(job_id)
+            raw, payload = txn.get(key, db=dbs["jobs"]), txn.get(key, db=dbs["payloads"])
+            assert raw is not None, f"job {job_id} is not on disk"
+            new_raw, new_payload = change(bytes(raw), None if payload is None else bytes(payload))
+            txn.put(key, new_raw, db=dbs["jobs"])
+            if new_payload is not None:
+                txn.put(key, new_payload, db=dbs["payloads"])
+
     def rewrite_record_bytes(self, job_id: int, change: Callable[[bytes], bytes]) -> None:
         """Replace the record's bytes by ``change(its bytes)``, as an older version of the engine would have
         written them (LMDB only: not part of ``StoreProbe``)."""
@@ -386,6 +403,9 @@ class LmdbProbe:
 
     def break_payload(self, job_id: int) -> None:
         corrupt.garbage_payload(self.queue, job_id)
+
+    def break_result(self, job_id: int) -> None:
+        corrupt.garbage_result(self.queue, job_id)
 
 
 PROBES: dict[str, Callable[[Queue], StoreProbe]] = {"lmdb": LmdbProbe}
