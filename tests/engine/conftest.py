@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from queue_max_django.engine import Queue
+from tests.engine.locations import StoreLocation
 from tests.engine.probes import PROBES, LmdbProbe, StoreProbe
 from tests.engine.procs import Children
 
@@ -69,15 +70,23 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make_queue(store_kind: str, store_path: Path, clock: FakeClock) -> Iterator[Callable[..., Queue]]:
+def location(store_kind: str, store_path: Path) -> StoreLocation:
+    """This test's store as a value a child process can be handed (``procs.py``): each child opens its own
+    Queue on it with ``location.open_queue(**options)`` (no background threads, the wall clock)."""
+    assert store_kind in STORE_KINDS, store_kind
+    return StoreLocation(store_kind, str(store_path))
+
+
+@pytest.fixture
+def make_queue(location: StoreLocation, clock: FakeClock) -> Iterator[Callable[..., Queue]]:
     """``make_queue(**options)``: a Queue on this test's store (every call opens the same one, as another
     process would), on the shared fake clock, with no background threads and retries at once (as
-    ``open_queue``); ``options`` override any of that. Each is closed after the test."""
+    ``open_queue``); ``options`` override any of that (``clock=None``: the wall clock). Each is closed
+    after the test."""
     opened: list[Queue] = []
 
     def make(**options: Any) -> Queue:
-        assert store_kind == "lmdb", store_kind
-        q = open_queue(store_path, clock, **options)
+        q = location.open_queue(**({"clock": clock, "retry_backoff": 0} | options))
         opened.append(q)
         return q
 

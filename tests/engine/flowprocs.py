@@ -1,10 +1,10 @@
 """What the flow-control multi-process tests run in their child processes.
 
 The children are fresh interpreters started by ``procs.Children`` (``subprocess`` + ``sys.executable``,
-never ``fork``), running a target of this module. Each child opens its own
-``Queue`` on the real clock and reports JSON lines on its stdout (``procs.send``). Children that must act
-together wait for a "go" file the parent creates once every child said it is ready, so that interpreter
-start-up (a few hundred ms on a busy machine) is not part of what is measured.
+never ``fork``), running a target of this module. Each child opens its own ``Queue`` on the store its
+location names (``procs.Where``), on the real clock, and reports JSON lines on its stdout (``procs.send``).
+Children that must act together wait for a "go" file the parent creates once every child said it is
+ready, so that interpreter start-up (a few hundred ms on a busy machine) is not part of what is measured.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from queue_max_django.engine import QueueEmpty
 
-from .procs import CHILD_TIMEOUT, opened, send
+from .procs import CHILD_TIMEOUT, Where, opened, send
 
 # ---------------------------------------------------------------------------------------------- child side
 
@@ -29,10 +29,10 @@ def _wait_for_go(go: str) -> None:
         time.sleep(0.001)
 
 
-def take_tokens(path: str, key: str, seconds: float, go: str) -> None:
+def take_tokens(where: Where, key: str, seconds: float, go: str) -> None:
     """try_acquire ``key`` in a tight loop for ``seconds``; report the grants, the calls and the wall-clock
     span (unix seconds) from before the first call to after the last one."""
-    with opened(path) as q:
+    with opened(where) as q:
         q.remaining(key)  # open and warm up before the clock starts
         _wait_for_go(go)
         granted = calls = 0
@@ -46,9 +46,9 @@ def take_tokens(path: str, key: str, seconds: float, go: str) -> None:
     send({"granted": granted, "calls": calls, "start": start, "end": end})
 
 
-def drain_for(path: str, seconds: float, go: str) -> None:
+def drain_for(where: Where, seconds: float, go: str) -> None:
     """get + ack for ``seconds``; report the ids it took, and the span."""
-    with opened(path) as q:
+    with opened(where) as q:
         q.stats()
         _wait_for_go(go)
         taken = []
@@ -65,9 +65,9 @@ def drain_for(path: str, seconds: float, go: str) -> None:
     send({"taken": taken, "start": start, "end": end})
 
 
-def fail_jobs(path: str, count: int) -> None:
+def fail_jobs(where: Where, count: int) -> None:
     """Take ``count`` jobs and nack each (a task whose downstream is down); report the breakers after."""
-    with opened(path) as q:
+    with opened(where) as q:
         failed = []
         for _ in range(count):
             record = q.get(timeout=CHILD_TIMEOUT)
@@ -87,11 +87,11 @@ def _take_all(q: Any) -> list[list[Any]]:
         taken.append([record.job_id, record.name])
 
 
-def take_in_rounds(path: str, rounds: int, step_dir: str) -> None:
+def take_in_rounds(where: Where, rounds: int, step_dir: str) -> None:
     """``rounds`` times: wait for the file ``<step_dir>/<round>``, take every job it may (get(0) until
     QueueEmpty, acking each), and report what it took and the breakers it sees. One long-lived Queue: what
     it sees of the breakers must follow what other processes change."""
-    with opened(path) as q:
+    with opened(where) as q:
         send({"ready": True, "breakers": q.stats().get("circuit_breakers")})  # also fills its flow cache
         for round_ in range(rounds):
             step = Path(step_dir) / str(round_)

@@ -20,6 +20,7 @@ import msgpack
 
 from queue_max_django.engine import Queue, State, codec, keys
 from queue_max_django.engine.job import STATES
+from queue_max_django.engine.shard import _UNIQUE
 from tests.faults import corrupt
 
 Where = State | Literal["record", "payload"]
@@ -83,6 +84,14 @@ class StoreProbe(Protocol):
     def snapshot(self) -> Any:
         """Everything stored, comparable with ``==``: to prove that nothing was written."""
 
+    def coordination_snapshot(self) -> list[Any]:
+        """Everything stored of locks and the worker registry, comparable with ``==``: to prove that
+        nothing of them was written; ``[]`` when the store holds no lock and no worker."""
+
+    def unique_keys(self) -> dict[str, int]:
+        """Every unique key the store remembers -> the id of the job it names (a key outlives its job
+        until vacuum forgets it)."""
+
     def record_bytes(self, job_id: int) -> bytes | None:
         """The record's bytes, for a store that keeps a job's record as one msgpack value."""
 
@@ -107,6 +116,9 @@ class StoreProbe(Protocol):
 
     def break_payload(self, job_id: int) -> None:
         """Make the job's payload bytes undecodable, the record left intact."""
+
+    def break_result(self, job_id: int) -> None:
+        """Make the finished job's stored result undecodable, the rest of the record intact."""
 
 
 # ------------------------------------------------------------------------------------------------- LMDB
@@ -156,6 +168,10 @@ class LmdbProbe:
     def _shards(self) -> list[Any]:
         return list(self.queue._store._shards)
 
+    # The one place that knows where the Queue keeps its locks and workers.
+    def _coordination_env(self) -> Any:
+        return self.queue._store.locks.env
+
     def environments(self) -> list[Any]:
         """The LMDB environment of each shard (LMDB only: not part of ``StoreProbe``)."""
         return [shard.env.env for shard in self._shards()]
@@ -163,6 +179,14 @@ class LmdbProbe:
     def last_txnids(self) -> list[int]:
         """Each shard's last committed write transaction id (LMDB only: not part of ``StoreProbe``)."""
         return [shard.env.last_txnid() for shard in self._shards()]
+
+    def read_txn(self, shard: int) -> Any:
+        """A read transaction on ``shard``, its snapshot taken (it holds a reader slot until it ends; LMDB
+        only: not part of ``StoreProbe``)."""
+        target = self._shards()[shard]
+        txn = target.env.env.begin()
+        txn.stat(target.env.dbs["jobs"])
+        return txn
 
     def _shard(self, job_id: int) -> Any:
         return self._shards()[keys.shard_of(job_id)]
@@ -227,6 +251,26 @@ class LmdbProbe:
                     out[shard.index, name] = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
         return out
 
+    def coordination_snapshot(self) -> list[tuple[bytes, bytes]]:
+        """Every key and value of the control store's locks and workers databases."""
+        env = self._coordination_env()
+        with env.env.begin() as txn:
+            return [
+                (name.encode() + b":" + bytes(k), bytes(v))
+                for name in ("locks", "workers")
+                for k, v in txn.cursor(db=env.dbs[name])
+            ]
+
+    def unique_keys(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for shard in self._shards():
+            with shard.env.env.begin() as txn:
+                for key, value in txn.cursor(db=shard.env.dbs["unique"]):
+                    name = bytes(key).decode()
+                    assert name not in out, f"unique key {name!r} in two shards"
+                    out[name] = _UNIQUE.unpack(bytes(value))[0]
+        return out
+
     def places(self, job_id: int) -> list[str]:
         """(shard, database) of every key that ends with the job's id: its record, its payload and every
         (…, id) index entry."""
@@ -284,6 +328,29 @@ class LmdbProbe:
             change(record)
             txn.put(key, msgpack.packb(record, use_bin_type=True), db=dbs["jobs"])
 
+    def rewrite_job_bytes(
+        self, job_id: int, change: Callable[[bytes, bytes | None], tuple[bytes, bytes | None]]
+    ) -> None:
+        """``change(record bytes, external payload bytes or None)`` -> the new bytes of both (None: leave
+        the payload), in one write (tests/faults/corrupt.py's damage; LMDB only: not in ``StoreProbe``)."""
+        with self._txn(job_id, write=True) as (txn, dbs):
+            key = keys.id_key(job_id)
+            raw, payload = txn.get(key, db=dbs["jobs"]), txn.get(key, db=dbs["payloads"])
+            assert raw is not None, f"job {job_id} is not on disk"
+            new_raw, new_payload = change(bytes(raw), None if payload is None else bytes(payload))
+            txn.put(key, new_raw, db=dbs["jobs"])
+            if new_payload is not None:
+                txn.put(key, new_payload, db=dbs["payloads"])
+
+    def rewrite_record_bytes(self, job_id: int, change: Callable[[bytes], bytes]) -> None:
+        """Replace the record's bytes by ``change(its bytes)``, as an older version of the engine would have
+        written them (LMDB only: not part of ``StoreProbe``)."""
+        with self._txn(job_id, write=True) as (txn, dbs):
+            key = keys.id_key(job_id)
+            raw = txn.get(key, db=dbs["jobs"])
+            assert raw is not None, f"job {job_id} has no record"
+            txn.put(key, change(bytes(raw)), db=dbs["jobs"])
+
     def drop_lease(self, job_id: int) -> None:
         stored = self.stored(job_id)
         assert stored is not None and stored.lease_until_us is not None
@@ -336,6 +403,9 @@ class LmdbProbe:
 
     def break_payload(self, job_id: int) -> None:
         corrupt.garbage_payload(self.queue, job_id)
+
+    def break_result(self, job_id: int) -> None:
+        corrupt.garbage_result(self.queue, job_id)
 
 
 PROBES: dict[str, Callable[[Queue], StoreProbe]] = {"lmdb": LmdbProbe}

@@ -5,7 +5,9 @@ Children are fresh interpreters (``subprocess`` + ``sys.executable``, never ``fo
 open) that import their target from this module by name, with JSON arguments. (multiprocessing's spawn would
 do too, but under pytest's console script every spawned child re-imports pytest first: 0.6 s each.)
 Children report through files (one ``os.write`` per line, then ``fsync``: a line written before a SIGKILL is
-complete and stays) or through JSON lines on their stdout. Each child opens its own ``Queue``.
+complete and stays) or through JSON lines on their stdout. Each child opens its own ``Queue``, on the store
+its ``StoreLocation`` argument names (tests/engine/locations.py: it crosses the JSON argument line); a plain
+path is an LMDB store's (the tests marked ``lmdb``).
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from queue_max_django.engine import Queue, QueueEmpty, State
+from tests.engine.locations import StoreLocation, as_location, encode
+from tests.engine.probes import LmdbProbe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT = 60.0  # generous: the machine is shared, but a child that hangs must not hang the suite
 _BOOT = (
-    "import importlib, json, sys; "
-    "getattr(importlib.import_module(sys.argv[1]), sys.argv[2])(*json.loads(sys.argv[3]))"
+    "import importlib, json, sys; from tests.engine.locations import decode; "
+    "getattr(importlib.import_module(sys.argv[1]), sys.argv[2])(*json.loads(sys.argv[3], object_hook=decode))"
 )
 
 # ---------------------------------------------------------------------------------------------- parent side
@@ -43,7 +47,7 @@ class Child:
     def __init__(self, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.name = target.__name__
         self.popen = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, target.__module__, self.name, json.dumps(args)],
+            [sys.executable, "-c", _BOOT, target.__module__, self.name, json.dumps(args, default=encode)],
             cwd=REPO_ROOT,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -162,17 +166,19 @@ class Log:
         os.fsync(self.fd)
 
 
-def _quiet(path: str, **options: Any) -> Queue:
+Where = StoreLocation | str
+"""A child's store: its location, or an LMDB store's path."""
+
+
+def _quiet(where: Where, **options: Any) -> Queue:
     """A queue with no background recovery or vacuum: the parent decides when those run."""
-    options.setdefault("do_recover", False)
-    options.setdefault("do_vacuum", False)
-    return Queue(path, **options)
+    return as_location(where).open_queue(**options)
 
 
-def put_jobs(path: str, log_path: str, tag: str, singles: int, batches: int, batch_size: int) -> None:
+def put_jobs(where: Where, log_path: str, tag: str, singles: int, batches: int, batch_size: int) -> None:
     """Producer: ``singles`` puts, then ``batches`` put_many calls; logs every id it got back."""
     log = Log(log_path)
-    with _quiet(path) as q:
+    with _quiet(where) as q:
         for n in range(singles):
             log.line(q.put({"tag": tag, "n": n}))
         for b in range(batches):
@@ -180,24 +186,24 @@ def put_jobs(path: str, log_path: str, tag: str, singles: int, batches: int, bat
             log.line(*ids)
 
 
-def get_one(path: str) -> None:
+def get_one(where: Where) -> None:
     """Take one job, ack it, send back [job id, payload]."""
-    with _quiet(path) as q:
+    with _quiet(where) as q:
         record = q.get(timeout=CHILD_TIMEOUT)
         record.ack(result="acked by a child")
         send([record.job_id, record.payload])
 
 
-def put_one(path: str, payload: Any, options: dict[str, Any] | None = None) -> None:
-    with _quiet(path) as q:
+def put_one(where: Where, payload: Any, options: dict[str, Any] | None = None) -> None:
+    with _quiet(where) as q:
         send(q.put(payload, **(options or {})))
 
 
-def drain(path: str, log_path: str, expected_done: int) -> None:
+def drain(where: Where, log_path: str, expected_done: int) -> None:
     """Consumer: get + ack until the store has ``expected_done`` done jobs; logs every id it acked."""
     log = Log(log_path)
     deadline = time.monotonic() + CHILD_TIMEOUT
-    with _quiet(path) as q:
+    with _quiet(where) as q:
         while time.monotonic() < deadline:
             try:
                 record = q.get(timeout=0.2)
@@ -210,10 +216,10 @@ def drain(path: str, log_path: str, expected_done: int) -> None:
     raise SystemExit("drain(): deadline passed")
 
 
-def claim_and_hold(path: str, log_path: str, count: int, lease_time: float) -> None:
+def claim_and_hold(where: Where, log_path: str, count: int, lease_time: float) -> None:
     """Claim ``count`` jobs, log each (id, lease expiry), then wait to be killed."""
     log = Log(log_path)
-    q = _quiet(path, lease_time=lease_time)
+    q = _quiet(where, lease_time=lease_time)
     for _ in range(count):
         record = q.get(timeout=CHILD_TIMEOUT)
         log.line(record.job_id, repr(record.lease_until))
@@ -221,23 +227,23 @@ def claim_and_hold(path: str, log_path: str, count: int, lease_time: float) -> N
     time.sleep(CHILD_TIMEOUT)
 
 
-def recover_once(path: str, log_path: str) -> None:
-    with _quiet(path) as q:
+def recover_once(where: Where, log_path: str) -> None:
+    with _quiet(where) as q:
         Log(log_path).line(q.recover())
 
 
-def claim_then_die(path: str, log_path: str, lease_time: float) -> None:
+def claim_then_die(where: Where, log_path: str, lease_time: float) -> None:
     """A job that kills its holder: take it, log it, SIGKILL ourselves."""
-    q = _quiet(path, lease_time=lease_time)
+    q = _quiet(where, lease_time=lease_time)
     record = q.get(timeout=CHILD_TIMEOUT)
     Log(log_path).line(record.job_id, record.retries)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def hold_with_touch(path: str, log_path: str, lease_time: float, hold: float, every: float) -> None:
+def hold_with_touch(where: Where, log_path: str, lease_time: float, hold: float, every: float) -> None:
     """A live holder: take a job, ``touch()`` it every ``every`` s for ``hold`` s, then ack it."""
     log = Log(log_path)
-    with _quiet(path, lease_time=lease_time) as q:
+    with _quiet(where, lease_time=lease_time) as q:
         record = q.get(timeout=CHILD_TIMEOUT)
         log.line("claimed", record.job_id)
         end = time.monotonic() + hold
@@ -250,12 +256,12 @@ def hold_with_touch(path: str, log_path: str, lease_time: float, hold: float, ev
         log.line("acked", record.job_id, touches)
 
 
-def chaos(path: str, log_path: str, ready_path: str, seed: int) -> None:
+def chaos(where: Where, log_path: str, ready_path: str, seed: int) -> None:
     """Random put / put_many / get+ack / get+nack until killed. Logs, AFTER each call returned:
     ``p <id>`` for a put, ``b <batch> <first id> <last id>`` for a put_many of 200."""
     rng = random.Random(seed)
     log = Log(log_path)
-    q = _quiet(path, retry_backoff=0, max_retries=1, lease_time=300)
+    q = _quiet(where, retry_backoff=0, max_retries=1, lease_time=300)
     Path(ready_path).touch()
     n = 0
     while True:
@@ -279,10 +285,10 @@ def chaos(path: str, log_path: str, ready_path: str, seed: int) -> None:
                 record.nack(RuntimeError("chaos"), permanent=rng.random() < 0.3)
 
 
-def put_forever(path: str, log_path: str, ready_path: str, sync: bool) -> None:
+def put_forever(where: Where, log_path: str, ready_path: str, sync: bool) -> None:
     """Put until killed; log each id only after put() returned (the put was acknowledged)."""
     log = Log(log_path)
-    q = _quiet(path, sync=sync)
+    q = _quiet(where, sync=sync)
     Path(ready_path).touch()
     n = 0
     while True:
@@ -290,19 +296,18 @@ def put_forever(path: str, log_path: str, ready_path: str, sync: bool) -> None:
         log.line(q.put({"n": n, "pad": "x" * 100}))
 
 
-def hold_reader(path: str, ready_path: str) -> None:
+def hold_reader(where: Where, ready_path: str) -> None:
     """Keep a read transaction open on shard 0 until killed: its reader slot goes stale."""
-    q = _quiet(path)
-    txn = q._store._shards[0].env.env.begin()
-    txn.stat(q._store._shards[0].jobs)
+    q = _quiet(where)
+    txn = LmdbProbe(q).read_txn(0)  # noqa: F841 - held open, unused, until the SIGKILL
     Path(ready_path).touch()
     time.sleep(CHILD_TIMEOUT)
 
 
-def grow(path: str, log_path: str, tag: str, count: int, size: int) -> None:
+def grow(where: Where, log_path: str, tag: str, count: int, size: int) -> None:
     """Put ``count`` payloads of ``size`` bytes (the map must grow) while reading between puts."""
     log = Log(log_path)
-    with _quiet(path, map_size=1 << 20) as q:
+    with _quiet(where, map_size=1 << 20) as q:
         for n in range(count):
             job_id = q.put({"tag": tag, "n": n, "blob": bytes([n % 256]) * size})
             log.line(job_id)
@@ -320,10 +325,10 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def wake_consumer(path: str, rounds: int, idle: float) -> None:
+def wake_consumer(where: Where, rounds: int, idle: float) -> None:
     """Idle in ``get()`` for ``idle`` s (reports CPU used), then ``rounds`` times: say "ready", block in
     ``get(timeout=5)``, and send the wall time at which it returned."""
-    with _quiet(path) as q:
+    with _quiet(where) as q:
         cpu, start = _cpu_seconds(), time.monotonic()
         with contextlib.suppress(QueueEmpty):
             q.get(timeout=idle)
@@ -336,8 +341,8 @@ def wake_consumer(path: str, rounds: int, idle: float) -> None:
 
 
 @contextlib.contextmanager
-def opened(path: str | Path, **options: Any) -> Iterator[Queue]:
-    q = _quiet(str(path), **options)
+def opened(where: Where | Path, **options: Any) -> Iterator[Queue]:
+    q = _quiet(where if isinstance(where, StoreLocation) else str(where), **options)
     try:
         yield q
     finally:
@@ -358,12 +363,12 @@ def all_jobs(q: Queue) -> list[Any]:
     return out
 
 
-def open_repeatedly(path: str, log_path: str, times: int) -> None:
+def open_repeatedly(where: Where, log_path: str, times: int) -> None:
     """Open a fresh Queue ``times`` times (each a new LMDB open) and read through it; log each outcome."""
     log = Log(log_path)
     for _ in range(times):
         try:
-            with _quiet(path, map_size=1 << 20) as q:
+            with _quiet(where, map_size=1 << 20) as q:
                 log.line("ok", q.stats()["total"])
         except Exception as exc:
             log.line("error", type(exc).__name__, str(exc).replace("\n", " "))

@@ -8,6 +8,7 @@ import collections
 import datetime as dt
 import enum
 import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +26,31 @@ from queue_max_django.engine import (
     UnknownQueue,
 )
 from queue_max_django.engine.validate import check_put
-from tests.engine.conftest import FakeClock, dump_store, open_queue
+from tests.engine.conftest import STORE_KINDS, FakeClock
+from tests.engine.locations import StoreLocation
+from tests.engine.probes import StoreProbe
 
 LIMIT = 1024
+Probe = Callable[[Queue], StoreProbe]
+MakeQueue = Callable[..., Queue]
+
+
+@pytest.fixture(scope="module", params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """The engine tests' ``store_kind``, for the whole module: ``refusing_queue`` is shared by its tests."""
+    return str(request.param)
 
 
 @pytest.fixture
-def small_queue(tmp_path: Path, clock: FakeClock) -> Any:
-    with open_queue(tmp_path / "store", clock, max_payload_bytes=LIMIT) as q:
-        yield q
+def small_queue(make_queue: MakeQueue) -> Queue:
+    return make_queue(max_payload_bytes=LIMIT)
 
 
 @pytest.fixture(scope="module")
-def refusing_queue(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def refusing_queue(store_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queue]:
     """One store for all the refused puts (they must leave it as it is, so they can share it)."""
-    path = tmp_path_factory.mktemp("refusals") / "store"
-    with open_queue(path, FakeClock(), max_payload_bytes=LIMIT) as q:
+    location = StoreLocation(store_kind, str(tmp_path_factory.mktemp("refusals") / "store"))
+    with location.open_queue(clock=FakeClock(), retry_backoff=0, max_payload_bytes=LIMIT) as q:
         q.put("already here")
         yield q
 
@@ -109,12 +119,17 @@ def _case_id(case: tuple[Any, dict[str, Any], type, str]) -> str:
     ("payload", "options", "error", "named"), BAD_PUTS, ids=[_case_id(c) for c in BAD_PUTS]
 )
 def test_bad_put_raises_before_writing(
-    refusing_queue: Queue, payload: Any, options: dict[str, Any], error: type[Exception], named: str
+    refusing_queue: Queue,
+    probe: Probe,
+    payload: Any,
+    options: dict[str, Any],
+    error: type[Exception],
+    named: str,
 ) -> None:
     """inv_7: each bad argument of put()/put_many() raises its own exception naming the problem, and
     nothing reaches the store."""
     q = refusing_queue
-    before = dump_store(q)
+    before = probe(q).snapshot()
     stats = q.stats()
 
     with pytest.raises(error, match=named) as caught:
@@ -123,7 +138,7 @@ def test_bad_put_raises_before_writing(
     with pytest.raises(error, match=named):
         q.put_many(["fine", payload], **options)
 
-    assert dump_store(q) == before
+    assert probe(q).snapshot() == before
     assert q.stats() == stats and stats["total"] == 1
     assert q.verify() == []
 
@@ -143,18 +158,18 @@ def test_bad_put_raises_before_writing(
     ids=repr,
 )
 def test_options_put_before_never_let_an_equal_bad_value_through(
-    small_queue: Queue, good: dict[str, Any], bad: dict[str, Any]
+    small_queue: Queue, probe: Probe, good: dict[str, Any], bad: dict[str, Any]
 ) -> None:
     """inv_7: put() reuses what it built for options it validated before; a bad value that compares equal
     to one of those (False == 0, 1.0 == 1) is still refused, and nothing is written."""
     q = small_queue
     q.put("fine", **good)
-    before = dump_store(q)
+    before = probe(q).snapshot()
 
     with pytest.raises(InvalidJob, match=next(iter(bad))):
         q.put("bad", **bad)
 
-    assert dump_store(q) == before
+    assert probe(q).snapshot() == before
 
 
 @pytest.mark.contract
@@ -174,17 +189,17 @@ def test_payload_size_limit_is_on_the_encoded_bytes(small_queue: Queue) -> None:
 
 @pytest.mark.contract
 @pytest.mark.inv_7
-def test_unknown_queue_name_is_refused(tmp_path: Path, clock: FakeClock) -> None:
+def test_unknown_queue_name_is_refused(make_queue: MakeQueue, probe: Probe) -> None:
     """inv_7: a queue name the Queue was not opened with raises UnknownQueue naming it; nothing written."""
-    with open_queue(tmp_path / "store", clock, queues=["mail"]) as q:
-        before = dump_store(q)
+    with make_queue(queues=["mail"]) as q:
+        before = probe(q).snapshot()
         with pytest.raises(UnknownQueue, match="'sms'"):
             q.put("x", queue="sms")
         with pytest.raises(UnknownQueue, match="'sms'"):
             q.put_many(["x"], queue="sms")
         with pytest.raises(UnknownQueue, match="'sms'"):
             q.get(0, queues=["mail", "sms"])
-        assert dump_store(q) == before
+        assert probe(q).snapshot() == before
         assert q.stats()["total"] == 0 and q.verify() == []
 
 
@@ -267,15 +282,15 @@ def test_bad_nack_delay_leaves_the_job_running(queue: Queue, delay: Any) -> None
         "jobs-name-surrogate",
     ],
 )
-def test_bad_arguments_of_other_calls_are_refused(queue: Queue, call: Any, named: str) -> None:
+def test_bad_arguments_of_other_calls_are_refused(queue: Queue, probe: Probe, call: Any, named: str) -> None:
     """inv_7: get/jobs/purge/vacuum/cancel/requeue refuse bad arguments with a ValueError that is a
     QueueError naming the argument, and change nothing."""
     queue.put("x")
-    before = dump_store(queue)
+    before = probe(queue).snapshot()
     with pytest.raises(QueueError, match=named) as caught:
         call(queue)
     assert isinstance(caught.value, ValueError)
-    assert dump_store(queue) == before
+    assert probe(queue).snapshot() == before
 
 
 # ------------------------------------------------------------------------------------ configuration
@@ -323,23 +338,25 @@ BAD_CONFIG = [
 @pytest.mark.contract
 @pytest.mark.rule_config
 @pytest.mark.parametrize("options", BAD_CONFIG, ids=[repr(o)[:40] for o in BAD_CONFIG])
-def test_constructor_mistakes_raise_configuration_error(tmp_path: Path, options: dict[str, Any]) -> None:
+def test_constructor_mistakes_raise_configuration_error(
+    location: StoreLocation, options: dict[str, Any]
+) -> None:
     """rule_config: a bad Queue(...) argument raises ConfigurationError naming it, before any file exists."""
-    path = tmp_path / "store"
     name = next(iter(options)) if len(options) == 1 else "map_size_max"
     try:
-        q = Queue(path, do_recover=False, do_vacuum=False, **options)
+        q = location.open_queue(**options)
     except ConfigurationError as exc:
         assert name in str(exc)
     else:
         q.close()
         pytest.fail(f"Queue(**{options!r}) was accepted")
-    assert not path.exists()
+    assert not location.exists()
 
 
 @pytest.mark.contract
 @pytest.mark.rule_config
 @pytest.mark.parametrize("path", ["", "   ", b"", None, 5], ids=repr)
+@pytest.mark.lmdb  # the LMDB store's path argument
 def test_an_empty_or_wrong_path_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Any
 ) -> None:
@@ -353,11 +370,11 @@ def test_an_empty_or_wrong_path_is_refused(
 
 @pytest.mark.contract
 @pytest.mark.rule_config
-def test_infinite_result_ttl_is_refused_or_keeps_results(tmp_path: Path, clock: FakeClock) -> None:
+def test_infinite_result_ttl_is_refused_or_keeps_results(make_queue: MakeQueue, clock: FakeClock) -> None:
     """rule_config: result_ttl=inf either raises ConfigurationError or means "keep results forever"; it
     must not make vacuum() (and the background thread) crash."""
     try:
-        q = open_queue(tmp_path / "store", clock, result_ttl=math.inf)
+        q = make_queue(result_ttl=math.inf)
     except ConfigurationError:
         return
     with q:
@@ -370,13 +387,13 @@ def test_infinite_result_ttl_is_refused_or_keeps_results(tmp_path: Path, clock: 
 
 @pytest.mark.contract
 @pytest.mark.rule_config
-def test_good_configuration_is_kept(tmp_path: Path, clock: FakeClock) -> None:
+def test_good_configuration_is_kept(make_queue: MakeQueue) -> None:
     """rule_config: valid arguments are accepted and visible on the Queue."""
     options: dict[str, Any] = {
         "shards": 3, "lease_time": 5, "max_retries": 0, "retry_backoff": 0.5, "retry_backoff_max": 10,
         "result_ttl": 0, "max_payload_bytes": 100, "queues": ("a", "b"),
     }  # fmt: skip
-    with open_queue(tmp_path / "store", clock, **options) as q:
+    with make_queue(**options) as q:
         assert q.shard_count == 3
         assert (q.lease_time, q.max_retries, q.retry_backoff, q.retry_backoff_max) == (5.0, 0, 0.5, 10.0)
         assert (q.result_ttl, q.max_payload_bytes, q.queues) == (0.0, 100, frozenset({"a", "b"}))
@@ -384,10 +401,10 @@ def test_good_configuration_is_kept(tmp_path: Path, clock: FakeClock) -> None:
 
 @pytest.mark.contract
 @pytest.mark.inv_7
-def test_a_job_name_never_passes_as_a_queue_name(tmp_path: Path, clock: FakeClock) -> None:
+def test_a_job_name_never_passes_as_a_queue_name(make_queue: MakeQueue) -> None:
     """inv_7: names already accepted as job names are not thereby accepted as queue names: a Queue limited
     to some queues still refuses another queue after a job used that string as its name."""
-    with open_queue(tmp_path / "store", clock, queues=["mail"]) as q:
+    with make_queue(queues=["mail"]) as q:
         q.put("x", queue="mail", name="reports")
         with pytest.raises(UnknownQueue):
             q.put("y", queue="reports")
@@ -423,13 +440,13 @@ UNREADABLE = [
 @pytest.mark.inv_7
 @pytest.mark.parametrize(("payload", "path", "why"), UNREADABLE, ids=[c[1] for c in UNREADABLE])
 def test_a_payload_that_would_not_read_back_is_refused_with_its_path(
-    refusing_queue: Queue, payload: Any, path: str, why: str
+    refusing_queue: Queue, probe: Probe, payload: Any, path: str, why: str
 ) -> None:
     """inv_7: a payload msgpack cannot encode, or encodes so that it cannot be decoded (a tuple key comes
     back as a list, which cannot be a key), raises PayloadNotSerializable naming the path to the bad part;
     put_many names the payload's index. Nothing is written, and the store verifies clean."""
     q = refusing_queue
-    before, total = dump_store(q), q.stats()["total"]
+    before, total = probe(q).snapshot(), q.stats()["total"]
 
     with pytest.raises(PayloadNotSerializable) as caught:
         q.put(payload)
@@ -441,7 +458,7 @@ def test_a_payload_that_would_not_read_back_is_refused_with_its_path(
     with pytest.raises(PayloadNotSerializable):
         q.put_many(iter(["fine", payload]))
 
-    assert dump_store(q) == before and q.stats()["total"] == total
+    assert probe(q).snapshot() == before and q.stats()["total"] == total
     assert q.verify() == []
 
 
@@ -482,7 +499,9 @@ def test_tuples_and_subclasses_are_stored_as_their_plain_types(small_queue: Queu
 
 @pytest.mark.contract
 @pytest.mark.inv_7
-def test_nesting_deeper_than_the_reader_reads_is_refused(refusing_queue: Queue) -> None:
+def test_nesting_deeper_than_the_reader_reads_is_refused(
+    refusing_queue: Queue, make_queue: MakeQueue
+) -> None:
     """inv_7: a payload nested past msgpack's limits raises PayloadNotSerializable saying so (not a raw
     ValueError); 1,000 levels are stored and read back."""
 
@@ -497,7 +516,7 @@ def test_nesting_deeper_than_the_reader_reads_is_refused(refusing_queue: Queue) 
     with pytest.raises(PayloadNotSerializable, match="nested more than 1024 levels deep"):
         q.put(nested(100_000))
     assert q.stats()["total"] == total
-    with open_queue(q.path + "-deep", FakeClock()) as other:
+    with make_queue() as other:  # a store of its own
         job_id = other.put(nested(1000))
         stored = other.job(job_id)
         assert stored is not None
@@ -516,13 +535,12 @@ def test_nesting_deeper_than_the_reader_reads_is_refused(refusing_queue: Queue) 
     ids=repr,
 )
 def test_check_put_refuses_what_put_refuses(
-    tmp_path_factory: pytest.TempPathFactory, options: dict[str, Any]
+    make_queue: MakeQueue, clock: FakeClock, options: dict[str, Any]
 ) -> None:
     """inv_7: validate.check_put (no Queue, no store: queue_enqueue checks a whole file with it before it
     writes a job) raises what put() raises for the same options, with the same message; and accepts what
     put() accepts."""
-    clock = FakeClock()
-    with open_queue(tmp_path_factory.mktemp("check") / "store", clock, queues=["default", "mail"]) as q:
+    with make_queue(queues=["default", "mail"]) as q:
         try:
             q.put("x", **options)
         except InvalidJob as exc:

@@ -32,7 +32,8 @@ from queue_max_django.engine import (
     Record,
     State,
 )
-from tests.engine.conftest import FakeClock, open_queue
+from tests.engine.conftest import FakeClock
+from tests.engine.locations import StoreLocation
 from tests.engine.probes import LmdbProbe, StoreProbe
 from tests.engine.procs import CHILD_TIMEOUT, Children, Log, kill, read_lines, wait_for
 
@@ -277,10 +278,10 @@ def test_expired_leases_of_a_batch_are_all_recovered(
         assert q.verify() == []
 
 
-def hold_batch(path: str, log_path: str, limit: int, lease_time: float) -> None:
+def hold_batch(location: StoreLocation, log_path: str, limit: int, lease_time: float) -> None:
     """Child: claim one batch of ``limit`` jobs, log each (id, lease expiry), then wait to be killed."""
     log = Log(log_path)
-    q = Queue(path, do_recover=False, do_vacuum=False, lease_time=lease_time)
+    q = location.open_queue(lease_time=lease_time)
     for record in q.get_many(limit, timeout=CHILD_TIMEOUT):
         log.line(record.job_id, repr(record.lease_until))
     log.line("holding")
@@ -290,29 +291,28 @@ def hold_batch(path: str, log_path: str, limit: int, lease_time: float) -> None:
 @pytest.mark.slow
 @pytest.mark.inv_2
 def test_killed_holder_of_a_batch_loses_every_job_of_it(
-    store_path: Path, tmp_path: Path, children: Children
+    make_queue: Callable[..., Queue], location: StoreLocation, tmp_path: Path, children: Children
 ) -> None:
     """inv_2: a real process that claimed a batch and was SIGKILLed holds its jobs until their leases
     expire (nobody else gets them meanwhile), then recover() brings every job of the batch back, uncharged
     (test_poison_isolation.py), and they run again, each claimed alone first."""
-    path = str(store_path)
-    with open_queue(store_path, shards=1) as q:
+    with make_queue(clock=None, shards=1) as q:
         ids = q.put_many([{"n": n} for n in range(8)])
     log = tmp_path / "batch"
-    holder = children.start(hold_batch, path, str(log), 5, 30.0)
+    holder = children.start(hold_batch, location, str(log), 5, 30.0)
     lines = wait_for(lambda: read_lines(log)[-1:] == [["holding"]] and read_lines(log), what="the batch")
     kill(holder)
     held = [int(line[0]) for line in lines[:-1]]
     assert held == ids[:5]
     expiry = max(float(line[1]) for line in lines[:-1])
-    with open_queue(store_path) as q:  # the wall clock: the leases are still running
+    with make_queue(clock=None) as q:  # the wall clock: the leases are still running
         assert q.recover() == 0
         others = q.get_many(10, timeout=0)
         assert [r.job_id for r in others] == ids[5:], "a dead holder's jobs are not handed out before expiry"
         for r in others:
             r.release()
     late = FakeClock(expiry + 0.001)
-    with open_queue(store_path, late) as q:
+    with make_queue(clock=late) as q:
         assert q.recover() == 5
         for job_id in held:
             job = q.job(job_id)

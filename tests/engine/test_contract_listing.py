@@ -5,12 +5,16 @@ DESIGN.md rule_paging (and rule_states for the state argument).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from queue_max_django.engine import InvalidJob, Job, Queue, State, keys
+from queue_max_django.engine import InvalidJob, Job, Queue, State
 from tests.engine.conftest import FakeClock
+
+SHARDS = 6
+"""The shards the listing tests ask for: paging must merge them (a store without shards has one)."""
 
 
 def fill(q: Queue, count: int = 250, **options: Any) -> list[int]:
@@ -21,7 +25,12 @@ def fill(q: Queue, count: int = 250, **options: Any) -> list[int]:
             ids += q.put_many(range(min(25, count - len(ids))), **options)
         else:
             ids.append(q.put(len(ids), **options))
-    assert len({keys.shard_of(j) for j in ids}) == q.shard_count
+    shards = set()
+    for job_id in ids:
+        job = q.job(job_id)
+        assert job is not None
+        shards.add(job.shard)
+    assert shards == set(range(q.shard_count))
     return ids
 
 
@@ -43,9 +52,12 @@ def page_through(
 @pytest.mark.contract
 @pytest.mark.rule_paging
 @pytest.mark.parametrize("newest_first", [False, True], ids=["oldest-first", "newest-first"])
-def test_jobs_pages_through_every_shard_without_gaps_or_repeats(queue: Queue, newest_first: bool) -> None:
+def test_jobs_pages_through_every_shard_without_gaps_or_repeats(
+    make_queue: Callable[..., Queue], newest_first: bool
+) -> None:
     """rule_paging: 250 pending jobs over 6 shards, pages of 50 -> 5 full pages, each in id order, together
     exactly the 250 ids once each."""
+    queue = make_queue(shards=SHARDS)
     ids = fill(queue)
 
     pages = page_through(queue, State.PENDING, limit=50, newest_first=newest_first)
@@ -211,8 +223,10 @@ def test_bad_paging_arguments_are_refused(queue: Queue, options: dict[str, Any])
 
 @pytest.mark.contract
 @pytest.mark.rule_paging
-def test_jobs_of_one_shard_page_through_that_shard_only(queue: Queue) -> None:
+@pytest.mark.lmdb  # several shards, one of them listed
+def test_jobs_of_one_shard_page_through_that_shard_only(make_queue: Callable[..., Queue]) -> None:
     """rule_paging: ``shard=`` lists one shard, in the same order and with the same keyset paging."""
+    queue = make_queue(shards=SHARDS)
     for shard in range(queue.shard_count):
         queue.put_many_to_shard(shard, [f"{shard}-{n}" for n in range(7)])
     seen: list[Job] = []

@@ -13,14 +13,20 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from queue_max_django.engine import InvalidJob, LockHolder, Queue, WorkerInfo
-from tests.engine.conftest import FakeClock, dump_store, open_queue
+from tests.engine.conftest import FakeClock
+from tests.engine.locations import StoreLocation
+from tests.engine.probes import StoreProbe
 from tests.engine.procs import CHILD_TIMEOUT, Children, finish, kill, send, wait_for
+
+Probe = Callable[[Queue], StoreProbe]
+MakeQueue = Callable[..., Queue]
 
 BAD_IDS: list[Any] = [
     "",
@@ -31,14 +37,6 @@ BAD_IDS: list[Any] = [
     "\U0001f600" * 200,  # 200 characters, 800 bytes: past LMDB's key size
     "\ud800",  # a lone surrogate: not encodable
 ]
-
-
-def control_dump(q: Queue) -> list[tuple[bytes, bytes]]:
-    """Every key and value of the control store's locks and workers databases."""
-    env = q._store.locks.env
-    with env.env.begin() as txn:
-        return [(name.encode() + b":" + k, v) for name in ("locks", "workers")
-                for k, v in txn.cursor(db=env.dbs[name])]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ locks
@@ -95,28 +93,30 @@ def test_a_lock_taken_again_after_it_expired_starts_a_new_since(queue: Queue, cl
     assert queue.lock_holder("leader") == LockHolder("a", clock.now + 10, clock.now)
 
 
-def test_release_by_another_owner_does_nothing(queue: Queue, clock: FakeClock) -> None:
+def test_release_by_another_owner_does_nothing(queue: Queue, probe: Probe, clock: FakeClock) -> None:
     """release_lock() by someone who does not hold the lock returns False and changes nothing on disk."""
     assert queue.acquire_lock("leader", "a", 10)
-    before = control_dump(queue)
+    before = probe(queue).coordination_snapshot()
     assert not queue.release_lock("leader", "b")
     assert not queue.release_lock("nobody-holds-this", "a")
     assert not queue.release_lock("leader", 7)  # type: ignore[arg-type]
-    assert control_dump(queue) == before
+    assert probe(queue).coordination_snapshot() == before
     assert queue.lock_holder("leader") == LockHolder("a", clock.now + 10, clock.now)
 
 
-def test_a_lock_survives_reopening_the_store(store_path: Path, clock: FakeClock) -> None:
+def test_a_lock_survives_reopening_the_store(make_queue: MakeQueue) -> None:
     """A lock lives on disk, not in the Queue object: another Queue on the path sees it."""
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         assert q.acquire_lock("leader", "a", 60)
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         assert not q.acquire_lock("leader", "b", 60)
         holder = q.lock_holder("leader")
         assert holder is not None and holder.owner == "a"
 
 
-def test_a_released_lock_keeps_its_record_expired_at_the_release(queue: Queue, clock: FakeClock) -> None:
+def test_a_released_lock_keeps_its_record_expired_at_the_release(
+    queue: Queue, probe: Probe, clock: FakeClock
+) -> None:
     """release_lock() frees the lock at once but keeps its record, expired as of the release (before the fix
     it deleted it, and nobody could tell when the last holder let go): lock_holder() says None,
     last_lock_holder() says who held it and until when, and anyone takes it again with a new ``since``."""
@@ -126,10 +126,10 @@ def test_a_released_lock_keeps_its_record_expired_at_the_release(queue: Queue, c
     assert queue.release_lock("leader", "a")
     assert queue.lock_holder("leader") is None
     assert queue.last_lock_holder("leader") == LockHolder("a", clock.now, taken)
-    before = control_dump(queue)
+    before = probe(queue).coordination_snapshot()
     clock.advance(1)
     assert not queue.release_lock("leader", "a"), "released already: nothing to give up"
-    assert control_dump(queue) == before
+    assert probe(queue).coordination_snapshot() == before
     assert queue.acquire_lock("leader", "b", 10)
     assert queue.lock_holder("leader") == LockHolder("b", clock.now + 10, clock.now)
     assert queue.release_lock("leader", "b")
@@ -137,19 +137,21 @@ def test_a_released_lock_keeps_its_record_expired_at_the_release(queue: Queue, c
     assert queue.lock_holder("leader") == LockHolder("b", clock.now + 10, clock.now)
 
 
-def test_releasing_an_expired_lease_changes_nothing(queue: Queue, clock: FakeClock) -> None:
+def test_releasing_an_expired_lease_changes_nothing(queue: Queue, probe: Probe, clock: FakeClock) -> None:
     """An owner whose lease ran out holds nothing: release_lock() says False and leaves the record (and its
     expiry, the last moment the owner held the lock) as it was."""
     taken = clock.now
     assert queue.acquire_lock("leader", "a", 10)
     clock.advance(30)
-    before = control_dump(queue)
+    before = probe(queue).coordination_snapshot()
     assert not queue.release_lock("leader", "a")
-    assert control_dump(queue) == before
+    assert probe(queue).coordination_snapshot() == before
     assert queue.last_lock_holder("leader") == LockHolder("a", taken + 10, taken)
 
 
-def test_last_lock_holder_reads_the_record_held_or_expired(queue: Queue, clock: FakeClock) -> None:
+def test_last_lock_holder_reads_the_record_held_or_expired(
+    queue: Queue, probe: Probe, clock: FakeClock
+) -> None:
     """last_lock_holder(): None for a lock nobody ever took; while held, what lock_holder() says; once the
     lease ran out, the expired record (lock_holder() says None); it reads only."""
     assert queue.last_lock_holder("leader") is None
@@ -160,20 +162,20 @@ def test_last_lock_holder_reads_the_record_held_or_expired(queue: Queue, clock: 
         == LockHolder("a", clock.now + 10, clock.now)
     )
     clock.advance(10)
-    before = control_dump(queue)
+    before = probe(queue).coordination_snapshot()
     assert queue.lock_holder("leader") is None
     assert queue.last_lock_holder("leader") == LockHolder("a", clock.now, clock.now - 10)
-    assert control_dump(queue) == before
+    assert probe(queue).coordination_snapshot() == before
     assert queue.last_lock_holder("other") is None
 
 
 @pytest.mark.inv_7
 @pytest.mark.parametrize("bad", BAD_IDS)
-def test_bad_lock_names_and_owners_raise_before_writing(queue: Queue, bad: Any) -> None:
+def test_bad_lock_names_and_owners_raise_before_writing(queue: Queue, probe: Probe, bad: Any) -> None:
     """inv_7: a lock name or owner that is not a str of 1 to 200 characters that fits a store key raises
     InvalidJob and writes nothing (before the fix, 200 emoji reached LMDB and failed there with
     MDB_BAD_VALSIZE, and a lone surrogate with UnicodeEncodeError)."""
-    before = dump_store(queue), control_dump(queue)
+    before = probe(queue).snapshot(), probe(queue).coordination_snapshot()
     with pytest.raises(InvalidJob):
         queue.acquire_lock(bad, "owner", 10)
     with pytest.raises(InvalidJob):
@@ -184,17 +186,17 @@ def test_bad_lock_names_and_owners_raise_before_writing(queue: Queue, bad: Any) 
         queue.last_lock_holder(bad)
     with pytest.raises(InvalidJob):
         queue.release_lock(bad, "owner")
-    assert (dump_store(queue), control_dump(queue)) == before
+    assert (probe(queue).snapshot(), probe(queue).coordination_snapshot()) == before
 
 
 @pytest.mark.inv_7
 @pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf"), "10", None, True])
-def test_bad_lock_ttls_raise_before_writing(queue: Queue, ttl: Any) -> None:
+def test_bad_lock_ttls_raise_before_writing(queue: Queue, probe: Probe, ttl: Any) -> None:
     """inv_7: a ttl that is not a positive finite number raises InvalidJob; the lock stays free."""
     with pytest.raises(InvalidJob):
         queue.acquire_lock("leader", "a", ttl)
     assert queue.lock_holder("leader") is None
-    assert control_dump(queue) == []
+    assert probe(queue).coordination_snapshot() == []
 
 
 def test_the_longest_names_fit(queue: Queue, clock: FakeClock) -> None:
@@ -206,10 +208,10 @@ def test_the_longest_names_fit(queue: Queue, clock: FakeClock) -> None:
     assert [w.worker_id for w in queue.workers()] == [name]
 
 
-def take_lock(path: str, go_path: str, name: str, owner: str, ttl: float) -> None:
+def take_lock(location: StoreLocation, go_path: str, name: str, owner: str, ttl: float) -> None:
     """Child: say ready, wait for the go file, try to take the lock, send whether it did, then hold on
     (without renewing) until killed."""
-    with Queue(path, do_recover=False, do_vacuum=False) as q:
+    with location.open_queue() as q:
         send(["ready", os.getpid()])
         deadline = time.monotonic() + CHILD_TIMEOUT
         while not os.path.exists(go_path) and time.monotonic() < deadline:
@@ -220,14 +222,13 @@ def take_lock(path: str, go_path: str, name: str, owner: str, ttl: float) -> Non
 
 @pytest.mark.slow
 def test_processes_racing_for_a_lock_get_one_holder(
-    store_path: Path, tmp_path: Path, children: Children
+    make_queue: MakeQueue, location: StoreLocation, tmp_path: Path, children: Children
 ) -> None:
     """Four processes that try to take the same lock at the same instant: exactly one gets it, and every
     process (this one too) sees that owner."""
-    path = str(store_path)
-    with open_queue(store_path) as q:
+    with make_queue(clock=None) as q:
         go = tmp_path / "go"
-        racers = [children.start(take_lock, path, str(go), "leader", f"p{n}", 60.0) for n in range(4)]
+        racers = [children.start(take_lock, location, str(go), "leader", f"p{n}", 60.0) for n in range(4)]
         children.together(go, racers)
         results = dict(child.recv() for child in racers)
         winners = [owner for owner, won in results.items() if won]
@@ -239,24 +240,23 @@ def test_processes_racing_for_a_lock_get_one_holder(
 
 @pytest.mark.slow
 def test_a_dead_processs_lock_is_free_after_its_ttl(
-    store_path: Path, tmp_path: Path, children: Children
+    make_queue: MakeQueue, location: StoreLocation, tmp_path: Path, children: Children
 ) -> None:
     """A process that took a lock and was SIGKILLed keeps it until the ttl runs out, and not longer: then
     another process takes it."""
-    path = str(store_path)
-    with open_queue(store_path):
+    with make_queue(clock=None):
         pass  # create the store first, so that the child only opens it
     go = tmp_path / "go"
     go.touch()
-    holder = children.start(take_lock, path, str(go), "leader", "child", 30.0)
+    holder = children.start(take_lock, location, str(go), "leader", "child", 30.0)
     assert holder.recv()[0] == "ready"
     assert holder.recv() == ["child", True]
     kill(holder)
-    with open_queue(store_path) as q:  # the wall clock: still held
+    with make_queue(clock=None) as q:  # the wall clock: still held
         taken = q.lock_holder("leader")
         assert taken is not None and taken.owner == "child"
         assert not q.acquire_lock("leader", "parent", 30)
-    with open_queue(store_path, FakeClock(taken.expires_at)) as q:
+    with make_queue(clock=FakeClock(taken.expires_at)) as q:
         assert q.lock_holder("leader") is None
         assert q.acquire_lock("leader", "parent", 30)
 
@@ -340,48 +340,50 @@ def test_remove_worker(queue: Queue) -> None:
     assert [w.worker_id for w in queue.workers(include_dead=True)] == ["b"]
 
 
-def test_the_registry_is_on_disk(store_path: Path, clock: FakeClock) -> None:
+def test_the_registry_is_on_disk(make_queue: MakeQueue) -> None:
     """Reports live in the store: a Queue opened later on the path reads them."""
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         q.report_worker("w", stale_after=10, threads=3, current_jobs=(1,))
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         (info,) = q.workers()
         assert (info.worker_id, info.threads, info.current_jobs) == ("w", 3, (1,))
 
 
 @pytest.mark.inv_7
 @pytest.mark.parametrize("bad", BAD_IDS)
-def test_bad_worker_ids_raise_before_writing(queue: Queue, bad: Any) -> None:
+def test_bad_worker_ids_raise_before_writing(queue: Queue, probe: Probe, bad: Any) -> None:
     """inv_7: a worker id that is not a str of 1 to 200 characters that fits a store key: InvalidJob."""
     with pytest.raises(InvalidJob):
         queue.report_worker(bad, stale_after=10)
     with pytest.raises(InvalidJob):
         queue.remove_worker(bad)
-    assert control_dump(queue) == []
+    assert probe(queue).coordination_snapshot() == []
 
 
 @pytest.mark.inv_7
 @pytest.mark.parametrize("stale_after", [0, -5, float("nan"), "10", None])
-def test_bad_stale_after_raises_before_writing(queue: Queue, stale_after: Any) -> None:
+def test_bad_stale_after_raises_before_writing(queue: Queue, probe: Probe, stale_after: Any) -> None:
     """inv_7: stale_after must be a positive finite number."""
     with pytest.raises(InvalidJob):
         queue.report_worker("w", stale_after=stale_after)
-    assert control_dump(queue) == []
+    assert probe(queue).coordination_snapshot() == []
 
 
-def report_and_exit(path: str, worker_id: str) -> None:
+def report_and_exit(location: StoreLocation, worker_id: str) -> None:
     """Child: report itself as a worker (pid and host left to the defaults), then exit."""
-    with Queue(path, do_recover=False, do_vacuum=False) as q:
+    with location.open_queue() as q:
         q.report_worker(worker_id, stale_after=3600, queues=["default"], threads=2, current_jobs=[5],
                         processed=9, failed=1)  # fmt: skip
         send(os.getpid())
 
 
 @pytest.mark.slow
-def test_a_worker_report_is_visible_from_another_process(store_path: Path, children: Children) -> None:
+def test_a_worker_report_is_visible_from_another_process(
+    make_queue: MakeQueue, location: StoreLocation, children: Children
+) -> None:
     """A report written by another process is read here with its pid and host, and pruned once stale."""
-    with open_queue(store_path) as q:
-        child = children.start(report_and_exit, str(store_path), "child-worker")
+    with make_queue(clock=None) as q:
+        child = children.start(report_and_exit, location, "child-worker")
         pid = child.recv()
         finish(child)
         (info,) = wait_for(q.workers, what="the child's report")
@@ -393,7 +395,7 @@ def test_a_worker_report_is_visible_from_another_process(store_path: Path, child
             9,
             1,
         )
-    with open_queue(store_path, FakeClock(info.last_heartbeat + 3600.001)) as q:
+    with make_queue(clock=FakeClock(info.last_heartbeat + 3600.001)) as q:
         assert q.workers() == []
         assert q.prune_workers() == 1
         assert q.workers(include_dead=True) == []

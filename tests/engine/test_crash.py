@@ -17,6 +17,7 @@ import pytest
 from queue_max_django.engine import QueueEmpty, State
 
 from . import procs
+from .locations import StoreLocation
 from .procs import Children, finish, kill, opened, read_lines, wait_for
 
 pytestmark = pytest.mark.contract
@@ -28,15 +29,14 @@ pytestmark = pytest.mark.contract
 @pytest.mark.slow
 @pytest.mark.inv_2
 def test_killed_holders_job_runs_again_after_its_lease(
-    store_path: Path, tmp_path: Path, children: Children
+    location: StoreLocation, tmp_path: Path, children: Children
 ) -> None:
     """inv_2: the job of a SIGKILLed holder comes back after its lease (background recovery), not before,
     and counts the lost attempt."""
-    path = str(store_path)
-    with opened(path, do_recover=True, recover_interval=0.05) as q:
+    with opened(location, do_recover=True, recover_interval=0.05) as q:
         job_id = q.put({"work": 1})
         log = tmp_path / "held"
-        holder = children.start(procs.claim_and_hold, path, str(log), 1, 0.5)
+        holder = children.start(procs.claim_and_hold, location, str(log), 1, 0.5)
         lines = wait_for(lambda: read_lines(log)[-1:] == [["holding"]] and read_lines(log), what="a claim")
         kill(holder)
         held_id, lease_until = int(lines[0][0]), float(lines[0][1])
@@ -54,15 +54,16 @@ def test_killed_holders_job_runs_again_after_its_lease(
 
 @pytest.mark.slow
 @pytest.mark.inv_2
-def test_live_holder_that_touches_keeps_its_job(store_path: Path, tmp_path: Path, children: Children) -> None:
+def test_live_holder_that_touches_keeps_its_job(
+    location: StoreLocation, tmp_path: Path, children: Children
+) -> None:
     """inv_2: a holder in another process that touch()es its job keeps it over several lease times, while
     background recovery runs and another consumer keeps asking for work."""
-    path = str(store_path)
     lease_time, hold = 0.5, 2.0
-    with opened(path, do_recover=True, recover_interval=0.05, lease_time=lease_time) as q:
+    with opened(location, do_recover=True, recover_interval=0.05, lease_time=lease_time) as q:
         job_id = q.put("long job")
         log = tmp_path / "holder"
-        holder = children.start(procs.hold_with_touch, path, str(log), lease_time, hold, 0.05)
+        holder = children.start(procs.hold_with_touch, location, str(log), lease_time, hold, 0.05)
         wait_for(lambda: read_lines(log), what="the claim")
         asked = 0
         while holder.is_alive():
@@ -87,13 +88,12 @@ def test_live_holder_that_touches_keeps_its_job(store_path: Path, tmp_path: Path
 @pytest.mark.slow
 @pytest.mark.inv_2
 def test_job_that_kills_every_holder_ends_in_the_dead_letters(
-    store_path: Path, tmp_path: Path, children: Children
+    location: StoreLocation, tmp_path: Path, children: Children
 ) -> None:
     """inv_2: a job whose holder dies every time (SIGKILL after get) fails after max_retries + 1 attempts
     with error type "LeaseExpired", instead of looping forever."""
-    path = str(store_path)
     max_retries = 2
-    with opened(path, max_retries=max_retries) as q:
+    with opened(location, max_retries=max_retries) as q:
         job_id = q.put("poison")
         attempts = 0
         log = tmp_path / "attempts"
@@ -103,7 +103,7 @@ def test_job_that_kills_every_holder_ends_in_the_dead_letters(
             if job.state is State.FAILED:
                 break
             assert job.state is State.PENDING
-            holder = children.start(procs.claim_then_die, path, str(log), 0.2)
+            holder = children.start(procs.claim_then_die, location, str(log), 0.2)
             holder.join(timeout=procs.CHILD_TIMEOUT)
             assert holder.exitcode == -9
             attempts += 1
@@ -130,25 +130,24 @@ def test_job_that_kills_every_holder_ends_in_the_dead_letters(
 @pytest.mark.inv_1
 @pytest.mark.inv_5
 def test_kills_at_random_moments_leave_a_consistent_store(
-    store_path: Path, tmp_path: Path, children: Children
+    location: StoreLocation, tmp_path: Path, children: Children
 ) -> None:
     """inv_1 / inv_5: a process doing put / put_many(200) / get+ack / get+nack is SIGKILLed at random
     moments, 10 times. After each kill: verify() finds nothing, every put_many batch is whole or absent,
     no put that returned is lost, and total counts exactly the jobs written (nothing half-written)."""
-    path = str(store_path)
     rng = random.Random(1234)
     purged = 0
     puts = batches_logged = 0
-    with opened(path, shards=2):  # create the store with 2 shards: more collisions between operations
+    with opened(location, shards=2):  # create the store with 2 shards: more collisions between operations
         pass
     for round_ in range(10):
         ready, log = tmp_path / f"ready-{round_}", tmp_path / f"chaos-{round_}"
-        process = children.start(procs.chaos, path, str(log), str(ready), round_)
+        process = children.start(procs.chaos, location, str(log), str(ready), round_)
         wait_for(ready.exists, what="the child to open the store")
         time.sleep(rng.uniform(0.01, 0.2))
         kill(process)
 
-        with opened(path) as q:  # reopen after every kill, as a restarted worker would
+        with opened(location) as q:  # reopen after every kill, as a restarted worker would
             assert q.verify() == []
             jobs = procs.all_jobs(q)
             stats = q.stats()
@@ -184,19 +183,18 @@ def test_kills_at_random_moments_leave_a_consistent_store(
 @pytest.mark.inv_3
 @pytest.mark.parametrize("sync", [False, True], ids=["default", "sync"])
 def test_puts_that_returned_survive_a_sigkill(
-    store_path: Path, tmp_path: Path, children: Children, sync: bool
+    location: StoreLocation, tmp_path: Path, children: Children, sync: bool
 ) -> None:
     """inv_3: every put that returned before the writer was SIGKILLed is in the store afterwards, in the
     default mode and with sync=True."""
-    path = str(store_path)
     log, ready = tmp_path / "puts", tmp_path / "ready"
-    process = children.start(procs.put_forever, path, str(log), str(ready), sync)
+    process = children.start(procs.put_forever, location, str(log), str(ready), sync)
     wait_for(ready.exists, what="the writer to open the store")
     wait_for(lambda: len(read_lines(log)) >= 50, what="50 puts")
     time.sleep(random.uniform(0.0, 0.1))
     kill(process)
     acknowledged = [int(line[0]) for line in read_lines(log)]
-    with opened(path) as q:
+    with opened(location) as q:
         missing = [job_id for job_id in acknowledged if q.job(job_id) is None]
         assert missing == []
         stats = q.stats()

@@ -6,7 +6,7 @@ breaker's jobs wait (pending, untouched) while the others run, one trial decides
 from __future__ import annotations
 
 import random
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -72,7 +72,7 @@ def open_breaker(q: Queue, key: str = "name:x", threshold: int = 3, **put: Any) 
 
 @pytest.mark.flow_breaker
 def test_threshold_consecutive_failures_open_the_breaker(
-    queue: Queue, store_path: Path, clock: FakeClock
+    queue: Queue, make_queue: Callable[..., Queue], clock: FakeClock
 ) -> None:
     """flow_breaker: a new breaker is closed; threshold consecutive nacks of jobs under its key open it, with
     the full recovery timeout to the next trial; the state is on disk (another Queue reads it) and in
@@ -90,7 +90,7 @@ def test_threshold_consecutive_failures_open_the_breaker(
     assert queue.circuit_breakers() == {"name:x": opened}
     assert queue.stats()["circuit_breakers"] == {"name:x": opened}
     clock.advance(20)
-    with Queue(store_path, clock=clock, do_recover=False, do_vacuum=False) as other:
+    with make_queue() as other:
         assert other.circuit_breakers()["name:x"] == opened | {"seconds_to_trial": 40.0}
 
 
@@ -296,11 +296,11 @@ def test_bad_breaker_settings_raise_and_write_nothing(queue: Queue, policy: dict
 
 @pytest.mark.flow_breaker
 def test_a_long_backlog_held_by_an_open_breaker_does_not_hide_the_others(
-    store_path: Path, clock: FakeClock
+    make_queue: Callable[..., Queue], clock: FakeClock
 ) -> None:
     """flow_breaker: an open breaker's backlog (300 jobs from one put_many, ahead in the same queue and shard)
     does not starve a job of another task queued behind it."""
-    with Queue(store_path, clock=clock, shards=1, do_recover=False, do_vacuum=False) as q:
+    with make_queue(shards=1) as q:
         open_breaker(q, name="x")
         backlog = q.put_many(list(range(300)), name="x")
         other = q.put("other", name="y")
@@ -329,13 +329,14 @@ def run_and_record(q: Queue, clock: FakeClock, exc: BaseException) -> Record:
 
 
 @pytest.mark.flow_classify
-def test_classified_failures_become_the_right_state(store_path: Path, clock: FakeClock) -> None:
+def test_classified_failures_become_the_right_state(
+    make_queue: Callable[..., Queue], clock: FakeClock
+) -> None:
     """flow_classify: Permanent and a 404 fail for good (dead letters, error type kept); Retry(delay=5)
     schedules the retry 5 s on; a 503 without Retry-After uses the queue's backoff (base 2 s, +-20%), with
     one it waits that long; a timeout retries with the backoff. Classified failures count for breakers."""
     base = 2.0
-    with Queue(store_path, clock=clock, do_recover=False, do_vacuum=False, retry_backoff=base,
-               rng=random.Random(7), max_retries=5) as q:  # fmt: skip
+    with make_queue(retry_backoff=base, rng=random.Random(7), max_retries=5) as q:
         q.set_circuit_breaker("name:call", threshold=100, recovery_timeout=TIMEOUT)
         cases: list[tuple[BaseException, State, tuple[float, float] | None]] = [
             (Permanent("the order does not exist"), State.FAILED, None),

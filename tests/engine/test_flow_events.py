@@ -8,8 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -227,10 +226,8 @@ def test_a_raising_callback_is_logged_and_the_operation_stands(
 
 
 @pytest.fixture
-def alerting(store_path: Path, clock: FakeClock) -> Iterator[Queue]:
-    q = Queue(store_path, clock=clock, do_recover=False, do_vacuum=False, alert_threshold=2)
-    yield q
-    q.close()
+def alerting(make_queue: Callable[..., Queue]) -> Queue:
+    return make_queue(alert_threshold=2, retry_backoff=1.0)  # the default backoff: a retried nack waits
 
 
 def test_alert_fires_when_pending_exceeds_the_threshold_at_most_once_a_second(alerting: Queue) -> None:

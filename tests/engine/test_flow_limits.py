@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from queue_max_django.engine import (
     State,
     flow,
 )
-from tests.engine.conftest import FakeClock, open_queue
+from tests.engine.conftest import FakeClock
 
 pytestmark = pytest.mark.contract
 
@@ -52,19 +51,10 @@ def grants(q: Queue, key: str, most: int = 10_000) -> int:
 
 
 @pytest.fixture
-def reopen(store_path: Path, clock: FakeClock) -> Iterator[Any]:
-    """Open another Queue on the fixture's path (closed at teardown): state read through it is on disk,
+def reopen(make_queue: Callable[..., Queue]) -> Callable[[], Queue]:
+    """Open another Queue on the fixture's store (closed at teardown): state read through it is stored,
     not in the first object's memory."""
-    opened: list[Queue] = []
-
-    def open_again() -> Queue:
-        q = open_queue(store_path, clock)
-        opened.append(q)
-        return q
-
-    yield open_again
-    for q in opened:
-        q.close()
+    return make_queue
 
 
 # ------------------------------------------------------------------------------------ the bucket's arithmetic
@@ -189,9 +179,9 @@ def test_acquire_with_a_short_timeout_raises_rate_limited_at_once(queue: Queue, 
 
 
 @pytest.mark.flow_limit
-def test_acquire_waits_for_the_next_token(store_path: Path) -> None:
+def test_acquire_waits_for_the_next_token(make_queue: Callable[..., Queue]) -> None:
     """flow_limit: acquire() without a timeout blocks until the token is due (real clock: 20/s, burst 1)."""
-    with open_queue(store_path) as q:
+    with make_queue(clock=None) as q:
         q.set_rate_limit("k", "20/s", burst=1)
         q.acquire("k")
         started = time.monotonic()
@@ -344,11 +334,11 @@ def test_a_held_back_higher_priority_job_does_not_stop_the_others(queue: Queue) 
 
 @pytest.mark.flow_rate_aware_claim
 def test_a_long_backlog_of_held_back_jobs_does_not_hide_the_others(
-    store_path: Path, clock: FakeClock
+    make_queue: Callable[..., Queue], clock: FakeClock
 ) -> None:
     """flow_rate_aware_claim: a limited task's backlog (300 jobs from one put_many, ahead in the same queue
     and shard) does not starve a job of another task queued behind it: get() serves it."""
-    with open_queue(store_path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         q.set_rate_limit("name:slow", "1/h")
         backlog = q.put_many(list(range(300)), name="slow")
         other = q.put("other", name="other")
@@ -387,11 +377,13 @@ def test_a_job_that_becomes_due_is_still_limited(queue: Queue, clock: FakeClock)
 
 
 @pytest.mark.flow_rate_aware_claim
-def test_tokens_of_a_lost_claim_race_are_given_back(store_path: Path, clock: FakeClock) -> None:
+def test_tokens_of_a_lost_claim_race_are_given_back(
+    make_queue: Callable[..., Queue], clock: FakeClock
+) -> None:
     """flow_rate_aware_claim: consumers racing for the same jobs each pay one token per job they got; a
     consumer that was admitted but lost the claim gives its token back (frozen clock: exact count)."""
     jobs, threads = 12, 4
-    queues = [open_queue(store_path, clock, shards=2) for _ in range(threads)]
+    queues = [make_queue(shards=2) for _ in range(threads)]
     try:
         queues[0].set_rate_limit("name:slow", "1/h", burst=100)
         queues[0].put_many(list(range(jobs)), name="slow", partition_key="one shard")
@@ -416,10 +408,10 @@ def test_tokens_of_a_lost_claim_race_are_given_back(store_path: Path, clock: Fak
 
 
 @pytest.mark.flow_rate_aware_claim
-def test_a_waiting_get_wakes_when_its_token_is_due(store_path: Path) -> None:
+def test_a_waiting_get_wakes_when_its_token_is_due(make_queue: Callable[..., Queue]) -> None:
     """flow_rate_aware_claim: a get(timeout=) blocked only by a limit returns once the next token is due
     (20/s with a burst of 1: 50 ms), not at its next idle poll (1 s); real clock, bounded."""
-    with open_queue(store_path) as q:
+    with make_queue(clock=None) as q:
         q.set_rate_limit("name:slow", "20/s", burst=1)
         first, second = q.put(1, name="slow"), q.put(2, name="slow")
         taken = time.monotonic()  # before the first token is taken: the second is due 50 ms after it

@@ -15,22 +15,24 @@ import pytest
 from queue_max_django.engine import State
 
 from . import flowprocs
+from .locations import StoreLocation
 from .procs import Children, all_jobs, finish, opened
 
 pytestmark = [pytest.mark.contract, pytest.mark.slow]
 
 
 @pytest.mark.flow_limit_shared
-def test_two_processes_share_one_limit(store_path: Path, tmp_path: Path, children: Children) -> None:
+def test_two_processes_share_one_limit(location: StoreLocation, tmp_path: Path, children: Children) -> None:
     """flow_limit_shared: two processes calling try_acquire in a tight loop on one key of 1000/s (burst 50)
     for 2 s are granted together at most rate x elapsed + burst, elapsed from the earliest start to the
     latest end, and at least 80% of it (the rate is really usable, by both)."""
     rate, burst, seconds = 1000, 50, 2.0
-    path = str(store_path)
-    with opened(path) as q:
+    with opened(location) as q:
         q.set_rate_limit("name:api", f"{rate}/s", burst=burst)
         go = tmp_path / "go"
-        takers = [children.start(flowprocs.take_tokens, path, "name:api", seconds, str(go)) for _ in range(2)]
+        takers = [
+            children.start(flowprocs.take_tokens, location, "name:api", seconds, str(go)) for _ in range(2)
+        ]
         children.together(go, takers)
         reports = [taker.recv() for taker in takers]
         for taker in takers:
@@ -60,19 +62,18 @@ def most_in_any_window(times: list[float], window: float) -> int:
 @pytest.mark.flow_limit_shared
 @pytest.mark.flow_rate_aware_claim
 def test_two_consumers_start_jobs_within_one_shared_limit(
-    store_path: Path, tmp_path: Path, children: Children
+    location: StoreLocation, tmp_path: Path, children: Children
 ) -> None:
     """flow_limit_shared: two processes draining jobs of a task limited to 20/s (burst 5) for 1.5 s start,
     together, at most rate x window + burst jobs in any window (start times read from the store), no job
     twice; the jobs they did not start were never leased."""
     rate, burst, seconds = 20, 5, 1.5
     slack = 1 / rate  # start times are read just before the admitting transaction: allow one token's time
-    path = str(store_path)
-    with opened(path) as q:
+    with opened(location) as q:
         q.set_rate_limit("name:slow", f"{rate}/s", burst=burst)
         ids = q.put_many(list(range(100)), name="slow")
         go = tmp_path / "go"
-        consumers = [children.start(flowprocs.drain_for, path, seconds, str(go)) for _ in range(2)]
+        consumers = [children.start(flowprocs.drain_for, location, seconds, str(go)) for _ in range(2)]
         children.together(go, consumers)
         reports = [consumer.recv() for consumer in consumers]
         for consumer in consumers:
@@ -96,22 +97,21 @@ def test_two_consumers_start_jobs_within_one_shared_limit(
 
 @pytest.mark.flow_breaker_shared
 def test_a_breaker_opened_in_one_process_holds_jobs_in_another(
-    store_path: Path, tmp_path: Path, children: Children
+    location: StoreLocation, tmp_path: Path, children: Children
 ) -> None:
     """flow_breaker_shared: failures in one process open the breaker; another process (a long-lived Queue
     that had already read the breakers) sees it open and skips its jobs while serving the others; the
     parent sees it too; a reset in the parent closes it for that child, whose next get() takes the jobs."""
-    path = str(store_path)
     steps = tmp_path / "steps"
     steps.mkdir()
-    with opened(path) as q:
+    with opened(location) as q:
         q.set_circuit_breaker("name:x", threshold=2, recovery_timeout=60.0)
         assert q.stats()["circuit_breakers"]["name:x"]["state"] == "closed"
         failing = q.put_many([1, 2], name="x", max_retries=5)
-        consumer = children.start(flowprocs.take_in_rounds, path, 2, str(steps))
+        consumer = children.start(flowprocs.take_in_rounds, location, 2, str(steps))
         ready: dict[str, Any] = consumer.recv()
         assert ready["breakers"]["name:x"]["state"] == "closed"
-        failer = children.start(flowprocs.fail_jobs, path, 2)
+        failer = children.start(flowprocs.fail_jobs, location, 2)
         report = failer.recv()
         finish(failer)
         assert sorted(report["failed"]) == sorted(failing)

@@ -28,6 +28,8 @@ from queue_max_django.engine.store import WAKE_FILE
 from queue_max_django.engine.wake import SLOT
 
 from . import procs
+from .locations import StoreLocation
+from .probes import LmdbProbe
 from .procs import Children, finish, kill, opened, read_lines, wait_for
 
 pytestmark = pytest.mark.contract
@@ -67,18 +69,17 @@ def _wait_child(pid: int) -> int:
 
 
 @pytest.mark.rfc_mp_01
-def test_job_put_by_one_process_is_got_by_another(store_path: Path, children: Children) -> None:
+def test_job_put_by_one_process_is_got_by_another(location: StoreLocation, children: Children) -> None:
     """RFC-MP-01: a job put by one process is got by another process, in both directions."""
-    path = str(store_path)
-    with opened(path) as q:
+    with opened(location) as q:
         job_id = q.put({"hello": "child"})
-        child = children.start(procs.get_one, path)
+        child = children.start(procs.get_one, location)
         assert child.recv() == [job_id, {"hello": "child"}]
         finish(child)
         job = q.job(job_id)
         assert job is not None and job.state is State.DONE and job.result == "acked by a child"
 
-        child = children.start(procs.put_one, path, {"hello": "parent"})
+        child = children.start(procs.put_one, location, {"hello": "parent"})
         put_id = child.recv()
         finish(child)
         record = q.get(timeout=10)
@@ -89,11 +90,11 @@ def test_job_put_by_one_process_is_got_by_another(store_path: Path, children: Ch
 
 
 @pytest.mark.rfc_mp_01
-def test_job_put_by_one_instance_is_got_by_another_in_the_same_process(store_path: Path) -> None:
-    """RFC-MP-01: two Queue instances on one path in one process see each other's jobs; closing one leaves
+def test_job_put_by_one_instance_is_got_by_another_in_the_same_process(location: StoreLocation) -> None:
+    """RFC-MP-01: two Queue instances on one store in one process see each other's jobs; closing one leaves
     the other working."""
-    with opened(store_path) as first:
-        second = Queue(store_path, do_recover=False, do_vacuum=False)
+    with opened(location) as first:
+        second = location.open_queue()
         job_id = first.put("from the first")
         record = second.get(timeout=0)
         assert (record.job_id, record.payload) == (job_id, "from the first")
@@ -113,19 +114,20 @@ def test_job_put_by_one_instance_is_got_by_another_in_the_same_process(store_pat
 @pytest.mark.slow
 @pytest.mark.rfc_mp_02
 def test_concurrent_consumers_ack_every_job_exactly_once(
-    store_path: Path, tmp_path: Path, children: Children
+    location: StoreLocation, tmp_path: Path, children: Children
 ) -> None:
     """RFC-MP-02: 3 consumer processes drain 3,000 jobs while 2 producer processes put them (singles and
     put_many); every job is acked exactly once and nothing is left over."""
-    path = str(store_path)
     singles, batches, batch_size = 300, 24, 50
     per_producer = singles + batches * batch_size
     total = 2 * per_producer
-    with opened(path, shards=4) as q:
-        consumers = [children.start(procs.drain, path, str(tmp_path / f"acked-{n}"), total) for n in range(3)]
+    with opened(location, shards=4) as q:
+        consumers = [
+            children.start(procs.drain, location, str(tmp_path / f"acked-{n}"), total) for n in range(3)
+        ]
         producers = [
             children.start(
-                procs.put_jobs, path, str(tmp_path / f"put-{n}"), f"p{n}", singles, batches, batch_size
+                procs.put_jobs, location, str(tmp_path / f"put-{n}"), f"p{n}", singles, batches, batch_size
             )
             for n in range(2)
         ]
@@ -154,12 +156,14 @@ def _holding(log: Path) -> list[list[str]] | None:
     return lines if lines and lines[-1] == ["holding"] else None
 
 
-def _kill_holders(path: str, tmp_path: Path, children: Children, lease_time: float) -> list[int]:
+def _kill_holders(
+    location: StoreLocation, tmp_path: Path, children: Children, lease_time: float
+) -> list[int]:
     """Two processes claim 5 jobs each with a short lease, then are SIGKILLed. -> the held job ids."""
     holders = []
     for n in range(2):
         log = tmp_path / f"held-{n}"
-        holders.append((children.start(procs.claim_and_hold, path, str(log), 5, lease_time), log))
+        holders.append((children.start(procs.claim_and_hold, location, str(log), 5, lease_time), log))
     held: list[int] = []
     for process, log in holders:
         lines = wait_for(lambda log=log: _holding(log), what="the holder to claim its jobs")
@@ -173,18 +177,19 @@ def _kill_holders(path: str, tmp_path: Path, children: Children, lease_time: flo
 @pytest.mark.slow
 @pytest.mark.rfc_mp_03
 def test_claim_index_matches_states_after_kill_and_recovery(
-    store_path: Path, tmp_path: Path, children: Children
+    location: StoreLocation, tmp_path: Path, children: Children
 ) -> None:
     """RFC-MP-03: after holders are SIGKILLed and two processes recover, the claimable index matches the
     job states: verify() finds nothing, and draining gets exactly the pending jobs, once each."""
-    path = str(store_path)
-    with opened(path, shards=3) as q:
+    with opened(location, shards=3) as q:
         ids = q.put_many(list(range(30)), partition_key="a") + [q.put(n) for n in range(30, 40)]
-        held = _kill_holders(path, tmp_path, children, lease_time=0.3)
+        held = _kill_holders(location, tmp_path, children, lease_time=0.3)
         assert len(set(held)) == 10
         assert q.stats()["running"] == 10
 
-        recoverers = [children.start(procs.recover_once, path, str(tmp_path / f"rec-{n}")) for n in range(2)]
+        recoverers = [
+            children.start(procs.recover_once, location, str(tmp_path / f"rec-{n}")) for n in range(2)
+        ]
         for process in recoverers:
             finish(process)
         counts = [int(read_lines(tmp_path / f"rec-{n}")[0][0]) for n in range(2)]
@@ -213,19 +218,20 @@ def test_claim_index_matches_states_after_kill_and_recovery(
 
 @pytest.mark.slow
 @pytest.mark.rfc_mp_04
-def test_recover_is_idempotent_across_instances(store_path: Path, tmp_path: Path, children: Children) -> None:
+def test_recover_is_idempotent_across_instances(
+    location: StoreLocation, tmp_path: Path, children: Children
+) -> None:
     """RFC-MP-04: recover() run again, by another instance and another process, changes nothing: same
     stats, same job snapshots, no duplicate claimable entries."""
-    path = str(store_path)
-    with opened(path, shards=2) as q, opened(path) as other:
+    with opened(location, shards=2) as q, opened(location) as other:
         ids = [q.put(n) for n in range(12)]
-        held = _kill_holders(path, tmp_path, children, lease_time=0.3)
+        held = _kill_holders(location, tmp_path, children, lease_time=0.3)
         assert q.recover() == len(held) == 10
 
         stats = q.stats()
         snapshots = [q.job(job_id) for job_id in ids]
         assert other.recover() == 0
-        finish(children.start(procs.recover_once, path, str(tmp_path / "again")))
+        finish(children.start(procs.recover_once, location, str(tmp_path / "again")))
         assert read_lines(tmp_path / "again") == [["0"]]
         assert q.recover() == 0
         assert q.stats() == stats
@@ -244,6 +250,7 @@ def test_recover_is_idempotent_across_instances(store_path: Path, tmp_path: Path
 
 
 @pytest.mark.inv_4
+@pytest.mark.lmdb  # fork safety of the LMDB environments
 def test_forked_child_can_use_the_parents_queue_object(store_path: Path) -> None:
     """inv_4: a child forked while the Queue is open uses the SAME Queue object (put, get, ack); the
     parent's queue keeps working and the store stays consistent."""
@@ -276,6 +283,7 @@ def test_forked_child_can_use_the_parents_queue_object(store_path: Path) -> None
 
 
 @pytest.mark.inv_4
+@pytest.mark.lmdb  # fork reopen of the LMDB environments
 def test_forked_child_can_open_a_new_queue_on_the_same_path(store_path: Path) -> None:
     """inv_4: a child forked while the parent has the store open opens its own Queue on the same path."""
     with Queue(store_path, shards=2) as q:
@@ -298,6 +306,7 @@ def test_forked_child_can_open_a_new_queue_on_the_same_path(store_path: Path) ->
 
 
 @pytest.mark.inv_4
+@pytest.mark.lmdb  # the wake file
 def test_a_forked_child_marks_wake_slots_as_itself(store_path: Path) -> None:
     """inv_4: the serial numbers of wake hints continue identically in parent and child after a fork; the
     child's hints carry its own pid (it notices the fork by the fork generation, without asking the
@@ -327,6 +336,7 @@ def test_a_forked_child_marks_wake_slots_as_itself(store_path: Path) -> None:
 
 
 @pytest.mark.inv_4
+@pytest.mark.lmdb  # LMDB reader slots
 def test_stale_reader_slot_of_killed_process_is_reclaimed(
     store_path: Path, tmp_path: Path, children: Children
 ) -> None:
@@ -352,6 +362,7 @@ def test_stale_reader_slot_of_killed_process_is_reclaimed(
 
 @pytest.mark.slow
 @pytest.mark.inv_4
+@pytest.mark.lmdb  # LMDB map growth
 def test_map_grows_while_two_processes_write_and_read(
     store_path: Path, tmp_path: Path, children: Children
 ) -> None:
@@ -374,11 +385,14 @@ def test_map_grows_while_two_processes_write_and_read(
         seen = Counter(job.payload["tag"] for job in jobs)
         assert seen == {"child": count, "parent": count}
         assert q.stats()["total"] == 2 * count
-        assert min(env.env.info()["map_size"] for env in q._store._envs) >= 4 << 20  # grew at least twice
+        assert (
+            min(env.info()["map_size"] for env in LmdbProbe(q).environments()) >= 4 << 20
+        )  # grew at least twice
         assert q.verify() == []
 
 
 @pytest.mark.inv_4
+@pytest.mark.lmdb  # LMDB map growth
 def test_map_grows_while_threads_of_one_process_are_inside_transactions(store_path: Path) -> None:
     """inv_4: a map resize waits for every transaction of the process to leave and keeps new ones out
     (LMDB resizes only with no transaction open): 4 threads putting 2 KiB payloads and 2 threads
@@ -410,12 +424,15 @@ def test_map_grows_while_threads_of_one_process_are_inside_transactions(store_pa
         assert errors == []
         stats = q.stats()
         assert (stats["total"], stats["done"], stats["pending"]) == (4 * count, 2 * count, 2 * count)
-        assert q._store._envs[0].env.info()["map_size"] >= 8 << 20  # grew at least three times meanwhile
+        assert (
+            LmdbProbe(q).environments()[0].info()["map_size"] >= 8 << 20
+        )  # grew at least three times meanwhile
         assert q.verify() == []
 
 
 @pytest.mark.slow
 @pytest.mark.inv_4
+@pytest.mark.lmdb  # LMDB map growth
 def test_store_opens_while_another_process_grows_the_map(
     store_path: Path, tmp_path: Path, children: Children
 ) -> None:
@@ -436,6 +453,7 @@ def test_store_opens_while_another_process_grows_the_map(
 
 
 @pytest.mark.inv_4
+@pytest.mark.lmdb  # LMDB map full
 def test_hard_map_cap_raises_store_full_and_the_store_stays_readable(store_path: Path) -> None:
     """inv_4: map_size_max == map_size caps the store: put raises StoreFull once full, writes nothing, and
     the store stays readable."""
@@ -463,13 +481,12 @@ def test_hard_map_cap_raises_store_full_and_the_store_stays_readable(store_path:
 @pytest.mark.slow
 @pytest.mark.rule_wake
 def test_idle_consumer_in_another_process_wakes_quickly_and_idles_cheaply(
-    store_path: Path, children: Children
+    location: StoreLocation, children: Children
 ) -> None:
     """rule_wake: a consumer blocked in get() in another process picks up a new job within a fraction of a
     second (its re-check period is 1 s, so this needs the wake-up), and burns almost no CPU while idle."""
-    path = str(store_path)
-    with opened(path) as q:
-        process = children.start(procs.wake_consumer, path, 5, 1.0)
+    with opened(location) as q:
+        process = children.start(procs.wake_consumer, location, 5, 1.0)
         kind, cpu, wall = process.recv()
         assert kind == "idle" and wall >= 0.9
         assert cpu < 0.2, f"an idle consumer used {cpu:.3f} s of CPU in {wall:.2f} s"
@@ -493,12 +510,12 @@ def test_idle_consumer_in_another_process_wakes_quickly_and_idles_cheaply(
 
 @pytest.mark.slow
 @pytest.mark.rule_durable
-def test_sync_puts_from_many_threads_all_land(store_path: Path) -> None:
+def test_sync_puts_from_many_threads_all_land(location: StoreLocation) -> None:
     """rule_durable: 16 threads x 50 sync=True puts (sharing group commits) all return unique ids, and every
     job is there after a reopen."""
     ids: list[list[int]] = [[] for _ in range(16)]
     errors: list[BaseException] = []
-    with opened(store_path, shards=2, sync=True) as q:
+    with opened(location, shards=2, sync=True) as q:
         barrier = threading.Barrier(16)
 
         def work(n: int) -> None:
@@ -518,7 +535,7 @@ def test_sync_puts_from_many_threads_all_land(store_path: Path) -> None:
         assert q.verify() == []
     flat = [job_id for part in ids for job_id in part]
     assert len(flat) == len(set(flat)) == 800
-    with opened(store_path) as again:
+    with opened(location) as again:
         assert again.stats()["total"] == again.stats()["pending"] == 800
         for n, part in enumerate(ids):
             for i, job_id in enumerate(part):
@@ -528,10 +545,10 @@ def test_sync_puts_from_many_threads_all_land(store_path: Path) -> None:
 
 
 @pytest.mark.rule_durable
-def test_sync_put_many_from_threads_all_land(store_path: Path) -> None:
+def test_sync_put_many_from_threads_all_land(location: StoreLocation) -> None:
     """rule_durable: sync=True put_many calls from 8 threads each land whole, and survive a reopen."""
     results: dict[int, list[int]] = {}
-    with opened(store_path, shards=3, sync=True) as q:
+    with opened(location, shards=3, sync=True) as q:
 
         def work(n: int) -> None:
             results[n] = q.put_many([[n, i] for i in range(100)])
@@ -542,7 +559,7 @@ def test_sync_put_many_from_threads_all_land(store_path: Path) -> None:
         for thread in threads:
             thread.join(timeout=procs.CHILD_TIMEOUT)
     assert sorted(results) == list(range(8))
-    with opened(store_path) as again:
+    with opened(location) as again:
         for n, part in results.items():
             assert [again.job(job_id).payload for job_id in part] == [[n, i] for i in range(100)]  # type: ignore[union-attr]
         assert again.stats()["total"] == 800

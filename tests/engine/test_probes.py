@@ -113,3 +113,25 @@ def test_damage_helpers_do_what_they_say(queue: Queue, probe: Probe, clock: Fake
     bad_payload = queue.put("fine record")
     p.break_payload(bad_payload)
     assert queue.job(bad_payload).damage is not None
+
+
+def test_unique_keys_are_the_keys_put_and_the_jobs_they_name(queue: Queue, probe: Probe) -> None:
+    p = probe(queue)
+    assert p.unique_keys() == {}
+    first = queue.put("a", unique_key="k1")
+    queue.put("b")
+    second = queue.put("c", unique_key="k2")
+    assert queue.put("d", unique_key="k1") == first
+    assert p.unique_keys() == {"k1": first, "k2": second}
+
+
+def test_coordination_snapshot_sees_locks_and_workers_and_no_read(queue: Queue, probe: Probe) -> None:
+    p = probe(queue)
+    assert p.coordination_snapshot() == []
+    assert queue.acquire_lock("leader", "a", 10)
+    with_lock = p.coordination_snapshot()
+    assert with_lock != []
+    queue.lock_holder("leader"), queue.workers(include_dead=True), queue.put("a job is not a lock")
+    assert p.coordination_snapshot() == with_lock
+    queue.report_worker("w", stale_after=10)
+    assert p.coordination_snapshot() != with_lock

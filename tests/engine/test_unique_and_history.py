@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import lmdb
 import msgpack
 import pytest
 
@@ -27,29 +27,34 @@ from queue_max_django.engine import (
     QueueEmpty,
     State,
     codec,
-    keys,
 )
-from queue_max_django.engine.store import shard_dir
-from tests.engine.conftest import FakeClock, dump_store, open_queue
+from tests.engine.conftest import FakeClock
+from tests.engine.locations import StoreLocation
+from tests.engine.probes import LmdbProbe, StoreProbe
 from tests.engine.procs import CHILD_TIMEOUT, Children, finish, send
+
+Probe = Callable[[Queue], StoreProbe]
+MakeQueue = Callable[..., Queue]
 
 DAY = 86_400.0  # how long a unique key lives at least (shard.UNIQUE_KEY_MIN_TTL)
 
 # ------------------------------------------------------------------------------------------ unique puts
 
 
-def test_a_second_put_with_the_same_unique_key_writes_nothing(store_path: Path, clock: FakeClock) -> None:
+def test_a_second_put_with_the_same_unique_key_writes_nothing(
+    make_queue: MakeQueue, clock: FakeClock, probe: Probe
+) -> None:
     """A put whose unique key was used returns the first job's id; the store is byte for byte unchanged
     (stats total too), and no JOB_ENQUEUED is emitted for it (before the fix it was, for a job never put)."""
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         enqueued: list[int] = []
         q.events.on(JOB_ENQUEUED, lambda **fields: enqueued.append(fields["job_id"]))
         first = q.put({"n": 1}, unique_key="tick:12:00")
-        before = dump_store(q)
+        before = probe(q).snapshot()
         clock.advance(10)
         again = q.put({"n": 2}, unique_key="tick:12:00", priority=9, queue="other", delay=5)
         assert again == first
-        assert dump_store(q) == before
+        assert probe(q).snapshot() == before
         assert q.stats()["total"] == 1 and q.stats()["pending"] == 1
         assert enqueued == [first]
         job = q.job(first)
@@ -60,10 +65,10 @@ def test_a_second_put_with_the_same_unique_key_writes_nothing(store_path: Path, 
         assert q.verify() == []
 
 
-def test_a_unique_key_holds_whatever_became_of_its_job(store_path: Path, clock: FakeClock) -> None:
+def test_a_unique_key_holds_whatever_became_of_its_job(make_queue: MakeQueue, clock: FakeClock) -> None:
     """The key stays used while its job runs, after it is done, and after it failed: the id returned is
     still the first job's."""
-    with open_queue(store_path, clock, max_retries=0) as q:
+    with make_queue(max_retries=0) as q:
         first = q.put("a", unique_key="k")
         record = q.get(timeout=0)
         assert q.put("b", unique_key="k") == first
@@ -74,12 +79,14 @@ def test_a_unique_key_holds_whatever_became_of_its_job(store_path: Path, clock: 
         assert job is not None and job.state is State.FAILED
 
 
-def test_unique_keys_are_forgotten_by_vacuum_after_result_ttl(store_path: Path, clock: FakeClock) -> None:
+def test_unique_keys_are_forgotten_by_vacuum_after_result_ttl(
+    make_queue: MakeQueue, clock: FakeClock
+) -> None:
     """vacuum() keeps a key younger than result_ttl (here more than the day a key lives at least) and
     forgets it once it is that old: the next put with it makes a new job. The key's age counts from the put
     that used it, not from later duplicates."""
     ttl = 2 * DAY
-    with open_queue(store_path, clock, result_ttl=ttl) as q:
+    with make_queue(result_ttl=ttl) as q:
         first = q.put("a", unique_key="k")
         clock.advance(0.6 * ttl)
         assert q.put("b", unique_key="k") == first
@@ -93,17 +100,17 @@ def test_unique_keys_are_forgotten_by_vacuum_after_result_ttl(store_path: Path, 
         clock.advance(0.5 * ttl)
         q.vacuum()
         assert q.put("e", unique_key="k") == second
-    with open_queue(store_path, clock, result_ttl=ttl) as q:  # on disk: the key is still known
+    with make_queue(result_ttl=ttl) as q:  # on disk: the key is still known
         assert q.put("f", unique_key="k") == second
 
 
 @pytest.mark.parametrize("result_ttl", [0, 100])
 def test_unique_keys_live_a_day_at_least_whatever_result_ttl(
-    store_path: Path, clock: FakeClock, result_ttl: float
+    make_queue: MakeQueue, clock: FakeClock, probe: Probe, result_ttl: float
 ) -> None:
     """A key outlives a short result_ttl: its job done and vacuumed, the key still holds until a day after
     its put (the periodic scheduler's ticks rely on it, whatever RESULT_TTL)."""
-    with open_queue(store_path, clock, result_ttl=result_ttl) as q:
+    with make_queue(result_ttl=result_ttl) as q:
         first = q.put("a", unique_key="k")
         record = q.claim(first)
         assert record is not None
@@ -115,19 +122,19 @@ def test_unique_keys_live_a_day_at_least_whatever_result_ttl(
         assert q.stats()["total"] == 1
         clock.advance(1)
         q.vacuum()
-        assert all(rows == [] for (_shard, db), rows in dump_store(q).items() if db == "unique")
+        assert probe(q).unique_keys() == {}
         assert q.put("c", unique_key="k") != first
 
 
-def test_vacuum_forgets_many_keys(store_path: Path, clock: FakeClock) -> None:
+def test_vacuum_forgets_many_keys(make_queue: MakeQueue, clock: FakeClock, probe: Probe) -> None:
     """More keys than one vacuum step (1000) in one shard are all forgotten."""
-    with open_queue(store_path, clock, shards=1, result_ttl=10) as q:
+    with make_queue(shards=1, result_ttl=10) as q:
         for n in range(2500):
             q.put(n, unique_key=f"k{n}")
-        assert sum(len(rows) for (_shard, db), rows in dump_store(q).items() if db == "unique") == 2500
+        assert len(probe(q).unique_keys()) == 2500
         clock.advance(DAY)
         q.vacuum()
-        assert all(rows == [] for (_shard, db), rows in dump_store(q).items() if db == "unique")
+        assert probe(q).unique_keys() == {}
         assert q.put("again", unique_key="k0") > 0
         assert q.stats()["total"] == 2501
 
@@ -137,38 +144,42 @@ def test_vacuum_forgets_many_keys(store_path: Path, clock: FakeClock) -> None:
     "bad",
     ["", "x" * 201, 7, b"bytes", ["k"], "\U0001f600" * 200, "\ud800"],
 )
-def test_a_bad_unique_key_raises_before_writing(store_path: Path, clock: FakeClock, bad: Any) -> None:
+def test_a_bad_unique_key_raises_before_writing(
+    make_queue: MakeQueue, clock: FakeClock, probe: Probe, bad: Any
+) -> None:
     """inv_7: a unique key that is not a str of 1 to 200 characters fitting a store key raises InvalidJob
     and writes nothing (before the fix, 200 emoji failed in LMDB with MDB_BAD_VALSIZE, a lone surrogate
     with UnicodeEncodeError)."""
-    with open_queue(store_path, clock) as q:
-        before = dump_store(q)
+    with make_queue() as q:
+        before = probe(q).snapshot()
         with pytest.raises(InvalidJob):
             q.put("x", unique_key=bad)
-        assert dump_store(q) == before
+        assert probe(q).snapshot() == before
 
 
 @pytest.mark.inv_7
-def test_unique_key_and_partition_key_together_are_refused(store_path: Path, clock: FakeClock) -> None:
+def test_unique_key_and_partition_key_together_are_refused(
+    make_queue: MakeQueue, clock: FakeClock, probe: Probe
+) -> None:
     """inv_7: the unique key routes its job to the shard where it is checked; a partition key would route it
     elsewhere, and the same key given with two partition keys made two jobs in two shards (the bug this
     proves fixed). Both at once raise InvalidJob and write nothing."""
-    with open_queue(store_path, clock) as q:
-        before = dump_store(q)
+    with make_queue() as q:
+        before = probe(q).snapshot()
         with pytest.raises(InvalidJob, match="not both"):
             q.put("x", unique_key="k", partition_key="p1")
-        assert dump_store(q) == before
+        assert probe(q).snapshot() == before
         first = q.put("x", unique_key="k")
         with pytest.raises(InvalidJob):
             q.put("x", unique_key="k", partition_key="zz9")
         assert q.stats()["total"] == 1
-        assert keys.shard_of(first) == keys.shard_of(q.put("y", partition_key="k")), "the key routes"
+        assert probe(q).shard_of(first) == probe(q).shard_of(q.put("y", partition_key="k")), "the key routes"
 
 
-def test_unique_put_with_sync(store_path: Path, clock: FakeClock) -> None:
+def test_unique_put_with_sync(make_queue: MakeQueue, clock: FakeClock) -> None:
     """rule_durable: with sync=True (group commit) a repeated unique key writes nothing either, also when
     many threads put the same key at once (their puts may share one transaction)."""
-    with open_queue(store_path, clock, sync=True) as q:
+    with make_queue(sync=True) as q:
         first = q.put("a", unique_key="solo")
         assert q.put("b", unique_key="solo") == first
         results: list[int] = []
@@ -186,13 +197,13 @@ def test_unique_put_with_sync(store_path: Path, clock: FakeClock) -> None:
         assert len(set(results)) == 1
         assert q.stats()["total"] == 2
         assert q.verify() == []
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         assert q.put("d", unique_key="shared") == results[0]
 
 
-def put_unique(path: str, go_path: str, key: str, count: int) -> None:
+def put_unique(location: StoreLocation, go_path: str, key: str, count: int) -> None:
     """Child: say ready, wait for the go file, put ``count`` jobs with the same unique key; send the ids."""
-    with Queue(path, do_recover=False, do_vacuum=False) as q:
+    with location.open_queue() as q:
         send("ready")
         deadline = time.monotonic() + CHILD_TIMEOUT
         while not os.path.exists(go_path) and time.monotonic() < deadline:
@@ -202,13 +213,13 @@ def put_unique(path: str, go_path: str, key: str, count: int) -> None:
 
 @pytest.mark.slow
 def test_processes_racing_on_a_unique_key_make_one_job(
-    store_path: Path, tmp_path: Path, children: Children
+    location: StoreLocation, tmp_path: Path, children: Children
 ) -> None:
     """Three processes putting the same unique key at the same instant get the same id: one job, one put
     counted in total."""
-    with open_queue(store_path) as q:
+    with location.open_queue() as q:
         go = tmp_path / "go"
-        racers = [children.start(put_unique, str(store_path), str(go), "once", 20) for _ in range(3)]
+        racers = [children.start(put_unique, location, str(go), "once", 20) for _ in range(3)]
         children.together(go, racers)
         ids = [child.recv() for child in racers]
         for child in racers:
@@ -223,10 +234,11 @@ def test_processes_racing_on_a_unique_key_make_one_job(
 # ------------------------------------------------------------------------------------------ queue_counts
 
 
-def test_queue_counts_match_what_was_put_and_claimed(store_path: Path, clock: FakeClock) -> None:
+@pytest.mark.lmdb  # several shards, each given its jobs
+def test_queue_counts_match_what_was_put_and_claimed(make_queue: MakeQueue, clock: FakeClock) -> None:
     """queue_counts() gives pending, scheduled and running per queue over all shards, sorted by name;
     finished jobs are not in it, and a queue with nothing waiting or running is absent."""
-    with open_queue(store_path, clock, shards=3, max_retries=0) as q:
+    with make_queue(shards=3, max_retries=0) as q:
         assert q.queue_counts() == {}
         for shard in range(3):
             q.put_many_to_shard(shard, ["m"] * 4, queue="mail")
@@ -254,10 +266,10 @@ def test_queue_counts_match_what_was_put_and_claimed(store_path: Path, clock: Fa
             assert sum(c[state] for c in counts.values()) == stats[state]
 
 
-def test_queue_counts_with_odd_queue_names(store_path: Path, clock: FakeClock) -> None:
+def test_queue_counts_with_odd_queue_names(make_queue: MakeQueue, clock: FakeClock) -> None:
     """Queue names of any length and script come back exactly (the name is cut from the index key)."""
     names = ["a", "é" * 100, "q" * 100, "名前", "with space"]
-    with open_queue(store_path, clock) as q:
+    with make_queue() as q:
         for n, name in enumerate(names):
             q.put_many([n] * (n + 1), queue=name, priority=(n * 37) % 201 - 100)
         assert q.queue_counts() == {
@@ -269,12 +281,12 @@ def test_queue_counts_with_odd_queue_names(store_path: Path, clock: FakeClock) -
 # ------------------------------------------------------------------------------------------ history
 
 
-def test_worker_ids_record_who_claimed_each_attempt(store_path: Path, clock: FakeClock) -> None:
+def test_worker_ids_record_who_claimed_each_attempt(make_queue: MakeQueue, clock: FakeClock) -> None:
     """Job.worker_ids holds the claiming Queue's worker_id per attempt, whichever way it claimed: get(),
     get_many(), claim(job_id), or a claim under flow control. A Queue without a worker_id adds nothing."""
-    with open_queue(store_path, clock, shards=1, worker_id="alpha", max_retries=10) as alpha:
-        beta = open_queue(store_path, clock, worker_id="beta", max_retries=10)
-        anonymous = open_queue(store_path, clock)
+    with make_queue(shards=1, worker_id="alpha", max_retries=10) as alpha:
+        beta = make_queue(worker_id="beta", max_retries=10)
+        anonymous = make_queue()
         try:
             job_id = alpha.put("x")
             alpha.get(timeout=0).nack("1")
@@ -293,9 +305,9 @@ def test_worker_ids_record_who_claimed_each_attempt(store_path: Path, clock: Fak
             anonymous.close()
 
 
-def test_worker_ids_keep_the_last_ten(store_path: Path, clock: FakeClock) -> None:
+def test_worker_ids_keep_the_last_ten(make_queue: MakeQueue, clock: FakeClock) -> None:
     """worker_ids keeps the last 10 claims; the worker_id can be changed on a live Queue."""
-    with open_queue(store_path, clock, max_retries=20) as q:
+    with make_queue(max_retries=20) as q:
         job_id = q.put("x")
         for n in range(13):
             q.worker_id = f"w{n}"
@@ -305,10 +317,10 @@ def test_worker_ids_keep_the_last_ten(store_path: Path, clock: FakeClock) -> Non
         assert job.worker_ids == tuple(f"w{n}" for n in range(3, 13))
 
 
-def test_errors_record_each_failed_attempt(store_path: Path, clock: FakeClock) -> None:
+def test_errors_record_each_failed_attempt(make_queue: MakeQueue, clock: FakeClock) -> None:
     """rule_lease_attempt, rule_dead_letters: Job.errors holds (error type, error) of every failed attempt,
     oldest first: an exception, a string, no error, and a lost lease; the last is also error, error_type."""
-    with open_queue(store_path, clock, max_retries=3, lease_time=5) as q:
+    with make_queue(max_retries=3, lease_time=5) as q:
         job_id = q.put("x")
         q.get(timeout=0).nack(ValueError("bad value"))
         q.get(timeout=0).nack("plain text")
@@ -328,9 +340,9 @@ def test_errors_record_each_failed_attempt(store_path: Path, clock: FakeClock) -
         assert len(job.errors) == job.retries == 4
 
 
-def test_errors_keep_the_last_ten(store_path: Path, clock: FakeClock) -> None:
+def test_errors_keep_the_last_ten(make_queue: MakeQueue, clock: FakeClock) -> None:
     """errors keeps the last 10 failed attempts; a successful attempt adds none."""
-    with open_queue(store_path, clock, max_retries=20) as q:
+    with make_queue(max_retries=20) as q:
         job_id = q.put("x")
         for n in range(14):
             q.get(timeout=0).nack(RuntimeError(f"attempt {n}"))
@@ -347,27 +359,20 @@ def _as_old_record(raw: bytes) -> bytes:
     return bytes(msgpack.packb(record[:20], use_bin_type=True))
 
 
-def test_records_without_the_history_fields_still_decode(store_path: Path, clock: FakeClock) -> None:
+@pytest.mark.lmdb  # the records an earlier version wrote into LMDB
+def test_records_without_the_history_fields_still_decode(make_queue: MakeQueue, clock: FakeClock) -> None:
     """Records of 20 fields, written straight into LMDB as the previous version did, read as jobs with
     empty worker_ids and errors; claimed, failed and finished, they gain both; the store stays consistent."""
-    with open_queue(store_path, clock, shards=1, worker_id="old-worker", max_retries=2) as q:
+    with make_queue(shards=1, worker_id="old-worker", max_retries=2) as q:
         waiting, failed = q.put_many(["waiting", "failed"])
         q.get_many(2, timeout=0)[1].nack(permanent=True)  # the first stays running, the second fails
-    # rewrite every record as 20 fields, with raw LMDB, while no Queue has the store open
-    env = lmdb.open(shard_dir(str(store_path), 0), max_dbs=16, subdir=True)
-    try:
-        jobs_db = env.open_db(b"jobs")
-        with env.begin(write=True) as txn:
-            for job_id in (waiting, failed):
-                key = keys.id_key(job_id)
-                raw = txn.get(key, db=jobs_db)
-                assert raw is not None
-                txn.put(key, _as_old_record(raw), db=jobs_db)
-        with env.begin() as txn:
-            assert len(msgpack.unpackb(txn.get(keys.id_key(waiting), db=jobs_db))) == 20
-    finally:
-        env.close()
-    with open_queue(store_path, clock, shards=1, worker_id="new-worker", lease_time=5) as q:
+        # rewrite every record as 20 fields, past the engine; the next Queue to open the store reads them
+        old = LmdbProbe(q)
+        for job_id in (waiting, failed):
+            old.rewrite_record_bytes(job_id, _as_old_record)
+        raw = old.record_bytes(waiting)
+        assert raw is not None and len(msgpack.unpackb(raw)) == 20
+    with make_queue(shards=1, worker_id="new-worker", lease_time=5) as q:
         for job_id in (waiting, failed):
             job = q.job(job_id)
             assert job is not None and (job.worker_ids, job.errors) == ((), ())

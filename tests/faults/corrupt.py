@@ -1,5 +1,6 @@
-"""Breaking a job on disk the way a bad disk, a bad copy or a stray write would: LMDB directly, bypassing
-the engine. Each kind of damage is a function (queue, job id) that rewrites the job's bytes."""
+"""Breaking a job on disk the way a bad disk, a bad copy or a stray write would, bypassing the engine. Each
+kind of damage is a function (queue, job id) that rewrites the job's bytes: its record (one msgpack value)
+and its payload, through the LMDB probe (tests/engine/probes.py, the one module that knows the layout)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import msgpack
 
-from queue_max_django.engine import Queue, codec, keys
+from queue_max_django.engine import Queue, codec
 
 GARBAGE = b"\xc1\x00\xffnot a record\xde\xad\xbe\xef"  # 0xc1 is never valid msgpack
 
@@ -17,15 +18,9 @@ def _rewrite(
     q: Queue, job_id: int, change: Callable[[bytes, bytes | None], tuple[bytes, bytes | None]]
 ) -> None:
     """``change(record bytes, external payload bytes or None)`` -> the new bytes of both (None: leave)."""
-    shard = q._store._shards[keys.shard_of(job_id)]
-    key, dbs = keys.id_key(job_id), shard.env.dbs
-    with shard.env.env.begin(write=True) as txn:
-        raw, payload = txn.get(key, db=dbs["jobs"]), txn.get(key, db=dbs["payloads"])
-        assert raw is not None, f"job {job_id} is not on disk"
-        new_raw, new_payload = change(bytes(raw), None if payload is None else bytes(payload))
-        txn.put(key, new_raw, db=dbs["jobs"])
-        if new_payload is not None:
-            txn.put(key, new_payload, db=dbs["payloads"])
+    from tests.engine.probes import LmdbProbe  # probes.py builds its damage on this module's
+
+    LmdbProbe(q).rewrite_job_bytes(job_id, change)
 
 
 def garbage_record(q: Queue, job_id: int) -> None:
@@ -55,6 +50,11 @@ def garbage_payload(q: Queue, job_id: int) -> None:
         return msgpack.packb(record, use_bin_type=True), None
 
     _rewrite(q, job_id, change)
+
+
+def garbage_result(q: Queue, job_id: int) -> None:
+    """The record is fine but for its result, whose bytes are not msgpack."""
+    wrong_type(codec.F_RESULT, GARBAGE)(q, job_id)
 
 
 def wrong_type(field: int, value: Any) -> Callable[[Queue, int], None]:

@@ -23,6 +23,7 @@ from queue_max_django.engine.errors import StoreError
 from queue_max_django.worker import process
 from queue_max_django.worker.options import WorkerOptions
 from tests.engine.conftest import FakeClock, open_queue
+from tests.engine.probes import LmdbProbe
 from tests.faults.corrupt import RECORD_DAMAGE
 from tests.worker.conftest import TASKS, Site
 
@@ -63,18 +64,15 @@ def broken_store(path: Path, clock: FakeClock, state: State, damage: Damage) -> 
 
 
 def on_disk(q: Queue, job_id: int) -> bytes:
-    shard = q._store._shards[keys.shard_of(job_id)]
-    with shard.env.env.begin() as txn:
-        raw = txn.get(keys.id_key(job_id), db=shard.jobs)
+    raw = LmdbProbe(q).record_bytes(job_id)
     assert raw is not None
-    return bytes(raw)
+    return raw
 
 
 def assert_quarantined(q: Queue, bad: int, raw: bytes) -> None:
     """The bad job is a dead letter that says what was wrong and keeps the bytes that were on disk."""
-    shard = q._store._shards[keys.shard_of(bad)]
-    with shard.env.env.begin() as txn:  # on disk, in the failed index, before any read could move it
-        assert txn.get(keys.id_key(bad), db=shard.failed) is not None
+    # on disk, in the failed index, before any read could move it
+    assert State.FAILED in LmdbProbe(q).indexes_naming(bad)
     job = q.job(bad)
     assert job is not None and job.state is State.FAILED and job.error_type == "Corrupted"
     assert job.error is not None and job.error.startswith(f"corrupted: job {bad}: the stored record")
@@ -245,9 +243,7 @@ def test_a_large_payload_of_a_bad_record_stays_the_dead_letters_payload(
         assert job is not None and job.error_type == "Corrupted" and job.payload == {"big": "x" * 5000}
         assert q.verify() == []
         assert q.purge(State.FAILED) == 1
-        shard = q._store._shards[0]
-        with shard.env.env.begin() as txn:
-            assert txn.get(keys.id_key(bad), db=shard.payloads) is None
+        assert LmdbProbe(q).places(bad) == []  # its payload too
         assert q.verify() == []
 
 

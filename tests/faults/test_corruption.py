@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import msgpack
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, codec, keys
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, codec
 from tests.engine.conftest import FakeClock, open_queue
+from tests.engine.probes import LmdbProbe
 from tests.faults.corrupt import DAMAGE, GARBAGE, PAYLOAD_DAMAGE
 
 Damage = Callable[[Queue, int], None]
@@ -119,11 +119,7 @@ def test_a_result_that_does_not_decode_is_a_clear_error_and_verify_names_it(
     with open_queue(tmp_path / "store", clock, shards=1) as q:
         job_id = q.put("x")
         q.get(0).ack({"fine": True})
-        shard = q._store._shards[keys.shard_of(job_id)]
-        with shard.env.env.begin(write=True) as txn:
-            record = msgpack.unpackb(txn.get(keys.id_key(job_id), db=shard.jobs))
-            record[codec.F_RESULT] = GARBAGE
-            txn.put(keys.id_key(job_id), msgpack.packb(record, use_bin_type=True), db=shard.jobs)
+        LmdbProbe(q).break_result(job_id)
         job = q.job(job_id)
         assert job is not None and job.result == GARBAGE and "result" in (job.damage or "")
         problems = q.verify()

@@ -23,6 +23,7 @@ from django.test import override_settings
 from queue_max_django import conf
 from queue_max_django.engine import Queue, QueueError, State, StoreError, StoreFull, StoreMismatch
 from tests.engine.conftest import open_queue
+from tests.engine.probes import LmdbProbe
 from tests.faults.system import read_only_bind, tmpfs
 from tests.worker.conftest import BOUND, ROOT
 
@@ -95,7 +96,7 @@ def test_without_a_cap_the_map_grows_by_itself(tmp_path: Path) -> None:
     path = tmp_path / "store"
     with open_queue(path, shards=1, map_size=1 << 20) as q:
         ids = [q.put({"n": n, "blob": BLOB}) for n in range(2000)]  # about 4 MiB: past the first map
-        assert q._store._shards[0].env.env.info()["map_size"] >= 4 << 20
+        assert LmdbProbe(q).environments()[0].info()["map_size"] >= 4 << 20
     assert_all_there(path, ids)
 
 

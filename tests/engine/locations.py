@@ -1,0 +1,87 @@
+"""Where a test's store is, as a value another process can be handed: ``StoreLocation``.
+
+The contract tests that start child processes (tests/engine/procs.py) give each child the parent's
+``StoreLocation``; the child opens its own ``Queue`` on the same store with ``location.open_queue()``. A
+location is a small frozen value (store kind, path or URL, options) that pickles and crosses the children's
+JSON argument line (``encode``/``decode``), so the same tests run on every store kind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+from queue_max_django.engine import Queue
+
+JSON_TAG = "$store_location"
+"""How a ``StoreLocation`` is spelled in a child's JSON arguments."""
+
+
+def _open_lmdb(where: str, options: dict[str, Any]) -> Queue:
+    return Queue(where, **options)
+
+
+OPENERS: dict[str, Callable[[str, dict[str, Any]], Queue]] = {"lmdb": _open_lmdb}
+"""How each store kind opens a Queue on its location: (path or URL, Queue options) -> Queue."""
+EXISTS: dict[str, Callable[[str], bool]] = {"lmdb": os.path.lexists}
+"""Whether anything of a store of each kind was created at its location (the LMDB store: its directory)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreLocation:
+    """One store, as every process finds it: ``kind`` (a ``store_kind``), ``where`` (the LMDB store's
+    directory; a PostgreSQL URL later) and ``options`` (Queue options every opener of it passes, as
+    (name, value) pairs of JSON values)."""
+
+    kind: str
+    where: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def open_queue(self, **overrides: Any) -> Queue:
+        """A Queue on this store with no background recovery or vacuum (the test decides when those run);
+        the location's options, then ``overrides``, on top of that."""
+        options: dict[str, Any] = {"do_recover": False, "do_vacuum": False}
+        options |= dict(self.options)
+        options |= overrides
+        opener = OPENERS.get(self.kind)
+        assert opener is not None, f"no store of kind {self.kind!r}"
+        return opener(self.where, options)
+
+    def exists(self) -> bool:
+        """Whether anything of the store was created at this location (a refused Queue(...) creates
+        nothing)."""
+        return EXISTS[self.kind](self.where)
+
+    def with_options(self, **options: Any) -> StoreLocation:
+        """The same store, its openers passing ``options`` too."""
+        return dataclasses.replace(self, options=tuple((dict(self.options) | options).items()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {JSON_TAG: [self.kind, self.where, [list(pair) for pair in self.options]]}
+
+
+def lmdb_location(path: str | os.PathLike[str]) -> StoreLocation:
+    """The location of the LMDB store at ``path`` (for the tests that only make sense on LMDB)."""
+    return StoreLocation("lmdb", os.fspath(path))
+
+
+def as_location(where: StoreLocation | str | os.PathLike[str]) -> StoreLocation:
+    """A child's store argument: a ``StoreLocation``, or the path of an LMDB store (the ``lmdb`` tests)."""
+    return where if isinstance(where, StoreLocation) else lmdb_location(where)
+
+
+def encode(value: Any) -> Any:
+    """``json.dumps(default=encode)``: a ``StoreLocation`` in a child's arguments."""
+    if isinstance(value, StoreLocation):
+        return value.to_json()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def decode(obj: dict[str, Any]) -> Any:
+    """``json.loads(object_hook=decode)``: the ``StoreLocation`` back, in the child."""
+    if set(obj) == {JSON_TAG}:
+        kind, where, options = obj[JSON_TAG]
+        return StoreLocation(kind, where, tuple((name, value) for name, value in options))
+    return obj
