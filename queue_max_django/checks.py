@@ -29,9 +29,9 @@ from .defaults import (
     resolve_data_dir,
 )
 from .engine import BreakerPolicy, InvalidBreakerPolicy, InvalidRate, parse_rate
-from .engine.errors import InvalidJob, QueueError
+from .engine.errors import InvalidJob
 from .engine.keys import MAX_SHARDS
-from .engine.store import LAYOUT_VERSION, read_store_meta
+from .engine.stores.lmdb.store import LmdbStore
 from .engine.validate import MAX_RETRIES_LIMIT, MAX_SECONDS, validate_name, validate_queue_name
 from .registry import registry
 
@@ -341,22 +341,19 @@ def store_problems(data_dir: Path, shards: int | None) -> list[Problem]:
                 "DATA_DIR.",
             )
         ]
-    try:
-        meta = read_store_meta(os.fspath(data_dir)) if data_dir.is_dir() else None
-    except (QueueError, OSError) as exc:  # StoreMismatch, or StoreError: its folders cannot be listed
-        return [_not_our_store(data_dir, str(exc))]
-    if meta is None:
+    problem = LmdbStore.unopenable(os.fspath(data_dir), shards)
+    if problem is None:
         return []
-    if meta.layout != LAYOUT_VERSION:
-        reason = f"its layout version is {meta.layout}; this version reads layout {LAYOUT_VERSION}"
-        return [_not_our_store(data_dir, reason)]
-    if shards is not None and shards != meta.shards:
+    if problem.foreign is not None:
+        return [_not_our_store(data_dir, problem.foreign)]
+    if problem.shards_on_disk is not None:
+        on_disk = problem.shards_on_disk
         return [
             Problem(
                 f"{PREFIX}.E011",
                 f"QUEUE_MAX['SHARDS'] is {shards}, but the store at {os.fspath(data_dir)!r} has "
-                f"{meta.shards} shards.",
-                f"Set SHARDS to {meta.shards} or None (the count on disk). To change the shard count, drain "
+                f"{on_disk} shards.",
+                f"Set SHARDS to {on_disk} or None (the count on disk). To change the shard count, drain "
                 f"this store and point DATA_DIR at a new directory.",
             )
         ]

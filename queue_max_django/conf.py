@@ -33,6 +33,7 @@ from .defaults import (
     resolve_data_dir,
 )
 from .engine import GLOBAL_KEY, QUEUE_KEY_PREFIX, Queue, Rate, parse_rate
+from .engine.stores.lmdb.store import LmdbStore
 from .signals import connect
 
 __all__ = [  # with the defaults (defaults.py), whose names were this module's before checks.py needed them
@@ -182,6 +183,14 @@ def get_queue() -> Queue:
         if queue is None or queue.closed:
             queue = _cache.queue = _open_queue(config)
         return queue
+
+
+def store_class(config: QueueMaxConfig) -> type[LmdbStore]:
+    """The class of the store the settings name. Its capability attributes (``offline_compact``,
+    ``transactional_enqueue``, ``multi_host``) say what the store can do; commands check them before using
+    a feature that not every store has. Today every setting names the embedded LMDB store."""
+    del config  # one kind of store so far: the PostgreSQL store will be chosen here by QUEUE_MAX["STORE"]
+    return LmdbStore
 
 
 def _open_queue(config: QueueMaxConfig) -> Queue:

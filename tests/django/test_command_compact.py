@@ -164,3 +164,20 @@ def test_removes_what_a_killed_compaction_left_and_says_so(
     out = call("queue_compact")
     assert f"Removed {tmp_path / f'.store.compacting-{pid}'}, left by a compaction that was killed." in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+
+
+def test_a_store_that_cannot_be_compacted_offline_is_refused_before_anything_is_touched(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command asks the store's capability first: a store without ``offline_compact`` (the PostgreSQL
+    store will be one) gets a command error, and its files stay as they are."""
+    from queue_max_django.engine.stores.lmdb.store import LmdbStore
+
+    churn(data)
+    size = data_bytes(data)
+    monkeypatch.setattr(LmdbStore, "offline_compact", False)
+
+    with pytest.raises(CommandError, match="cannot be compacted offline: nothing was changed"):
+        call("queue_compact")
+
+    assert data_bytes(data) == size and not list(data.parent.glob("store.*"))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...conf import store_class
 from ...engine.compact import CompactReport, compact_store
 from ..common import engine_errors, load_config, table, to_json
 
@@ -39,6 +40,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = load_config()
+        store = store_class(config)
+        if not store.offline_compact:
+            raise CommandError(
+                f"The {store.kind} store cannot be compacted offline: nothing was changed. It reclaims space "
+                f"on its own (see the docs of that store)."
+            )
         with engine_errors():
             report = compact_store(
                 config.data_dir, output=options["output"], keep_backup=options["keep_backup"]

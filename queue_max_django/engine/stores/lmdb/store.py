@@ -12,12 +12,12 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...control import Control
 from ...coordination import Coordination
-from ...errors import ConfigurationError, InvalidJob, QueueCorrupted
+from ...errors import ConfigurationError, InvalidJob, QueueCorrupted, QueueError
 from ...forks import fork_generation
 from ...groupcommit import GroupCommitter
 from ...job import STATE_CODE, Job, State
@@ -27,10 +27,12 @@ from ...shard import Listed, Shard
 from ...store import (
     CONTROL_DB_NAMES,
     CONTROL_DIR,
+    LAYOUT_VERSION,
     REGISTRY,
     WAKE_FILE,
     EnvOptions,
     open_store_meta,
+    read_store_meta,
     shard_dir,
 )
 from ...validate import check_number
@@ -39,6 +41,15 @@ from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, 
 
 BATCH = 1000  # jobs one maintenance transaction handles at most
 DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the file grows with the data)
+
+
+@dataclass(frozen=True, slots=True)
+class Unopenable:
+    """Why a directory holds a store that cannot be opened as asked: ``foreign`` (the reason it is not a
+    store this version reads), or its shard count when it differs from the one asked for."""
+
+    foreign: str | None = None
+    shards_on_disk: int | None = None
 
 
 class LmdbStore:
@@ -74,6 +85,23 @@ class LmdbStore:
         check_number("map_size_max", map_size_max, minimum=map_size, maximum=1 << 50, allow_none=True)
         options = EnvOptions(int(map_size), map_size_max, bool(sync), bool(writemap))
         return cls(_store_path(path), shards, options, clock, rotation)
+
+    @staticmethod
+    def unopenable(path: str, shards: int | None) -> Unopenable | None:
+        """What stands between the directory ``path`` and a store this version opens with ``shards``
+        (None: any count), read from what is on disk, creating nothing. None: nothing (or no store yet)."""
+        try:
+            meta = read_store_meta(path) if os.path.isdir(path) else None
+        except (QueueError, OSError) as exc:  # StoreMismatch, or StoreError: its folders cannot be listed
+            return Unopenable(foreign=str(exc))
+        if meta is None:
+            return None
+        if meta.layout != LAYOUT_VERSION:
+            return Unopenable(foreign=f"its layout version is {meta.layout}; this version reads layout "
+                                      f"{LAYOUT_VERSION}")  # fmt: skip
+        if shards is not None and shards != meta.shards:
+            return Unopenable(shards_on_disk=meta.shards)
+        return None
 
     def __init__(
         self, path: str, shards: int | None, options: EnvOptions, clock: Callable[[], float], rotation: int
