@@ -51,7 +51,7 @@ def floor_side(path: str) -> Op:
     env, jobs, ready, lease, done, sched = (
         shard.env.env, shard.jobs, shard.ready, shard.lease, shard.done_at, shard.sched
     )  # fmt: skip
-    spec = q._job_options(
+    spec = q._put_options.check(
         priority=0, delay=None, eta=None, queue="default", name=None, max_retries=None, timeout=None,
         partition_key=None, now=time.time(),
     )  # fmt: skip

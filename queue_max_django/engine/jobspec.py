@@ -31,7 +31,7 @@ _AFTER_PAYLOAD = _NIL * (RECORD_FIELDS - F_PAYLOAD - 1)
 
 
 class JobSpec:
-    """Validated options of new jobs (see ``Queue._job_options``) and their encoded parts."""
+    """Validated options of new jobs (see ``options.PutOptions``) and their encoded parts."""
 
     __slots__ = (
         "_head_pending",

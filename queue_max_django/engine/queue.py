@@ -40,6 +40,7 @@ from .job import Job, State
 from .jobspec import JobSpec
 from .keys import MAX_SHARDS
 from .maintenance import Maintenance, Round
+from .options import PutOptions
 from .ratelimit import Rate
 from .record import Record
 from .retry import decide
@@ -50,12 +51,10 @@ from .validate import (
     MAX_SECONDS,
     check_filter,
     check_number,
-    check_put,
     check_queue_arguments,
     describe_error,
     parse_state,
     put_defaults,
-    ready_at,
     validate_queue_name,
 )
 
@@ -64,9 +63,6 @@ _PLAIN_NUMBERS = (int, float)  # exactly these types (not bool): the checks that
 
 Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
-
-
-SPEC_CACHE_MAX = 256  # JobSpecs kept for option sets used before (no delay, eta or partition key)
 
 
 class Queue:
@@ -133,9 +129,7 @@ class Queue:
         self._closed = False
         self._rotation = itertools.count(self._rng.randrange(self.shard_count))
         self._maintenance: Maintenance | None = None
-        self._valid_queues: set[str] = set()  # queue names already validated
-        self._valid_names: set[str] = set()  # job names already validated
-        self._specs: dict[tuple[Any, ...], JobSpec] = {}  # see _job_options
+        self._put_options = PutOptions(self.queues, self.max_retries)
         self._started()
 
     # ------------------------------------------------------------------ lifecycle
@@ -186,52 +180,6 @@ class Queue:
 
     # ------------------------------------------------------------------ put
 
-    def _job_options(
-        self,
-        *,
-        priority: int,
-        delay: float | None,
-        eta: float | _dt.datetime | None,
-        queue: str,
-        name: str | None,
-        max_retries: int | None,
-        timeout: float | None,
-        partition_key: Any,
-        now: float,
-    ) -> JobSpec:
-        """Validate everything but the payload. Raises ``InvalidJob``; runs on every put, so the common
-        case (options used before, no delay) costs a few type checks and a dict lookup."""
-        if (
-            delay is None and eta is None and timeout is None and partition_key is None
-            and type(priority) is int and (max_retries is None or type(max_retries) is int)
-        ):  # fmt: skip
-            # Options seen before: their JobSpec was validated then (the types checked here keep a bool
-            # or a float from matching an equal int's entry).
-            spec = self._specs.get((queue, name, priority, max_retries, None))
-            if spec is not None:
-                return spec
-        check_put(priority=priority, queue=queue, name=name, max_retries=max_retries, timeout=timeout,
-                  partition_key=partition_key, queues=self.queues, now=now, valid_queues=self._valid_queues,
-                  valid_names=self._valid_names)  # fmt: skip
-        given_max_retries = max_retries  # None (the Queue's default) is its own cache entry
-        if max_retries is None:
-            max_retries = self.max_retries
-        if partition_key is None and delay is None and eta is None:
-            # Validated values only: priority and max_retries ints (not bools; max_retries None for the
-            # Queue's default: looked up as given, above), timeout a number, so equal keys mean equal
-            # records (timeout 1 and 1.0 share one: both are stored as 1.0).
-            key = (queue, name, priority, given_max_retries, timeout)
-            spec = self._specs.get(key)
-            if spec is None:
-                if len(self._specs) >= SPEC_CACHE_MAX:
-                    self._specs.clear()
-                spec = self._specs[key] = JobSpec(
-                    queue, name, priority, None, max_retries, _seconds(timeout), None
-                )
-            return spec
-        ready = None if delay is None and eta is None else ready_at(delay, eta, now)
-        return JobSpec(queue, name, priority, ready, max_retries, _seconds(timeout), partition_key)
-
     def _pack_payload(self, payload: Any) -> bytes:
         return codec.pack_value(payload, what="payload", limit=self.max_payload_bytes)
 
@@ -262,7 +210,7 @@ class Queue:
         crashes; the periodic scheduler relies on it)."""
         store = self._live()
         now = self._clock()
-        spec = self._job_options(
+        spec = self._put_options.check(
             priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
@@ -304,7 +252,7 @@ class Queue:
         partition_key: Any = None,
     ) -> list[int]:
         """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing."""
-        spec = self._job_options(
+        spec = self._put_options.check(
             priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
@@ -345,7 +293,7 @@ class Queue:
         payload are checked before any part is written. -> the ids, in the payloads' order."""
         if part_size is not None and (type(part_size) is not int or part_size < 1):
             raise InvalidJob(f"part_size must be None or an int >= 1, not {part_size!r}")
-        spec = self._job_options(
+        spec = self._put_options.check(
             priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
@@ -363,7 +311,7 @@ class Queue:
         """``put_many`` into one given shard (``.map`` spreads a batch over the shards with this)."""
         if type(shard) is not int or not 0 <= shard < self.shard_count:
             raise InvalidJob(f"shard must be from 0 to {self.shard_count - 1}, not {shard!r}")
-        checked = self._job_options(now=self._clock(), **put_defaults(options))
+        checked = self._put_options.check(now=self._clock(), **put_defaults(options))
         return self._put_batch(shard, payloads, checked)
 
     # ------------------------------------------------------------------ get
@@ -839,7 +787,3 @@ class Queue:
 def _check_id(job_id: Any) -> None:
     if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 1 << 64:
         raise InvalidJob(f"job_id must be a positive 64-bit int, not {job_id!r}")
-
-
-def _seconds(timeout: float | None) -> float | None:
-    return None if timeout is None else float(timeout)
