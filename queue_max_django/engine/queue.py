@@ -38,7 +38,6 @@ from .errors import (
 from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .flow import Flow
 from .forks import fork_generation
-from .groupcommit import GroupCommitter
 from .job import STATE_CODE, Job, State
 from .jobspec import JobSpec
 from .keys import MAX_SHARDS, PRIORITY_MAX, shard_of
@@ -55,6 +54,8 @@ from .store import (
     open_store_meta,
     shard_dir,
 )
+from .stores.lmdb.groupcommit import GroupCommitter
+from .stores.lmdb.wake import SLOT, Waker
 from .stores.types import CorruptedJobQuarantined, NewJobs, Recovered
 from .validate import (
     MAX_NAME,
@@ -70,7 +71,6 @@ from .validate import (
     ready_at,
     validate_queue_name,
 )
-from .wake import SLOT, Waker
 
 DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the file grows with the data)
 MAX_IDLE_WAIT = 1.0  # an idle get() re-checks the store at least this often, hint or not

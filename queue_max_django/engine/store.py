@@ -30,8 +30,8 @@ import lmdb
 
 from .errors import QueueError, StoreError, StoreFull, StoreMismatch
 from .keys import MAX_SHARDS
-from .metapages import MetaPages
-from .wake import SLOT
+from .stores.lmdb.metapages import MetaPages
+from .stores.lmdb.wake import SLOT
 
 LAYOUT_VERSION = 1
 DEFAULT_SHARDS = 6

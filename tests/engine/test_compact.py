@@ -17,9 +17,9 @@ import lmdb
 import pytest
 
 from queue_max_django.engine import Queue, StoreError
-from queue_max_django.engine import compact as compact_module
-from queue_max_django.engine.compact import compact_store
 from queue_max_django.engine.store import StoreInUse, lock_store_exclusive
+from queue_max_django.engine.stores.lmdb import compact as compact_module
+from queue_max_django.engine.stores.lmdb.compact import compact_store
 from tests.engine.conftest import FakeClock, dump_store, open_queue
 from tests.engine.procs import CHILD_TIMEOUT, Children, kill, send, wait_for
 

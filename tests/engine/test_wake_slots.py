@@ -13,7 +13,7 @@ import pytest
 
 from queue_max_django.engine import Queue, QueueEmpty, keys
 from queue_max_django.engine.store import WAKE_FILE
-from queue_max_django.engine.wake import SLOT
+from queue_max_django.engine.stores.lmdb.wake import SLOT
 from tests.engine import procs
 from tests.engine.conftest import FakeClock, open_queue
 from tests.engine.procs import Children

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ...engine.compact import CompactReport, compact_store
+from ...engine.stores.lmdb.compact import CompactReport, compact_store
 from ..common import engine_errors, load_config, table, to_json
 
 MIB = 1024 * 1024

@@ -41,8 +41,8 @@ from typing import Any
 
 import lmdb
 
-from .errors import StoreError, StoreMismatch
-from .store import (
+from ...errors import StoreError, StoreMismatch
+from ...store import (
     CONTROL_DIR,
     LAYOUT_VERSION,
     META_FILE,
