@@ -13,8 +13,7 @@ from typing import Any
 import msgpack
 
 from .errors import PayloadNotSerializable, PayloadTooLarge, QueueCorrupted
-from .job import STATE_CODE, STATES, State
-from .keys import PRIORITY_MAX, PRIORITY_MIN
+from .job import PRIORITY_MAX, PRIORITY_MIN, STATE_CODE, STATES, State
 
 # Record field positions.
 F_STATE = 0

@@ -18,7 +18,7 @@ import msgpack
 
 from .codec import F_PAYLOAD, RECORD_FIELDS
 from .job import STATE_CODE, State
-from .keys import ready_prefix
+from .stores.lmdb.keys import ready_prefix
 
 _PENDING = STATE_CODE[State.PENDING]
 _SCHEDULED = STATE_CODE[State.SCHEDULED]

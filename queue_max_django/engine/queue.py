@@ -38,9 +38,8 @@ from .errors import (
 from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .flow import Flow
 from .forks import fork_generation
-from .job import STATE_CODE, Job, State
+from .job import MAX_SHARDS, PRIORITY_MAX, STATE_CODE, Job, State, shard_of
 from .jobspec import JobSpec
-from .keys import MAX_SHARDS, PRIORITY_MAX, shard_of
 from .ratelimit import Rate
 from .record import Record
 from .retry import decide

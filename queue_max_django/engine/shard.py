@@ -45,11 +45,12 @@ from .codec import (
     HISTORY_MAX,
 )
 from .errors import QueueCorrupted, QueueError, StoreFull
-from .job import STATE_CODE, STATES, Job, State
+from .job import SHARD_BITS, STATE_CODE, STATES, Job, State
 from .jobspec import JobSpec
-from .keys import (
+from .retry import decide
+from .store import Env, put_reserve
+from .stores.lmdb.keys import (
     QUEUE_SEP,
-    SHARD_BITS,
     id_from_key,
     id_key,
     micros,
@@ -60,8 +61,6 @@ from .keys import (
     time_key,
     time_key_parts,
 )
-from .retry import decide
-from .store import Env, put_reserve
 from .stores.types import Candidate, Claimed, CorruptedJobQuarantined, Head, NewJobs, Recovered
 
 PENDING = STATE_CODE[State.PENDING]

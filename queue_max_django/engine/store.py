@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from .errors import QueueError, StoreError, StoreFull, StoreMismatch
-from .keys import MAX_SHARDS
+from .job import MAX_SHARDS
 from .stores.lmdb.metapages import MetaPages
 from .stores.lmdb.wake import SLOT
 

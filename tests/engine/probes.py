@@ -18,8 +18,9 @@ from typing import Any, Literal, Protocol
 
 import msgpack
 
-from queue_max_django.engine import Queue, State, codec, keys
-from queue_max_django.engine.job import STATES
+from queue_max_django.engine import Queue, State, codec
+from queue_max_django.engine.job import STATES, shard_of
+from queue_max_django.engine.stores.lmdb import keys
 from tests.faults import corrupt
 
 Where = State | Literal["record", "payload"]
@@ -165,7 +166,7 @@ class LmdbProbe:
         return [shard.env.last_txnid() for shard in self._shards()]
 
     def _shard(self, job_id: int) -> Any:
-        return self._shards()[keys.shard_of(job_id)]
+        return self._shards()[shard_of(job_id)]
 
     @contextmanager
     def _txn(self, job_id: int, *, write: bool = False) -> Iterator[tuple[Any, dict[str, Any]]]:
@@ -181,7 +182,7 @@ class LmdbProbe:
     # ------------------------------------------------------------------------------------------- reading
 
     def shard_of(self, job_id: int) -> int:
-        return keys.shard_of(job_id)
+        return shard_of(job_id)
 
     def record_bytes(self, job_id: int) -> bytes | None:
         return self._raw(job_id, "jobs")

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from queue_max_django.engine import InvalidJob, Job, Queue, State, keys
+from queue_max_django.engine import InvalidJob, Job, Queue, State
+from queue_max_django.engine.job import shard_of
 from tests.engine.conftest import FakeClock
 
 
@@ -21,7 +22,7 @@ def fill(q: Queue, count: int = 250, **options: Any) -> list[int]:
             ids += q.put_many(range(min(25, count - len(ids))), **options)
         else:
             ids.append(q.put(len(ids), **options))
-    assert len({keys.shard_of(j) for j in ids}) == q.shard_count
+    assert len({shard_of(j) for j in ids}) == q.shard_count
     return ids
 
 

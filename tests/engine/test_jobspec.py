@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from queue_max_django.engine import codec
-from queue_max_django.engine.job import STATE_CODE, State
+from queue_max_django.engine.job import PRIORITY_MAX, PRIORITY_MIN, STATE_CODE, State
 from queue_max_django.engine.jobspec import JobSpec
-from queue_max_django.engine.keys import PRIORITY_MAX, PRIORITY_MIN, ready_prefix
+from queue_max_django.engine.stores.lmdb.keys import ready_prefix
 
 names = st.text(min_size=1, max_size=40)
 options = st.fixed_dictionaries({

@@ -12,7 +12,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, codec, keys
+from queue_max_django.engine import Queue, QueueCorrupted, codec
+from queue_max_django.engine.stores.lmdb import keys
 from tests.engine.conftest import FakeClock, open_queue
 
 ODD_VALUES: list[Any] = [None, True, False, 0, 3, -1, 150, -150, 2**63, 1.5, -0.5, "", "s", b"", b"b",

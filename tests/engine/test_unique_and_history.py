@@ -27,9 +27,10 @@ from queue_max_django.engine import (
     QueueEmpty,
     State,
     codec,
-    keys,
 )
+from queue_max_django.engine.job import shard_of
 from queue_max_django.engine.store import shard_dir
+from queue_max_django.engine.stores.lmdb import keys
 from tests.engine.conftest import FakeClock, dump_store, open_queue
 from tests.engine.procs import CHILD_TIMEOUT, Children, finish, send
 
@@ -162,7 +163,7 @@ def test_unique_key_and_partition_key_together_are_refused(store_path: Path, clo
         with pytest.raises(InvalidJob):
             q.put("x", unique_key="k", partition_key="zz9")
         assert q.stats()["total"] == 1
-        assert keys.shard_of(first) == keys.shard_of(q.put("y", partition_key="k")), "the key routes"
+        assert shard_of(first) == shard_of(q.put("y", partition_key="k")), "the key routes"
 
 
 def test_unique_put_with_sync(store_path: Path, clock: FakeClock) -> None:

@@ -8,7 +8,9 @@ from typing import Any
 
 import msgpack
 
-from queue_max_django.engine import Queue, codec, keys
+from queue_max_django.engine import Queue, codec
+from queue_max_django.engine.job import shard_of
+from queue_max_django.engine.stores.lmdb import keys
 
 GARBAGE = b"\xc1\x00\xffnot a record\xde\xad\xbe\xef"  # 0xc1 is never valid msgpack
 
@@ -17,7 +19,7 @@ def _rewrite(
     q: Queue, job_id: int, change: Callable[[bytes, bytes | None], tuple[bytes, bytes | None]]
 ) -> None:
     """``change(record bytes, external payload bytes or None)`` -> the new bytes of both (None: leave)."""
-    shard = q._shards[keys.shard_of(job_id)]
+    shard = q._shards[shard_of(job_id)]
     key, dbs = keys.id_key(job_id), shard.env.dbs
     with shard.env.env.begin(write=True) as txn:
         raw, payload = txn.get(key, db=dbs["jobs"]), txn.get(key, db=dbs["payloads"])

@@ -18,8 +18,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, keys
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State
 from queue_max_django.engine.errors import StoreError
+from queue_max_django.engine.job import SHARD_BITS, shard_of
+from queue_max_django.engine.stores.lmdb import keys
 from queue_max_django.worker import process
 from queue_max_django.worker.options import WorkerOptions
 from tests.engine.conftest import FakeClock, open_queue
@@ -63,7 +65,7 @@ def broken_store(path: Path, clock: FakeClock, state: State, damage: Damage) -> 
 
 
 def on_disk(q: Queue, job_id: int) -> bytes:
-    shard = q._shards[keys.shard_of(job_id)]
+    shard = q._shards[shard_of(job_id)]
     with shard.env.env.begin() as txn:
         raw = txn.get(keys.id_key(job_id), db=shard.jobs)
     assert raw is not None
@@ -72,7 +74,7 @@ def on_disk(q: Queue, job_id: int) -> bytes:
 
 def assert_quarantined(q: Queue, bad: int, raw: bytes) -> None:
     """The bad job is a dead letter that says what was wrong and keeps the bytes that were on disk."""
-    shard = q._shards[keys.shard_of(bad)]
+    shard = q._shards[shard_of(bad)]
     with shard.env.env.begin() as txn:  # on disk, in the failed index, before any read could move it
         assert txn.get(keys.id_key(bad), db=shard.failed) is not None
     job = q.job(bad)
@@ -219,7 +221,7 @@ def test_purging_dead_letters_by_age_takes_a_bad_one_by_the_enqueue_time_of_its_
     path = tmp_path / "store"
     bad, healthy, raw = broken_store(path, clock, State.FAILED, damage)
     with open_queue(path, clock) as q:
-        age = clock.now - (bad >> keys.SHARD_BITS) / 1_000_000  # how long ago the bad job was put
+        age = clock.now - (bad >> SHARD_BITS) / 1_000_000  # how long ago the bad job was put
         assert q.purge(State.FAILED, older_than=age + 3600) == 0
         assert_quarantined(q, bad, raw)
         assert q.verify() == []
@@ -317,7 +319,7 @@ def test_a_real_worker_runs_every_healthy_job_past_a_bad_due_record_and_logs_it_
         for shard in range(queue.shard_count):
             queue.put_many_to_shard(shard, [{"args": [n], "kwargs": {}} for n in range(shard, 100, 6)],
                                     name=TASKS + "finish")  # fmt: skip
-        due = (bad >> keys.SHARD_BITS) / 1_000_000 + 0.2
+        due = (bad >> SHARD_BITS) / 1_000_000 + 0.2
     time.sleep(max(0.0, due - time.time()) + 0.05)  # the bad job is due before the worker starts
 
     done = site.run("--burst", "--processes", "1", "--threads", "2", "--no-scheduler", timeout=30)

@@ -12,7 +12,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, codec, keys
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, codec
+from queue_max_django.engine.job import shard_of
+from queue_max_django.engine.stores.lmdb import keys
 from tests.engine.conftest import FakeClock, open_queue
 from tests.faults.corrupt import DAMAGE, GARBAGE, PAYLOAD_DAMAGE
 
@@ -119,7 +121,7 @@ def test_a_result_that_does_not_decode_is_a_clear_error_and_verify_names_it(
     with open_queue(tmp_path / "store", clock, shards=1) as q:
         job_id = q.put("x")
         q.get(0).ack({"fine": True})
-        shard = q._shards[keys.shard_of(job_id)]
+        shard = q._shards[shard_of(job_id)]
         with shard.env.env.begin(write=True) as txn:
             record = msgpack.unpackb(txn.get(keys.id_key(job_id), db=shard.jobs))
             record[codec.F_RESULT] = GARBAGE
