@@ -31,7 +31,7 @@ from .defaults import (
 from .engine import BreakerPolicy, InvalidBreakerPolicy, InvalidRate, parse_rate
 from .engine.errors import InvalidJob, QueueError
 from .engine.job import MAX_SHARDS
-from .engine.store import LAYOUT_VERSION, read_store_meta
+from .engine.stores.lmdb.meta import LAYOUT_VERSION, read_store_meta
 from .engine.validate import MAX_RETRIES_LIMIT, MAX_SECONDS, validate_name, validate_queue_name
 from .registry import registry
 

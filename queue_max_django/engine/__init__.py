@@ -26,7 +26,7 @@ from .queue import Queue
 from .ratelimit import InvalidRate, Rate, parse_rate
 from .record import Record
 from .retry import backoff_delay
-from .store import StoreInUse
+from .stores.lmdb.env import StoreInUse
 
 __all__ = [
     "ALERT",

@@ -17,7 +17,7 @@ from .errors import QueueEmpty
 from .job import Job, State
 from .queue import MAX_IDLE_WAIT, Queue
 from .record import Record
-from .store import WAKE_FILE
+from .stores.lmdb.meta import WAKE_FILE
 from .stores.lmdb.wake import watch
 from .validate import check_number
 

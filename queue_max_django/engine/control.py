@@ -18,7 +18,7 @@ from . import breaker as breakers
 from . import ratelimit
 from .breaker import Breaker, BreakerPolicy, BreakerState
 from .ratelimit import BucketState, Rate
-from .store import Env
+from .stores.lmdb.env import Env
 
 GLOBAL_KEY = "*"
 QUEUE_KEY_PREFIX = "queue:"

@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 
 from .errors import InvalidJob
-from .store import Env
+from .stores.lmdb.env import Env
 
 MAX_ID = 200
 

@@ -44,16 +44,9 @@ from .ratelimit import Rate
 from .record import Record
 from .retry import decide
 from .shard import Listed, Shard
-from .store import (
-    CONTROL_DB_NAMES,
-    CONTROL_DIR,
-    REGISTRY,
-    WAKE_FILE,
-    EnvOptions,
-    open_store_meta,
-    shard_dir,
-)
+from .stores.lmdb.env import CONTROL_DB_NAMES, REGISTRY, EnvOptions
 from .stores.lmdb.groupcommit import GroupCommitter
+from .stores.lmdb.meta import CONTROL_DIR, WAKE_FILE, open_store_meta, shard_dir
 from .stores.lmdb.wake import SLOT, Waker
 from .stores.types import CorruptedJobQuarantined, NewJobs, Recovered
 from .validate import (

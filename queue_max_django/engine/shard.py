@@ -48,7 +48,7 @@ from .errors import QueueCorrupted, QueueError, StoreFull
 from .job import SHARD_BITS, STATE_CODE, STATES, Job, State
 from .jobspec import JobSpec
 from .retry import decide
-from .store import Env, put_reserve
+from .stores.lmdb.env import Env, put_reserve
 from .stores.lmdb.keys import (
     QUEUE_SEP,
     id_from_key,

@@ -29,8 +29,8 @@ from queue_max_django.engine import (
     codec,
 )
 from queue_max_django.engine.job import shard_of
-from queue_max_django.engine.store import shard_dir
 from queue_max_django.engine.stores.lmdb import keys
+from queue_max_django.engine.stores.lmdb.meta import shard_dir
 from tests.engine.conftest import FakeClock, dump_store, open_queue
 from tests.engine.procs import CHILD_TIMEOUT, Children, finish, send
 

@@ -13,7 +13,7 @@ import pytest
 
 from queue_max_django.engine import Queue, QueueEmpty
 from queue_max_django.engine.job import shard_of
-from queue_max_django.engine.store import WAKE_FILE
+from queue_max_django.engine.stores.lmdb.meta import WAKE_FILE
 from queue_max_django.engine.stores.lmdb.wake import SLOT
 from tests.engine import procs
 from tests.engine.conftest import FakeClock, open_queue
