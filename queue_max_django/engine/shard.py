@@ -16,7 +16,25 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import codec
-from .codec import (
+from .errors import QueueCorrupted, QueueError, StoreFull
+from .job import SHARD_BITS, STATE_CODE, STATES, Job, State
+from .jobspec import JobSpec
+from .retry import decide
+from .stores.lmdb import layout
+from .stores.lmdb.env import Env, put_reserve
+from .stores.lmdb.keys import (
+    QUEUE_SEP,
+    id_from_key,
+    id_key,
+    micros,
+    next_queue_prefix,
+    queue_prefix,
+    ready_key,
+    ready_key_parts,
+    time_key,
+    time_key_parts,
+)
+from .stores.lmdb.layout import (
     CLAIM_ALONE_NEXT,
     CLAIM_BATCH,
     F_ATTEMPTS,
@@ -43,23 +61,6 @@ from .codec import (
     F_TRACEBACK,
     F_WORKERS,
     HISTORY_MAX,
-)
-from .errors import QueueCorrupted, QueueError, StoreFull
-from .job import SHARD_BITS, STATE_CODE, STATES, Job, State
-from .jobspec import JobSpec
-from .retry import decide
-from .stores.lmdb.env import Env, put_reserve
-from .stores.lmdb.keys import (
-    QUEUE_SEP,
-    id_from_key,
-    id_key,
-    micros,
-    next_queue_prefix,
-    queue_prefix,
-    ready_key,
-    ready_key_parts,
-    time_key,
-    time_key_parts,
 )
 from .stores.types import Candidate, Claimed, CorruptedJobQuarantined, Head, NewJobs, Recovered
 
@@ -216,7 +217,7 @@ def _mark_pending_uncharged(record: list[Any]) -> None:
 def _unreadable_record(job_id: int) -> list[Any]:
     """The record that stands in for one that does not decode: queue "default", no name, priority 0, no
     retries, enqueued (and ready) when its id says: the id's sequence is the put's time in µs (keys.py)."""
-    record: list[Any] = [None] * codec.RECORD_FIELDS
+    record: list[Any] = [None] * layout.RECORD_FIELDS
     record[F_STATE], record[F_QUEUE], record[F_PRIORITY] = FAILED, "default", 0
     record[F_RETRIES], record[F_MAX_RETRIES], record[F_ATTEMPTS] = 0, 0, 0
     record[F_ENQUEUED_AT] = record[F_READY_AT] = job_id >> SHARD_BITS
@@ -258,14 +259,14 @@ class Shard:
 
     def _load(self, txn: Any, job_id: int) -> list[Any] | None:
         raw = txn.get(id_key(job_id), db=self.jobs)
-        return None if raw is None else codec.unpack_record(raw, job_id)
+        return None if raw is None else layout.unpack_record(raw, job_id)
 
     def _payload(self, txn: Any, job_id: int, record: list[Any]) -> bytes | None:
         inline: bytes | None = record[F_PAYLOAD]
         return inline if inline is not None else txn.get(id_key(job_id), db=self.payloads)
 
     def _store(self, txn: Any, job_id: int, record: list[Any]) -> None:
-        txn.put(id_key(job_id), codec.pack_record(record), db=self.jobs)
+        txn.put(id_key(job_id), layout.pack_record(record), db=self.jobs)
 
     def _index_key(self, job_id: int, record: list[Any]) -> tuple[Any, bytes | None]:
         """(database, key) of the job's entry in the index of its current state."""
@@ -331,11 +332,11 @@ class Shard:
     def _held(self, txn: Any, job_id: int, token: bytes, *, whole: bool = True) -> list[Any]:
         """The record of a job this token holds, or ``QueueCorrupted`` (and nothing changes). ``whole``
         False: a completion that uses only the state, token and lease checks only those when the token is
-        this claim's (``codec.unpack_held``)."""
+        this claim's (``layout.unpack_held``)."""
         raw = txn.get(id_key(job_id), db=self.jobs)
         if raw is None:
             raise QueueCorrupted(f"job {job_id} no longer exists (vacuumed, purged or cancelled)")
-        record = codec.unpack_record(raw, job_id) if whole else codec.unpack_held(raw, job_id, token)
+        record = layout.unpack_record(raw, job_id) if whole else layout.unpack_held(raw, job_id, token)
         if record[F_STATE] != RUNNING:
             raise QueueCorrupted(
                 f"job {job_id} is {STATES[record[F_STATE]].value}, not running: it was already completed "
@@ -361,7 +362,7 @@ class Shard:
         now_us = micros(now)
         shard = self.index
         jobs_db, payloads_db, ready_db, sched_db = self.jobs, self.payloads, self.ready, self.sched
-        inline_max = codec.INLINE_PAYLOAD_MAX
+        inline_max = layout.INLINE_PAYLOAD_MAX
         pack_id = _ID.pack
         pack_time_key = _TIME_KEY.pack
 
@@ -455,7 +456,7 @@ class Shard:
         job_id = sequence << 8 | self.index
         key = _ID.pack(job_id)
         inline: bytes | None = payload
-        if len(payload) > codec.INLINE_PAYLOAD_MAX:
+        if len(payload) > layout.INLINE_PAYLOAD_MAX:
             txn.put(key, payload, db=self.payloads, append=True)
             inline = None
         if ready_us > now_us:
@@ -713,7 +714,7 @@ class Shard:
                     if len(claimed) == 2:  # a batch after all: the first job's record says so too
                         record = first_record[0]
                         record[F_CLAIM] = CLAIM_BATCH
-                        txn.put(id_key(claimed[0].job_id), codec.pack_record(record), db=self.jobs)
+                        txn.put(id_key(claimed[0].job_id), layout.pack_record(record), db=self.jobs)
                 elif step is ALONE_NEXT:
                     break
                 elif isinstance(step, Outranked):
@@ -777,7 +778,7 @@ class Shard:
         if raw is None:
             return self._drop_stray(txn, job_id, key)
         try:
-            record = codec.unpack_record(raw, job_id)
+            record = layout.unpack_record(raw, job_id)
         except QueueCorrupted as exc:
             return self._quarantine(txn, job_id, key, None, now_us, str(exc))
         if record[F_STATE] != PENDING:
@@ -800,7 +801,7 @@ class Shard:
             record[F_CLAIM] = CLAIM_BATCH
         elif first_record is not None:
             first_record.append(record)
-        txn.put(id_k, codec.pack_record(record), db=self.jobs)
+        txn.put(id_k, layout.pack_record(record), db=self.jobs)
         return _claimed(job_id, record, value, alone)
 
     def _drop_stray(self, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
@@ -824,7 +825,7 @@ class Shard:
         record never blocks the queue. ``ready_k``: its entry in the ready index (None: the caller
         unindexed it). ``bad_payload``: payload bytes that do not decode; they are kept, as a msgpack bin
         value, so that the dead letter reads (and shows what was there). ``record`` None: the record does
-        not decode (``codec.unpack_record``); a minimal one replaces it (queue "default", no name, enqueued
+        not decode (``layout.unpack_record``); a minimal one replaces it (queue "default", no name, enqueued
         when its id says), its bytes on disk are kept as the dead letter's result, and a large payload of
         it stays its payload (as bytes, if those do not decode either)."""
         if ready_k is not None:  # a pending job, met by a claim: its queue (the key says which) has one fewer
@@ -908,7 +909,7 @@ class Shard:
                 if raw is None:
                     continue
                 try:
-                    codec.unpack_record(raw, job_id)
+                    layout.unpack_record(raw, job_id)
                 except QueueCorrupted as exc:
                     found.append(self._quarantine_unreadable(txn, job_id, db, key, now_us, str(exc)))
 
@@ -980,7 +981,7 @@ class Shard:
         record[F_TOKEN] = None
         record[F_LEASE_UNTIL] = None
         record[F_RESULT] = result
-        txn.put(id_key(job_id), codec.pack_record(record), db=self.jobs)
+        txn.put(id_key(job_id), layout.pack_record(record), db=self.jobs)
 
     def fail(
         self,
@@ -1121,7 +1122,7 @@ class Shard:
                 seen += 1
                 job_id = id_from_key(key)
                 try:
-                    record = codec.unpack_record(raw, job_id)
+                    record = layout.unpack_record(raw, job_id)
                 except QueueCorrupted as exc:
                     unreadable[job_id] = str(exc)
                     found = cursor.next()
@@ -1563,7 +1564,7 @@ class Shard:
                 if job_id & 0xFF != self.index:
                     problems.append(f"{tag}: job {job_id} belongs to shard {job_id & 0xFF}")
                 try:
-                    record = codec.unpack_record(raw, job_id)
+                    record = layout.unpack_record(raw, job_id)
                     state = STATES[record[F_STATE]]
                 except (QueueCorrupted, IndexError, TypeError) as exc:
                     problems.append(f"{tag}: job {job_id}: undecodable record ({exc})")

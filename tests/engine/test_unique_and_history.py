@@ -26,10 +26,9 @@ from queue_max_django.engine import (
     Queue,
     QueueEmpty,
     State,
-    codec,
 )
 from queue_max_django.engine.job import shard_of
-from queue_max_django.engine.stores.lmdb import keys
+from queue_max_django.engine.stores.lmdb import keys, layout
 from queue_max_django.engine.stores.lmdb.meta import shard_dir
 from tests.engine.conftest import FakeClock, dump_store, open_queue
 from tests.engine.procs import CHILD_TIMEOUT, Children, finish, send
@@ -344,7 +343,7 @@ def test_errors_keep_the_last_ten(store_path: Path, clock: FakeClock) -> None:
 def _as_old_record(raw: bytes) -> bytes:
     """What the version before worker_ids/errors wrote: the same array, 20 fields long."""
     record = msgpack.unpackb(raw, raw=False)
-    assert len(record) == codec.RECORD_FIELDS == 23
+    assert len(record) == layout.RECORD_FIELDS == 23
     return bytes(msgpack.packb(record[:20], use_bin_type=True))
 
 

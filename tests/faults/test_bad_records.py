@@ -430,7 +430,7 @@ def test_an_ack_keeps_what_its_claim_checked_and_the_next_walk_checks_the_rest(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     """A running job's record damaged while its holder works (its token intact): the ack completes it (a
-    completion checks the state, token, lease and queue it uses: ``codec.unpack_held``), and vacuum, the
+    completion checks the state, token, lease and queue it uses: ``layout.unpack_held``), and vacuum, the
     next walk that reads it, quarantines it."""
     with open_queue(tmp_path / "store", clock, shards=1) as q:
         q.put("x")

@@ -12,14 +12,14 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, codec
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State
 from queue_max_django.engine.job import shard_of
-from queue_max_django.engine.stores.lmdb import keys
+from queue_max_django.engine.stores.lmdb import keys, layout
 from tests.engine.conftest import FakeClock, open_queue
 from tests.faults.corrupt import DAMAGE, GARBAGE, PAYLOAD_DAMAGE
 
 Damage = Callable[[Queue, int], None]
-PAYLOAD_SIZES = {"inline": 10, "large": codec.INLINE_PAYLOAD_MAX * 4}
+PAYLOAD_SIZES = {"inline": 10, "large": layout.INLINE_PAYLOAD_MAX * 4}
 
 
 def broken_store(path: Path, clock: FakeClock, damage: Damage, size: int) -> tuple[int, list[int]]:
@@ -124,7 +124,7 @@ def test_a_result_that_does_not_decode_is_a_clear_error_and_verify_names_it(
         shard = q._shards[shard_of(job_id)]
         with shard.env.env.begin(write=True) as txn:
             record = msgpack.unpackb(txn.get(keys.id_key(job_id), db=shard.jobs))
-            record[codec.F_RESULT] = GARBAGE
+            record[layout.F_RESULT] = GARBAGE
             txn.put(keys.id_key(job_id), msgpack.packb(record, use_bin_type=True), db=shard.jobs)
         job = q.job(job_id)
         assert job is not None and job.result == GARBAGE and "result" in (job.damage or "")
