@@ -25,8 +25,6 @@ from typing import Any
 import msgpack
 
 from . import codec
-from .control import Control
-from .coordination import Coordination, LockHolder, WorkerInfo, id_bytes
 from .errors import (
     ConfigurationError,
     InvalidJob,
@@ -44,11 +42,13 @@ from .ratelimit import Rate
 from .record import Record
 from .retry import decide
 from .shard import Listed, Shard
+from .stores.lmdb.control import Control
+from .stores.lmdb.coordination import Coordination
 from .stores.lmdb.env import CONTROL_DB_NAMES, REGISTRY, EnvOptions
 from .stores.lmdb.groupcommit import GroupCommitter
 from .stores.lmdb.meta import CONTROL_DIR, WAKE_FILE, open_store_meta, shard_dir
 from .stores.lmdb.wake import SLOT, Waker
-from .stores.types import CorruptedJobQuarantined, NewJobs, Recovered
+from .stores.types import CorruptedJobQuarantined, LockHolder, NewJobs, Recovered, WorkerInfo, id_bytes
 from .validate import (
     MAX_NAME,
     MAX_RETRIES_LIMIT,
