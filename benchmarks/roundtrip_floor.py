@@ -35,9 +35,9 @@ sys.path.insert(0, HERE)
 import equeue  # noqa: E402  (the bench dependency group)
 
 from queue_max_django.engine import Queue, codec  # noqa: E402
-from queue_max_django.engine.shard import _COUNTERS, _COUNTERS_KEY  # noqa: E402  (the layout measured)
 from queue_max_django.engine.stores.lmdb import layout  # noqa: E402
 from queue_max_django.engine.stores.lmdb.keys import id_key, ready_key_parts, time_key  # noqa: E402
+from queue_max_django.engine.stores.lmdb.shard import _COUNTERS, _COUNTERS_KEY  # noqa: E402  (the layout measured)
 
 Op = Callable[[Any], tuple[float, float, float]]
 clock = time.perf_counter

@@ -34,7 +34,7 @@ from .ratelimit import Rate, parse_rate
 from .stores.lmdb.control import Control
 
 if TYPE_CHECKING:
-    from .shard import Shard
+    from .stores.lmdb.shard import Shard
     from .stores.types import Candidate, Claimed
 
 MAX_KEY = 200

@@ -41,12 +41,12 @@ from .jobspec import JobSpec
 from .ratelimit import Rate
 from .record import Record
 from .retry import decide
-from .shard import Listed, Shard
 from .stores.lmdb.control import Control
 from .stores.lmdb.coordination import Coordination
 from .stores.lmdb.env import CONTROL_DB_NAMES, REGISTRY, EnvOptions
 from .stores.lmdb.groupcommit import GroupCommitter
 from .stores.lmdb.meta import CONTROL_DIR, WAKE_FILE, open_store_meta, shard_dir
+from .stores.lmdb.shard import Listed, Shard
 from .stores.lmdb.wake import SLOT, Waker
 from .stores.types import CorruptedJobQuarantined, LockHolder, NewJobs, Recovered, WorkerInfo, id_bytes
 from .validate import (

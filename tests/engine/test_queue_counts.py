@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from queue_max_django.engine import Queue, QueueCorrupted, State
-from queue_max_django.engine.shard import _QUEUE_COUNTS_KEY
+from queue_max_django.engine.stores.lmdb.shard import _QUEUE_COUNTS_KEY
 from tests.engine.conftest import FakeClock
 from tests.engine.probes import StoreProbe
 

@@ -15,14 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import codec
-from .errors import QueueCorrupted, QueueError, StoreFull
-from .job import SHARD_BITS, STATE_CODE, STATES, Job, State
-from .jobspec import JobSpec
-from .retry import decide
-from .stores.lmdb import layout
-from .stores.lmdb.env import Env, put_reserve
-from .stores.lmdb.keys import (
+from ... import codec
+from ...errors import QueueCorrupted, QueueError, StoreFull
+from ...job import SHARD_BITS, STATE_CODE, STATES, Job, State
+from ...jobspec import JobSpec
+from ...retry import decide
+from ..types import Candidate, Claimed, CorruptedJobQuarantined, Head, NewJobs, Recovered
+from . import layout
+from .env import Env, put_reserve
+from .keys import (
     QUEUE_SEP,
     id_from_key,
     id_key,
@@ -34,7 +35,7 @@ from .stores.lmdb.keys import (
     time_key,
     time_key_parts,
 )
-from .stores.lmdb.layout import (
+from .layout import (
     CLAIM_ALONE_NEXT,
     CLAIM_BATCH,
     F_ATTEMPTS,
@@ -62,7 +63,6 @@ from .stores.lmdb.layout import (
     F_WORKERS,
     HISTORY_MAX,
 )
-from .stores.types import Candidate, Claimed, CorruptedJobQuarantined, Head, NewJobs, Recovered
 
 PENDING = STATE_CODE[State.PENDING]
 SCHEDULED = STATE_CODE[State.SCHEDULED]
