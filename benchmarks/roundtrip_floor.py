@@ -36,8 +36,8 @@ import equeue  # noqa: E402  (the bench dependency group)
 
 from queue_max_django.engine import Queue, codec  # noqa: E402
 from queue_max_django.engine.stores.lmdb import layout  # noqa: E402
+from queue_max_django.engine.stores.lmdb.access import COUNTERS, COUNTERS_KEY  # noqa: E402  (the layout measured)
 from queue_max_django.engine.stores.lmdb.keys import id_key, ready_key_parts, time_key  # noqa: E402
-from queue_max_django.engine.stores.lmdb.shard import _COUNTERS, _COUNTERS_KEY  # noqa: E402  (the layout measured)
 
 Op = Callable[[Any], tuple[float, float, float]]
 clock = time.perf_counter
@@ -66,15 +66,15 @@ def floor_side(path: str) -> Op:
         packed = codec.pack_value(payload, what="payload", limit=1 << 20)
         now_us = int(time.time() * 1e6)
         with env.begin(write=True) as txn:
-            raw = txn.get(_COUNTERS_KEY, db=jobs)
-            sequence, total = _COUNTERS.unpack(raw) if raw else (0, 0)
+            raw = txn.get(COUNTERS_KEY, db=jobs)
+            sequence, total = COUNTERS.unpack(raw) if raw else (0, 0)
             txn.cursor(db=ready).set_range(spec.queue_bytes + b"\x00")  # would it lead its queue?
             sequence = sequence + 1 if sequence >= now_us else now_us
             job_id = sequence << 8
             key = id_key(job_id)
             txn.put(key, spec.record(False, now_us, sequence, packed), db=jobs)
             txn.put(spec.ready_key(sequence, job_id), b"", db=ready)
-            txn.put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + 1), db=jobs)
+            txn.put(COUNTERS_KEY, COUNTERS.pack(sequence, total + 1), db=jobs)
         os.pwrite(write_fd, os.urandom(8), 8)
         put_done = clock()
         if poller.poll(0):

@@ -46,7 +46,8 @@ from .stores.lmdb.coordination import Coordination
 from .stores.lmdb.env import CONTROL_DB_NAMES, REGISTRY, EnvOptions
 from .stores.lmdb.groupcommit import GroupCommitter
 from .stores.lmdb.meta import CONTROL_DIR, WAKE_FILE, open_store_meta, shard_dir
-from .stores.lmdb.shard import Listed, Shard
+from .stores.lmdb.reads import Listed
+from .stores.lmdb.shard import Shard
 from .stores.lmdb.wake import SLOT, Waker
 from .stores.types import CorruptedJobQuarantined, LockHolder, NewJobs, Recovered, WorkerInfo, id_bytes
 from .validate import (

@@ -33,7 +33,7 @@ from queue_max_django.engine.stores.lmdb.meta import shard_dir
 from tests.engine.conftest import FakeClock, dump_store, open_queue
 from tests.engine.procs import CHILD_TIMEOUT, Children, finish, send
 
-DAY = 86_400.0  # how long a unique key lives at least (shard.UNIQUE_KEY_MIN_TTL)
+DAY = 86_400.0  # how long a unique key lives at least (stores.types.UNIQUE_KEY_MIN_TTL)
 
 # ------------------------------------------------------------------------------------------ unique puts
 

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from ..jobspec import JobSpec
 
 
+UNIQUE_KEY_MIN_TTL = 86_400.0  # seconds a unique key is kept at least, whatever result_ttl (periodic ticks)
+
+
 @dataclass(slots=True)
 class NewJobs:
     """Jobs ready to be written: payloads already packed and size-checked by the Queue, sharing one set of

@@ -43,6 +43,13 @@ F_CLAIM = 22  # how the job was last claimed: None alone, CLAIM_BATCH with other
 RECORD_FIELDS = 23
 HISTORY_MAX = 10
 
+# F_STATE values: a state's code is its index in STATES (job.py).
+PENDING = STATE_CODE[State.PENDING]
+SCHEDULED = STATE_CODE[State.SCHEDULED]
+RUNNING = STATE_CODE[State.RUNNING]
+DONE = STATE_CODE[State.DONE]
+FAILED = STATE_CODE[State.FAILED]
+
 # F_CLAIM values. A job claimed in a batch (get_many) whose lease expires is not charged the attempt: the
 # process that died held the whole batch, and only one job of it was running. It becomes CLAIM_ALONE_NEXT,
 # and the next claim takes it alone, so that a job which kills its worker is charged for it alone.
@@ -106,7 +113,7 @@ def unpack_held(data: bytes, job_id: int, token: bytes) -> list[Any]:
         lease = record[F_LEASE_UNTIL]
         if (
             record[F_TOKEN] == token
-            and record[F_STATE] == _RUNNING
+            and record[F_STATE] == RUNNING
             and type(lease) is int
             and lease >= 0
             and type(record[F_QUEUE]) is str
@@ -126,8 +133,6 @@ _OPTIONAL_NUMBER: frozenset[type] = frozenset({int, float, _NONE})
 _NONES = [None] * (F_TIMEOUT - F_STARTED_AT)  # started .. result: all None while a job waits
 _NO_OUTCOME = [None] * (F_TIMEOUT - F_ERROR)  # error, error type, traceback, result
 _LAST_STATE = len(STATES) - 1  # a state's code is its index in STATES
-_DONE = STATE_CODE[State.DONE]
-_RUNNING = STATE_CODE[State.RUNNING]
 _FIELDS: tuple[tuple[int, str, frozenset[type]], ...] = (
     (F_STATE, "state", _INT),
     (F_QUEUE, "queue", frozenset({str})),
@@ -178,12 +183,12 @@ def _well_typed(r: list[Any]) -> bool:
     if errors is not None and not (type(errors) is list and _errors_ok(errors)):
         return False
     if r[F_STARTED_AT:F_TIMEOUT] == _NONES:  # a waiting job: nothing started, finished or held
-        return state != _DONE  # type: ignore[no-any-return]  # a done job is indexed by its finish time
+        return state != DONE  # type: ignore[no-any-return]  # a done job is indexed by its finish time
     started, finished, lease = r[F_STARTED_AT], r[F_FINISHED_AT], r[F_LEASE_UNTIL]
     if not (
         (started is None or (type(started) is int and started >= 0))
         and (lease is None or (type(lease) is int and lease >= 0))
-        and ((type(finished) is int and finished >= 0) if finished is not None else state != _DONE)
+        and ((type(finished) is int and finished >= 0) if finished is not None else state != DONE)
         and type(r[F_TOKEN]) in _OPTIONAL_BYTES
     ):
         return False
@@ -217,7 +222,7 @@ def record_problem(record: list[Any]) -> str | None:
             return f"a negative time as its {field}"
     if record[F_RETRIES] < 0 or record[F_MAX_RETRIES] < 0:
         return "a negative retry count"
-    if record[F_STATE] == _DONE and record[F_FINISHED_AT] is None:
+    if record[F_STATE] == DONE and record[F_FINISHED_AT] is None:
         return "no finished_at although it is done"
     if record[F_ERRORS] is not None and not _errors_ok(record[F_ERRORS]):
         return "an entry of its errors that is not [error type, error]"
