@@ -120,7 +120,7 @@ def mark_pending_uncharged(record: list[Any]) -> None:
 
 def unreadable_record(job_id: int) -> list[Any]:
     """The record that stands in for one that does not decode: queue "default", no name, priority 0, no
-    retries, enqueued (and ready) when its id says: the id's sequence is the put's time in µs (keys.py)."""
+    retries, enqueued (and ready) when its id says: the id's sequence is the put's time in µs (job.py)."""
     record: list[Any] = [None] * RECORD_FIELDS
     record[F_STATE], record[F_QUEUE], record[F_PRIORITY] = FAILED, "default", 0
     record[F_RETRIES], record[F_MAX_RETRIES], record[F_ATTEMPTS] = 0, 0, 0
