@@ -35,8 +35,9 @@ sys.path.insert(0, HERE)
 import equeue  # noqa: E402  (the bench dependency group)
 
 from queue_max_django.engine import Queue, codec  # noqa: E402
-from queue_max_django.engine.keys import id_key, ready_key_parts, time_key  # noqa: E402
-from queue_max_django.engine.shard import _COUNTERS, _COUNTERS_KEY  # noqa: E402  (the layout measured)
+from queue_max_django.engine.stores.lmdb import layout  # noqa: E402
+from queue_max_django.engine.stores.lmdb.access import COUNTERS, COUNTERS_KEY  # noqa: E402  (the layout measured)
+from queue_max_django.engine.stores.lmdb.keys import id_key, ready_key_parts, time_key  # noqa: E402
 
 Op = Callable[[Any], tuple[float, float, float]]
 clock = time.perf_counter
@@ -65,15 +66,15 @@ def floor_side(path: str) -> Op:
         packed = codec.pack_value(payload, what="payload", limit=1 << 20)
         now_us = int(time.time() * 1e6)
         with env.begin(write=True) as txn:
-            raw = txn.get(_COUNTERS_KEY, db=jobs)
-            sequence, total = _COUNTERS.unpack(raw) if raw else (0, 0)
+            raw = txn.get(COUNTERS_KEY, db=jobs)
+            sequence, total = COUNTERS.unpack(raw) if raw else (0, 0)
             txn.cursor(db=ready).set_range(spec.queue_bytes + b"\x00")  # would it lead its queue?
             sequence = sequence + 1 if sequence >= now_us else now_us
             job_id = sequence << 8
             key = id_key(job_id)
             txn.put(key, spec.record(False, now_us, sequence, packed), db=jobs)
             txn.put(spec.ready_key(sequence, job_id), b"", db=ready)
-            txn.put(_COUNTERS_KEY, _COUNTERS.pack(sequence, total + 1), db=jobs)
+            txn.put(COUNTERS_KEY, COUNTERS.pack(sequence, total + 1), db=jobs)
         os.pwrite(write_fd, os.urandom(8), 8)
         put_done = clock()
         if poller.poll(0):
@@ -87,25 +88,25 @@ def floor_side(path: str) -> Op:
             ready_key = cursor.key()
             job_id = ready_key_parts(ready_key)[3]
             key = id_key(job_id)
-            record = codec.unpack_record(txn.get(key, db=jobs), job_id)
-            codec.unpack_stored(record[codec.F_PAYLOAD], job_id, "payload")
+            record = layout.unpack_record(txn.get(key, db=jobs), job_id)
+            codec.unpack_stored(record[layout.F_PAYLOAD], job_id, "payload")
             txn.delete(ready_key, db=ready)
             lease_us = now_us + 30_000_000
             txn.put(time_key(lease_us, job_id), b"", db=lease)
-            record[codec.F_STATE], record[codec.F_LEASE_UNTIL] = 2, lease_us
-            record[codec.F_TOKEN], record[codec.F_ATTEMPTS] = token, 1
-            txn.put(key, codec.pack_record(record), db=jobs)
+            record[layout.F_STATE], record[layout.F_LEASE_UNTIL] = 2, lease_us
+            record[layout.F_TOKEN], record[layout.F_ATTEMPTS] = token, 1
+            txn.put(key, layout.pack_record(record), db=jobs)
             cursor.set_range(ready_key)  # the shard's next head
             txn.cursor(db=sched).first()  # and its earliest ETA
         get_done = clock()
         now_us = int(time.time() * 1e6)
         with env.begin(write=True) as txn:
-            record = codec.unpack_record(txn.get(key, db=jobs), job_id)
-            assert record[codec.F_TOKEN] == token
-            txn.delete(time_key(record[codec.F_LEASE_UNTIL], job_id), db=lease)
+            record = layout.unpack_record(txn.get(key, db=jobs), job_id)
+            assert record[layout.F_TOKEN] == token
+            txn.delete(time_key(record[layout.F_LEASE_UNTIL], job_id), db=lease)
             txn.put(time_key(now_us, job_id), b"", db=done)
-            record[codec.F_STATE], record[codec.F_TOKEN], record[codec.F_LEASE_UNTIL] = 3, None, None
-            txn.put(key, codec.pack_record(record), db=jobs)
+            record[layout.F_STATE], record[layout.F_TOKEN], record[layout.F_LEASE_UNTIL] = 3, None, None
+            txn.put(key, layout.pack_record(record), db=jobs)
         return put_done - start, get_done - put_done, clock() - get_done
 
     return op

@@ -67,7 +67,7 @@ class Sample:
 
 def pages_of(queue: Any) -> Pages:
     """The store's pages, read through the queue's own environments (one open per process: LMDB)."""
-    from queue_max_django.engine.compact import env_usage
+    from queue_max_django.engine.stores.lmdb.compact import env_usage
 
     usages = [env_usage(env.env, env.path) for env in [queue._store.control.env, *queue._store._envs]]
     return Pages(
@@ -111,7 +111,7 @@ def crossing(samples: list[Sample], count: float) -> float:
 
 def soak(folder: Path, jobs: int, processes: int, backlog: int, every: float) -> dict[str, Any]:
     from queue_max_django.engine import Queue, State
-    from queue_max_django.engine.compact import compact_store
+    from queue_max_django.engine.stores.lmdb.compact import compact_store
 
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS, "QUEUE_MAX_CHAOS_DIR": str(folder),
            "QUEUE_MAX_CHAOS_LEASE_TIME": "30", "PYTHONPATH": str(ROOT)}  # fmt: skip

@@ -30,7 +30,7 @@ from .defaults import (
 )
 from .engine import BreakerPolicy, InvalidBreakerPolicy, InvalidRate, parse_rate
 from .engine.errors import InvalidJob
-from .engine.keys import MAX_SHARDS
+from .engine.job import MAX_SHARDS
 from .engine.stores.lmdb.store import LmdbStore
 from .engine.validate import MAX_RETRIES_LIMIT, MAX_SECONDS, validate_name, validate_queue_name
 from .registry import registry

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
-from .engine.shard import UNIQUE_KEY_MIN_TTL
+from .engine.stores.types import UNIQUE_KEY_MIN_TTL
 from .schedules import Cron, Interval, InvalidSchedule, parse_schedule
 from .tasks import Task, registry
 

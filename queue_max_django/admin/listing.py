@@ -30,7 +30,7 @@ LABELS: dict[State, str] = {
     State.DONE: "done",
     State.FAILED: "dead letters",
 }
-# The order each state's index lists jobs in (engine/shard.py list_jobs).
+# The order each state's index lists jobs in (engine/stores/lmdb/reads.py list_jobs).
 INDEX_ORDER: dict[State, str] = {
     State.PENDING: "claim order",
     State.SCHEDULED: "due time",

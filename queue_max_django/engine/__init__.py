@@ -3,8 +3,6 @@
 from .aio import AsyncQueue, AsyncRecord
 from .breaker import BreakerPolicy, BreakerState, InvalidBreakerPolicy
 from .classify import Decision, Permanent, Retry, classify, is_interrupt
-from .control import GLOBAL_KEY, NAME_KEY_PREFIX, QUEUE_KEY_PREFIX, job_keys
-from .coordination import LockHolder, WorkerInfo
 from .errors import (
     ConfigurationError,
     InvalidJob,
@@ -21,12 +19,14 @@ from .errors import (
     UnknownQueue,
 )
 from .events import ALERT, EVENTS, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
+from .flowstate import GLOBAL_KEY, NAME_KEY_PREFIX, QUEUE_KEY_PREFIX, job_keys
 from .job import Job, State
 from .queue import Queue
 from .ratelimit import InvalidRate, Rate, parse_rate
 from .record import Record
 from .retry import backoff_delay
-from .store import StoreInUse
+from .stores.lmdb.env import StoreInUse
+from .stores.types import LockHolder, WorkerInfo
 
 __all__ = [
     "ALERT",

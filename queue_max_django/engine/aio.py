@@ -17,9 +17,9 @@ from .errors import QueueEmpty
 from .job import Job, State
 from .queue import MAX_IDLE_WAIT, Queue
 from .record import Record
-from .store import WAKE_FILE
+from .stores.lmdb.meta import WAKE_FILE
+from .stores.lmdb.wake import watch
 from .validate import check_number
-from .wake import watch
 
 
 class AsyncRecord:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import QueueCorrupted
-from .keys import PRIORITY_MAX
+from .job import PRIORITY_MAX
 from .stores.types import Claimed, CorruptedJobQuarantined
 
 PREFERENCE_RUN = 32  # claims a consumer makes from its preferred shard before it moves to the next

@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 from . import ratelimit
 from .breaker import BreakerPolicy, success_changes
-from .control import (
+from .errors import InvalidJob, RateLimited
+from .flowstate import (
     GLOBAL_KEY,
     NAME_KEY_PREFIX,
     QUEUE_KEY_PREFIX,
-    Control,
     FlowState,
     breaker_summary,
     job_keys,
 )
-from .errors import InvalidJob, RateLimited
 from .ratelimit import Rate, parse_rate
+from .stores.lmdb.control import Control
 
 if TYPE_CHECKING:
     from .stores.base import Store

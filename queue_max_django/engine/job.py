@@ -1,4 +1,9 @@
-"""The vocabulary shared by every layer: job states and the read-only ``Job`` snapshot."""
+"""The vocabulary shared by every layer: job ids and priorities, job states and the read-only ``Job``
+snapshot.
+
+Job ids: ``sequence << 8 | shard``: the shard that holds a job is the low byte of its id. The sequence of a
+shard is ``max(previous + 1, now in µs)``, so ids are unique, grow with time in every shard, and sort across
+shards in (roughly) enqueue order."""
 
 from __future__ import annotations
 
@@ -6,7 +11,18 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import shard_of
+SHARD_BITS = 8
+MAX_SHARDS = 1 << SHARD_BITS
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+
+
+def job_id_for(sequence: int, shard: int) -> int:
+    return (sequence << SHARD_BITS) | shard
+
+
+def shard_of(job_id: int) -> int:
+    return job_id & (MAX_SHARDS - 1)
 
 
 class State(enum.StrEnum):

@@ -16,9 +16,9 @@ from typing import Any, cast
 
 import msgpack
 
-from .codec import F_PAYLOAD, RECORD_FIELDS
 from .job import STATE_CODE, State
-from .keys import ready_prefix
+from .stores.lmdb.keys import ready_prefix
+from .stores.lmdb.layout import F_PAYLOAD, RECORD_FIELDS
 
 _PENDING = STATE_CODE[State.PENDING]
 _SCHEDULED = STATE_CODE[State.SCHEDULED]

@@ -26,7 +26,6 @@ import msgpack
 
 from . import codec
 from .claiming import Claimer
-from .coordination import LockHolder, WorkerInfo, id_bytes
 from .errors import (
     InvalidJob,
     QueueClosed,
@@ -36,16 +35,15 @@ from .errors import (
 from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .flow import Flow
 from .forks import fork_generation
-from .job import Job, State
+from .job import MAX_SHARDS, Job, State
 from .jobspec import JobSpec
-from .keys import MAX_SHARDS
 from .maintenance import Maintenance, Round
 from .options import PutOptions
 from .ratelimit import Rate
 from .record import Record
 from .retry import decide
 from .stores.lmdb.store import DEFAULT_MAP_SIZE, LmdbStore
-from .stores.types import Claimed, NewJobs
+from .stores.types import Claimed, LockHolder, NewJobs, WorkerInfo, id_bytes
 from .validate import (
     MAX_NAME,
     MAX_SECONDS,

@@ -10,8 +10,7 @@ import unicodedata
 from typing import Any
 
 from .errors import ConfigurationError, InvalidJob, UnknownQueue
-from .job import State
-from .keys import PRIORITY_MAX, PRIORITY_MIN
+from .job import PRIORITY_MAX, PRIORITY_MIN, State
 
 MAX_QUEUE_NAME = 100
 MAX_NAME = 200

@@ -18,9 +18,10 @@ from typing import Any, Literal, Protocol
 
 import msgpack
 
-from queue_max_django.engine import Queue, State, codec, keys
-from queue_max_django.engine.job import STATES
-from queue_max_django.engine.shard import _UNIQUE
+from queue_max_django.engine import Queue, State
+from queue_max_django.engine.job import STATES, shard_of
+from queue_max_django.engine.stores.lmdb import keys, layout
+from queue_max_django.engine.stores.lmdb.access import UNIQUE as _UNIQUE
 from tests.faults import corrupt
 
 Where = State | Literal["record", "payload"]
@@ -132,8 +133,8 @@ INDEX_OF_STATE: dict[State, str] = {
 }
 _CLAIMS: dict[Any, Literal["batch", "alone-next"] | None] = {
     None: None,
-    codec.CLAIM_BATCH: "batch",
-    codec.CLAIM_ALONE_NEXT: "alone-next",
+    layout.CLAIM_BATCH: "batch",
+    layout.CLAIM_ALONE_NEXT: "alone-next",
 }
 
 
@@ -151,9 +152,9 @@ def _decode(raw: bytes) -> list[Any] | None:
         record = msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except (ValueError, msgpack.ExtraData):
         return None
-    if not isinstance(record, list) or len(record) < codec.F_TIMEOUT:
+    if not isinstance(record, list) or len(record) < layout.F_TIMEOUT:
         return None
-    return record + [None] * (codec.RECORD_FIELDS - len(record))
+    return record + [None] * (layout.RECORD_FIELDS - len(record))
 
 
 class LmdbProbe:
@@ -189,7 +190,7 @@ class LmdbProbe:
         return txn
 
     def _shard(self, job_id: int) -> Any:
-        return self._shards()[keys.shard_of(job_id)]
+        return self._shards()[shard_of(job_id)]
 
     @contextmanager
     def _txn(self, job_id: int, *, write: bool = False) -> Iterator[tuple[Any, dict[str, Any]]]:
@@ -205,7 +206,7 @@ class LmdbProbe:
     # ------------------------------------------------------------------------------------------- reading
 
     def shard_of(self, job_id: int) -> int:
-        return keys.shard_of(job_id)
+        return shard_of(job_id)
 
     def record_bytes(self, job_id: int) -> bytes | None:
         return self._raw(job_id, "jobs")
@@ -218,29 +219,29 @@ class LmdbProbe:
         assert r is not None, f"job {job_id}: the stored record does not decode"
         external = self._raw(job_id, "payloads")
         return Stored(
-            state=STATES[r[codec.F_STATE]],
-            queue=r[codec.F_QUEUE],
-            name=r[codec.F_NAME],
-            priority=r[codec.F_PRIORITY],
-            retries=r[codec.F_RETRIES],
-            max_retries=r[codec.F_MAX_RETRIES],
-            attempts=r[codec.F_ATTEMPTS] or 0,
-            enqueued_at_us=r[codec.F_ENQUEUED_AT],
-            ready_at_us=r[codec.F_READY_AT],
-            started_at_us=r[codec.F_STARTED_AT],
-            finished_at_us=r[codec.F_FINISHED_AT],
-            lease_until_us=r[codec.F_LEASE_UNTIL],
-            token=r[codec.F_TOKEN],
-            error=r[codec.F_ERROR],
-            error_type=r[codec.F_ERROR_TYPE],
-            traceback=r[codec.F_TRACEBACK],
-            result=r[codec.F_RESULT],
-            timeout=r[codec.F_TIMEOUT],
-            partition_key=r[codec.F_PARTITION_KEY],
-            payload=external if external is not None else r[codec.F_PAYLOAD],
-            workers=None if r[codec.F_WORKERS] is None else tuple(r[codec.F_WORKERS]),
-            errors=None if r[codec.F_ERRORS] is None else tuple(tuple(e) for e in r[codec.F_ERRORS]),
-            claim=_CLAIMS[r[codec.F_CLAIM]],
+            state=STATES[r[layout.F_STATE]],
+            queue=r[layout.F_QUEUE],
+            name=r[layout.F_NAME],
+            priority=r[layout.F_PRIORITY],
+            retries=r[layout.F_RETRIES],
+            max_retries=r[layout.F_MAX_RETRIES],
+            attempts=r[layout.F_ATTEMPTS] or 0,
+            enqueued_at_us=r[layout.F_ENQUEUED_AT],
+            ready_at_us=r[layout.F_READY_AT],
+            started_at_us=r[layout.F_STARTED_AT],
+            finished_at_us=r[layout.F_FINISHED_AT],
+            lease_until_us=r[layout.F_LEASE_UNTIL],
+            token=r[layout.F_TOKEN],
+            error=r[layout.F_ERROR],
+            error_type=r[layout.F_ERROR_TYPE],
+            traceback=r[layout.F_TRACEBACK],
+            result=r[layout.F_RESULT],
+            timeout=r[layout.F_TIMEOUT],
+            partition_key=r[layout.F_PARTITION_KEY],
+            payload=external if external is not None else r[layout.F_PAYLOAD],
+            workers=None if r[layout.F_WORKERS] is None else tuple(r[layout.F_WORKERS]),
+            errors=None if r[layout.F_ERRORS] is None else tuple(tuple(e) for e in r[layout.F_ERRORS]),
+            claim=_CLAIMS[r[layout.F_CLAIM]],
         )
 
     def snapshot(self) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
@@ -299,7 +300,7 @@ class LmdbProbe:
                 for key, value in txn.cursor(db=shard.env.dbs["jobs"]):
                     record = _decode(bytes(value))
                     if record is not None:
-                        in_state[STATES[record[codec.F_STATE]]].add(keys.id_from_key(bytes(key)))
+                        in_state[STATES[record[layout.F_STATE]]].add(keys.id_from_key(bytes(key)))
                 indexed = {state: self._index_ids(shard, txn, state) for state in INDEX_OF_STATE}
             for state, ids in indexed.items():
                 name = f"shard {shard.index}: {INDEX_OF_STATE[state]} index"
@@ -362,8 +363,8 @@ class LmdbProbe:
             key = keys.id_key(job_id)
             removed = txn.delete(key, db=dbs["payloads"])
             record = msgpack.unpackb(txn.get(key, db=dbs["jobs"]))
-            if record[codec.F_PAYLOAD] is not None:
-                record[codec.F_PAYLOAD] = None
+            if record[layout.F_PAYLOAD] is not None:
+                record[layout.F_PAYLOAD] = None
                 txn.put(key, msgpack.packb(record, use_bin_type=True), db=dbs["jobs"])
                 removed = True
         assert removed, f"job {job_id} has no payload to drop"
@@ -392,8 +393,8 @@ class LmdbProbe:
         token = os.urandom(16)
 
         def change(record: list[Any]) -> None:
-            assert record[codec.F_STATE] == STATES.index(State.RUNNING) and record[codec.F_TOKEN]
-            record[codec.F_TOKEN] = token
+            assert record[layout.F_STATE] == STATES.index(State.RUNNING) and record[layout.F_TOKEN]
+            record[layout.F_TOKEN] = token
 
         self._rewrite_record(job_id, change)
         return token

@@ -1,4 +1,4 @@
-"""Offline compaction (engine/compact.py) and the lifetime lock that makes it safe (store.py).
+"""Offline compaction (stores/lmdb/compact.py) and the lifetime lock that makes it safe (env.py).
 
 Every test compares the store on disk byte for byte before and after (``dump_store``, plus the control
 environment), and the refusals are proven against real processes that hold the store open.
@@ -17,9 +17,9 @@ import lmdb
 import pytest
 
 from queue_max_django.engine import Queue, StoreError
-from queue_max_django.engine import compact as compact_module
-from queue_max_django.engine.compact import compact_store
-from queue_max_django.engine.store import StoreInUse, lock_store_exclusive
+from queue_max_django.engine.stores.lmdb import compact as compact_module
+from queue_max_django.engine.stores.lmdb.compact import compact_store
+from queue_max_django.engine.stores.lmdb.env import StoreInUse, lock_store_exclusive
 from tests.engine.conftest import FakeClock, dump_store, open_queue
 from tests.engine.procs import CHILD_TIMEOUT, Children, kill, send, wait_for
 

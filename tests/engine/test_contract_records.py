@@ -26,8 +26,8 @@ from queue_max_django.engine import (
     QueueEmpty,
     State,
     UnknownQueue,
-    keys,
 )
+from queue_max_django.engine.job import job_id_for, shard_of
 from tests.engine.conftest import FakeClock
 from tests.engine.probes import StoreProbe
 
@@ -45,7 +45,7 @@ def partition_keys_for_distinct_shards(tmp_path: Path, count: int, shards: int =
     with Queue(tmp_path / "routing-probe", shards=shards, do_recover=False, do_vacuum=False) as scratch:
         for i in range(1000):
             key = f"k{i}"
-            found.setdefault(keys.shard_of(scratch.put(None, partition_key=key)), key)
+            found.setdefault(shard_of(scratch.put(None, partition_key=key)), key)
             if len(found) == count:
                 break
     assert len(found) == count
@@ -65,10 +65,10 @@ def test_job_ids_are_positive_unique_and_name_their_shard(queue: Queue, probe: P
     ids += queue.put_many(range(20), partition_key="p")
     assert all(type(job_id) is int and job_id > 0 for job_id in ids)
     assert len(set(ids)) == len(ids)
-    assert len({keys.shard_of(job_id) for job_id in ids}) == queue.shard_count
+    assert len({shard_of(job_id) for job_id in ids}) == queue.shard_count
 
     for job_id in ids:
-        home = keys.shard_of(job_id)
+        home = shard_of(job_id)
         assert 0 <= home < queue.shard_count
         assert queue.job(job_id).shard == home
         records = [place for place in probe(queue).places(job_id) if place.endswith(" jobs")]
@@ -120,7 +120,7 @@ def test_job_of_unknown_id_is_none(queue: Queue) -> None:
     """rule_job_id: job() of an id that never existed, or is not an id at all, is None."""
     job_id = queue.put("x")
     assert queue.job(job_id + 256) is None  # same shard, next sequence
-    assert queue.job(keys.job_id_for(1, 200)) is None  # a shard this store does not have
+    assert queue.job(job_id_for(1, 200)) is None  # a shard this store does not have
     for bogus in (0, -1, True):
         assert queue.job(bogus) is None
 
@@ -136,7 +136,7 @@ def test_get_serves_strictly_by_priority_across_shards(queue: Queue, tmp_path: P
     partitions = partition_keys_for_distinct_shards(tmp_path, 6)
     priorities = [0, -100, 50, 7, 100, -5, 3, 10, 99, -99]
     ids = {queue.put(p, priority=p, partition_key=partitions[i % 6]): p for i, p in enumerate(priorities)}
-    assert len({keys.shard_of(j) for j in ids}) == 6
+    assert len({shard_of(j) for j in ids}) == 6
 
     served = [queue.get(0) for _ in priorities]
 
@@ -170,7 +170,7 @@ def test_get_once_finds_a_job_put_into_another_shard_since_the_last_get(queue: Q
     first = queue.put("first")
     assert queue.get(0).job_id == first
     second = queue.put("second")  # the rotation puts it into the next shard
-    assert keys.shard_of(second) != keys.shard_of(first)
+    assert shard_of(second) != shard_of(first)
 
     assert queue.get(0).job_id == second
 

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, backoff_delay, keys
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, backoff_delay
+from queue_max_django.engine.stores.lmdb import keys
 from tests.engine.conftest import FakeClock
 from tests.engine.probes import StoreProbe
 

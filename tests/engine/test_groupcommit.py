@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from queue_max_django.engine.groupcommit import GroupCommitter
+from queue_max_django.engine.stores.lmdb.groupcommit import GroupCommitter
 
 WAIT = 10.0
 

@@ -9,10 +9,10 @@ import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queue_max_django.engine import codec
-from queue_max_django.engine.job import STATE_CODE, State
+from queue_max_django.engine.job import PRIORITY_MAX, PRIORITY_MIN, STATE_CODE, State
 from queue_max_django.engine.jobspec import JobSpec
-from queue_max_django.engine.keys import PRIORITY_MAX, PRIORITY_MIN, ready_prefix
+from queue_max_django.engine.stores.lmdb import layout
+from queue_max_django.engine.stores.lmdb.keys import ready_prefix
 
 names = st.text(min_size=1, max_size=40)
 options = st.fixed_dictionaries({
@@ -27,25 +27,25 @@ options = st.fixed_dictionaries({
     ),
 })  # fmt: skip
 times = st.integers(0, 2**64 - 1)
-payloads = st.none() | st.binary(max_size=codec.INLINE_PAYLOAD_MAX)
+payloads = st.none() | st.binary(max_size=layout.INLINE_PAYLOAD_MAX)
 
 
 def expected_record(
     spec: dict[str, Any], scheduled: bool, enqueued: int, ready: int, payload: Any
 ) -> list[Any]:
-    record: list[Any] = [None] * codec.RECORD_FIELDS
-    record[codec.F_STATE] = STATE_CODE[State.SCHEDULED if scheduled else State.PENDING]
-    record[codec.F_QUEUE] = spec["queue"]
-    record[codec.F_NAME] = spec["name"]
-    record[codec.F_PRIORITY] = spec["priority"]
-    record[codec.F_RETRIES] = 0
-    record[codec.F_MAX_RETRIES] = spec["max_retries"]
-    record[codec.F_ENQUEUED_AT] = enqueued
-    record[codec.F_READY_AT] = ready
-    record[codec.F_TIMEOUT] = spec["timeout"]
-    record[codec.F_PARTITION_KEY] = spec["partition_key"]
-    record[codec.F_ATTEMPTS] = 0
-    record[codec.F_PAYLOAD] = payload
+    record: list[Any] = [None] * layout.RECORD_FIELDS
+    record[layout.F_STATE] = STATE_CODE[State.SCHEDULED if scheduled else State.PENDING]
+    record[layout.F_QUEUE] = spec["queue"]
+    record[layout.F_NAME] = spec["name"]
+    record[layout.F_PRIORITY] = spec["priority"]
+    record[layout.F_RETRIES] = 0
+    record[layout.F_MAX_RETRIES] = spec["max_retries"]
+    record[layout.F_ENQUEUED_AT] = enqueued
+    record[layout.F_READY_AT] = ready
+    record[layout.F_TIMEOUT] = spec["timeout"]
+    record[layout.F_PARTITION_KEY] = spec["partition_key"]
+    record[layout.F_ATTEMPTS] = 0
+    record[layout.F_PAYLOAD] = payload
     return record
 
 
@@ -58,9 +58,9 @@ def test_new_records_decode_like_the_encoded_lists(
     assert len(made) == len(jobs)
     for data, (ready, payload) in zip(made, jobs, strict=True):
         expected = expected_record(spec, scheduled, enqueued, ready, payload)
-        assert codec.unpack_record(data, 1) == expected
+        assert layout.unpack_record(data, 1) == expected
         assert msgpack.unpackb(data, raw=False, strict_map_key=False) == msgpack.unpackb(
-            codec.pack_record(expected), raw=False, strict_map_key=False
+            layout.pack_record(expected), raw=False, strict_map_key=False
         )
 
 

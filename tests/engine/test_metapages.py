@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from queue_max_django.engine import Queue, StoreError
-from queue_max_django.engine.metapages import MAGIC, MetaPages
-from queue_max_django.engine.store import CONTROL_DIR, Env
+from queue_max_django.engine.stores.lmdb.env import Env
+from queue_max_django.engine.stores.lmdb.meta import CONTROL_DIR
+from queue_max_django.engine.stores.lmdb.metapages import MAGIC, MetaPages
 from tests.engine import procs
 from tests.engine.procs import Children
 

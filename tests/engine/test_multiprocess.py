@@ -24,8 +24,8 @@ import pytest
 
 from queue_max_django.engine import Queue, QueueEmpty, State, StoreFull
 from queue_max_django.engine.forks import fork_generation
-from queue_max_django.engine.store import WAKE_FILE
-from queue_max_django.engine.wake import SLOT
+from queue_max_django.engine.stores.lmdb.meta import WAKE_FILE
+from queue_max_django.engine.stores.lmdb.wake import SLOT
 
 from . import procs
 from .locations import StoreLocation

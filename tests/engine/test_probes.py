@@ -11,7 +11,8 @@ from collections.abc import Callable
 import msgpack
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, Record, State, keys
+from queue_max_django.engine import Queue, QueueCorrupted, Record, State
+from queue_max_django.engine.stores.lmdb import keys
 from tests.engine.conftest import FakeClock
 from tests.engine.probes import StoreProbe
 

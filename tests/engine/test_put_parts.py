@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from queue_max_django.engine import InvalidJob, PayloadNotSerializable, State, keys
+from queue_max_django.engine import InvalidJob, PayloadNotSerializable, State
+from queue_max_django.engine.job import shard_of
 from tests.engine.conftest import FakeClock, open_queue
 from tests.engine.probes import LmdbProbe
 
@@ -20,7 +21,7 @@ def test_one_part_per_shard_by_default_each_on_its_own_shard(store_path: Path, c
         ids = q.put_parts(list(range(60)), queue="bulk")
         assert len(ids) == 60
         parts = [ids[start : start + 10] for start in range(0, 60, 10)]
-        shards = [{keys.shard_of(job_id) for job_id in part} for part in parts]
+        shards = [{shard_of(job_id) for job_id in part} for part in parts]
         assert all(len(one) == 1 for one in shards) and len(set.union(*shards)) == 6
         assert [q.job(job_id).payload for job_id in ids] == list(range(60))  # type: ignore[union-attr]
         assert q.stats()["pending"] == 60 and q.verify() == []
@@ -29,11 +30,11 @@ def test_one_part_per_shard_by_default_each_on_its_own_shard(store_path: Path, c
 def test_parts_of_a_given_size_take_the_shards_in_turn(store_path: Path, clock: FakeClock) -> None:
     with open_queue(store_path, clock, shards=2) as q:
         ids = q.put_parts(list(range(25)), part_size=10)
-        by_part = [{keys.shard_of(job_id) for job_id in ids[start : start + 10]} for start in (0, 10, 20)]
+        by_part = [{shard_of(job_id) for job_id in ids[start : start + 10]} for start in (0, 10, 20)]
         assert [len(part) for part in by_part] == [1, 1, 1]
         assert by_part[0] != by_part[1] and by_part[0] == by_part[2]
         again = q.put_parts(["x"], part_size=10)  # the rotation goes on from there
-        assert keys.shard_of(again[0]) == by_part[1].pop()
+        assert shard_of(again[0]) == by_part[1].pop()
 
 
 @pytest.mark.inv_7
@@ -53,7 +54,7 @@ def test_a_bad_payload_anywhere_writes_no_part(store_path: Path, clock: FakeCloc
 def test_a_partition_key_keeps_every_part_on_its_shard(store_path: Path, clock: FakeClock) -> None:
     with open_queue(store_path, clock, shards=4) as q:
         ids = q.put_parts(list(range(12)), part_size=3, partition_key="customer-7")
-        assert len({keys.shard_of(job_id) for job_id in ids}) == 1
+        assert len({shard_of(job_id) for job_id in ids}) == 1
         assert [job.payload for job in q.jobs(State.PENDING, limit=20)] == list(range(12))
 
 

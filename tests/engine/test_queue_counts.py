@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from queue_max_django.engine import Queue, QueueCorrupted, State
-from queue_max_django.engine.shard import _QUEUE_COUNTS_KEY
+from queue_max_django.engine.stores.lmdb.access import QUEUE_COUNTS_KEY
 from tests.engine.conftest import FakeClock
 from tests.engine.probes import StoreProbe
 
@@ -93,7 +93,7 @@ def test_a_store_without_counters_rebuilds_them_once(
             with shard.env.env.begin(write=True) as txn:
                 cursor = txn.cursor(db=shard.jobs)
                 stale = []
-                if cursor.set_range(_QUEUE_COUNTS_KEY):
+                if cursor.set_range(QUEUE_COUNTS_KEY):
                     stale = [bytes(k) for k in cursor.iternext(values=False)]
                 for key in stale:
                     txn.delete(key, db=shard.jobs)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from queue_max_django.engine import keys
+from queue_max_django.engine.job import shard_of
 from tests.engine.conftest import open_queue
 
 pytestmark = pytest.mark.lmdb  # consumers parting over LMDB shards
@@ -19,7 +19,7 @@ def test_a_consumer_keeps_to_one_shard_for_a_run_of_claims(store_path: Path) -> 
     with open_queue(store_path) as q:
         for i in range(60):
             q.put(i)
-        shards = [keys.shard_of(q.get(0).job_id) for _ in range(8)]
+        shards = [shard_of(q.get(0).job_id) for _ in range(8)]
     assert len(set(shards)) == 1
 
 
@@ -27,7 +27,7 @@ def test_a_claim_that_waited_for_the_write_lock_moves_the_consumer_to_another_sh
     with open_queue(store_path) as q:
         for i in range(60):
             q.put(i)
-        home = keys.shard_of(q.get(0).job_id)
+        home = shard_of(q.get(0).job_id)
         env = q._store._shards[home].env
         holding, release = threading.Event(), threading.Event()
 
@@ -41,8 +41,8 @@ def test_a_claim_that_waited_for_the_write_lock_moves_the_consumer_to_another_sh
         threading.Timer(0.05, release.set).start()
         waited = q.get(0)  # its shard is still `home`: this claim waits for the writer
         writer.join(10)
-        after = [keys.shard_of(q.get(0).job_id) for _ in range(3)]
+        after = [shard_of(q.get(0).job_id) for _ in range(3)]
 
-    assert keys.shard_of(waited.job_id) == home
+    assert shard_of(waited.job_id) == home
     assert env.waited_writes >= 1
     assert after[0] != home and len(set(after)) == 1

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from queue_max_django.engine import Queue, State
-from queue_max_django.engine.compact import compact_store
 from queue_max_django.engine.errors import StoreMismatch
-from queue_max_django.engine.store import read_store_meta
+from queue_max_django.engine.stores.lmdb.compact import compact_store
+from queue_max_django.engine.stores.lmdb.meta import read_store_meta
 from tests.engine.conftest import FakeClock, open_queue
 
 pytestmark = pytest.mark.lmdb  # store.json and the shard folders

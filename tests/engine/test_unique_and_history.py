@@ -26,8 +26,8 @@ from queue_max_django.engine import (
     Queue,
     QueueEmpty,
     State,
-    codec,
 )
+from queue_max_django.engine.stores.lmdb import layout
 from tests.engine.conftest import FakeClock
 from tests.engine.locations import StoreLocation
 from tests.engine.probes import LmdbProbe, StoreProbe
@@ -355,7 +355,7 @@ def test_errors_keep_the_last_ten(make_queue: MakeQueue, clock: FakeClock) -> No
 def _as_old_record(raw: bytes) -> bytes:
     """What the version before worker_ids/errors wrote: the same array, 20 fields long."""
     record = msgpack.unpackb(raw, raw=False)
-    assert len(record) == codec.RECORD_FIELDS == 23
+    assert len(record) == layout.RECORD_FIELDS == 23
     return bytes(msgpack.packb(record[:20], use_bin_type=True))
 
 

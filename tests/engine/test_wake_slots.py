@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from queue_max_django.engine import Queue, QueueEmpty, keys
-from queue_max_django.engine.store import WAKE_FILE
-from queue_max_django.engine.wake import SLOT
+from queue_max_django.engine import Queue, QueueEmpty
+from queue_max_django.engine.job import shard_of
+from queue_max_django.engine.stores.lmdb.meta import WAKE_FILE
+from queue_max_django.engine.stores.lmdb.wake import SLOT
 from tests.engine import procs
 from tests.engine.conftest import FakeClock, open_queue
 from tests.engine.procs import Children
@@ -51,7 +52,7 @@ def test_a_put_that_leads_its_queue_marks_only_its_shards_slot(
         q.put("urgent", partition_key=key, priority=5)
         after_urgent = slots_on_disk(store_path)
 
-    shard_slot = keys.shard_of(first) + 1
+    shard_slot = shard_of(first) + 1
     changed = [i for i in range(7) if before[i] != after_head[i]]
     assert changed == [shard_slot]
     assert after_behind == after_head
@@ -67,7 +68,7 @@ def test_two_queues_of_one_process_never_write_the_same_slot_value(store_path: P
     with open_queue(store_path) as a, open_queue(store_path) as b:
         for q in (a, b, a, b):
             job = q.put("x", partition_key=key)  # the queue is empty: this job leads it
-            values.append(slots_on_disk(store_path)[keys.shard_of(job) + 1])
+            values.append(slots_on_disk(store_path)[shard_of(job) + 1])
             q.get(0).ack()
     assert len(set(values)) == 4
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import msgpack
 
-from queue_max_django.engine import Queue, codec
+from queue_max_django.engine import Queue
+from queue_max_django.engine.stores.lmdb import layout
 
 GARBAGE = b"\xc1\x00\xffnot a record\xde\xad\xbe\xef"  # 0xc1 is never valid msgpack
 
@@ -45,8 +46,8 @@ def garbage_payload(q: Queue, job_id: int) -> None:
         if payload is not None:
             return raw, GARBAGE
         record = msgpack.unpackb(raw)
-        assert record[codec.F_PAYLOAD] is not None
-        record[codec.F_PAYLOAD] = GARBAGE
+        assert record[layout.F_PAYLOAD] is not None
+        record[layout.F_PAYLOAD] = GARBAGE
         return msgpack.packb(record, use_bin_type=True), None
 
     _rewrite(q, job_id, change)
@@ -54,11 +55,11 @@ def garbage_payload(q: Queue, job_id: int) -> None:
 
 def garbage_result(q: Queue, job_id: int) -> None:
     """The record is fine but for its result, whose bytes are not msgpack."""
-    wrong_type(codec.F_RESULT, GARBAGE)(q, job_id)
+    wrong_type(layout.F_RESULT, GARBAGE)(q, job_id)
 
 
 def wrong_type(field: int, value: Any) -> Callable[[Queue, int], None]:
-    """Valid msgpack of a record's shape, but field ``field`` (a ``codec.F_*``) holds ``value``, of a type
+    """Valid msgpack of a record's shape, but field ``field`` (a ``layout.F_*``) holds ``value``, of a type
     (or in a range) the engine never writes there."""
 
     def damage(q: Queue, job_id: int) -> None:
@@ -73,13 +74,13 @@ def wrong_type(field: int, value: Any) -> Callable[[Queue, int], None]:
 
 
 WRONG_TYPES = {
-    "name-a-list": wrong_type(codec.F_NAME, ["tasks", "add"]),
-    "queue-an-int": wrong_type(codec.F_QUEUE, 7),
-    "priority-a-str": wrong_type(codec.F_PRIORITY, "high"),
-    "enqueued-at-a-float": wrong_type(codec.F_ENQUEUED_AT, 1.5),
-    "ready-at-negative": wrong_type(codec.F_READY_AT, -1),
-    "state-unknown": wrong_type(codec.F_STATE, 9),
-    "workers-a-str": wrong_type(codec.F_WORKERS, "w-1"),
+    "name-a-list": wrong_type(layout.F_NAME, ["tasks", "add"]),
+    "queue-an-int": wrong_type(layout.F_QUEUE, 7),
+    "priority-a-str": wrong_type(layout.F_PRIORITY, "high"),
+    "enqueued-at-a-float": wrong_type(layout.F_ENQUEUED_AT, 1.5),
+    "ready-at-negative": wrong_type(layout.F_READY_AT, -1),
+    "state-unknown": wrong_type(layout.F_STATE, 9),
+    "workers-a-str": wrong_type(layout.F_WORKERS, "w-1"),
 }
 """Records that decode but hold what the engine never writes: every path treats them as undecodable."""
 RECORD_DAMAGE = {"garbage-record": garbage_record, "truncated-record": truncated_record,

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from queue_max_django.engine import Queue
-from queue_max_django.engine.store import Env
+from queue_max_django.engine.stores.lmdb.env import Env
 
 
 def _say(*message: Any) -> None:

@@ -18,8 +18,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, keys
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State
 from queue_max_django.engine.errors import StoreError
+from queue_max_django.engine.job import SHARD_BITS
 from queue_max_django.worker import process
 from queue_max_django.worker.options import WorkerOptions
 from tests.engine.conftest import FakeClock, open_queue
@@ -217,7 +218,7 @@ def test_purging_dead_letters_by_age_takes_a_bad_one_by_the_enqueue_time_of_its_
     path = tmp_path / "store"
     bad, healthy, raw = broken_store(path, clock, State.FAILED, damage)
     with open_queue(path, clock) as q:
-        age = clock.now - (bad >> keys.SHARD_BITS) / 1_000_000  # how long ago the bad job was put
+        age = clock.now - (bad >> SHARD_BITS) / 1_000_000  # how long ago the bad job was put
         assert q.purge(State.FAILED, older_than=age + 3600) == 0
         assert_quarantined(q, bad, raw)
         assert q.verify() == []
@@ -313,7 +314,7 @@ def test_a_real_worker_runs_every_healthy_job_past_a_bad_due_record_and_logs_it_
         for shard in range(queue.shard_count):
             queue.put_many_to_shard(shard, [{"args": [n], "kwargs": {}} for n in range(shard, 100, 6)],
                                     name=TASKS + "finish")  # fmt: skip
-        due = (bad >> keys.SHARD_BITS) / 1_000_000 + 0.2
+        due = (bad >> SHARD_BITS) / 1_000_000 + 0.2
     time.sleep(max(0.0, due - time.time()) + 0.05)  # the bad job is due before the worker starts
 
     done = site.run("--burst", "--processes", "1", "--threads", "2", "--no-scheduler", timeout=30)
@@ -424,7 +425,7 @@ def test_an_ack_keeps_what_its_claim_checked_and_the_next_walk_checks_the_rest(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     """A running job's record damaged while its holder works (its token intact): the ack completes it (a
-    completion checks the state, token, lease and queue it uses: ``codec.unpack_held``), and vacuum, the
+    completion checks the state, token, lease and queue it uses: ``layout.unpack_held``), and vacuum, the
     next walk that reads it, quarantines it."""
     with open_queue(tmp_path / "store", clock, shards=1) as q:
         q.put("x")

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State, codec
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State
+from queue_max_django.engine.stores.lmdb import layout
 from tests.engine.conftest import FakeClock, open_queue
 from tests.engine.probes import LmdbProbe
 from tests.faults.corrupt import DAMAGE, GARBAGE, PAYLOAD_DAMAGE
 
 Damage = Callable[[Queue, int], None]
-PAYLOAD_SIZES = {"inline": 10, "large": codec.INLINE_PAYLOAD_MAX * 4}
+PAYLOAD_SIZES = {"inline": 10, "large": layout.INLINE_PAYLOAD_MAX * 4}
 
 
 def broken_store(path: Path, clock: FakeClock, damage: Damage, size: int) -> tuple[int, list[int]]:

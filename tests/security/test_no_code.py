@@ -67,11 +67,11 @@ PICKLED_CALL = f"c{CANARY_MODULE}\nrun\n(tR.".encode()
 
 def _with_ext_payload(raw: bytes, payload: bytes | None) -> tuple[bytes, bytes | None]:
     """The payload becomes a task call whose argument is a msgpack extension type wrapping a pickle."""
-    from queue_max_django.engine import codec
+    from queue_max_django.engine.stores.lmdb import layout
 
     record = msgpack.unpackb(raw)
     ext = msgpack.ExtType(42, PICKLED_CALL)
-    record[codec.F_PAYLOAD] = msgpack.packb({"args": [ext], "kwargs": {}}, use_bin_type=True)
+    record[layout.F_PAYLOAD] = msgpack.packb({"args": [ext], "kwargs": {}}, use_bin_type=True)
     return msgpack.packb(record, use_bin_type=True), None
 
 

@@ -7,9 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import InvalidJob
+
 if TYPE_CHECKING:
     from ..job import State
     from ..jobspec import JobSpec
+
+
+UNIQUE_KEY_MIN_TTL = 86_400.0  # seconds a unique key is kept at least, whatever result_ttl (periodic ticks)
 
 
 @dataclass(slots=True)
@@ -110,3 +115,51 @@ class CorruptedJobQuarantined(Exception):
         self.job_id = job_id
         self.reason = reason
         self.deleted = False
+
+
+# What the processes of one store tell each other (a store keeps it beside the limits and breakers): who
+# holds a named lock, and the workers' reports. Lock names, owners and worker ids are keys: ``id_bytes``.
+
+
+@dataclass(frozen=True, slots=True)
+class LockHolder:
+    owner: str
+    expires_at: float  # unix seconds
+    since: float  # when this owner took it (renewals keep it)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One worker process as it last reported itself. Times are unix seconds."""
+
+    worker_id: str
+    pid: int
+    host: str
+    started_at: float
+    last_heartbeat: float
+    stale_after: float  # seconds without a report after which the worker counts as dead
+    queues: tuple[str, ...] | None  # None: every queue
+    threads: int
+    current_jobs: tuple[int, ...]
+    processed: int
+    failed: int
+
+    def alive(self, now: float) -> bool:
+        return now - self.last_heartbeat <= self.stale_after
+
+
+MAX_ID = 200
+MAX_KEY_BYTES = 511  # LMDB's largest key
+
+
+def id_bytes(what: str, value: Any, max_chars: int = MAX_ID) -> bytes:
+    """``value`` as a store key: a str of 1 to ``max_chars`` characters whose UTF-8 fits an LMDB key."""
+    if isinstance(value, str) and 0 < len(value) <= max_chars:
+        try:
+            encoded = value.encode()
+        except UnicodeEncodeError:
+            raise InvalidJob(f"{what} must be valid Unicode (no lone surrogates), not {value!r}") from None
+        if len(encoded) <= MAX_KEY_BYTES:
+            return encoded
+        raise InvalidJob(f"{what} is {len(encoded)} bytes in UTF-8, over the limit of {MAX_KEY_BYTES}")
+    raise InvalidJob(f"{what} must be a non-empty str of at most {max_chars} characters, not {value!r}")

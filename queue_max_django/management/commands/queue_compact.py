@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import store_class
-from ...engine.compact import CompactReport, compact_store
+from ...engine.stores.lmdb.compact import CompactReport, compact_store
 from ..common import engine_errors, load_config, table, to_json
 
 MIB = 1024 * 1024

@@ -15,29 +15,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...control import Control
-from ...coordination import Coordination
 from ...errors import ConfigurationError, InvalidJob, QueueCorrupted, QueueError
 from ...forks import fork_generation
-from ...groupcommit import GroupCommitter
-from ...job import STATE_CODE, Job, State
+from ...job import MAX_SHARDS, STATE_CODE, Job, State, shard_of
 from ...jobspec import JobSpec
-from ...keys import MAX_SHARDS, shard_of
-from ...shard import Listed, Shard
-from ...store import (
-    CONTROL_DB_NAMES,
-    CONTROL_DIR,
-    LAYOUT_VERSION,
-    REGISTRY,
-    WAKE_FILE,
-    EnvOptions,
-    open_store_meta,
-    read_store_meta,
-    shard_dir,
-)
 from ...validate import check_number
-from ...wake import Waker
 from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, StoreInfo
+from .control import Control
+from .coordination import Coordination
+from .env import CONTROL_DB_NAMES, REGISTRY, EnvOptions
+from .groupcommit import GroupCommitter
+from .meta import CONTROL_DIR, LAYOUT_VERSION, WAKE_FILE, open_store_meta, read_store_meta, shard_dir
+from .reads import Listed
+from .shard import Shard
+from .wake import Waker
 
 BATCH = 1000  # jobs one maintenance transaction handles at most
 DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the file grows with the data)

@@ -1,4 +1,5 @@
-"""Flow-control state shared by every process of a store: token buckets and circuit breakers.
+"""The LMDB transactions of flow control: token buckets and circuit breakers shared by every process of a
+store (what they are and how a consumer reads them: ``flowstate.py``).
 
 They live in their own LMDB environment (``<store>/control``), apart from the shards, so that limiting and
 breaking never contend with the jobs' own transactions. Each method is one transaction that reads the state,
@@ -8,83 +9,18 @@ transaction, and writes the result: two processes taking tokens at once can neve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import msgpack
 
-from . import breaker as breakers
-from . import ratelimit
-from .breaker import Breaker, BreakerPolicy, BreakerState
-from .ratelimit import BucketState, Rate
-from .store import Env
-
-GLOBAL_KEY = "*"
-QUEUE_KEY_PREFIX = "queue:"
-NAME_KEY_PREFIX = "name:"
-
-
-def job_keys(queue: str, name: str | None) -> tuple[str, ...]:
-    """The limit/breaker keys a job falls under: store-wide, its queue, and its name (task)."""
-    if name is None:
-        return (GLOBAL_KEY, QUEUE_KEY_PREFIX + queue)
-    return (GLOBAL_KEY, QUEUE_KEY_PREFIX + queue, NAME_KEY_PREFIX + name)
-
-
-@dataclass(frozen=True, slots=True)
-class Limit:
-    rate: Rate
-    bucket: BucketState
-
-
-@dataclass(frozen=True, slots=True)
-class BreakerEntry:
-    policy: BreakerPolicy
-    breaker: Breaker
-
-
-@dataclass(frozen=True, slots=True)
-class FlowState:
-    """One consistent read of every limit and breaker, with what the hot path asks of it precomputed."""
-
-    limits: dict[str, Limit]
-    breakers: dict[str, BreakerEntry]
-    all_closed: bool = field(init=False)  # every breaker closed: nothing held back by a breaker
-    success_matters: bool = field(init=False)  # would an ack change some breaker (failures to forget)?
-
-    def __post_init__(self) -> None:
-        entries = self.breakers.values()
-        object.__setattr__(self, "all_closed", all(e.breaker.state is BreakerState.CLOSED for e in entries))
-        object.__setattr__(self, "success_matters", any(breakers.success_changes(e.breaker) for e in entries))
-
-    def blocked(self, keys: Iterable[str], now: float) -> tuple[bool, float | None]:
-        """Would a job under ``keys`` be held back now? -> (blocked, seconds until it might not be).
-        A breaker that is open (or half-open with its one trial out) blocks; so does an empty bucket."""
-        wait: float | None = None
-        blocked = False
-        for key in keys:
-            entry = self.breakers.get(key)
-            if entry is not None and _breaker_denies(entry, now):
-                blocked = True
-                until = breakers.seconds_to_trial(entry.breaker, entry.policy, now)
-                wait = _min(wait, until if until is not None else entry.policy.recovery_timeout)
-            limit = self.limits.get(key)
-            if limit is not None:
-                after = ratelimit.retry_after(limit.bucket, limit.rate, now)
-                if after > 0:
-                    blocked = True
-                    wait = _min(wait, after)
-        return blocked, wait
-
-
-def _min(a: float | None, b: float) -> float:
-    return b if a is None else min(a, b)
-
-
-def _breaker_denies(entry: BreakerEntry, now: float) -> bool:
-    allowed, _ = breakers.allow(entry.breaker, entry.policy, now)
-    return not allowed
+from ... import breaker as breakers
+from ... import ratelimit
+from ...breaker import Breaker, BreakerPolicy, BreakerState
+from ...flowstate import BreakerEntry, FlowState, Limit
+from ...ratelimit import BucketState, Rate
+from .env import Env
 
 
 def _keep_refills(txn: Any, db: Any, updates: list[tuple[str, Limit, Limit]], now: float) -> None:
@@ -331,14 +267,3 @@ class Control:
                     txn.put(bkey, _pack_breaker(BreakerEntry(entry.policy, state)), db=self.breakers_db)
 
         self.env.write(txn_fn)
-
-
-def breaker_summary(entry: BreakerEntry, now: float) -> dict[str, Any]:
-    state: BreakerState = breakers.peek(entry.breaker, entry.policy, now)
-    return {
-        "state": state.value,
-        "failures": entry.breaker.failures,
-        "threshold": entry.policy.threshold,
-        "recovery_timeout": entry.policy.recovery_timeout,
-        "seconds_to_trial": breakers.seconds_to_trial(entry.breaker, entry.policy, now),
-    }

@@ -13,63 +13,17 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
-from .errors import InvalidJob
-from .store import Env
-
-MAX_ID = 200
-
-
-@dataclass(frozen=True, slots=True)
-class LockHolder:
-    owner: str
-    expires_at: float  # unix seconds
-    since: float  # when this owner took it (renewals keep it)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    """One worker process as it last reported itself. Times are unix seconds."""
-
-    worker_id: str
-    pid: int
-    host: str
-    started_at: float
-    last_heartbeat: float
-    stale_after: float  # seconds without a report after which the worker counts as dead
-    queues: tuple[str, ...] | None  # None: every queue
-    threads: int
-    current_jobs: tuple[int, ...]
-    processed: int
-    failed: int
-
-    def alive(self, now: float) -> bool:
-        return now - self.last_heartbeat <= self.stale_after
-
-
-MAX_KEY_BYTES = 511  # LMDB's largest key
+from ..types import LockHolder, WorkerInfo, id_bytes
+from .env import Env
 
 
 def check_id(what: str, value: Any) -> str:
     id_bytes(what, value)
     return str(value)
-
-
-def id_bytes(what: str, value: Any, max_chars: int = MAX_ID) -> bytes:
-    """``value`` as a store key: a str of 1 to ``max_chars`` characters whose UTF-8 fits an LMDB key."""
-    if isinstance(value, str) and 0 < len(value) <= max_chars:
-        try:
-            encoded = value.encode()
-        except UnicodeEncodeError:
-            raise InvalidJob(f"{what} must be valid Unicode (no lone surrogates), not {value!r}") from None
-        if len(encoded) <= MAX_KEY_BYTES:
-            return encoded
-        raise InvalidJob(f"{what} is {len(encoded)} bytes in UTF-8, over the limit of {MAX_KEY_BYTES}")
-    raise InvalidJob(f"{what} must be a non-empty str of at most {max_chars} characters, not {value!r}")
 
 
 def default_host() -> str:

@@ -25,7 +25,7 @@ import struct
 import threading
 import time
 
-from .forks import fork_generation
+from ...forks import fork_generation
 
 _IN_MODIFY = 0x00000002
 _IN_CLOEXEC = 0o2000000

@@ -7,7 +7,7 @@ every database of the copy holds as many entries as the original's, and then exc
 in one ``renameat2(RENAME_EXCHANGE)`` (or writes the copy to another path and leaves the store alone).
 
 It refuses while any process has the store open: every process holds a shared ``flock`` on the store's
-``open.lock`` while it has any environment of it open (store.py), and compaction takes it exclusively, with
+``open.lock`` while it has any environment of it open (env.py), and compaction takes it exclusively, with
 ``LOCK_NB``, for its whole run, so nobody can open the store in the middle either. As a second signal it
 also refuses when an environment's reader table names a live process other than this one (a process of an
 older version that takes no lock, for instance).
@@ -41,15 +41,14 @@ from typing import Any
 
 import lmdb
 
-from .errors import StoreError, StoreMismatch
-from .store import (
+from ...errors import StoreError, StoreMismatch
+from .env import StoreInUse, lock_store_exclusive
+from .meta import (
     CONTROL_DIR,
     LAYOUT_VERSION,
     META_FILE,
     OPEN_LOCK_FILE,
     WAKE_FILE,
-    StoreInUse,
-    lock_store_exclusive,
     read_store_meta,
     shard_dir,
 )

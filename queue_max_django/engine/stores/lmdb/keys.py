@@ -1,8 +1,7 @@
 """The byte layout of every LMDB key. Big-endian, so byte order is numeric order.
 
-Job ids: ``sequence << 8 | shard``. The sequence of a shard is ``max(previous + 1, now in µs)``, so ids are
-unique, grow with time in every shard, and sort across shards in (roughly) enqueue order; the shard is the
-low byte. See docs/architecture.md for the databases these keys live in.
+A job's id (``job.py``: ``sequence << 8 | shard``) is its key, so the jobs of a shard sort in enqueue order.
+See docs/architecture.md for the databases these keys live in.
 """
 
 from __future__ import annotations
@@ -10,25 +9,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-SHARD_BITS = 8
-MAX_SHARDS = 1 << SHARD_BITS
-PRIORITY_MIN = -100
-PRIORITY_MAX = 100
-
 _Q = struct.Struct(">Q")
 _QQ = struct.Struct(">QQ")
 _HQQ = struct.Struct(">HQQ")
 _PRIORITY_FLIP = 0x7FFF  # stored value = _PRIORITY_FLIP - priority: highest priority sorts first
 
 QUEUE_SEP = b"\x00"
-
-
-def job_id_for(sequence: int, shard: int) -> int:
-    return (sequence << SHARD_BITS) | shard
-
-
-def shard_of(job_id: int) -> int:
-    return job_id & (MAX_SHARDS - 1)
 
 
 def micros(seconds: float) -> int:

@@ -1,0 +1,251 @@
+"""What every transaction of a shard does to a job: read its record and payload, write the record, keep the
+index entry of its state and its queue's counts in step with it (invariant 1). Functions of the shard
+(``ShardDbs``: a ``Shard`` is one) and the open transaction, shared by ``shard.py``, ``upkeep.py``,
+``reads.py`` and ``quarantine.py``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ...job import STATES, State
+from . import layout
+from .env import Env
+from .keys import (
+    QUEUE_SEP,
+    id_key,
+    micros,
+    next_queue_prefix,
+    queue_prefix,
+    ready_key,
+    time_key,
+    time_key_parts,
+)
+from .layout import (
+    DONE,
+    F_ERROR,
+    F_ERROR_TYPE,
+    F_ERRORS,
+    F_FINISHED_AT,
+    F_LEASE_UNTIL,
+    F_NAME,
+    F_PAYLOAD,
+    F_PRIORITY,
+    F_QUEUE,
+    F_READY_AT,
+    F_RETRIES,
+    F_STATE,
+    F_TOKEN,
+    F_TRACEBACK,
+    FAILED,
+    HISTORY_MAX,
+    PENDING,
+    RUNNING,
+    SCHEDULED,
+)
+
+
+class ShardDbs(Protocol):
+    """One shard's environment and databases, as the functions of its transactions use them."""
+
+    index: int
+    env: Env
+    jobs: Any
+    payloads: Any
+    ready: Any
+    sched: Any
+    lease: Any
+    done_at: Any
+    failed: Any
+    unique: Any
+    indexes: dict[State, Any]  # one per state; its entry count is the state's count
+
+
+# (last sequence, total successful puts), in the jobs database under a key past every job id: new records
+# are appended at the end of that B-tree, so a put dirties one page for the record and the counters both.
+COUNTERS_KEY = b"\xff" * 8
+COUNTERS = struct.Struct(">QQ")
+# Per queue, right after them: QUEUE_COUNTS_KEY + queue name -> (pending, scheduled) jobs of that queue
+# here, changed in the same transactions as the states (no key while both are 0), so that queue_counts()
+# is O(queues) for the states that grow without bound. (Running jobs are few by nature, at most what the
+# workers hold: queue_counts() reads their records, which spares every ack a counter write.) The key alone
+# (an empty queue name, which no queue has) says they are exact: without it (a store older than them, or a
+# quarantined record whose queue could not be read) the next queue_counts() rebuilds them from the
+# indexes, in one write transaction. They sit on the last page of the jobs B-tree, with the newest records
+# and the shard's counters, which a put writes anyway.
+QUEUE_COUNTS_KEY = COUNTERS_KEY + b"q"
+QUEUE_COUNTS = struct.Struct(">qq")
+QUEUE_COUNTS_EXACT = b"exact"
+COUNTED = {PENDING: 0, SCHEDULED: 1}  # state code -> its place in a queue's counts
+UNIQUE = struct.Struct(">QQ")  # a unique key's value: (job id, when the key was used, µs)
+
+
+def load_record(shard: ShardDbs, txn: Any, job_id: int) -> list[Any] | None:
+    raw = txn.get(id_key(job_id), db=shard.jobs)
+    return None if raw is None else layout.unpack_record(raw, job_id)
+
+
+def load_payload(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> bytes | None:
+    inline: bytes | None = record[F_PAYLOAD]
+    return inline if inline is not None else txn.get(id_key(job_id), db=shard.payloads)
+
+
+def store_record(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> None:
+    txn.put(id_key(job_id), layout.pack_record(record), db=shard.jobs)
+
+
+def index_key_of(shard: ShardDbs, job_id: int, record: list[Any]) -> tuple[Any, bytes | None]:
+    """(database, key) of the job's entry in the index of its current state."""
+    state = record[F_STATE]
+    if state == PENDING:
+        queue = record[F_QUEUE].encode()
+        return shard.ready, ready_key(queue, record[F_PRIORITY], record[F_READY_AT], job_id)
+    if state == SCHEDULED:
+        return shard.sched, time_key(record[F_READY_AT], job_id)
+    if state == RUNNING:
+        lease = record[F_LEASE_UNTIL]
+        return shard.lease, None if lease is None else time_key(lease, job_id)
+    if state == DONE:
+        return shard.done_at, time_key(record[F_FINISHED_AT], job_id)
+    return shard.failed, id_key(job_id)
+
+
+def unindex_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> None:
+    """Remove the job from the index of its current state (and from its queue's count of it)."""
+    db, key = index_key_of(shard, job_id, record)
+    if key is not None:
+        txn.delete(key, db=db)
+    place = COUNTED.get(record[F_STATE])
+    if place is not None:
+        tally(shard, txn, record[F_QUEUE].encode(), place, -1)
+
+
+def index_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> None:
+    """Add the job to the index of its (new) state (and to its queue's count of it)."""
+    db, key = index_key_of(shard, job_id, record)
+    assert key is not None  # a running job always gets its lease before being indexed
+    # A ready entry carries the job's name, so flow control can walk past held-back jobs by key alone.
+    txn.put(key, name_bytes(record[F_NAME]) if db is shard.ready else b"", db=db)
+    place = COUNTED.get(record[F_STATE])
+    if place is not None:
+        tally(shard, txn, record[F_QUEUE].encode(), place, 1)
+
+
+def tally(shard: ShardDbs, txn: Any, queue: bytes, place: int, change: int) -> None:
+    """Add ``change`` to the count of ``queue``'s jobs in state ``place`` (see ``COUNTED``)."""
+    key = QUEUE_COUNTS_KEY + queue
+    jobs = shard.jobs
+    raw = txn.get(key, db=jobs)
+    pending, scheduled = QUEUE_COUNTS.unpack(raw) if raw is not None else (0, 0)
+    if place:
+        scheduled += change
+    else:
+        pending += change
+    if pending or scheduled:
+        txn.put(key, QUEUE_COUNTS.pack(pending, scheduled), db=jobs)
+    elif raw is not None:
+        txn.delete(key, db=jobs)
+
+
+def counts_inexact(shard: ShardDbs, txn: Any) -> None:
+    """A job left a counted state and its queue cannot be told (its record does not decode): the
+    queue counts are rebuilt by the next ``queue_counts()``."""
+    txn.delete(QUEUE_COUNTS_KEY, db=shard.jobs)
+
+
+def delete_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> None:
+    unindex_job(shard, txn, job_id, record)
+    key = id_key(job_id)
+    txn.delete(key, db=shard.jobs)
+    if record[F_PAYLOAD] is None:
+        txn.delete(key, db=shard.payloads)
+
+
+def fail_record(
+    shard: ShardDbs,
+    txn: Any,
+    job_id: int,
+    record: list[Any],
+    now: float,
+    error: tuple[str | None, str | None, str | None],
+    retry_at: float | None,
+) -> State:
+    now_us = micros(now)
+    unindex_job(shard, txn, job_id, record)
+    retries = record[F_RETRIES] + 1
+    record[F_RETRIES] = retries
+    record[F_ERROR], record[F_ERROR_TYPE], record[F_TRACEBACK] = error
+    history = record[F_ERRORS] or []
+    history.append([error[1], error[0]])
+    record[F_ERRORS] = history[-HISTORY_MAX:]
+    record[F_TOKEN] = None
+    record[F_LEASE_UNTIL] = None
+    if retry_at is None:
+        record[F_STATE] = FAILED
+        record[F_FINISHED_AT] = now_us
+    elif retry_at > now:
+        record[F_STATE] = SCHEDULED
+        record[F_READY_AT] = micros(retry_at)
+    else:
+        record[F_STATE] = PENDING
+        record[F_READY_AT] = now_us
+    index_job(shard, txn, job_id, record)
+    store_record(shard, txn, job_id, record)
+    new_state: State = STATES[record[F_STATE]]
+    return new_state
+
+
+def name_bytes(name: str | None) -> bytes:
+    return b"" if name is None else name.encode()
+
+
+def queue_prefixes(cursor: Any) -> list[bytes]:
+    """The (queue name + NUL) prefixes present in the ready index: one seek per queue."""
+    prefixes = []
+    found = cursor.first()
+    while found:
+        key = cursor.key()
+        prefix = key[: key.index(QUEUE_SEP) + 1]
+        prefixes.append(prefix)
+        found = cursor.set_range(next_queue_prefix(prefix[:-1]))
+    return prefixes
+
+
+def entry_count(txn: Any, db: Any) -> int:
+    return int(txn.stat(db)["entries"])
+
+
+def best_ready(cursor: Any, queues: Sequence[bytes] | None) -> bytes | None:
+    """The ready key that runs next among ``queues`` (all queues if None): highest priority, then the
+    earliest ready time, then the lowest id. One seek per queue name, never a scan of jobs."""
+    heads = queue_heads(cursor, queues)
+    return min(heads)[1] if heads else None
+
+
+def queue_heads(cursor: Any, queues: Sequence[bytes] | None) -> list[list[bytes]]:
+    """[order part, full key, queue prefix] of the next ready job of each queue (of ``queues``, or of
+    every queue) that has one: ``min()`` of them is what ``best_ready`` returns."""
+    heads: list[list[bytes]] = []
+    if queues is None:
+        found = cursor.first()
+        while found:
+            key = cursor.key()
+            cut = key.index(b"\x00") + 1
+            heads.append([key[cut:], key, key[:cut]])
+            found = cursor.set_range(next_queue_prefix(key[: cut - 1]))
+    else:
+        for queue in queues:
+            prefix = queue_prefix(queue)
+            if cursor.set_range(prefix):
+                key = cursor.key()
+                if key.startswith(prefix):
+                    heads.append([key[len(prefix) :], key, prefix])
+    return heads
+
+
+def next_eta(shard: ShardDbs, txn: Any) -> float | None:
+    """The earliest ETA of this shard's scheduled jobs (unix seconds), or None."""
+    cursor = txn.cursor(db=shard.sched)
+    return time_key_parts(cursor.key())[0] / 1_000_000 if cursor.first() else None

@@ -1,0 +1,134 @@
+"""A job's stored record as the shard's transactions read and change it: the ``Job`` snapshot it reads as,
+the ``Claimed`` a claim hands back, and the field changes of a claim, a release and a stand-in for a record
+that does not decode. Plain functions of a decoded record (``layout.py``), no transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import codec
+from ...errors import QueueCorrupted
+from ...job import SHARD_BITS, STATES, Job, State
+from ..types import Claimed
+from .layout import (
+    F_ATTEMPTS,
+    F_CLAIM,
+    F_ENQUEUED_AT,
+    F_ERROR,
+    F_ERROR_TYPE,
+    F_ERRORS,
+    F_FINISHED_AT,
+    F_LEASE_UNTIL,
+    F_MAX_RETRIES,
+    F_NAME,
+    F_PARTITION_KEY,
+    F_PRIORITY,
+    F_QUEUE,
+    F_READY_AT,
+    F_RESULT,
+    F_RETRIES,
+    F_STARTED_AT,
+    F_STATE,
+    F_TIMEOUT,
+    F_TOKEN,
+    F_TRACEBACK,
+    F_WORKERS,
+    FAILED,
+    HISTORY_MAX,
+    PENDING,
+    RECORD_FIELDS,
+    RUNNING,
+)
+
+
+def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
+    def seconds(value: int | None) -> float | None:
+        return None if value is None else value / 1_000_000
+
+    state = STATES[record[F_STATE]]
+    damage: list[str] = []
+
+    def decoded(raw: bytes | None, what: str) -> Any:
+        """A snapshot never fails on bytes that do not decode: it keeps them and says so (``damage``)."""
+        if raw is None:
+            return None
+        try:
+            return codec.unpack_stored(raw, job_id, what)
+        except QueueCorrupted as exc:
+            damage.append(str(exc))
+            return bytes(raw)
+
+    payload_value, result_value = decoded(payload, "payload"), decoded(record[F_RESULT], "result")
+    return Job(
+        job_id=job_id,
+        state=state,
+        queue=record[F_QUEUE],
+        name=record[F_NAME],
+        priority=record[F_PRIORITY],
+        payload=payload_value,
+        result=result_value,
+        retries=record[F_RETRIES],
+        max_retries=record[F_MAX_RETRIES],
+        error=record[F_ERROR],
+        error_type=record[F_ERROR_TYPE],
+        traceback=record[F_TRACEBACK],
+        enqueued_at=record[F_ENQUEUED_AT] / 1_000_000,
+        started_at=seconds(record[F_STARTED_AT]),
+        finished_at=seconds(record[F_FINISHED_AT]),
+        eta=seconds(record[F_READY_AT]) if state is State.SCHEDULED else None,
+        attempts=record[F_ATTEMPTS] or 0,
+        timeout=record[F_TIMEOUT],
+        partition_key=record[F_PARTITION_KEY],
+        lease_until=seconds(record[F_LEASE_UNTIL]) if state is State.RUNNING else None,
+        worker_ids=tuple(record[F_WORKERS] or ()),
+        errors=tuple((error_type, error) for error_type, error in record[F_ERRORS] or ()),
+        damage="; ".join(damage) or None,
+    )
+
+
+def mark_running(record: list[Any], now_us: int, lease_us: int, token: bytes, worker: str | None) -> None:
+    """A claimed job's record: running from now, held by ``token`` until ``lease_us``, one more attempt,
+    claimed alone (``claim_many`` marks the jobs of a batch ``CLAIM_BATCH`` once there are two)."""
+    record[F_STATE] = RUNNING
+    record[F_STARTED_AT] = now_us
+    record[F_LEASE_UNTIL] = lease_us
+    record[F_TOKEN] = token
+    record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
+    record[F_CLAIM] = None
+    if worker is not None:
+        remember_worker(record, worker)
+
+
+def as_claimed(job_id: int, record: list[Any], payload: Any, alone: bool) -> Claimed:
+    """The neutral ``Claimed`` of a record a claim just marked running."""
+    return Claimed(
+        job_id, record[F_TOKEN], payload, record[F_RETRIES], record[F_MAX_RETRIES], record[F_ATTEMPTS],
+        record[F_ENQUEUED_AT] / 1_000_000, record[F_PRIORITY], record[F_QUEUE], record[F_NAME],
+        record[F_TIMEOUT], record[F_LEASE_UNTIL] / 1_000_000, tuple(record[F_WORKERS] or ()), alone,
+    )  # fmt: skip
+
+
+def mark_pending_uncharged(record: list[Any]) -> None:
+    """A running job's record back to pending, no attempt charged: at its old place in its queue (its
+    ready time is unchanged), no holder."""
+    record[F_STATE] = PENDING
+    record[F_TOKEN] = None
+    record[F_LEASE_UNTIL] = None
+    record[F_STARTED_AT] = None
+
+
+def unreadable_record(job_id: int) -> list[Any]:
+    """The record that stands in for one that does not decode: queue "default", no name, priority 0, no
+    retries, enqueued (and ready) when its id says: the id's sequence is the put's time in µs (job.py)."""
+    record: list[Any] = [None] * RECORD_FIELDS
+    record[F_STATE], record[F_QUEUE], record[F_PRIORITY] = FAILED, "default", 0
+    record[F_RETRIES], record[F_MAX_RETRIES], record[F_ATTEMPTS] = 0, 0, 0
+    record[F_ENQUEUED_AT] = record[F_READY_AT] = job_id >> SHARD_BITS
+    return record
+
+
+def remember_worker(record: list[Any], worker: str) -> None:
+    workers = record[F_WORKERS] or []
+    workers.append(worker)
+    record[F_WORKERS] = workers[-HISTORY_MAX:]

@@ -1,0 +1,695 @@
+"""One shard's atomic operations. Each public method is exactly one LMDB transaction.
+
+This is the storage interface DESIGN.md asks for: enqueue, claim, touch, complete, fail, release, recover
+expired, promote due, get, list, requeue/cancel, counts, purge, vacuum, verify. Every method takes ``now``
+(unix seconds from the queue's clock) and never reads the wall clock itself. A job's state and every index
+that mentions it change in the same write transaction (invariant 1).
+
+Here: putting, claiming and ending jobs (the hot paths), requeue, cancel and delete. The upkeep is
+``upkeep.py``'s, the reads ``reads.py``'s; what every transaction does to a job is ``access.py``'s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ... import codec
+from ...errors import QueueCorrupted, StoreFull
+from ...job import STATES, Job, State
+from ...jobspec import JobSpec
+from ..types import Candidate, Claimed, CorruptedJobQuarantined, Head, NewJobs, Recovered
+from . import layout, reads, upkeep
+from .access import (
+    COUNTERS,
+    COUNTERS_KEY,
+    QUEUE_COUNTS_EXACT,
+    QUEUE_COUNTS_KEY,
+    UNIQUE,
+    best_ready,
+    delete_job,
+    entry_count,
+    fail_record,
+    index_job,
+    load_payload,
+    load_record,
+    next_eta,
+    queue_heads,
+    store_record,
+    tally,
+    unindex_job,
+)
+from .env import Env, put_reserve
+from .keys import QUEUE_SEP, id_key, micros, ready_key_parts, time_key
+from .layout import (
+    CLAIM_ALONE_NEXT,
+    CLAIM_BATCH,
+    DONE,
+    F_ATTEMPTS,
+    F_CLAIM,
+    F_ERROR,
+    F_ERROR_TYPE,
+    F_FINISHED_AT,
+    F_LEASE_UNTIL,
+    F_READY_AT,
+    F_RESULT,
+    F_RETRIES,
+    F_STARTED_AT,
+    F_STATE,
+    F_TOKEN,
+    F_TRACEBACK,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SCHEDULED,
+)
+from .quarantine import Unreadable, load_or_quarantine, quarantine, quarantine_unreadable, report
+from .reads import Listed
+from .records import as_claimed, mark_pending_uncharged, mark_running
+
+_ID = struct.Struct(">Q")
+_TIME_KEY = struct.Struct(">QQ")
+
+
+@dataclass(frozen=True, slots=True)
+class Outranked:
+    """A claim declined: this shard's next job has a lower priority than another shard may hold."""
+
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class AloneNext:
+    """A claim stopped before this job: its lease once expired, so it is claimed alone, not in a batch."""
+
+
+ALONE_NEXT = AloneNext()
+
+
+@dataclass(frozen=True, slots=True)
+class StrayEntry:
+    """Internal: a claim met an index entry without a pending job behind it, dropped it, and must retry."""
+
+    job_id: int
+
+
+class Shard:
+    def __init__(self, index: int, env: Env) -> None:
+        self.index = index
+        self.env = env
+        dbs = env.dbs
+        self.jobs = dbs["jobs"]
+        self.payloads = dbs["payloads"]
+        self.ready = dbs["ready"]
+        self.sched = dbs["sched"]
+        self.lease = dbs["lease"]
+        self.done_at = dbs["done_at"]
+        self.failed = dbs["failed"]
+        self.unique = dbs["unique"]
+        # One index per state; its entry count is the state's count.
+        self.indexes = {State.PENDING: self.ready, State.SCHEDULED: self.sched, State.RUNNING: self.lease,
+                        State.DONE: self.done_at, State.FAILED: self.failed}  # fmt: skip
+        if env.read(lambda txn: entry_count(txn, self.jobs) == 0):
+            env.write(self._start_queue_counts)
+
+    def _start_queue_counts(self, txn: Any) -> None:
+        """A new shard's queue counts are exact from the start: no job, no count (a shard with jobs and
+        no such mark was written before the counts existed: ``rebuild_queue_counts``)."""
+        if entry_count(txn, self.jobs) == 0:
+            txn.put(QUEUE_COUNTS_KEY, QUEUE_COUNTS_EXACT, db=self.jobs)
+
+    # ------------------------------------------------------------------ helpers inside a transaction
+
+    def _held(self, txn: Any, job_id: int, token: bytes, *, whole: bool = True) -> list[Any]:
+        """The record of a job this token holds, or ``QueueCorrupted`` (and nothing changes). ``whole``
+        False: a completion that uses only the state, token and lease checks only those when the token is
+        this claim's (``layout.unpack_held``)."""
+        raw = txn.get(id_key(job_id), db=self.jobs)
+        if raw is None:
+            raise QueueCorrupted(f"job {job_id} no longer exists (vacuumed, purged or cancelled)")
+        record = layout.unpack_record(raw, job_id) if whole else layout.unpack_held(raw, job_id, token)
+        if record[F_STATE] != RUNNING:
+            raise QueueCorrupted(
+                f"job {job_id} is {STATES[record[F_STATE]].value}, not running: it was already completed "
+                f"or released, or its lease expired and recovery moved it"
+            )
+        if record[F_TOKEN] != token:
+            raise QueueCorrupted(
+                f"job {job_id} is held by another claim: this record's lease expired and the job was "
+                f"claimed again"
+            )
+        return record
+
+    # ------------------------------------------------------------------ enqueue
+
+    def enqueue(
+        self, now: float, batches: Sequence[NewJobs], *, durable: bool = False
+    ) -> tuple[list[int], bool]:
+        """Write new jobs, in order. -> (their ids, whether a consumer may need waking).
+
+        A wake hint is only needed when a new job becomes the head of its queue here (an empty queue, or a
+        higher priority than the head) or the earliest ETA: a job queued behind another one can never be
+        what an idle consumer waits for, since that consumer would have taken the one in front."""
+        now_us = micros(now)
+        shard = self.index
+        jobs_db, payloads_db, ready_db, sched_db = self.jobs, self.payloads, self.ready, self.sched
+        inline_max = layout.INLINE_PAYLOAD_MAX
+        pack_id = _ID.pack
+        pack_time_key = _TIME_KEY.pack
+
+        def txn_fn(txn: Any) -> tuple[list[int], bool]:
+            put = txn.put
+            raw = txn.get(COUNTERS_KEY, db=jobs_db)
+            sequence, total = COUNTERS.unpack(raw) if raw is not None else (0, 0)
+            ids: list[int] = []
+            wake = False
+            total_new = 0
+            for batch in batches:
+                spec = batch.spec
+                unique_key = batch.unique_key
+                if unique_key is not None:
+                    seen = txn.get(unique_key, db=self.unique)
+                    batch.unique_hit = seen is not None
+                    if seen is not None:
+                        ids.append(UNIQUE.unpack(seen)[0])
+                        continue
+                payloads: Sequence[bytes | None] = batch.payloads
+                count = len(payloads)
+                if not count:
+                    continue
+                ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
+                scheduled = ready_us > now_us
+                if not wake:  # is the first job of this batch ahead of everything waiting? (the rest follow)
+                    wake = self._would_lead(txn, spec, scheduled, ready_us)
+                tally(self, txn, spec.queue_bytes, 1 if scheduled else 0, count)
+                if count == 1:  # the same writes as below, without building lists
+                    sequence = sequence + 1 if sequence >= now_us else now_us
+                    job_id = self._write_one(txn, now_us, sequence, batch.payloads[0], spec, ready_us)
+                    ids.append(job_id)
+                    total_new += 1
+                    if unique_key is not None:
+                        put(unique_key, UNIQUE.pack(job_id, now_us), db=self.unique)
+                    continue
+                first = sequence + 1 if sequence >= now_us else now_us
+                sequence = first + count - 1
+                sequences = range(first, sequence + 1)
+                job_ids = range(first << 8 | shard, (sequence << 8 | shard) + 1, 256)  # seq << 8 | shard
+                keys = list(map(pack_id, job_ids))
+                if max(map(len, batch.payloads)) > inline_max:  # big payloads live apart, written once
+                    payloads = [None if len(p) > inline_max else p for p in batch.payloads]
+                    for key, packed in zip(keys, batch.payloads, strict=True):
+                        if len(packed) > inline_max:
+                            put(key, packed, db=payloads_db, append=True)
+                if scheduled:
+                    records = spec.records(True, now_us, itertools.repeat(ready_us, count), payloads)
+                    entries = [(pack_time_key(ready_us, job_id), b"") for job_id in job_ids]
+                    index_db = sched_db
+                else:
+                    # Ready "time" = the sequence: it never steps back, so FIFO outlives clock steps.
+                    records = spec.records(False, now_us, sequences, payloads)
+                    entries = spec.ready_keys(sequences, job_ids)
+                    index_db = ready_db
+                # One C call per database for the whole batch: half the cost of a put() each.
+                txn.cursor(db=jobs_db).putmulti(zip(keys, records, strict=True))
+                txn.cursor(db=index_db).putmulti(entries)
+                ids.extend(job_ids)
+                total_new += count
+                if unique_key is not None:
+                    put(unique_key, UNIQUE.pack(ids[-1], now_us), db=self.unique)
+            self._count_puts(txn, sequence, total + total_new, total_new)
+            return ids, wake
+
+        return self.env.write(txn_fn, durable=durable)
+
+    def put_one(self, now: float, payload: bytes, spec: JobSpec) -> tuple[int, bool]:
+        """``enqueue`` of one job with no unique key, not durable: a single put's path, without batches.
+        -> (its id, whether a consumer may need waking)."""
+        now_us = micros(now)
+
+        def txn_fn(txn: Any) -> tuple[int, bool]:
+            raw = txn.get(COUNTERS_KEY, db=self.jobs)
+            sequence, total = COUNTERS.unpack(raw) if raw is not None else (0, 0)
+            ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
+            scheduled = ready_us > now_us
+            wake = self._would_lead(txn, spec, scheduled, ready_us)
+            sequence = sequence + 1 if sequence >= now_us else now_us
+            job_id = self._write_one(txn, now_us, sequence, payload, spec, ready_us)
+            tally(self, txn, spec.queue_bytes, 1 if scheduled else 0, 1)
+            self._count_puts(txn, sequence, total + 1, 1)
+            return job_id, wake
+
+        return self.env.write(txn_fn)
+
+    def _write_one(
+        self, txn: Any, now_us: int, sequence: int, payload: bytes, spec: JobSpec, ready_us: int
+    ) -> int:
+        """Write a new job's record (and large payload) and its index entry. -> its id."""
+        job_id = sequence << 8 | self.index
+        key = _ID.pack(job_id)
+        inline: bytes | None = payload
+        if len(payload) > layout.INLINE_PAYLOAD_MAX:
+            txn.put(key, payload, db=self.payloads, append=True)
+            inline = None
+        if ready_us > now_us:
+            txn.put(key, spec.record(True, now_us, ready_us, inline), db=self.jobs)
+            txn.put(_TIME_KEY.pack(ready_us, job_id), b"", db=self.sched)
+        else:  # ready "time" = the sequence: it never steps back, so FIFO outlives clock steps
+            txn.put(key, spec.record(False, now_us, sequence, inline), db=self.jobs)
+            txn.put(spec.ready_key(sequence, job_id), spec.name_bytes, db=self.ready)
+        return job_id
+
+    def _count_puts(self, txn: Any, sequence: int, total: int, new: int) -> None:
+        """The shard's counters after ``new`` puts; refuses them (``StoreFull``) when they ate into the
+        reserve kept for finishing the jobs already there."""
+        txn.put(COUNTERS_KEY, COUNTERS.pack(sequence, total), db=self.jobs)
+        limit = self.env.put_limit_pages
+        if limit is not None and new and self.env.pages_in_use(txn) > limit:
+            max_size = self.env.options.map_size_max
+            raise StoreFull(
+                f"the shard at {self.env.path!r} is full: its jobs take all of map_size_max={max_size:,} "
+                f"bytes but the {put_reserve(max_size or 0):,} kept for finishing the jobs already "
+                f"there. Nothing was written; finish, purge or vacuum jobs, or raise map_size_max."
+            )
+
+    def _would_lead(self, txn: Any, spec: JobSpec, scheduled: bool, ready_us: int) -> bool:
+        """Would a new job of ``spec`` be its queue's next (or the earliest scheduled)? New jobs sort after
+        every waiting job of their priority, so it leads only an empty queue or one of lower priority."""
+        if scheduled:
+            cursor = txn.cursor(db=self.sched)
+            return not cursor.first() or _TIME_KEY.pack(ready_us, 0) < cursor.key()
+        cursor = txn.cursor(db=self.ready)
+        head = spec.queue_bytes + QUEUE_SEP
+        if cursor.set_range(head) and cursor.key().startswith(head):
+            prefix = spec.ready_prefix
+            return bool(prefix < cursor.key()[: len(prefix)])
+        return True
+
+    # ------------------------------------------------------------------ claiming
+
+    def peek(self, now: float, queues: Sequence[bytes] | None) -> Head:
+        """Read-only look at this shard: the priority of the job a claim would take, and the earliest ETA."""
+
+        def txn_fn(txn: Any) -> Head:
+            key = best_ready(txn.cursor(db=self.ready), queues)
+            priority = None if key is None else ready_key_parts(key)[1]
+            return Head(priority, next_eta(self, txn))
+
+        return self.env.read(txn_fn)
+
+    def peek_allowed(
+        self,
+        now: float,
+        queues: Sequence[bytes] | None,
+        skip_queues: frozenset[bytes],
+        skip_names: frozenset[str],
+        scan_limit: int = 100_000,
+    ) -> tuple[Candidate | None, float | None]:
+        return reads.peek_allowed(self, now, queues, skip_queues, skip_names, scan_limit)
+
+    def claim_job(
+        self,
+        now: float,
+        job_id: int,
+        lease_time: float,
+        token: bytes,
+        *,
+        scheduled_too: bool = False,
+        worker: str | None = None,
+    ) -> Claimed | None:
+        """Claim exactly this job if it is still pending (or scheduled, with ``scheduled_too``: it starts
+        now, before its ETA). -> None if it is in another state or gone."""
+        now_us = micros(now)
+        lease_us = micros(now + lease_time)
+
+        def txn_fn(txn: Any) -> Claimed | None:
+            record = load_record(self, txn, job_id)
+            if record is None or not (
+                record[F_STATE] == PENDING or (scheduled_too and record[F_STATE] == SCHEDULED)
+            ):
+                return None
+            payload = load_payload(self, txn, job_id, record)
+            if payload is None:
+                return None
+            try:
+                value = codec.unpack_stored(payload, job_id, "payload")
+            except QueueCorrupted as exc:
+                unindex_job(self, txn, job_id, record)
+                quarantine(self, txn, job_id, None, record, now_us, str(exc), bad_payload=payload)
+                return None
+            unindex_job(self, txn, job_id, record)
+            mark_running(record, now_us, lease_us, token, worker)
+            index_job(self, txn, job_id, record)
+            store_record(self, txn, job_id, record)
+            return as_claimed(job_id, record, value, False)
+
+        return self.env.write(txn_fn)
+
+    def promote_due(self, now: float, batch: int = 1000) -> int:
+        return upkeep.promote_due(self, now, batch)
+
+    def claim_many(
+        self,
+        now: float,
+        queues: Sequence[bytes] | None,
+        lease_time: float,
+        token: bytes,
+        min_priority: int | None = None,
+        worker: str | None = None,
+        *,
+        limit: int,
+    ) -> tuple[list[Claimed], int | None, float | None]:
+        """Take up to ``limit`` next jobs of this shard (pending -> running, a fresh lease and the claim
+        token), in claim order, in ONE transaction; stops before a job below ``min_priority`` (the best
+        priority another shard may hold). -> (the claimed jobs, possibly none; the priority of this shard's
+        next job among ``queues`` after them, None if there is none; the earliest ETA of its scheduled
+        jobs, as ``peek`` gives it): with nothing claimed and a priority, the claim was outranked and the
+        caller looks again. A corrupted job met on the way is quarantined;
+        if it came first, ``CorruptedJobQuarantined`` is raised (the jobs before it are claimed and returned
+        otherwise).
+
+        The jobs of a claim of two or more are marked ``CLAIM_BATCH``: if their lease expires, recovery does
+        not charge them the attempt but marks them ``CLAIM_ALONE_NEXT``, and a claim takes such a job alone
+        (it stops before one that would join others, and after one that came first)."""
+        now_us = micros(now)
+        lease_us = micros(now + lease_time)
+
+        def txn_fn(txn: Any) -> tuple[list[Claimed], int | None, float | None] | CorruptedJobQuarantined:
+            claimed: list[Claimed] = []
+            first_record: list[list[Any]] = []  # the first job's record, rewritten if a second one joins
+            cursor = txn.cursor(db=self.ready)
+            heads = queue_heads(cursor, queues)  # [order, key, prefix] of each queue's next job
+            while len(claimed) < limit and heads:
+                head = min(heads)
+                key, prefix = head[1], head[2]
+                step = self._claim_step(
+                    txn, key, now_us, lease_us, token, min_priority, worker, claimed, first_record
+                )
+                alone = False
+                if type(step) is Claimed:
+                    claimed.append(step)
+                    alone = step.alone
+                    if len(claimed) == 2:  # a batch after all: the first job's record says so too
+                        record = first_record[0]
+                        record[F_CLAIM] = CLAIM_BATCH
+                        txn.put(id_key(claimed[0].job_id), layout.pack_record(record), db=self.jobs)
+                elif step is ALONE_NEXT:
+                    break
+                elif isinstance(step, Outranked):
+                    self._tally_claims(txn, claimed)
+                    return claimed, step.priority, next_eta(self, txn)
+                elif isinstance(step, CorruptedJobQuarantined):
+                    if not claimed:
+                        return step
+                    break  # keep the claims made before it; what follows is re-read by the next claim
+                # The key is gone (claimed or stray): that queue's next job is the next key of its range.
+                if cursor.set_range(key) and cursor.key().startswith(prefix):
+                    following = cursor.key()
+                    head[0], head[1] = following[len(prefix) :], following
+                else:
+                    heads.remove(head)
+                if alone:
+                    break
+            self._tally_claims(txn, claimed)
+            return claimed, (ready_key_parts(min(heads)[1])[1] if heads else None), next_eta(self, txn)
+
+        outcome = self.env.write(txn_fn)
+        if isinstance(outcome, CorruptedJobQuarantined):
+            raise outcome
+        return outcome
+
+    def _tally_claims(self, txn: Any, claimed: list[Claimed]) -> None:
+        """The queue counts after ``claimed`` left pending (one write per queue)."""
+        if not claimed:
+            return
+        queue = claimed[0].queue
+        if len(claimed) == 1 or all(item.queue == queue for item in claimed):
+            tally(self, txn, queue.encode(), 0, -len(claimed))
+            return
+        changes: dict[str, int] = {}
+        for item in claimed:
+            changes[item.queue] = changes.get(item.queue, 0) + 1
+        for name, count in changes.items():
+            tally(self, txn, name.encode(), 0, -count)
+
+    def _claim_step(
+        self,
+        txn: Any,
+        key: bytes,
+        now_us: int,
+        lease_us: int,
+        token: bytes,
+        min_priority: int | None,
+        worker: str | None,
+        claimed: list[Claimed] | None = None,
+        first_record: list[list[Any]] | None = None,
+    ) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | AloneNext:
+        """Claim the job of ready ``key`` in this transaction, unless it is outranked, stray or corrupted.
+        ``claimed``: the jobs this claim took before it (a job to be claimed alone waits for a claim of
+        its own: ``ALONE_NEXT``); the job is marked ``CLAIM_BATCH`` when there are some. The first job's
+        record goes into ``first_record``."""
+        _queue, priority, _ready_us, job_id = ready_key_parts(key)
+        if min_priority is not None and priority < min_priority:
+            return Outranked(priority)
+        id_k = id_key(job_id)
+        raw = txn.get(id_k, db=self.jobs)
+        if raw is None:
+            return self._drop_stray(txn, job_id, key)
+        try:
+            record = layout.unpack_record(raw, job_id)
+        except QueueCorrupted as exc:
+            return quarantine(self, txn, job_id, key, None, now_us, str(exc))
+        if record[F_STATE] != PENDING:
+            return self._drop_stray(txn, job_id, key)
+        payload = load_payload(self, txn, job_id, record)
+        if payload is None:
+            return quarantine(self, txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing")
+        try:
+            value = codec.unpack_stored(payload, job_id, "payload")
+        except QueueCorrupted as exc:
+            return quarantine(self, txn, job_id, key, record, now_us, str(exc), bad_payload=payload)
+        alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
+        if alone and claimed:
+            return ALONE_NEXT
+        # pending -> running, written out (the hot path: what unindex_job() + index_job() do, inlined)
+        txn.delete(key, db=self.ready)
+        txn.put(time_key(lease_us, job_id), b"", db=self.lease)
+        mark_running(record, now_us, lease_us, token, worker)
+        if claimed:
+            record[F_CLAIM] = CLAIM_BATCH
+        elif first_record is not None:
+            first_record.append(record)
+        txn.put(id_k, layout.pack_record(record), db=self.jobs)
+        return as_claimed(job_id, record, value, alone)
+
+    def _drop_stray(self, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
+        """A ready entry whose job is gone or not pending: remove the stray entries, keep the record."""
+        txn.delete(ready_k, db=self.ready)
+        return StrayEntry(job_id)
+
+    def quarantine_unreadable(self, now: float, met: Sequence[Unreadable]) -> bool:
+        return quarantine_unreadable(self, now, met)
+
+    # ------------------------------------------------------------------ completion (through a record)
+
+    def touch(self, now: float, job_id: int, token: bytes, lease_time: float) -> float:
+        lease_us = micros(now + lease_time)
+
+        def txn_fn(txn: Any) -> float:
+            record = self._held(txn, job_id, token, whole=False)
+            old = record[F_LEASE_UNTIL]
+            if old is not None:
+                txn.delete(time_key(old, job_id), db=self.lease)
+            record[F_LEASE_UNTIL] = lease_us
+            txn.put(time_key(lease_us, job_id), b"", db=self.lease)  # still running: no count changes
+            store_record(self, txn, job_id, record)
+            return lease_us / 1_000_000
+
+        return self.env.write(txn_fn)
+
+    def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
+        now_us = micros(now)
+
+        self.env.write(lambda txn: self._complete(txn, now_us, job_id, token, result), durable=durable)
+
+    def complete_many(
+        self, now: float, done: Sequence[tuple[int, bytes, bytes | None]], durable: bool
+    ) -> dict[int, str]:
+        """``complete()`` each (job id, token, packed result) in ONE transaction. A job this token no longer
+        holds is skipped, the others still complete. -> {job id: why} for the skipped ones."""
+        now_us = micros(now)
+
+        def txn_fn(txn: Any) -> dict[int, str]:
+            skipped: dict[int, str] = {}
+            for job_id, token, result in done:
+                try:
+                    self._complete(txn, now_us, job_id, token, result)
+                except QueueCorrupted as exc:
+                    skipped[job_id] = str(exc)
+            return skipped
+
+        return self.env.write(txn_fn, durable=durable)
+
+    def _complete(self, txn: Any, now_us: int, job_id: int, token: bytes, result: bytes | None) -> None:
+        record = self._held(txn, job_id, token, whole=False)
+        # running -> done, written out (the hot path: what unindex_job() + index_job() do, inlined)
+        txn.delete(time_key(record[F_LEASE_UNTIL], job_id), db=self.lease)
+        txn.put(time_key(now_us, job_id), b"", db=self.done_at)
+        record[F_STATE] = DONE
+        record[F_FINISHED_AT] = now_us
+        record[F_TOKEN] = None
+        record[F_LEASE_UNTIL] = None
+        record[F_RESULT] = result
+        txn.put(id_key(job_id), layout.pack_record(record), db=self.jobs)
+
+    def fail(
+        self,
+        now: float,
+        job_id: int,
+        token: bytes | None,
+        error: tuple[str | None, str | None, str | None],
+        *,
+        retry_at: float | None,
+        durable: bool,
+    ) -> State:
+        """A failed attempt: retries + 1, then pending again at ``retry_at`` (scheduled until then if it is
+        after ``now``), or failed (a dead letter) when ``retry_at`` is None: the caller decided
+        (``retry.decide``, on the retries this token's claim read; the token proves they are current)."""
+
+        def txn_fn(txn: Any) -> State:
+            record = self._held(txn, job_id, token)  # type: ignore[arg-type]
+            return fail_record(self, txn, job_id, record, now, error, retry_at)
+
+        return self.env.write(txn_fn, durable=durable)
+
+    def release(self, now: float, job_id: int, token: bytes) -> None:
+        """Running -> pending without counting an attempt; it keeps its place at the front of its queue."""
+
+        def txn_fn(txn: Any) -> None:
+            record = self._held(txn, job_id, token)
+            unindex_job(self, txn, job_id, record)
+            mark_pending_uncharged(record)
+            record[F_ATTEMPTS] = max((record[F_ATTEMPTS] or 1) - 1, 0)
+            index_job(self, txn, job_id, record)
+            store_record(self, txn, job_id, record)
+
+        self.env.write(txn_fn)
+
+    # ------------------------------------------------------------------ maintenance
+
+    def recover_expired(self, now: float, batch: int = 1000) -> list[Recovered]:
+        return upkeep.recover_expired(self, now, batch)
+
+    def scrub(
+        self, now: float, start: bytes | None, batch: int = 2000
+    ) -> tuple[list[Recovered], bytes | None]:
+        return upkeep.scrub(self, now, start, batch)
+
+    def vacuum(self, cutoff: float, batch: int = 1000, *, now: float) -> int:
+        return upkeep.vacuum(self, cutoff, batch, now=now)
+
+    def forget_unique(self, now: float, ttl: float, batch: int = 1000) -> int:
+        return upkeep.forget_unique(self, now, ttl, batch)
+
+    def requeue(self, now: float, job_id: int) -> bool:
+        """Failed -> pending with retries reset. False if the job is not failed (or gone), or its record
+        does not decode: then it becomes a dead letter that says so (``quarantine``), with nothing left
+        to run."""
+        now_us = micros(now)
+        found: list[CorruptedJobQuarantined] = []
+
+        def txn_fn(txn: Any) -> bool:
+            found.clear()
+            record = load_or_quarantine(self, txn, job_id, now_us, found)
+            if record is None or found or record[F_STATE] != FAILED:
+                return False
+            unindex_job(self, txn, job_id, record)
+            record[F_STATE] = PENDING
+            record[F_RETRIES] = 0
+            record[F_READY_AT] = now_us
+            record[F_STARTED_AT] = record[F_FINISHED_AT] = None
+            record[F_ERROR] = record[F_ERROR_TYPE] = record[F_TRACEBACK] = None
+            index_job(self, txn, job_id, record)
+            store_record(self, txn, job_id, record)
+            return True
+
+        requeued = self.env.write(txn_fn)
+        report(self, found)
+        return requeued
+
+    def cancel(self, job_id: int, *, now: float) -> bool:
+        """Pending or scheduled -> deleted. False if the job is in another state (or gone)."""
+        return self.delete(job_id, (PENDING, SCHEDULED), now=now)
+
+    def delete(
+        self, job_id: int, states: tuple[int, ...] = (PENDING, SCHEDULED, DONE, FAILED), *, now: float
+    ) -> bool:
+        """Delete the job, record and index entries in one transaction, if its state is one of ``states``
+        (never running: its holder still works on it). False otherwise (or gone). A job whose record does
+        not decode is a dead letter first (``quarantine``): deleted if ``states`` has failed ones."""
+        assert RUNNING not in states
+        now_us = micros(now)
+        found: list[CorruptedJobQuarantined] = []
+
+        def txn_fn(txn: Any) -> bool:
+            found.clear()
+            record = load_or_quarantine(self, txn, job_id, now_us, found)
+            if record is None or record[F_STATE] not in states:
+                return False
+            delete_job(self, txn, job_id, record)
+            for item in found:
+                item.deleted = True
+            return True
+
+        deleted = self.env.write(txn_fn)
+        report(self, found)
+        return deleted
+
+    def purge(
+        self, state: State, cutoff: float | None, batch: int = 1000, start: bytes | None = None, *, now: float
+    ) -> tuple[int, bytes | None]:
+        return upkeep.purge(self, state, cutoff, batch, start, now=now)
+
+    # ------------------------------------------------------------------ reads
+
+    def job(self, job_id: int, *, now: float) -> Job | None:
+        return reads.job(self, job_id, now=now)
+
+    def sort_key(self, state: State, job_id: int) -> bytes | None:
+        return reads.sort_key(self, state, job_id)
+
+    def list_jobs(
+        self,
+        state: State,
+        *,
+        after_key: bytes | None,
+        limit: int,
+        newest_first: bool,
+        queue: str | None,
+        name: str | None,
+        now: float,
+    ) -> list[Listed]:
+        return reads.list_jobs(
+            self,
+            state,
+            after_key=after_key,
+            limit=limit,
+            newest_first=newest_first,
+            queue=queue,
+            name=name,
+            now=now,
+        )
+
+    def counts(self) -> dict[str, int]:
+        return reads.counts(self)
+
+    def queue_counts(self, *, now: float) -> dict[str, dict[str, int]]:
+        return reads.queue_counts(self, now=now)
+
+    def rebuild_queue_counts(self, now: float) -> None:
+        reads.rebuild_queue_counts(self, now)
+
+    def verify(self) -> list[str]:
+        return reads.verify(self)
