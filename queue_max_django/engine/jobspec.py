@@ -1,10 +1,10 @@
 """``JobSpec``: the options one ``put``/``put_many`` gives its jobs, validated, with everything that does not
 change from job to job already encoded.
 
-A new job's record (see codec.F_*) differs from its neighbours' only in its two times and its payload, so
+A new job's record (see stores/lmdb/layout.F_*) differs from its neighbours' only in its two times and its payload, so
 the record is written as precomputed bytes around those three: one ``bytes.join`` per job (for a whole
 batch in one call) instead of a msgpack encoding of a 22-field list. The bytes are ordinary msgpack (times
-as uint64, the payload as bin), so ``codec.unpack_record`` reads them like any other record; tests check
+as uint64, the payload as bin), so ``layout.unpack_record`` reads them like any other record; tests check
 that both encodings decode the same.
 """
 
@@ -71,7 +71,7 @@ class JobSpec:
         self.name_bytes = b"" if name is None else name.encode()  # the ready index entry's value
         self.ready_prefix = ready_prefix(self.queue_bytes, priority)  # + (ready time, id) = the ready key
         self._ready_key = struct.Struct(f">{len(self.ready_prefix)}sQQ")
-        # The record of codec.F_*: [state, queue, name, priority, retries, max_retries] [enqueued, ready]
+        # The record of layout.F_*: [state, queue, name, priority, retries, max_retries] [enqueued, ready]
         # [8 x None (started .. result), timeout, partition_key, attempts] [payload] [workers, errors].
         packer = msgpack.Packer(use_bin_type=True, datetime=False)
         fields = [queue, name, priority, 0, max_retries]
