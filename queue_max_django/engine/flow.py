@@ -2,8 +2,9 @@
 under them.
 
 Limits and breakers are keyed: ``"*"`` (store-wide), ``"queue:<name>"`` and ``"name:<job name>"`` (the Django
-layer's task names). A job falls under the keys of its queue and name (``control.job_keys``). Their state is
-in the store's control environment, shared by every process (see ``control.py``).
+layer's task names). A job falls under the keys of its queue and name (``flowstate.job_keys``). Their state is
+in the store's ``control`` member, shared by every process (LMDB: its control environment,
+``stores/lmdb/control.py``).
 
 A consumer only takes a job it is allowed to start: it looks for the best job that no blocked key holds back
 (an open breaker, an empty bucket), then admits it (breakers allow it, tokens taken: one transaction), then
