@@ -2,10 +2,10 @@
 change from job to job already encoded.
 
 A new job's record (see stores/lmdb/layout.F_*) differs from its neighbours' only in its two times and its
-payload, so the record is written as precomputed bytes around those three: one ``bytes.join`` per job (for
-a whole batch in one call) instead of a msgpack encoding of a 23-field list. The bytes are ordinary msgpack (times
-as uint64, the payload as bin), so ``layout.unpack_record`` reads them like any other record; tests check
-that both encodings decode the same.
+payload, so the record is written as precomputed bytes around those three: one ``bytes.join`` per job
+(for a whole batch in one call) instead of a msgpack encoding of a 23-field list. The bytes are ordinary
+msgpack (times as uint64, the payload as bin), so ``layout.unpack_record`` reads them like any other
+record; tests check that both encodings decode the same.
 """
 
 from __future__ import annotations
