@@ -277,13 +277,8 @@ class LmdbStore:
 
     def promote_due(self, shard: int | None, now: float) -> int:
         """Scheduled jobs whose ETA passed become pending (``shard``, or all), in batches. -> how many."""
-        total = 0
-        for one in self._shards if shard is None else [self._shards[shard]]:
-            while True:
-                moved = one.promote_due(now, BATCH)
-                total += moved
-                if moved < BATCH:
-                    break
+        shards = self._shards if shard is None else [self._shards[shard]]
+        total = _in_batches(shards, lambda one: one.promote_due(now, BATCH))
         if total:
             self.hints.notify(shard)
         return total
@@ -388,17 +383,8 @@ class LmdbStore:
 
     def vacuum(self, now: float, cutoff: float, unique_ttl: float) -> int:
         """Delete done jobs finished before ``cutoff``, and forget unique keys older than ``unique_ttl``."""
-        for one in self._shards:
-            while one.forget_unique(now, unique_ttl, BATCH) == BATCH:
-                pass
-        total = 0
-        for one in self._shards:
-            while True:
-                count = one.vacuum(cutoff, BATCH, now=now)
-                total += count
-                if count < BATCH:
-                    break
-        return total
+        _in_batches(self._shards, lambda one: one.forget_unique(now, unique_ttl, BATCH))
+        return _in_batches(self._shards, lambda one: one.vacuum(cutoff, BATCH, now=now))
 
     # ------------------------------------------------------------------ reads
 
@@ -475,6 +461,19 @@ class LmdbStore:
         for one in self._shards:
             problems.extend(one.verify())
         return problems
+
+
+def _in_batches(shards: Sequence[Shard], step: Callable[[Shard], int]) -> int:
+    """Repeat ``step`` (one transaction of at most BATCH jobs) on each shard until a step does less than a
+    full batch. -> the total done."""
+    total = 0
+    for one in shards:
+        while True:
+            count = step(one)
+            total += count
+            if count < BATCH:
+                break
+    return total
 
 
 def _store_path(path: Any) -> str:
