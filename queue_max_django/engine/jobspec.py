@@ -1,52 +1,26 @@
-"""``JobSpec``: the options one ``put``/``put_many`` gives its jobs, validated, with everything that does not
-change from job to job already encoded.
+"""``JobSpec``: the options one ``put``/``put_many`` gives its jobs (everything but the payload), validated.
 
-A new job's record (see stores/lmdb/layout.F_*) differs from its neighbours' only in its two times and its
-payload, so the record is written as precomputed bytes around those three: one ``bytes.join`` per job
-(for a whole batch in one call) instead of a msgpack encoding of a 23-field list. The bytes are ordinary
-msgpack (times as uint64, the payload as bin), so ``layout.unpack_record`` reads them like any other
-record; tests check that both encodings decode the same.
+Store-neutral: a store reads the fields. ``encoded`` is the one slot a store may fill, once, with its own
+encoding of these options (the LMDB store: the constant bytes of the new records, ``stores/lmdb/newrecords``);
+the Queue keeps a spec per option set it has seen (``options.PutOptions``), so that encoding is made once.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Iterable, Sequence
-from typing import Any, cast
-
-import msgpack
-
-from .job import STATE_CODE, State
-from .stores.lmdb.keys import ready_prefix
-from .stores.lmdb.layout import F_PAYLOAD, RECORD_FIELDS
-
-_PENDING = STATE_CODE[State.PENDING]
-_SCHEDULED = STATE_CODE[State.SCHEDULED]
-_TIMES = struct.Struct(">BQBQ")  # enqueued at, ready at: two msgpack uint64 (0xcf)
-_UINT64 = 0xCF
-_NIL = b"\xc0"
-_BIN8_HEADERS = [b"\xc4" + bytes([n]) for n in range(256)]  # msgpack bin 8 of n bytes
-_BIN16 = b"\xc5"
-_AFTER_PAYLOAD = _NIL * (RECORD_FIELDS - F_PAYLOAD - 1)
+from typing import Any
 
 
 class JobSpec:
-    """Validated options of new jobs (see ``options.PutOptions``) and their encoded parts."""
+    """Validated options of new jobs (see ``options.PutOptions``)."""
 
     __slots__ = (
-        "_head_pending",
-        "_head_scheduled",
-        "_middle",
-        "_ready_key",
+        "encoded",
         "max_retries",
         "name",
-        "name_bytes",
         "partition_key",
         "priority",
         "queue",
-        "queue_bytes",
         "ready_at",
-        "ready_prefix",
         "timeout",
     )
 
@@ -67,68 +41,11 @@ class JobSpec:
         self.max_retries = max_retries
         self.timeout = timeout
         self.partition_key = partition_key
-        self.queue_bytes = queue.encode()
-        self.name_bytes = b"" if name is None else name.encode()  # the ready index entry's value
-        self.ready_prefix = ready_prefix(self.queue_bytes, priority)  # + (ready time, id) = the ready key
-        self._ready_key = struct.Struct(f">{len(self.ready_prefix)}sQQ")
-        # The record of layout.F_*: [state, queue, name, priority, retries, max_retries] [enqueued, ready]
-        # [8 x None (started .. result), timeout, partition_key, attempts] [payload] [workers, errors].
-        packer = msgpack.Packer(use_bin_type=True, datetime=False)
-        fields = [queue, name, priority, 0, max_retries]
-        after_state = b"".join(packer.pack(value) for value in fields)
-        header = b"\xdc" + RECORD_FIELDS.to_bytes(2, "big")
-        self._head_pending = header + packer.pack(_PENDING) + after_state
-        self._head_scheduled = header + packer.pack(_SCHEDULED) + after_state
-        self._middle = _NIL * 8 + packer.pack(timeout) + packer.pack(partition_key) + packer.pack(0)
+        self.encoded: object = None  # the store's encoding of these options, made on first use
 
-    def record(self, scheduled: bool, enqueued_us: int, ready_us: int, payload: bytes | None) -> bytes:
-        """``records`` of one job (the single put's path: no lists)."""
-        return b"".join((
-            self._head_scheduled if scheduled else self._head_pending,
-            _TIMES.pack(_UINT64, enqueued_us, _UINT64, ready_us),
-            self._middle,
-            _bin_header(payload),
-            payload or b"",
-            _AFTER_PAYLOAD,
-        ))  # fmt: skip
-
-    def records(
-        self, scheduled: bool, enqueued_us: int, ready_us: Iterable[int], payloads: Sequence[bytes | None]
-    ) -> list[bytes]:
-        """The stored records of new jobs, one per (ready time, payload). A payload is packed and inline,
-        or None (stored apart, in the payloads database)."""
-        head = self._head_scheduled if scheduled else self._head_pending
-        # Everything before the ready time is the same for the whole batch (uint64 markers: see _TIMES).
-        before = head + _TIMES.pack(_UINT64, enqueued_us, _UINT64, 0)[:-8]
-        middle, join = self._middle, b"".join
-        if None in payloads:
-            headers = [_bin_header(payload) for payload in payloads]
-        else:
-            inline = cast(Sequence[bytes], payloads)
-            if max(map(len, inline)) > 255:
-                headers = [_bin_header(payload) for payload in inline]
-            else:  # the common case, small payloads: bin 8 headers from the table
-                headers = [_BIN8_HEADERS[size] for size in map(len, inline)]
-        return [
-            join((before, ready.to_bytes(8, "big"), middle, header, payload or b"", _AFTER_PAYLOAD))
-            for ready, header, payload in zip(ready_us, headers, payloads, strict=True)
-        ]
-
-    def ready_key(self, sequence: int, job_id: int) -> bytes:
-        """The ready index key of a new pending job: (queue, priority, ready time = sequence, id)."""
-        return self._ready_key.pack(self.ready_prefix, sequence, job_id)
-
-    def ready_keys(self, sequences: Iterable[int], job_ids: Iterable[int]) -> list[tuple[bytes, bytes]]:
-        """(ready index key, value) of new pending jobs: (queue, priority, ready time = sequence, id)."""
-        pack, prefix, name = self._ready_key.pack, self.ready_prefix, self.name_bytes
-        return [(pack(prefix, s, job_id), name) for s, job_id in zip(sequences, job_ids, strict=True)]
-
-
-def _bin_header(payload: bytes | None) -> bytes:
-    """The msgpack header of ``payload`` as a bin value (nil for None)."""
-    if payload is None:
-        return _NIL
-    size = len(payload)
-    if size < 256:
-        return _BIN8_HEADERS[size]
-    return _BIN16 + size.to_bytes(2, "big")  # INLINE_PAYLOAD_MAX keeps inline payloads below 65,536
+    def __repr__(self) -> str:
+        return (
+            f"JobSpec(queue={self.queue!r}, name={self.name!r}, priority={self.priority}, "
+            f"ready_at={self.ready_at!r}, max_retries={self.max_retries}, timeout={self.timeout!r}, "
+            f"partition_key={self.partition_key!r})"
+        )

@@ -1,4 +1,5 @@
-"""A new job's record is written as precomputed bytes (JobSpec.records): it must decode to exactly the
+"""A new job's record is written as precomputed bytes (NewRecords.records, the LMDB encoding of a JobSpec):
+it must decode to exactly the
 record msgpack's encoder makes of the same fields, whatever the options and the payload."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from queue_max_django.engine.job import PRIORITY_MAX, PRIORITY_MIN, STATE_CODE, 
 from queue_max_django.engine.jobspec import JobSpec
 from queue_max_django.engine.stores.lmdb import layout
 from queue_max_django.engine.stores.lmdb.keys import ready_prefix
+from queue_max_django.engine.stores.lmdb.newrecords import NewRecords, encoded
 
 names = st.text(min_size=1, max_size=40)
 options = st.fixed_dictionaries({
@@ -53,7 +55,9 @@ def expected_record(
 def test_new_records_decode_like_the_encoded_lists(
     spec: dict[str, Any], scheduled: bool, enqueued: int, jobs: list[tuple[int, bytes | None]]
 ) -> None:
-    made = JobSpec(**spec).records(scheduled, enqueued, [r for r, _ in jobs], [p for _, p in jobs])
+    made = NewRecords(JobSpec(**spec)).records(
+        scheduled, enqueued, [r for r, _ in jobs], [p for _, p in jobs]
+    )
 
     assert len(made) == len(jobs)
     for data, (ready, payload) in zip(made, jobs, strict=True):
@@ -65,7 +69,17 @@ def test_new_records_decode_like_the_encoded_lists(
 
 
 def test_the_ready_prefix_and_index_value_come_from_the_options() -> None:
-    spec = JobSpec("emails", "send", 7, None, 3, None, None)
+    spec = NewRecords(JobSpec("emails", "send", 7, None, 3, None, None))
     assert spec.ready_prefix == ready_prefix(b"emails", 7)
     assert spec.name_bytes == b"send"
-    assert JobSpec("emails", None, 0, None, 3, None, None).name_bytes == b""
+    assert NewRecords(JobSpec("emails", None, 0, None, 3, None, None)).name_bytes == b""
+
+
+def test_a_spec_is_encoded_once_and_keeps_its_encoding() -> None:
+    spec = JobSpec("emails", "send", 7, None, 3, None, None)
+    assert spec.encoded is None
+
+    first = encoded(spec)
+
+    assert spec.encoded is first
+    assert encoded(spec) is first

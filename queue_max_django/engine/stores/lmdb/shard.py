@@ -66,6 +66,7 @@ from .layout import (
     RUNNING,
     SCHEDULED,
 )
+from .newrecords import NewRecords, encoded
 from .quarantine import Unreadable, load_or_quarantine, quarantine, quarantine_unreadable, report
 from .reads import Listed
 from .records import as_claimed, mark_pending_uncharged, mark_running
@@ -169,6 +170,7 @@ class Shard:
             total_new = 0
             for batch in batches:
                 spec = batch.spec
+                parts = encoded(spec)
                 unique_key = batch.unique_key
                 if unique_key is not None:
                     seen = txn.get(unique_key, db=self.unique)
@@ -183,11 +185,11 @@ class Shard:
                 ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
                 scheduled = ready_us > now_us
                 if not wake:  # is the first job of this batch ahead of everything waiting? (the rest follow)
-                    wake = self._would_lead(txn, spec, scheduled, ready_us)
-                tally(self, txn, spec.queue_bytes, 1 if scheduled else 0, count)
+                    wake = self._would_lead(txn, parts, scheduled, ready_us)
+                tally(self, txn, parts.queue_bytes, 1 if scheduled else 0, count)
                 if count == 1:  # the same writes as below, without building lists
                     sequence = sequence + 1 if sequence >= now_us else now_us
-                    job_id = self._write_one(txn, now_us, sequence, batch.payloads[0], spec, ready_us)
+                    job_id = self._write_one(txn, now_us, sequence, batch.payloads[0], parts, ready_us)
                     ids.append(job_id)
                     total_new += 1
                     if unique_key is not None:
@@ -204,13 +206,13 @@ class Shard:
                         if len(packed) > inline_max:
                             put(key, packed, db=payloads_db, append=True)
                 if scheduled:
-                    records = spec.records(True, now_us, itertools.repeat(ready_us, count), payloads)
+                    records = parts.records(True, now_us, itertools.repeat(ready_us, count), payloads)
                     entries = [(pack_time_key(ready_us, job_id), b"") for job_id in job_ids]
                     index_db = sched_db
                 else:
                     # Ready "time" = the sequence: it never steps back, so FIFO outlives clock steps.
-                    records = spec.records(False, now_us, sequences, payloads)
-                    entries = spec.ready_keys(sequences, job_ids)
+                    records = parts.records(False, now_us, sequences, payloads)
+                    entries = parts.ready_keys(sequences, job_ids)
                     index_db = ready_db
                 # One C call per database for the whole batch: half the cost of a put() each.
                 txn.cursor(db=jobs_db).putmulti(zip(keys, records, strict=True))
@@ -228,23 +230,24 @@ class Shard:
         """``enqueue`` of one job with no unique key, not durable: a single put's path, without batches.
         -> (its id, whether a consumer may need waking)."""
         now_us = micros(now)
+        parts = encoded(spec)
 
         def txn_fn(txn: Any) -> tuple[int, bool]:
             raw = txn.get(COUNTERS_KEY, db=self.jobs)
             sequence, total = COUNTERS.unpack(raw) if raw is not None else (0, 0)
             ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
             scheduled = ready_us > now_us
-            wake = self._would_lead(txn, spec, scheduled, ready_us)
+            wake = self._would_lead(txn, parts, scheduled, ready_us)
             sequence = sequence + 1 if sequence >= now_us else now_us
-            job_id = self._write_one(txn, now_us, sequence, payload, spec, ready_us)
-            tally(self, txn, spec.queue_bytes, 1 if scheduled else 0, 1)
+            job_id = self._write_one(txn, now_us, sequence, payload, parts, ready_us)
+            tally(self, txn, parts.queue_bytes, 1 if scheduled else 0, 1)
             self._count_puts(txn, sequence, total + 1, 1)
             return job_id, wake
 
         return self.env.write(txn_fn)
 
     def _write_one(
-        self, txn: Any, now_us: int, sequence: int, payload: bytes, spec: JobSpec, ready_us: int
+        self, txn: Any, now_us: int, sequence: int, payload: bytes, parts: NewRecords, ready_us: int
     ) -> int:
         """Write a new job's record (and large payload) and its index entry. -> its id."""
         job_id = sequence << 8 | self.index
@@ -254,11 +257,11 @@ class Shard:
             txn.put(key, payload, db=self.payloads, append=True)
             inline = None
         if ready_us > now_us:
-            txn.put(key, spec.record(True, now_us, ready_us, inline), db=self.jobs)
+            txn.put(key, parts.record(True, now_us, ready_us, inline), db=self.jobs)
             txn.put(_TIME_KEY.pack(ready_us, job_id), b"", db=self.sched)
         else:  # ready "time" = the sequence: it never steps back, so FIFO outlives clock steps
-            txn.put(key, spec.record(False, now_us, sequence, inline), db=self.jobs)
-            txn.put(spec.ready_key(sequence, job_id), spec.name_bytes, db=self.ready)
+            txn.put(key, parts.record(False, now_us, sequence, inline), db=self.jobs)
+            txn.put(parts.ready_key(sequence, job_id), parts.name_bytes, db=self.ready)
         return job_id
 
     def _count_puts(self, txn: Any, sequence: int, total: int, new: int) -> None:
@@ -274,16 +277,16 @@ class Shard:
                 f"there. Nothing was written; finish, purge or vacuum jobs, or raise map_size_max."
             )
 
-    def _would_lead(self, txn: Any, spec: JobSpec, scheduled: bool, ready_us: int) -> bool:
-        """Would a new job of ``spec`` be its queue's next (or the earliest scheduled)? New jobs sort after
+    def _would_lead(self, txn: Any, parts: NewRecords, scheduled: bool, ready_us: int) -> bool:
+        """Would a new job of ``parts`` be its queue's next (or the earliest scheduled)? New jobs sort after
         every waiting job of their priority, so it leads only an empty queue or one of lower priority."""
         if scheduled:
             cursor = txn.cursor(db=self.sched)
             return not cursor.first() or _TIME_KEY.pack(ready_us, 0) < cursor.key()
         cursor = txn.cursor(db=self.ready)
-        head = spec.queue_bytes + QUEUE_SEP
+        head = parts.queue_bytes + QUEUE_SEP
         if cursor.set_range(head) and cursor.key().startswith(head):
-            prefix = spec.ready_prefix
+            prefix = parts.ready_prefix
             return bool(prefix < cursor.key()[: len(prefix)])
         return True
 
