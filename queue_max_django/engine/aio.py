@@ -17,8 +17,6 @@ from .errors import QueueEmpty
 from .job import Job, State
 from .queue import MAX_IDLE_WAIT, Queue
 from .record import Record
-from .stores.lmdb.meta import WAKE_FILE
-from .stores.lmdb.wake import watch
 from .validate import check_number
 
 
@@ -122,7 +120,7 @@ class AsyncQueue:
 
     def _hint_fd(self) -> int | None:
         if self._watch_fd is None:
-            self._watch_fd = watch(os.path.join(self.queue.path, WAKE_FILE))
+            self._watch_fd = self.queue._hint_watch()
         return self._watch_fd
 
     @contextlib.asynccontextmanager

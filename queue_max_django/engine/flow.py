@@ -32,7 +32,7 @@ from .flowstate import (
     job_keys,
 )
 from .ratelimit import Rate, parse_rate
-from .stores.lmdb.control import Control
+from .stores.base import FlowOps
 
 if TYPE_CHECKING:
     from .stores.base import Store
@@ -61,7 +61,7 @@ class Flow:
     opens its environments, also in a forked child). Everything here shares state across processes through
     the control store; the ``Queue`` checks that it is open before it calls any of this."""
 
-    def __init__(self, control: Control, clock: Callable[[], float]) -> None:
+    def __init__(self, control: FlowOps, clock: Callable[[], float]) -> None:
         self._control = control
         self._clock = clock
         self._cache: tuple[int, FlowState | None] = (-1, None)

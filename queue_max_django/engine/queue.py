@@ -42,7 +42,8 @@ from .options import PutOptions
 from .ratelimit import Rate
 from .record import Record
 from .retry import decide
-from .stores.lmdb.store import DEFAULT_MAP_SIZE, LmdbStore
+from .stores.base import Store
+from .stores.opening import DEFAULT_MAP_SIZE, open_store
 from .stores.types import Claimed, LockHolder, NewJobs, WorkerInfo, id_bytes
 from .validate import (
     MAX_NAME,
@@ -64,11 +65,12 @@ logger = logging.getLogger("queue_max_django.engine")
 
 
 class Queue:
-    """A persistent, sharded, crash-safe job queue in a directory. See docs/reference/engine.md."""
+    """A persistent, sharded, crash-safe job queue in a directory (or on a store object: see
+    ``stores/base.py``). See docs/reference/engine.md."""
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Store,
         *,
         shards: int | None = None,
         lease_time: float = 30.0,
@@ -111,16 +113,16 @@ class Queue:
         self.worker_id = worker_id  # recorded in each job this Queue claims (Job.worker_ids)
         self.events = Events()  # callbacks: see events.py; the Django layer turns them into signals
         self._alert_quiet_until = 0.0
-        self._clock: Clock = clock or time.time
         self._rng = rng or random.Random()
         self._rounds: list[Round] = [(float(sync_interval), self._upkeep)]  # the background thread's
         if do_recover:
             self._rounds.append((float(recover_interval), self.recover))
         if do_vacuum:
             self._rounds.append((float(vacuum_interval), self.vacuum))
-        self._store = LmdbStore.open(path, shards=shards, map_size=map_size, map_size_max=map_size_max,
-                                     sync=self.sync, writemap=self.writemap, clock=self._clock,
-                                     rotation=self._rng.randrange(MAX_SHARDS))  # fmt: skip
+        self._store = open_store(path, shards=shards, map_size=map_size, map_size_max=map_size_max,
+                                 sync=self.sync, writemap=self.writemap, clock=clock, default_clock=time.time,
+                                 rotation=self._rng.randrange(MAX_SHARDS))  # fmt: skip
+        self._clock: Clock = self._store.clock
         self.path = self._store.path
         self.shard_count = self._store.shards
         self._lock = threading.Lock()
@@ -142,7 +144,7 @@ class Queue:
         if len(self._rounds) > 1 or not self.sync:
             self._maintenance = Maintenance(self.path, self._rounds)
 
-    def _live(self) -> LmdbStore:
+    def _live(self) -> Store:
         if self._closed:
             raise QueueClosed(f"the queue at {self.path!r} is closed")
         if self._generation != fork_generation():
@@ -480,6 +482,10 @@ class Queue:
         else:
             if not record.finished:
                 record.ack()
+
+    def _hint_watch(self) -> int | None:
+        """A descriptor that becomes readable when the store hints consumers (``AsyncQueue``), or None."""
+        return self._live().hints.watch()
 
     @property
     def _watching(self) -> bool:

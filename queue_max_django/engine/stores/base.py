@@ -22,12 +22,25 @@ The protocols are for readers and type checkers: nothing checks them at run time
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from ..breaker import BreakerPolicy
+from ..flowstate import FlowState
 from ..job import Job, State
 from ..jobspec import JobSpec
-from .types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, StoreInfo
+from ..ratelimit import Rate
+from .types import (
+    Candidate,
+    Claimed,
+    ClaimOutcome,
+    Head,
+    LockHolder,
+    NewJobs,
+    Recovered,
+    StoreInfo,
+    WorkerInfo,
+)
 
 Queues = tuple[str, ...] | None  # a queue filter: sorted names, or None for every queue
 ErrorInfo = tuple[str | None, str | None, str | None]  # a failure's message, type and traceback
@@ -56,6 +69,12 @@ class Hints(Protocol):
         """Work was found: a polling fallback starts short again."""
         ...
 
+    def watch(self) -> int | None:
+        """A new non-blocking file descriptor that becomes readable when a hint arrives, for an event loop
+        (``AsyncQueue``), or None when the store has none (then the caller polls). The caller drains it
+        with ``os.read`` after each wake-up and closes it."""
+        ...
+
     def notify(self, shard: int | None = None) -> None:
         """Hint that a job of ``shard`` (None: of any shard) may have become claimable."""
         ...
@@ -65,21 +84,100 @@ class Hints(Protocol):
         ...
 
 
+class FlowOps(Protocol):
+    """Rate limits (token buckets) and circuit breakers shared by every process of a store (``flow.py``
+    asks; the policies are the pure ``ratelimit`` and ``breaker``). Each call is one transaction that reads
+    the state, applies the policy with ``now`` read from the clock inside it, and writes the result: two
+    processes taking tokens at once never both spend the same one."""
+
+    def state(self) -> FlowState:
+        """Every limit and breaker, as one consistent read."""
+        ...
+
+    def version(self) -> int:
+        """A number that changes whenever any process commits a flow change (a cheap cache key)."""
+        ...
+
+    def set_limit(self, key: str, rate: Rate) -> None: ...
+    def remove_limit(self, key: str) -> bool: ...
+    def reset_limit(self, key: str) -> bool: ...
+
+    def take(self, keys: Sequence[str], n: int = 1) -> tuple[bool, float]:
+        """``n`` tokens from every limited key of ``keys``, all or none. -> (granted, retry after)."""
+        ...
+
+    def take_up_to(self, key: str, most: int, *, give_back: int = 0) -> int:
+        """Return ``give_back`` unused tokens, then take up to ``most`` whole ones. -> how many."""
+        ...
+
+    def give_back(self, keys: Sequence[str], n: int = 1) -> None:
+        """Undo an ``admit`` whose job could not be claimed after all (tokens, a half-open trial)."""
+        ...
+
+    def set_breaker(self, key: str, policy: BreakerPolicy) -> None: ...
+    def remove_breaker(self, key: str) -> bool: ...
+    def reset_breaker(self, key: str) -> bool: ...
+
+    def admit(self, keys: Sequence[str], n: int = 1) -> tuple[bool, float]:
+        """Every breaker of ``keys`` allows a job and every limit has ``n`` tokens: all or nothing.
+        -> (admitted, seconds to wait before trying again)."""
+        ...
+
+    def record(self, keys: Sequence[str], success: bool) -> None:
+        """A job under ``keys`` finished: count it in each of their breakers."""
+        ...
+
+
+class LockOps(Protocol):
+    """Named locks (leases with a ttl, on the store's clock) and the worker registry."""
+
+    def acquire_lock(self, name: str, owner: str, ttl: float) -> bool: ...
+    def release_lock(self, name: str, owner: str) -> bool: ...
+    def lock_holder(self, name: str) -> LockHolder | None: ...
+    def last_lock_holder(self, name: str) -> LockHolder | None: ...
+    def report_worker(
+        self,
+        worker_id: str,
+        *,
+        stale_after: float,
+        started_at: float | None = None,
+        pid: int | None = None,
+        host: str | None = None,
+        queues: tuple[str, ...] | None = None,
+        threads: int = 1,
+        current_jobs: tuple[int, ...] = (),
+        processed: int = 0,
+        failed: int = 0,
+    ) -> None:
+        """Record (or refresh) one worker's report; its last heartbeat is now."""
+        ...
+
+    def remove_worker(self, worker_id: str) -> bool: ...
+    def workers(self, *, include_dead: bool = False) -> list[WorkerInfo]: ...
+    def prune_workers(self) -> int: ...
+
+
 class Store(Protocol):
     """The operations of a store. Shards are numbered from 0; a job's shard is part of its id, so the job
     operations take only the id. Flow (rate limits, breakers) and locks (named locks, the worker registry)
     are the ``control`` and ``locks`` members, shared by every process of the store."""
 
     kind: str
+    path: str  # where it is, to show: the LMDB directory; for a server, its address without a password
+    clock: Callable[[], float]  # the time of every operation: the Queue's clock unless one was given
     shards: int
     offline_compact: bool
     transactional_enqueue: bool
     multi_host: bool
-    control: Any  # the flow operations: see flow.py for what it is asked
-    locks: Any  # named locks with a ttl and the worker registry: see coordination.py
 
     @property
     def hints(self) -> Hints: ...
+
+    @property
+    def control(self) -> FlowOps: ...
+
+    @property
+    def locks(self) -> LockOps: ...
 
     # -- lifecycle
     def info(self) -> StoreInfo: ...

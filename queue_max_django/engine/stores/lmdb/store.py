@@ -99,7 +99,7 @@ class LmdbStore:
     ) -> None:
         self.path = path
         self._options = options
-        self._clock = clock  # read by the flow and lock operations inside their transactions
+        self.clock = clock  # read by the flow and lock operations inside their transactions
         meta = open_store_meta(path, shards)
         self.shards: int = meta.shards
         """How many shards the store has: each a writer of its own, claimed from in parallel."""
@@ -127,8 +127,8 @@ class LmdbStore:
                 REGISTRY.release(env)
             raise
         self._control_env = control_env
-        self.control = Control(control_env, self._clock)
-        self.locks = Coordination(control_env, self._clock)
+        self.control = Control(control_env, self.clock)
+        self.locks = Coordination(control_env, self.clock)
         self._envs = envs
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]
         self._committers = [GroupCommitter(self._durable_enqueue(shard)) for shard in self._shards]
@@ -171,7 +171,7 @@ class LmdbStore:
 
     def _durable_enqueue(self, shard: Shard) -> Callable[[Sequence[NewJobs]], list[tuple[int, bool]]]:
         def commit(batches: Sequence[NewJobs]) -> list[tuple[int, bool]]:
-            ids, wake = shard.enqueue(self._clock(), batches, durable=True)
+            ids, wake = shard.enqueue(self.clock(), batches, durable=True)
             return [(job_id, wake) for job_id in ids]
 
         return commit

@@ -101,6 +101,12 @@ class Waker:
         self._pid = os.getpid()
         self._generation = fork_generation()
 
+    def watch(self) -> int | None:
+        """A new non-blocking descriptor that becomes readable when a hint arrives (an inotify watch of the
+        wake file), for an event loop's ``add_reader``; None where inotify is not available. The caller
+        reads it empty after each wake-up and closes it."""
+        return watch(self._path)
+
     # -- producer side
 
     def notify(self, shard: int | None = None) -> None:

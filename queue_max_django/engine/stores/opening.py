@@ -1,0 +1,57 @@
+"""``open_store``: the store a ``Queue(path_or_store, ...)`` works on.
+
+A ``Queue`` is given a directory (the embedded LMDB store, opened or created there) or a store object it
+uses as it is. The LMDB-only options (``shards``, ``map_size``, ``map_size_max``, ``writemap``) are refused
+with a store object: they describe how to open an LMDB store, and a store object is already open.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ConfigurationError
+from .base import Store
+from .lmdb.store import DEFAULT_MAP_SIZE, LmdbStore
+
+__all__ = ["DEFAULT_MAP_SIZE", "LMDB_ONLY", "open_store"]
+
+LMDB_ONLY = ("shards", "map_size", "map_size_max", "writemap")
+"""The Queue options that only say how to open an LMDB store."""
+
+
+def open_store(
+    where: Any,
+    *,
+    shards: int | None,
+    map_size: int,
+    map_size_max: int | None,
+    sync: bool,
+    writemap: bool,
+    clock: Callable[[], float] | None,
+    rotation: int,
+    default_clock: Callable[[], float],
+) -> Store:
+    """The store at ``where``: a directory (str or path-like) or a store object (``stores/base.Store``).
+    ``clock`` is the Queue's, None when it was not given (the store's own, or ``default_clock``)."""
+    if isinstance(where, (str, os.PathLike)) or not _is_store(where):
+        return LmdbStore.open(where, shards=shards, map_size=map_size, map_size_max=map_size_max, sync=sync,
+                              writemap=writemap, clock=clock or default_clock, rotation=rotation)  # fmt: skip
+    given = {"shards": shards is not None, "map_size": map_size != DEFAULT_MAP_SIZE,
+             "map_size_max": map_size_max is not None, "writemap": bool(writemap)}  # fmt: skip
+    refused = [name for name in LMDB_ONLY if given[name]]
+    if refused:
+        raise ConfigurationError(
+            f"{', '.join(refused)} only say how to open an LMDB store in a directory; the store "
+            f"{where.kind!r} given to Queue() is already open: leave them out"
+        )
+    if clock is not None and clock is not where.clock:
+        raise ConfigurationError(
+            "the store given to Queue() has its own clock: give clock= to the store, not to the Queue"
+        )
+    return where  # type: ignore[no-any-return]
+
+
+def _is_store(value: Any) -> bool:
+    return all(hasattr(value, name) for name in ("kind", "clock", "enqueue", "claim", "hints"))
