@@ -58,8 +58,14 @@ class StoreFull(QueueError):
 
 
 class StoreError(QueueError):
-    """LMDB reported an error the engine cannot handle itself (disk full, permissions, I/O error).
-    The underlying ``lmdb.Error`` is chained as ``__cause__``."""
+    """The store reported an error the engine cannot handle itself: LMDB (disk full, permissions, I/O
+    error) or PostgreSQL (the server cannot be reached, or dropped the connection before the operation was
+    known to commit). The underlying ``lmdb.Error`` or ``psycopg.Error`` is chained as ``__cause__``."""
+
+
+class SchemaError(StoreError):
+    """The PostgreSQL store's tables are missing, or at another schema version than this code's: the
+    message names the command that fixes it (``manage.py migrate``)."""
 
 
 class ConfigurationError(QueueError, ValueError):

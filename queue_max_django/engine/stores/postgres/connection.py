@@ -1,0 +1,154 @@
+"""Connections of the PostgreSQL store: one per thread, opened on first use, reopened after a failure.
+
+psycopg 3 is imported here only (the ``postgres`` extra): ``load_psycopg()`` says which extra to install
+when it is missing. A store runs each operation as one transaction on the calling thread's connection
+(``Connections.transaction``); no transaction stays open between operations, so nothing is held while a
+task runs.
+
+When the server cannot be reached or drops the connection, the operation raises ``StoreError`` (the
+``psycopg`` error chained): a write whose commit was not confirmed is never retried here, since it may
+have committed, so nothing is written twice and nothing is lost silently. The next operation reconnects,
+waiting between attempts (``RECONNECT_DELAYS``) so that a restarting server is not hammered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ...errors import ConfigurationError, StoreError
+from ...forks import fork_generation
+
+RECONNECT_DELAYS = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)  # seconds before each try to reconnect, then the last
+CONNECT_TIMEOUT = 10  # seconds
+
+
+def load_psycopg() -> Any:
+    """The psycopg module, or ``ConfigurationError`` saying how to install it."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise ConfigurationError(
+            "the PostgreSQL store needs psycopg 3: pip install 'queue-max-django[postgres]'"
+        ) from exc
+    return psycopg
+
+
+def display_url(url: str) -> str:
+    """``url`` without its password, for logs and ``info()``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+class Connections:
+    """Per-thread psycopg connections to one database (``conninfo``: a URL or key=value string).
+
+    ``transaction()`` gives the calling thread's connection inside one transaction; ``connection()`` the
+    connection outside any (for LISTEN, or reads in autocommit)."""
+
+    def __init__(self, conninfo: str, *, durable: bool, application_name: str = "queue_max") -> None:
+        self.psycopg = load_psycopg()
+        self.conninfo = conninfo
+        self.durable = durable
+        self.application_name = application_name
+        self._local = threading.local()
+        self._all: set[Any] = set()
+        self._lock = threading.Lock()
+        self._generation = fork_generation()
+        self._failures = 0
+        self._closed = False
+        self.errors = (self.psycopg.OperationalError, self.psycopg.InterfaceError)
+
+    def connect(self, *, autocommit: bool = True) -> Any:
+        """A new connection of this store's (the caller owns it)."""
+        try:
+            conn = self.psycopg.connect(
+                self.conninfo,
+                autocommit=autocommit,
+                connect_timeout=CONNECT_TIMEOUT,
+                application_name=self.application_name,
+            )
+        except self.psycopg.Error as exc:
+            raise StoreError(
+                f"cannot connect to the PostgreSQL store at {display_url(self.conninfo)}: {exc}"
+            ) from exc
+        if not self.durable:
+            # A commit returns before its WAL reaches disk (as the LMDB store's default mode: a crash of
+            # the server's machine may lose the last moments; a crash of the server process loses nothing).
+            conn.execute("SET synchronous_commit = off")
+        return conn
+
+    def connection(self) -> Any:
+        """This thread's connection (opened, or reopened after a failure, on first use)."""
+        if self._generation != fork_generation():
+            self._after_fork()
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and not conn.closed:
+            return conn
+        if self._closed:
+            raise StoreError("the PostgreSQL store is closed")
+        delay = RECONNECT_DELAYS[min(self._failures, len(RECONNECT_DELAYS) - 1)]
+        if delay:
+            time.sleep(delay)
+        try:
+            conn = self.connect()
+        except StoreError:
+            self._failures += 1
+            raise
+        self._failures = 0
+        self._local.conn = conn
+        with self._lock:
+            self._all.add(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """This thread's connection inside one transaction, committed when the block ends without error.
+        A lost connection raises ``StoreError`` (and is dropped: the next call reconnects)."""
+        conn = self.connection()
+        try:
+            with conn.transaction():
+                yield conn
+        except self.errors as exc:
+            self._drop(conn)
+            raise StoreError(
+                f"the PostgreSQL store at {display_url(self.conninfo)} failed during an operation, which may "
+                f"or may not have committed: {exc}"
+            ) from exc
+
+    def run(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(conn)`` in one transaction of this thread's connection."""
+        with self.transaction() as conn:
+            return fn(conn)
+
+    def _drop(self, conn: Any) -> None:
+        with contextlib.suppress(Exception):
+            conn.close()
+        with self._lock:
+            self._all.discard(conn)
+        if getattr(self._local, "conn", None) is conn:
+            self._local.conn = None
+
+    def _after_fork(self) -> None:
+        """A forked child must not use its parent's sockets: forget them (never close: the parent's)."""
+        self._local = threading.local()
+        self._all = set()
+        self._generation = fork_generation()
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            conns, self._all = list(self._all), set()
+        if self._generation != fork_generation():
+            return
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                conn.close()

@@ -1,0 +1,184 @@
+"""The PostgreSQL store's tables, and how they are created and checked.
+
+Two job tables keep the hot one small: ``qm_jobs`` holds the live jobs (pending, scheduled, running), which
+every claim walks; a job that ends (done, or a dead letter) moves to ``qm_finished`` in the same transaction,
+so a million finished jobs never slow a claim. Each table has a partial index per state in the order that
+state is read: pending by (priority desc, ready time, id), the store's claim order; scheduled by ETA; running
+by lease expiry; done by finish time (the vacuum's order); dead letters by id.
+
+Times are integer microseconds since the epoch (``*_us``), as the LMDB store keeps them, read from the
+store's clock (the database server's, or a test's fake clock): SQL here never calls ``now()``.
+
+Job ids come from a sequence that counts in steps of 256 from 256, so every id's low byte is 0: the
+store's one shard, as ``job.shard_of`` reads it (``MAX_SHARDS``).
+
+Counts (``stats()``, ``queue_counts()``) are counter rows changed in the same transaction as the jobs they
+count, spread over ``COUNTER_SLOTS`` rows per (queue, state) so that concurrent writers rarely wait on the
+same row; a transaction writes its counters last, in key order, so counters never take part in a deadlock.
+
+``SCHEMA_VERSION`` is in ``qm_meta``; ``create(conn)`` makes the tables (idempotent) and ``version(conn)``
+reads what a database has, for the system checks and for opening the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import SchemaError
+
+SCHEMA_VERSION = 1
+COUNTER_SLOTS = 16
+TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
+
+# State codes, as the LMDB store numbers them (job.STATES).
+PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
+
+TABLES = (
+    "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
+    "qm_locks", "qm_workers",
+)  # fmt: skip
+
+DDL = f"""
+CREATE TABLE IF NOT EXISTS qm_meta (
+    key text PRIMARY KEY,
+    value text NOT NULL
+);
+
+CREATE SEQUENCE IF NOT EXISTS qm_job_ids START 256 INCREMENT 256 MINVALUE 256;
+
+CREATE TABLE IF NOT EXISTS qm_jobs (
+    id bigint PRIMARY KEY,
+    state smallint NOT NULL CHECK (state IN ({PENDING}, {SCHEDULED}, {RUNNING})),
+    queue text NOT NULL,
+    name text,
+    priority smallint NOT NULL,
+    ready_us bigint NOT NULL,
+    retries integer NOT NULL DEFAULT 0,
+    max_retries integer NOT NULL,
+    attempts integer NOT NULL DEFAULT 0,
+    enqueued_us bigint NOT NULL,
+    started_us bigint,
+    lease_us bigint,
+    token bytea,
+    claim smallint,
+    timeout double precision,
+    partition_key bytea,
+    payload bytea NOT NULL,
+    worker_ids text[] NOT NULL DEFAULT '{{}}',
+    errors bytea,
+    error text,
+    error_type text,
+    traceback text,
+    CHECK (state <> {RUNNING} OR (lease_us IS NOT NULL AND token IS NOT NULL))
+) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0,
+        autovacuum_analyze_scale_factor = 0.02);
+CREATE INDEX IF NOT EXISTS qm_jobs_ready ON qm_jobs (priority DESC, ready_us, id) WHERE state = {PENDING};
+CREATE INDEX IF NOT EXISTS qm_jobs_ready_queue
+    ON qm_jobs (queue, priority DESC, ready_us, id) WHERE state = {PENDING};
+CREATE INDEX IF NOT EXISTS qm_jobs_scheduled ON qm_jobs (ready_us, id) WHERE state = {SCHEDULED};
+CREATE INDEX IF NOT EXISTS qm_jobs_lease ON qm_jobs (lease_us, id) WHERE state = {RUNNING};
+
+CREATE TABLE IF NOT EXISTS qm_finished (
+    id bigint PRIMARY KEY,
+    state smallint NOT NULL CHECK (state IN ({DONE}, {FAILED})),
+    queue text NOT NULL,
+    name text,
+    priority smallint NOT NULL,
+    retries integer NOT NULL,
+    max_retries integer NOT NULL,
+    attempts integer NOT NULL,
+    enqueued_us bigint NOT NULL,
+    started_us bigint,
+    finished_us bigint NOT NULL,
+    timeout double precision,
+    partition_key bytea,
+    payload bytea,
+    result bytea,
+    worker_ids text[] NOT NULL DEFAULT '{{}}',
+    errors bytea,
+    error text,
+    error_type text,
+    traceback text
+) WITH (autovacuum_vacuum_scale_factor = 0.05);
+CREATE INDEX IF NOT EXISTS qm_finished_done ON qm_finished (finished_us, id) WHERE state = {DONE};
+CREATE INDEX IF NOT EXISTS qm_finished_failed ON qm_finished (id) WHERE state = {FAILED};
+
+CREATE TABLE IF NOT EXISTS qm_counts (
+    queue text NOT NULL,
+    state smallint NOT NULL,
+    slot smallint NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (queue, state, slot)
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000);
+
+CREATE TABLE IF NOT EXISTS qm_unique (
+    key bytea PRIMARY KEY,
+    job_id bigint NOT NULL,
+    used_us bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS qm_unique_used ON qm_unique (used_us);
+
+CREATE TABLE IF NOT EXISTS qm_limits (
+    key text PRIMARY KEY,
+    value bytea NOT NULL
+) WITH (fillfactor = 50);
+CREATE TABLE IF NOT EXISTS qm_breakers (
+    key text PRIMARY KEY,
+    value bytea NOT NULL
+) WITH (fillfactor = 50);
+CREATE TABLE IF NOT EXISTS qm_flow (
+    id smallint PRIMARY KEY CHECK (id = 1),
+    version bigint NOT NULL
+);
+INSERT INTO qm_flow VALUES (1, 0) ON CONFLICT DO NOTHING;
+
+CREATE TABLE IF NOT EXISTS qm_locks (
+    name text PRIMARY KEY,
+    owner text,
+    expires_us bigint,
+    since_us bigint,
+    last_owner text,
+    last_expires_us bigint,
+    last_since_us bigint
+);
+CREATE TABLE IF NOT EXISTS qm_workers (
+    worker_id text PRIMARY KEY,
+    report bytea NOT NULL,
+    last_heartbeat_us bigint NOT NULL,
+    stale_after double precision NOT NULL
+);
+"""
+
+
+def create(conn: Any) -> None:
+    """Create the store's tables in ``conn``'s database if they are not there (one transaction), and
+    record the schema version. Refuses (``SchemaError``) a database whose schema is newer than this code."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(4242424242)")  # two migrations at once: one waits
+        found = version(conn)
+        if found is not None and found > SCHEMA_VERSION:
+            raise SchemaError(
+                f"the queue_max tables in this database are at schema version {found}, newer than this "
+                f"version of queue_max_django reads ({SCHEMA_VERSION}): upgrade queue_max_django"
+            )
+        conn.execute(DDL)
+        conn.execute(
+            "INSERT INTO qm_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = %s",
+            (str(SCHEMA_VERSION), str(SCHEMA_VERSION)),
+        )
+
+
+def version(conn: Any) -> int | None:
+    """The schema version of ``conn``'s database, or None when it has no queue_max tables."""
+    row = conn.execute("SELECT to_regclass('qm_meta') IS NOT NULL").fetchone()
+    if not row[0]:
+        return None
+    found = conn.execute("SELECT value FROM qm_meta WHERE key = 'schema_version'").fetchone()
+    return None if found is None else int(found[0])
+
+
+def drop(conn: Any) -> None:
+    """Remove every table of the store (``migrate queue_max_django zero``): its jobs are gone."""
+    with conn.transaction():
+        conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES) + " CASCADE")
+        conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids")
