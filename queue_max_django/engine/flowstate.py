@@ -3,7 +3,8 @@ bucket and each breaker's state, and whether a job would be held back now.
 
 Limits and breakers are keyed: ``"*"`` (store-wide), ``"queue:<name>"`` and ``"name:<job name>"``. The
 policies are pure (``ratelimit``, ``breaker``); the store keeps their state, shared by every process (the
-LMDB store: ``stores/lmdb/control.py``).
+LMDB store: ``stores/lmdb/control.py``; PostgreSQL: ``stores/postgres/control.py``), each value encoded by
+``pack_limit`` and ``pack_breaker`` here, the same bytes in every store.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgpack
 
 from . import breaker as breakers
 from . import ratelimit
@@ -39,6 +42,32 @@ class Limit:
 class BreakerEntry:
     policy: BreakerPolicy
     breaker: Breaker
+
+
+def pack_limit(limit: Limit) -> bytes:
+    """A limit as a store keeps it: msgpack of [count, seconds, burst, the bucket's 16 bytes]."""
+    rate = limit.rate
+    return bytes(
+        msgpack.packb([rate.count, rate.seconds, rate.burst, limit.bucket.encode()], use_bin_type=True)
+    )
+
+
+def unpack_limit(raw: bytes) -> Limit:
+    count, seconds, burst, bucket = msgpack.unpackb(raw, raw=False)
+    return Limit(Rate(count=count, seconds=seconds, burst=burst), BucketState.decode(bucket))
+
+
+def pack_breaker(entry: BreakerEntry) -> bytes:
+    """A breaker as a store keeps it: msgpack of [threshold, recovery timeout, the state's 21 bytes]."""
+    policy = entry.policy
+    return bytes(
+        msgpack.packb([policy.threshold, policy.recovery_timeout, entry.breaker.encode()], use_bin_type=True)
+    )
+
+
+def unpack_breaker(raw: bytes) -> BreakerEntry:
+    threshold, recovery_timeout, state = msgpack.unpackb(raw, raw=False)
+    return BreakerEntry(BreakerPolicy(threshold, recovery_timeout), Breaker.decode(state))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,13 +13,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import msgpack
-
 from ... import breaker as breakers
 from ... import ratelimit
 from ...breaker import Breaker, BreakerPolicy, BreakerState
-from ...flowstate import BreakerEntry, FlowState, Limit
-from ...ratelimit import BucketState, Rate
+from ...flowstate import (
+    BreakerEntry,
+    FlowState,
+    Limit,
+    pack_breaker,
+    pack_limit,
+    unpack_breaker,
+    unpack_limit,
+)
+from ...ratelimit import Rate
 from .env import Env
 
 
@@ -29,31 +35,7 @@ def _keep_refills(txn: Any, db: Any, updates: list[tuple[str, Limit, Limit]], no
     for key, old, _new in updates:
         refilled = ratelimit.refill(old.bucket, old.rate, now)
         if refilled.updated_us < old.bucket.updated_us:
-            txn.put(key.encode(), _pack_limit(Limit(old.rate, refilled)), db=db)
-
-
-def _pack_limit(limit: Limit) -> bytes:
-    rate = limit.rate
-    return bytes(
-        msgpack.packb([rate.count, rate.seconds, rate.burst, limit.bucket.encode()], use_bin_type=True)
-    )
-
-
-def _unpack_limit(raw: bytes) -> Limit:
-    count, seconds, burst, bucket = msgpack.unpackb(raw, raw=False)
-    return Limit(Rate(count=count, seconds=seconds, burst=burst), BucketState.decode(bucket))
-
-
-def _pack_breaker(entry: BreakerEntry) -> bytes:
-    policy = entry.policy
-    return bytes(
-        msgpack.packb([policy.threshold, policy.recovery_timeout, entry.breaker.encode()], use_bin_type=True)
-    )
-
-
-def _unpack_breaker(raw: bytes) -> BreakerEntry:
-    threshold, recovery_timeout, state = msgpack.unpackb(raw, raw=False)
-    return BreakerEntry(BreakerPolicy(threshold, recovery_timeout), Breaker.decode(state))
+            txn.put(key.encode(), pack_limit(Limit(old.rate, refilled)), db=db)
 
 
 class Control:
@@ -67,8 +49,8 @@ class Control:
 
     def state(self) -> FlowState:
         def txn_fn(txn: Any) -> FlowState:
-            limits = {k.decode(): _unpack_limit(v) for k, v in txn.cursor(db=self.limits_db)}
-            entries = {k.decode(): _unpack_breaker(v) for k, v in txn.cursor(db=self.breakers_db)}
+            limits = {k.decode(): unpack_limit(v) for k, v in txn.cursor(db=self.limits_db)}
+            entries = {k.decode(): unpack_breaker(v) for k, v in txn.cursor(db=self.breakers_db)}
             return FlowState(limits, entries)
 
         return self.env.read(txn_fn)
@@ -88,9 +70,9 @@ class Control:
             if raw is None:
                 bucket = ratelimit.full_bucket(rate, now)
             else:
-                old = _unpack_limit(raw)
+                old = unpack_limit(raw)
                 bucket = ratelimit.change_rate(old.bucket, old.rate, rate, now)  # keeps tokens, capped
-            txn.put(key.encode(), _pack_limit(Limit(rate, bucket)), db=self.limits_db)
+            txn.put(key.encode(), pack_limit(Limit(rate, bucket)), db=self.limits_db)
 
         self.env.write(txn_fn)
 
@@ -104,10 +86,10 @@ class Control:
             raw = txn.get(key.encode(), db=self.limits_db)
             if raw is None:
                 return False
-            rate = _unpack_limit(raw).rate
+            rate = unpack_limit(raw).rate
             txn.put(
                 key.encode(),
-                _pack_limit(Limit(rate, ratelimit.full_bucket(rate, self._clock()))),
+                pack_limit(Limit(rate, ratelimit.full_bucket(rate, self._clock()))),
                 db=self.limits_db,
             )
             return True
@@ -125,7 +107,7 @@ class Control:
                 raw = txn.get(key.encode(), db=self.limits_db)
                 if raw is None:
                     continue
-                limit = _unpack_limit(raw)
+                limit = unpack_limit(raw)
                 ok, bucket = ratelimit.try_take(limit.bucket, limit.rate, now, n)
                 if not ok:
                     wait = max(wait, ratelimit.retry_after(limit.bucket, limit.rate, now, n))
@@ -134,7 +116,7 @@ class Control:
                 _keep_refills(txn, self.limits_db, updates, now)
                 return False, wait
             for key, _old, limit in updates:
-                txn.put(key.encode(), _pack_limit(limit), db=self.limits_db)
+                txn.put(key.encode(), pack_limit(limit), db=self.limits_db)
             return True, 0.0
 
         return self.env.write(txn_fn)
@@ -148,7 +130,7 @@ class Control:
             raw = txn.get(key.encode(), db=self.limits_db)
             if raw is None:
                 return most
-            limit = _unpack_limit(raw)
+            limit = unpack_limit(raw)
             bucket = limit.bucket
             if give_back > 0:
                 bucket = ratelimit.give_back(bucket, limit.rate, now, give_back)
@@ -159,7 +141,7 @@ class Control:
                 if ok:
                     bucket, taken = after, count
             if bucket != limit.bucket:
-                txn.put(key.encode(), _pack_limit(Limit(limit.rate, bucket)), db=self.limits_db)
+                txn.put(key.encode(), pack_limit(Limit(limit.rate, bucket)), db=self.limits_db)
             return taken
 
         return self.env.write(txn_fn)
@@ -174,16 +156,16 @@ class Control:
                 bkey = key.encode()
                 raw = txn.get(bkey, db=self.limits_db)
                 if raw is not None:
-                    limit = _unpack_limit(raw)
+                    limit = unpack_limit(raw)
                     bucket = ratelimit.give_back(limit.bucket, limit.rate, now, n)
-                    txn.put(bkey, _pack_limit(Limit(limit.rate, bucket)), db=self.limits_db)
+                    txn.put(bkey, pack_limit(Limit(limit.rate, bucket)), db=self.limits_db)
                 raw = txn.get(bkey, db=self.breakers_db)
                 if raw is not None:
-                    entry = _unpack_breaker(raw)
+                    entry = unpack_breaker(raw)
                     state = entry.breaker
                     if state.state is BreakerState.HALF_OPEN and state.trial_started_us is not None:
                         untried = replace(state, trial_started_us=None)
-                        txn.put(bkey, _pack_breaker(BreakerEntry(entry.policy, untried)), db=self.breakers_db)
+                        txn.put(bkey, pack_breaker(BreakerEntry(entry.policy, untried)), db=self.breakers_db)
 
         self.env.write(txn_fn)
 
@@ -192,8 +174,8 @@ class Control:
     def set_breaker(self, key: str, policy: BreakerPolicy) -> None:
         def txn_fn(txn: Any) -> None:
             raw = txn.get(key.encode(), db=self.breakers_db)
-            state = Breaker.closed() if raw is None else _unpack_breaker(raw).breaker
-            txn.put(key.encode(), _pack_breaker(BreakerEntry(policy, state)), db=self.breakers_db)
+            state = Breaker.closed() if raw is None else unpack_breaker(raw).breaker
+            txn.put(key.encode(), pack_breaker(BreakerEntry(policy, state)), db=self.breakers_db)
 
         self.env.write(txn_fn)
 
@@ -205,8 +187,8 @@ class Control:
             raw = txn.get(key.encode(), db=self.breakers_db)
             if raw is None:
                 return False
-            entry = BreakerEntry(_unpack_breaker(raw).policy, Breaker.closed())
-            txn.put(key.encode(), _pack_breaker(entry), db=self.breakers_db)
+            entry = BreakerEntry(unpack_breaker(raw).policy, Breaker.closed())
+            txn.put(key.encode(), pack_breaker(entry), db=self.breakers_db)
             return True
 
         return self.env.write(txn_fn)
@@ -224,22 +206,22 @@ class Control:
                 bkey = key.encode()
                 raw = txn.get(bkey, db=self.breakers_db)
                 if raw is not None:
-                    entry = _unpack_breaker(raw)
+                    entry = unpack_breaker(raw)
                     allowed, state = breakers.allow(entry.breaker, entry.policy, now)
                     if not allowed:
                         until = breakers.seconds_to_trial(entry.breaker, entry.policy, now)
                         wait = max(wait, until if until else 0.001)
                     elif state != entry.breaker:
                         writes.append(
-                            (bkey, _pack_breaker(BreakerEntry(entry.policy, state)), self.breakers_db)
+                            (bkey, pack_breaker(BreakerEntry(entry.policy, state)), self.breakers_db)
                         )
                 raw = txn.get(bkey, db=self.limits_db)
                 if raw is not None:
-                    limit = _unpack_limit(raw)
+                    limit = unpack_limit(raw)
                     ok, bucket = ratelimit.try_take(limit.bucket, limit.rate, now, n)
                     if not ok:
                         wait = max(wait, ratelimit.retry_after(limit.bucket, limit.rate, now, n))
-                    writes.append((bkey, _pack_limit(Limit(limit.rate, bucket)), self.limits_db))
+                    writes.append((bkey, pack_limit(Limit(limit.rate, bucket)), self.limits_db))
             if wait > 0:
                 return False, wait
             for key_bytes, value, db in writes:
@@ -258,12 +240,12 @@ class Control:
                 raw = txn.get(bkey, db=self.breakers_db)
                 if raw is None:
                     continue
-                entry = _unpack_breaker(raw)
+                entry = unpack_breaker(raw)
                 if success:
                     state = breakers.record_success(entry.breaker, entry.policy, now)
                 else:
                     state = breakers.record_failure(entry.breaker, entry.policy, now)
                 if state != entry.breaker:
-                    txn.put(bkey, _pack_breaker(BreakerEntry(entry.policy, state)), db=self.breakers_db)
+                    txn.put(bkey, pack_breaker(BreakerEntry(entry.policy, state)), db=self.breakers_db)
 
         self.env.write(txn_fn)
