@@ -4,6 +4,8 @@ import pytest
 
 from tests.contracts import CONTRACTS
 
+pytest_plugins = ["tests.pgserver"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     for marker, description in CONTRACTS.items():
