@@ -1,0 +1,398 @@
+"""``PgControl``: flow control in PostgreSQL: the token buckets and circuit breakers shared by every process
+(and every machine) of the store, with the LMDB store's semantics (``stores/lmdb/control.py``).
+
+Tables (``schema.py``): ``qm_limits`` and ``qm_breakers`` hold a row per key, its value in ``flowstate``'s
+encoding (the very bytes the LMDB store keeps); ``qm_flow`` is one row whose ``version`` every flow write
+increments in its own transaction.
+
+Each method is one transaction that locks the rows it reads (``SELECT ... FOR UPDATE``), then reads ``now``
+from the store's clock, applies the pure policy (``ratelimit``, ``breaker``) and writes the result. A second
+process taking a token waits for the first one's commit and then reads what it left, so two processes never
+both spend the same token or both get a half-open breaker's one trial. ``now`` is read after the lock is
+held, never before: a process that waited for the lock would otherwise apply a time older than the state it
+finally reads (and SQL here never calls ``now()``: every time comes from the store's clock, so tests run on
+a fake one).
+
+No deadlocks: a transaction locks rows in one global order: breakers by key, then limits by key (each
+``FOR UPDATE`` statement sorted by key), then the version row, last and only when it writes. So no two
+transactions can each hold a row the other waits for. A row that does not exist yet (``set_limit``,
+``set_breaker``) is inserted empty first (``ON CONFLICT DO NOTHING``: a concurrent creator's insert waits
+for ours), so that creating it is as exclusive as changing it; nobody sees the empty row, as it is filled
+before the transaction commits.
+
+``version()`` (the key of the ``Flow``'s cache: a claim asks it every time) is kept for ``VERSION_TTL``
+seconds of this process's monotonic clock, so most claims cost no round trip. The staleness this allows: a
+limit or breaker another process set, or a token it took, is seen here up to ``VERSION_TTL`` (5 ms) late,
+as if that call had come 5 ms later. This process's own writes are seen at once (a write keeps the version
+it committed). Admission itself never reads the cache: ``take`` and ``admit`` lock the rows, so a stale
+version can only make a consumer look again (or not yet) at jobs that the rows then decide about.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from ... import breaker as breakers
+from ... import ratelimit
+from ...breaker import Breaker, BreakerPolicy, BreakerState
+from ...errors import InvalidJob
+from ...flowstate import (
+    BreakerEntry,
+    FlowState,
+    Limit,
+    pack_breaker,
+    pack_limit,
+    unpack_breaker,
+    unpack_limit,
+)
+from ...ratelimit import Rate
+from .connection import Connections
+
+VERSION_TTL = 0.005  # seconds a version read is used again (monotonic)
+
+T = TypeVar("T")
+
+_LIMITS = "qm_limits"
+_BREAKERS = "qm_breakers"
+_LOCK = "SELECT key, value FROM {table} WHERE key = ANY(%s) ORDER BY key FOR UPDATE"
+_LOCK_ONE = "SELECT value FROM {table} WHERE key = %s FOR UPDATE"
+_CREATE_EMPTY = "INSERT INTO {table} (key, value) VALUES (%s, '') ON CONFLICT DO NOTHING RETURNING 1"
+_UPDATE = (
+    "{name} AS (UPDATE {table} AS t SET value = v.value "
+    "FROM unnest(%s::text[], %s::bytea[]) AS v(key, value) WHERE t.key = v.key)"
+)
+_BUMP = "UPDATE qm_flow SET version = version + 1 WHERE id = 1 RETURNING version"
+
+
+def check_text(what: str, value: str) -> str:
+    """PostgreSQL's text cannot hold NUL: refuse it with the engine's error, before anything is written."""
+    if "\x00" in value:
+        raise InvalidJob(f"{what} cannot contain a NUL character in the PostgreSQL store: {value!r}")
+    return value
+
+
+def _keys(keys: Sequence[str]) -> list[str]:
+    for key in keys:
+        check_text("a limit or breaker key", key)
+    return sorted(set(keys))
+
+
+def _lock(conn: Any, table: str, keys: list[str]) -> dict[str, bytes]:
+    """The rows of ``keys`` in ``table``, locked in key order (absent keys are not there)."""
+    if not keys:
+        return {}
+    rows = conn.execute(_LOCK.format(table=table), (keys,)).fetchall()
+    return {key: bytes(value) for key, value in rows}
+
+
+def _lock_or_create(conn: Any, table: str, key: str) -> bytes | None:
+    """``key``'s value in ``table``, its row locked; None when there was no row: then an empty one is
+    inserted (locked, and invisible to others until this transaction commits) for the caller to fill."""
+    while True:
+        row = conn.execute(_LOCK_ONE.format(table=table), (key,)).fetchone()
+        if row is not None:
+            return bytes(row[0])
+        if conn.execute(_CREATE_EMPTY.format(table=table), (key,)).fetchone() is not None:
+            return None
+        # Another transaction created it meanwhile, and committed (our insert waited for it): lock that row.
+
+
+class PgControl:
+    """``FlowOps`` on a PostgreSQL database (``db``: the store's connections; ``clock``: the store's)."""
+
+    def __init__(self, db: Connections, clock: Callable[[], float]) -> None:
+        self._db = db
+        self._clock = clock
+        self._version: tuple[int, float] = (-1, -float("inf"))  # (version, monotonic time it was true)
+        self._version_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _run(self, fn: Callable[[Any], tuple[T, int | None]]) -> T:
+        """``fn(conn)`` in one transaction; it returns its result and the version it wrote (None: it wrote
+        nothing), which becomes the cached one once the transaction has committed."""
+        with self._db.transaction() as conn:
+            result, version = fn(conn)
+        if version is not None:
+            self._saw(version, time.monotonic())
+        return result
+
+    def _saw(self, version: int, at: float) -> None:
+        """``version`` was the latest as of ``at``: keep it unless the cache holds a later reading."""
+        with self._version_lock:
+            if at >= self._version[1]:
+                self._version = (version, at)
+
+    def _write(
+        self, conn: Any, limits: dict[str, bytes] | None = None, breaker_rows: dict[str, bytes] | None = None
+    ) -> int:
+        """Update the rows (already locked) of ``limits`` and ``breaker_rows`` (key -> value), and bump the
+        version, in one statement. -> the new version."""
+        parts: list[str] = []
+        params: list[Any] = []
+        for name, table, values in (("l", _LIMITS, limits), ("b", _BREAKERS, breaker_rows)):
+            if values:
+                parts.append(_UPDATE.format(name=name, table=table))
+                params += [list(values), list(values.values())]
+        sql = f"WITH {', '.join(parts)} {_BUMP}" if parts else _BUMP
+        return int(conn.execute(sql, params).fetchone()[0])
+
+    # ------------------------------------------------------------------ reads
+
+    def state(self) -> FlowState:
+        """Every limit and breaker, as one statement's snapshot, in key order (as the LMDB store has them)."""
+
+        def txn_fn(conn: Any) -> tuple[FlowState, None]:
+            rows = conn.execute(
+                "SELECT true, key, value FROM qm_limits UNION ALL SELECT false, key, value FROM qm_breakers"
+            ).fetchall()
+            rows.sort(key=lambda row: row[1])  # code point order: the LMDB store's (UTF-8 bytes)
+            limits = {key: unpack_limit(bytes(value)) for is_limit, key, value in rows if is_limit}
+            entries = {key: unpack_breaker(bytes(value)) for is_limit, key, value in rows if not is_limit}
+            return FlowState(limits, entries), None
+
+        return self._run(txn_fn)
+
+    def version(self) -> int:
+        """A number that changes whenever any process commits a flow change: this process's own at once,
+        another's within ``VERSION_TTL`` (module docstring)."""
+        cached, at = self._version
+        asked = time.monotonic()
+        if asked - at < VERSION_TTL:
+            return cached
+        with self._db.transaction() as conn:
+            version = int(conn.execute("SELECT version FROM qm_flow WHERE id = 1").fetchone()[0])
+        self._saw(version, asked)
+        return version
+
+    # ------------------------------------------------------------------ limits
+
+    def set_limit(self, key: str, rate: Rate) -> None:
+        """Create or change a limit. A change keeps the tokens there are (at most the new burst)."""
+        check_text("a limit key", key)
+
+        def txn_fn(conn: Any) -> tuple[None, int]:
+            raw = _lock_or_create(conn, _LIMITS, key)
+            now = self._clock()
+            if raw is None:
+                bucket = ratelimit.full_bucket(rate, now)
+            else:
+                old = unpack_limit(raw)
+                bucket = ratelimit.change_rate(old.bucket, old.rate, rate, now)  # keeps tokens, capped
+            return None, self._write(conn, limits={key: pack_limit(Limit(rate, bucket))})
+
+        self._run(txn_fn)
+
+    def remove_limit(self, key: str) -> bool:
+        return self._remove(_LIMITS, check_text("a limit key", key))
+
+    def _remove(self, table: str, key: str) -> bool:
+        def txn_fn(conn: Any) -> tuple[bool, int | None]:
+            row = conn.execute(f"DELETE FROM {table} WHERE key = %s RETURNING 1", (key,)).fetchone()
+            if row is None:
+                return False, None
+            return True, int(conn.execute(_BUMP).fetchone()[0])
+
+        return self._run(txn_fn)
+
+    def reset_limit(self, key: str) -> bool:
+        """Fill the bucket again. -> False if there is no such limit."""
+        check_text("a limit key", key)
+
+        def txn_fn(conn: Any) -> tuple[bool, int | None]:
+            raw = _lock(conn, _LIMITS, [key]).get(key)
+            if raw is None:
+                return False, None
+            rate = unpack_limit(raw).rate
+            full = pack_limit(Limit(rate, ratelimit.full_bucket(rate, self._clock())))
+            return True, self._write(conn, limits={key: full})
+
+        return self._run(txn_fn)
+
+    def take(self, keys: Sequence[str], n: int = 1) -> tuple[bool, float]:
+        """Take ``n`` tokens from every limited key among ``keys``, all or none. -> (granted, retry after)."""
+        wanted = _keys(keys)
+
+        def txn_fn(conn: Any) -> tuple[tuple[bool, float], int | None]:
+            rows = _lock(conn, _LIMITS, wanted)
+            if not rows:
+                return (True, 0.0), None
+            now = self._clock()  # the rows are locked: nobody changes them before we commit
+            updates = []
+            wait = 0.0
+            for key in keys:
+                raw = rows.get(key)
+                if raw is None:
+                    continue
+                limit = unpack_limit(raw)
+                ok, bucket = ratelimit.try_take(limit.bucket, limit.rate, now, n)
+                if not ok:
+                    wait = max(wait, ratelimit.retry_after(limit.bucket, limit.rate, now, n))
+                updates.append((key, limit, Limit(limit.rate, bucket)))
+            if wait > 0:
+                # A refused take writes nothing, except where the clock was set back: then the bucket's new
+                # time base must be kept, or it would stay frozen until the clock caught up again.
+                kept = {}
+                for key, old, _new in updates:
+                    refilled = ratelimit.refill(old.bucket, old.rate, now)
+                    if refilled.updated_us < old.bucket.updated_us:
+                        kept[key] = pack_limit(Limit(old.rate, refilled))
+                return (False, wait), self._write(conn, limits=kept) if kept else None
+            writes = {key: pack_limit(limit) for key, _old, limit in updates}
+            return (True, 0.0), self._write(conn, limits=writes)
+
+        return self._run(txn_fn)
+
+    def take_up_to(self, key: str, most: int, *, give_back: int = 0) -> int:
+        """Return ``give_back`` unused tokens (at most up to the burst), then take as many whole tokens
+        as ``key`` has, at most ``most``. One transaction. -> how many were taken (0 if none)."""
+        check_text("a limit key", key)
+
+        def txn_fn(conn: Any) -> tuple[int, int | None]:
+            raw = _lock(conn, _LIMITS, [key]).get(key)
+            if raw is None:
+                return most, None
+            now = self._clock()
+            limit = unpack_limit(raw)
+            bucket = limit.bucket
+            if give_back > 0:
+                bucket = ratelimit.give_back(bucket, limit.rate, now, give_back)
+            count = min(most, int(ratelimit.remaining(bucket, limit.rate, now)))
+            taken = 0
+            if count >= 1:
+                ok, after = ratelimit.try_take(bucket, limit.rate, now, count)
+                if ok:
+                    bucket, taken = after, count
+            if bucket == limit.bucket:
+                return taken, None
+            return taken, self._write(conn, limits={key: pack_limit(Limit(limit.rate, bucket))})
+
+        return self._run(txn_fn)
+
+    def give_back(self, keys: Sequence[str], n: int = 1) -> None:
+        """Undo ``admit`` for a job that could not be claimed after all: the tokens go back (up to the
+        burst) and a half-open breaker's trial is handed back, so the next job can be the trial."""
+        wanted = _keys(keys)
+
+        def txn_fn(conn: Any) -> tuple[None, int | None]:
+            found = _lock(conn, _BREAKERS, wanted)
+            limits = _lock(conn, _LIMITS, wanted)
+            if not found and not limits:
+                return None, None
+            now = self._clock()
+            limit_writes: dict[str, bytes] = {}
+            breaker_writes: dict[str, bytes] = {}
+            for key in keys:
+                raw = limits.get(key)
+                if raw is not None:
+                    limit = unpack_limit(raw)
+                    bucket = ratelimit.give_back(limit.bucket, limit.rate, now, n)
+                    limits[key] = limit_writes[key] = pack_limit(Limit(limit.rate, bucket))
+                raw = found.get(key)
+                if raw is not None:
+                    entry = unpack_breaker(raw)
+                    state = entry.breaker
+                    if state.state is BreakerState.HALF_OPEN and state.trial_started_us is not None:
+                        untried = replace(state, trial_started_us=None)
+                        found[key] = breaker_writes[key] = pack_breaker(BreakerEntry(entry.policy, untried))
+            if not limit_writes and not breaker_writes:
+                return None, None
+            return None, self._write(conn, limit_writes, breaker_writes)
+
+        self._run(txn_fn)
+
+    # ------------------------------------------------------------------ breakers
+
+    def set_breaker(self, key: str, policy: BreakerPolicy) -> None:
+        check_text("a breaker key", key)
+
+        def txn_fn(conn: Any) -> tuple[None, int]:
+            raw = _lock_or_create(conn, _BREAKERS, key)
+            state = Breaker.closed() if raw is None else unpack_breaker(raw).breaker
+            return None, self._write(conn, breaker_rows={key: pack_breaker(BreakerEntry(policy, state))})
+
+        self._run(txn_fn)
+
+    def remove_breaker(self, key: str) -> bool:
+        return self._remove(_BREAKERS, check_text("a breaker key", key))
+
+    def reset_breaker(self, key: str) -> bool:
+        check_text("a breaker key", key)
+
+        def txn_fn(conn: Any) -> tuple[bool, int | None]:
+            raw = _lock(conn, _BREAKERS, [key]).get(key)
+            if raw is None:
+                return False, None
+            entry = BreakerEntry(unpack_breaker(raw).policy, Breaker.closed())
+            return True, self._write(conn, breaker_rows={key: pack_breaker(entry)})
+
+        return self._run(txn_fn)
+
+    def admit(self, keys: Sequence[str], n: int = 1) -> tuple[bool, float]:
+        """Everything a job under ``keys`` needs before it may start, in one transaction: every breaker
+        allows it (a half-open breaker hands out its one trial) and every limit has ``n`` tokens. All or
+        nothing. -> (admitted, seconds to wait before trying again)."""
+        wanted = _keys(keys)
+
+        def txn_fn(conn: Any) -> tuple[tuple[bool, float], int | None]:
+            found = _lock(conn, _BREAKERS, wanted)
+            limits = _lock(conn, _LIMITS, wanted)
+            if not found and not limits:
+                return (True, 0.0), None
+            now = self._clock()
+            limit_writes: dict[str, bytes] = {}
+            breaker_writes: dict[str, bytes] = {}
+            wait = 0.0
+            for key in keys:
+                raw = found.get(key)
+                if raw is not None:
+                    entry = unpack_breaker(raw)
+                    allowed, state = breakers.allow(entry.breaker, entry.policy, now)
+                    if not allowed:
+                        until = breakers.seconds_to_trial(entry.breaker, entry.policy, now)
+                        wait = max(wait, until if until else 0.001)
+                    elif state != entry.breaker:
+                        breaker_writes[key] = pack_breaker(BreakerEntry(entry.policy, state))
+                raw = limits.get(key)
+                if raw is not None:
+                    limit = unpack_limit(raw)
+                    ok, bucket = ratelimit.try_take(limit.bucket, limit.rate, now, n)
+                    if not ok:
+                        wait = max(wait, ratelimit.retry_after(limit.bucket, limit.rate, now, n))
+                    limit_writes[key] = pack_limit(Limit(limit.rate, bucket))
+            if wait > 0:
+                return (False, wait), None
+            if not limit_writes and not breaker_writes:
+                return (True, 0.0), None
+            return (True, 0.0), self._write(conn, limit_writes, breaker_writes)
+
+        return self._run(txn_fn)
+
+    def record(self, keys: Sequence[str], success: bool) -> None:
+        """A job under ``keys`` finished: count it in every breaker among ``keys``."""
+        wanted = _keys(keys)
+
+        def txn_fn(conn: Any) -> tuple[None, int | None]:
+            found = _lock(conn, _BREAKERS, wanted)
+            if not found:
+                return None, None
+            now = self._clock()
+            writes: dict[str, bytes] = {}
+            for key in keys:
+                raw = found.get(key)
+                if raw is None:
+                    continue
+                entry = unpack_breaker(raw)
+                if success:
+                    state = breakers.record_success(entry.breaker, entry.policy, now)
+                else:
+                    state = breakers.record_failure(entry.breaker, entry.policy, now)
+                if state != entry.breaker:
+                    found[key] = writes[key] = pack_breaker(BreakerEntry(entry.policy, state))
+            return None, self._write(conn, breaker_rows=writes) if writes else None
+
+        return self._run(txn_fn)
