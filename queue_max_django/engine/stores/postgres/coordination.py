@@ -1,0 +1,252 @@
+"""``PgCoordination``: what the processes of a PostgreSQL store tell each other: named locks (leases) and
+the worker registry, with the LMDB store's semantics (``stores/lmdb/coordination.py``).
+
+A lock is a row of ``qm_locks`` with an owner and an expiry on the store's clock (``*_us``: microseconds),
+never an advisory lock: a session's advisory lock stays with a pooled server connection (PgBouncer in
+transaction mode) after its client is gone, and dies with a dropped connection while the holder carries on;
+a row with an expiry means the same on every connection. Taking a lock is one transaction that locks the row
+(``FOR UPDATE``; a name nobody used yet gets its row inserted first, so that two first takers are ordered
+too), reads ``now`` from the clock, and takes it when it is free, expired, or already this owner's (a
+renewal, which keeps ``since``): two processes never both hold it. Releasing it moves the lease to the
+``last_*`` columns (``owner`` NULL: free), so ``last_lock_holder`` still says who held it and until when
+(the release); an expired lease stays where it is, as the LMDB store keeps it.
+
+A worker's report is a row of ``qm_workers``: the whole report in ``report`` (msgpack, the LMDB store's
+layout, so every field round-trips exactly), and its last heartbeat (microseconds) and ``stale_after`` in
+columns of their own, for an operator's SQL. Alive or dead is decided as the LMDB store decides it
+(``WorkerInfo.alive`` on the report's values).
+
+Names, owners and worker ids are checked as the LMDB store checks them (``id_bytes``: ``InvalidJob``), and
+PostgreSQL's text cannot hold NUL, which is refused the same way. SQL here never calls ``now()``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from ..types import LockHolder, WorkerInfo, id_bytes
+from .connection import Connections
+from .control import check_text
+
+MICRO = 1_000_000
+
+
+def _to_us(seconds: float) -> int:
+    return round(seconds * MICRO)
+
+
+def _check_id(what: str, value: Any) -> str:
+    id_bytes(what, value)
+    return check_text(what, value)
+
+
+def _holder(owner: str, expires_us: int, since_us: int) -> LockHolder:
+    return LockHolder(owner, expires_us / MICRO, since_us / MICRO)
+
+
+class PgCoordination:
+    """``LockOps`` on a PostgreSQL database (``db``: the store's connections; ``clock``: the store's)."""
+
+    def __init__(self, db: Connections, clock: Callable[[], float]) -> None:
+        self._db = db
+        self._clock = clock
+
+    # ------------------------------------------------------------------ locks
+
+    def acquire_lock(self, name: str, owner: str, ttl: float) -> bool:
+        """Take or renew the lock ``name`` for ``ttl`` seconds. -> False if someone else holds it."""
+        _check_id("a lock name", name)
+        _check_id("a lock owner", owner)
+        with self._db.transaction() as conn:
+            lease = _lock_lease(conn, name)
+            now = self._clock()  # the row is locked
+            now_us = _to_us(now)
+            since_us = now_us
+            if lease is not None:
+                holder, expires_us, held_since_us = lease
+                if expires_us > now_us:
+                    if holder != owner:
+                        return False
+                    since_us = held_since_us  # a renewal; an owner taking its expired lock again starts anew
+            conn.execute(
+                "UPDATE qm_locks SET owner = %s, expires_us = %s, since_us = %s WHERE name = %s",
+                (owner, _to_us(now + ttl), since_us, name),
+            )
+            return True
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        """Give the lock up if ``owner`` holds it (an expired lease is held by nobody). -> whether it did.
+        The lease becomes the last one, expired as of now: the lock is free, and ``last_lock_holder``
+        still tells who held it last and until when."""
+        _check_id("a lock name", name)
+        with self._db.transaction() as conn:
+            row = conn.execute(
+                "SELECT owner, expires_us FROM qm_locks WHERE name = %s FOR UPDATE", (name,)
+            ).fetchone()
+            if row is None or row[0] is None or row[0] != owner:
+                return False
+            now_us = _to_us(self._clock())
+            if row[1] <= now_us:
+                return False
+            conn.execute(
+                "UPDATE qm_locks SET last_owner = owner, last_expires_us = %s, last_since_us = since_us, "
+                "owner = NULL, expires_us = NULL, since_us = NULL WHERE name = %s",
+                (now_us, name),
+            )
+            return True
+
+    def lock_holder(self, name: str) -> LockHolder | None:
+        """Who holds ``name`` now (an expired or released lease counts as free)."""
+        _check_id("a lock name", name)
+        with self._db.transaction() as conn:
+            row = conn.execute(
+                "SELECT owner, expires_us, since_us FROM qm_locks WHERE name = %s AND owner IS NOT NULL",
+                (name,),
+            ).fetchone()
+        if row is None or row[1] <= _to_us(self._clock()):
+            return None
+        return _holder(*row)
+
+    def last_lock_holder(self, name: str) -> LockHolder | None:
+        """The last lease of ``name``, held, expired or released; None if nobody ever took it."""
+        _check_id("a lock name", name)
+        with self._db.transaction() as conn:
+            row = conn.execute(
+                "SELECT owner, expires_us, since_us, last_owner, last_expires_us, last_since_us "
+                "FROM qm_locks WHERE name = %s",
+                (name,),
+            ).fetchone()
+        if row is None:
+            return None
+        if row[0] is not None:
+            return _holder(*row[:3])
+        if row[3] is not None:
+            return _holder(*row[3:])
+        return None
+
+    # ------------------------------------------------------------------ workers
+
+    def report_worker(
+        self,
+        worker_id: str,
+        *,
+        stale_after: float,
+        started_at: float | None = None,
+        pid: int | None = None,
+        host: str | None = None,
+        queues: tuple[str, ...] | None = None,
+        threads: int = 1,
+        current_jobs: tuple[int, ...] = (),
+        processed: int = 0,
+        failed: int = 0,
+    ) -> None:
+        """Record (or refresh) one worker's report; ``last_heartbeat`` is now."""
+        _check_id("a worker id", worker_id)
+        with self._db.transaction() as conn:
+            raw = _lock_or_create_worker(conn, worker_id)
+            now = self._clock()
+            first_seen = msgpack.unpackb(raw, raw=False)[2] if raw is not None else now
+            value = [
+                os.getpid() if pid is None else pid,
+                socket.gethostname() if host is None else host,
+                first_seen if started_at is None else started_at,
+                now,
+                stale_after,
+                None if queues is None else list(queues),
+                threads,
+                list(current_jobs),
+                processed,
+                failed,
+            ]
+            conn.execute(
+                "UPDATE qm_workers SET report = %s, last_heartbeat_us = %s, stale_after = %s "
+                "WHERE worker_id = %s",
+                (msgpack.packb(value, use_bin_type=True), _to_us(now), stale_after, worker_id),
+            )
+
+    def remove_worker(self, worker_id: str) -> bool:
+        _check_id("a worker id", worker_id)
+        with self._db.transaction() as conn:
+            row = conn.execute("DELETE FROM qm_workers WHERE worker_id = %s RETURNING 1", (worker_id,))
+            return row.fetchone() is not None
+
+    def workers(self, *, include_dead: bool = False) -> list[WorkerInfo]:
+        """The registered workers, ordered by id; only live ones unless ``include_dead``."""
+        with self._db.transaction() as conn:
+            rows = conn.execute(
+                'SELECT worker_id, report FROM qm_workers ORDER BY worker_id COLLATE "C"'
+            ).fetchall()
+        everyone = [_unpack_worker(worker_id, bytes(raw)) for worker_id, raw in rows]
+        now = self._clock()
+        return [w for w in everyone if include_dead or w.alive(now)]
+
+    def prune_workers(self) -> int:
+        """Forget workers that stopped reporting (past their ``stale_after``). -> how many."""
+        with self._db.transaction() as conn:
+            rows = conn.execute(
+                'SELECT worker_id, report FROM qm_workers ORDER BY worker_id COLLATE "C" FOR UPDATE'
+            ).fetchall()
+            now = self._clock()
+            dead = [key for key, raw in rows if not _unpack_worker(key, bytes(raw)).alive(now)]
+            if dead:
+                conn.execute("DELETE FROM qm_workers WHERE worker_id = ANY(%s)", (dead,))
+            return len(dead)
+
+
+def _lock_lease(conn: Any, name: str) -> tuple[str, int, int] | None:
+    """The lease of ``name`` (owner, expires_us, since_us: held or expired), its row locked; None when there
+    is none (released, or never taken: then its row is inserted, free, and invisible to others until this
+    transaction commits, so that two first takers are ordered by the row too)."""
+    while True:
+        row = conn.execute(
+            "SELECT owner, expires_us, since_us FROM qm_locks WHERE name = %s FOR UPDATE", (name,)
+        ).fetchone()
+        if row is not None:
+            return None if row[0] is None else (row[0], row[1], row[2])
+        created = conn.execute(
+            "INSERT INTO qm_locks (name) VALUES (%s) ON CONFLICT DO NOTHING RETURNING 1", (name,)
+        ).fetchone()
+        if created is not None:
+            return None
+        # Another process created it meanwhile, and committed (our insert waited for it): lock that row.
+
+
+def _lock_or_create_worker(conn: Any, worker_id: str) -> bytes | None:
+    """The report of ``worker_id``, its row locked; None for a new worker, whose row is then inserted."""
+    while True:
+        row = conn.execute(
+            "SELECT report FROM qm_workers WHERE worker_id = %s FOR UPDATE", (worker_id,)
+        ).fetchone()
+        if row is not None:
+            return bytes(row[0])
+        created = conn.execute(
+            "INSERT INTO qm_workers (worker_id, report, last_heartbeat_us, stale_after) "
+            "VALUES (%s, '', 0, 0) ON CONFLICT DO NOTHING RETURNING 1",
+            (worker_id,),
+        ).fetchone()
+        if created is not None:
+            return None
+
+
+def _unpack_worker(worker_id: str, raw: bytes) -> WorkerInfo:
+    pid, host, started_at, last, stale_after, queues, threads, jobs, processed, failed = msgpack.unpackb(
+        raw, raw=False
+    )
+    return WorkerInfo(
+        worker_id=worker_id,
+        pid=pid,
+        host=host,
+        started_at=started_at,
+        last_heartbeat=last,
+        stale_after=stale_after,
+        queues=None if queues is None else tuple(queues),
+        threads=threads,
+        current_jobs=tuple(jobs),
+        processed=processed,
+        failed=failed,
+    )
