@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psycopg
@@ -190,3 +191,45 @@ def test_an_unreachable_server_end_to_end(tmp_path: Path, ci: str | None) -> Non
     else:
         assert done.returncode == 1, done.stdout + done.stderr
         assert "1 error" in done.stdout and "cannot run under CI" in done.stdout, done.stdout
+
+
+OWN_CLUSTER = """
+import sys, time
+from tests import pgserver
+found = pgserver.server()
+print(found.cluster.root, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_sessions_cluster_is_stopped_and_removed(tmp_path: Path) -> None:
+    """A session SIGKILLed with its throwaway cluster running leaves neither a server nor its directory."""
+    if pgserver.find_bindir() is None:
+        pytest.skip("no server binaries for a throwaway cluster")
+    env = {k: v for k, v in os.environ.items() if k not in (pgserver.SESSION_ENV, pgserver.ENV_URL)}
+    session = subprocess.Popen(
+        [sys.executable, "-c", OWN_CLUSTER], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert session.stdout is not None
+        root = Path(session.stdout.readline().strip())
+        assert (root / "data" / "postmaster.pid").exists()
+        postmaster = int((root / "data" / "postmaster.pid").read_text().split()[0])
+    finally:
+        session.kill()
+        session.wait()
+        if session.stdout is not None:
+            session.stdout.close()
+    deadline = time.monotonic() + 60
+    while root.exists() or _alive(postmaster):
+        assert time.monotonic() < deadline, f"{root} or postmaster {postmaster} outlived the session"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
