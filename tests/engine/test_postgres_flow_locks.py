@@ -48,7 +48,7 @@ BAD_IDS: list[Any] = ["", None, 7, b"bytes", "x" * 201, "\U0001f600" * 200, "\ud
 
 @pytest.fixture
 def db(pg_url: str) -> Iterator[Connections]:
-    connections = Connections(pg_url, durable=False)
+    connections = Connections(pg_url)
     yield connections
     connections.close()
 
@@ -343,7 +343,7 @@ def test_version_is_cached_for_a_few_ms_except_after_own_writes(
 ) -> None:
     """Another process's write is seen once the cached reading is ``VERSION_TTL`` old; this process's own
     write at once; and reading the version in a tight loop costs a round trip per ``VERSION_TTL`` at most."""
-    other_db = Connections(db.conninfo, durable=False)
+    other_db = Connections(db.conninfo)
     other = PgControl(other_db, clock)
     try:
         monkeypatch.setattr(control_module, "VERSION_TTL", 3600.0)
@@ -663,7 +663,7 @@ def test_locks_and_workers_do_what_the_lmdb_store_does(
 def drain_bucket(url: str, key: str, now: float, go: str) -> None:
     """Child: take from ``key`` (take, and take_up_to of 1-3) on a stopped clock until it is empty; report
     how many tokens it got."""
-    db = Connections(url, durable=False)
+    db = Connections(url)
     control = PgControl(db, lambda: now)
     control.version()  # connected before the start
     send({"ready": True})
@@ -709,7 +709,7 @@ def test_two_processes_emptying_one_bucket_take_exactly_its_tokens(
 
 def admit_each(url: str, keys: list[str], now: float, go: str) -> None:
     """Child: admit each key once, in order, on a stopped clock; report the keys it was admitted for."""
-    db = Connections(url, durable=False)
+    db = Connections(url)
     control = PgControl(db, lambda: now)
     control.version()
     send({"ready": True})
@@ -743,7 +743,7 @@ def test_a_half_open_breakers_trial_goes_to_one_process(
 
 def take_locks(url: str, names: list[str], owner: str, now: float, go: str) -> None:
     """Child: try to take each lock once, in order, on a stopped clock; report the ones it got."""
-    db = Connections(url, durable=False)
+    db = Connections(url)
     locks = PgCoordination(db, lambda: now)
     locks.lock_holder("warm-up")
     send({"ready": True})
@@ -777,7 +777,7 @@ def test_processes_racing_for_new_locks_get_one_holder_each(
 
 def hold_lock(url: str, name: str, now: float, ttl: float) -> None:
     """Child: take ``name`` at ``now`` for ``ttl``, say so, and wait to be killed."""
-    db = Connections(url, durable=False)
+    db = Connections(url)
     locks = PgCoordination(db, lambda: now)
     send({"took": locks.acquire_lock(name, "child", ttl)})
     time.sleep(CHILD_TIMEOUT)
@@ -801,7 +801,7 @@ def test_a_killed_holders_lock_is_free_once_its_ttl_passed_on_the_clock(
 def churn(url: str, keys: list[str], seconds: float, seed: int, go: str) -> None:
     """Child: admit, give back, take, take_up_to, record and set on random subsets of ``keys`` (in random
     order) for ``seconds``; report how many calls it made and the errors it met."""
-    db = Connections(url, durable=False)
+    db = Connections(url)
     control = PgControl(db, time.time)
     control.version()
     send({"ready": True})

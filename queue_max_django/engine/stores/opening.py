@@ -1,8 +1,9 @@
 """``open_store``: the store a ``Queue(path_or_store, ...)`` works on.
 
-A ``Queue`` is given a directory (the embedded LMDB store, opened or created there) or a store object it
-uses as it is. The LMDB-only options (``shards``, ``map_size``, ``map_size_max``, ``writemap``) are refused
-with a store object: they describe how to open an LMDB store, and a store object is already open.
+A ``Queue`` is given a directory (the embedded LMDB store, opened or created there), a ``postgresql://``
+URL (the PostgreSQL store in that database, whose tables ``manage.py migrate`` made; psycopg is imported
+only then), or a store object it uses as it is. The LMDB-only options (``shards``, ``map_size``,
+``map_size_max``, ``writemap``) are refused with the last two: they describe how to open an LMDB store.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from .base import Store
 from .lmdb.store import DEFAULT_MAP_SIZE, LmdbStore
 
 __all__ = ["DEFAULT_MAP_SIZE", "LMDB_ONLY", "open_store"]
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+"""How a ``Queue`` path names a PostgreSQL database instead of a directory."""
 
 LMDB_ONLY = ("shards", "map_size", "map_size_max", "writemap")
 """The Queue options that only say how to open an LMDB store."""
@@ -35,22 +39,34 @@ def open_store(
 ) -> Store:
     """The store at ``where``: a directory (str or path-like) or a store object (``stores/base.Store``).
     ``clock`` is the Queue's, None when it was not given (the store's own, or ``default_clock``)."""
+    if isinstance(where, str) and where.startswith(URL_SCHEMES):
+        _refuse_lmdb_options(f"the PostgreSQL store at {where.split('@')[-1]!r}", shards, map_size,
+                             map_size_max, writemap)  # fmt: skip
+        from .postgres.store import PostgresStore  # psycopg only for this store
+
+        return PostgresStore.open(where, clock=clock)
     if isinstance(where, (str, os.PathLike)) or not _is_store(where):
         return LmdbStore.open(where, shards=shards, map_size=map_size, map_size_max=map_size_max, sync=sync,
                               writemap=writemap, clock=clock or default_clock, rotation=rotation)  # fmt: skip
-    given = {"shards": shards is not None, "map_size": map_size != DEFAULT_MAP_SIZE,
-             "map_size_max": map_size_max is not None, "writemap": bool(writemap)}  # fmt: skip
-    refused = [name for name in LMDB_ONLY if given[name]]
-    if refused:
-        raise ConfigurationError(
-            f"{', '.join(refused)} only say how to open an LMDB store in a directory; the store "
-            f"{where.kind!r} given to Queue() is already open: leave them out"
-        )
+    _refuse_lmdb_options(f"the store {where.kind!r} given to Queue() is already open", shards, map_size,
+                         map_size_max, writemap)  # fmt: skip
     if clock is not None and clock is not where.clock:
         raise ConfigurationError(
             "the store given to Queue() has its own clock: give clock= to the store, not to the Queue"
         )
     return where  # type: ignore[no-any-return]
+
+
+def _refuse_lmdb_options(
+    what: str, shards: int | None, map_size: int, map_size_max: int | None, writemap: bool
+) -> None:
+    given = {"shards": shards is not None, "map_size": map_size != DEFAULT_MAP_SIZE,
+             "map_size_max": map_size_max is not None, "writemap": bool(writemap)}  # fmt: skip
+    refused = [name for name in LMDB_ONLY if given[name]]
+    if refused:
+        raise ConfigurationError(
+            f"{', '.join(refused)} only say how to open an LMDB store in a directory; {what}: leave them out"
+        )
 
 
 def _is_store(value: Any) -> bool:

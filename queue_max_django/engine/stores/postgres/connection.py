@@ -54,10 +54,9 @@ class Connections:
     ``transaction()`` gives the calling thread's connection inside one transaction; ``connection()`` the
     connection outside any (for LISTEN, or reads in autocommit)."""
 
-    def __init__(self, conninfo: str, *, durable: bool, application_name: str = "queue_max") -> None:
+    def __init__(self, conninfo: str, *, application_name: str = "queue_max") -> None:
         self.psycopg = load_psycopg()
         self.conninfo = conninfo
-        self.durable = durable
         self.application_name = application_name
         self._local = threading.local()
         self._all: set[Any] = set()
@@ -80,10 +79,6 @@ class Connections:
             raise StoreError(
                 f"cannot connect to the PostgreSQL store at {display_url(self.conninfo)}: {exc}"
             ) from exc
-        if not self.durable:
-            # A commit returns before its WAL reaches disk (as the LMDB store's default mode: a crash of
-            # the server's machine may lose the last moments; a crash of the server process loses nothing).
-            conn.execute("SET synchronous_commit = off")
         return conn
 
     def connection(self) -> Any:
@@ -114,14 +109,25 @@ class Connections:
         """This thread's connection inside one transaction, committed when the block ends without error.
         A lost connection raises ``StoreError`` (and is dropped: the next call reconnects)."""
         conn = self.connection()
+        with self.guard(conn), conn.transaction():
+            yield conn
+
+    @contextlib.contextmanager
+    def guard(self, conn: Any, *, drop: bool = True) -> Iterator[None]:
+        """psycopg's errors inside the block as ``StoreError`` (chained). A lost connection is dropped
+        (``drop``: it is one of this store's) so that the next operation reconnects."""
         try:
-            with conn.transaction():
-                yield conn
+            yield
         except self.errors as exc:
-            self._drop(conn)
+            if drop:
+                self._drop(conn)
             raise StoreError(
                 f"the PostgreSQL store at {display_url(self.conninfo)} failed during an operation, which may "
                 f"or may not have committed: {exc}"
+            ) from exc
+        except self.psycopg.Error as exc:
+            raise StoreError(
+                f"the PostgreSQL store at {display_url(self.conninfo)} refused an operation: {exc}"
             ) from exc
 
     def run(self, fn: Callable[[Any], Any]) -> Any:

@@ -1,0 +1,155 @@
+"""The PostgreSQL store's reads: a job, listings, counts, queue counts, and ``verify``. Each is one
+statement (a snapshot of its own)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...errors import InvalidJob
+from ...job import STATE_CODE, Job, State
+from .rows import FINISHED, LIVE_AS_FINISHED, as_job
+from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
+
+# Each state is listed in the order its index keeps: pending in claim order, scheduled by ETA, done by
+# finish time, running and failed by id (as on LMDB). (table, columns, the sort key's columns, ascending
+# direction of each: -1 for DESC).
+_LISTING: dict[State, tuple[str, str, tuple[str, ...], tuple[int, ...]]] = {
+    State.PENDING: ("qm_jobs", LIVE_AS_FINISHED, ("priority", "ready_us", "id"), (-1, 1, 1)),
+    State.SCHEDULED: ("qm_jobs", LIVE_AS_FINISHED, ("ready_us", "id"), (1, 1)),
+    State.RUNNING: ("qm_jobs", LIVE_AS_FINISHED, ("id",), (1,)),
+    State.DONE: ("qm_finished", FINISHED, ("finished_us", "id"), (1, 1)),
+    State.FAILED: ("qm_finished", FINISHED, ("id",), (1,)),
+}
+
+
+def job(store: PostgresStore, job_id: int) -> Job | None:
+    row = store._one(
+        f"SELECT {LIVE_AS_FINISHED} FROM qm_jobs WHERE id = %(id)s "
+        f"UNION ALL SELECT {FINISHED} FROM qm_finished WHERE id = %(id)s",
+        {"id": job_id},
+    )
+    return None if row is None else as_job(row)
+
+
+def list_jobs(
+    store: PostgresStore,
+    state: State,
+    *,
+    queue: str | None,
+    name: str | None,
+    after: int | None,
+    limit: int,
+    newest_first: bool,
+) -> list[Job]:
+    """Up to ``limit`` jobs in ``state`` in the order of its listing (reversed: ``newest_first``), from
+    after job ``after`` (which must still exist, in any state: ``InvalidJob`` otherwise)."""
+    table, columns, keys, directions = _LISTING[state]
+    params: dict[str, object] = {"queue": queue, "name": name, "limit": limit}
+    where = [f"state = {STATE_CODE[state]}"]  # a literal: the partial index of the state applies
+    if queue is not None:
+        where.append("queue = %(queue)s")
+    if name is not None:
+        where.append("name = %(name)s")
+    if after is not None:
+        position = _position(store, state, after)
+        if position is None:
+            raise InvalidJob(
+                f"after={after}: that job no longer exists, so the listing cannot go on from it; list again "
+                f"from the start"
+            )
+        # Strictly past ``position`` in the listing's order: (k1 past v1) or (k1 = v1 and k2 past v2) ...
+        terms = []
+        for i, (key, direction) in enumerate(zip(keys, directions, strict=True)):
+            past = ">" if (direction > 0) != newest_first else "<"
+            equal = [f"{keys[j]} = %(after_{j})s" for j in range(i)]
+            terms.append("(" + " AND ".join([*equal, f"{key} {past} %(after_{i})s"]) + ")")
+            params[f"after_{i}"] = position[i]
+        where.append("(" + " OR ".join(terms) + ")")
+    order = ", ".join(
+        f"{key} {'ASC' if (direction > 0) != newest_first else 'DESC'}"
+        for key, direction in zip(keys, directions, strict=True)
+    )
+    sql = f"SELECT {columns} FROM {table} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT %(limit)s"
+    return [as_job(row) for row in store._all(sql, params)]
+
+
+def _position(store: PostgresStore, state: State, job_id: int) -> list[int] | None:
+    """Where ``job_id`` sorts in the listing of ``state``, from its row in whatever state it is now."""
+    if state in (State.RUNNING, State.FAILED):
+        found = store._one(
+            "SELECT 1 FROM qm_jobs WHERE id = %(id)s UNION ALL SELECT 1 FROM qm_finished WHERE id = %(id)s",
+            {"id": job_id},
+        )
+        return None if found is None else [job_id]
+    if state is State.DONE:
+        row = store._one("SELECT finished_us FROM qm_finished WHERE id = %s", (job_id,))
+        return None if row is None else [row[0], job_id]
+    row = store._one(
+        "SELECT priority, ready_us FROM qm_jobs WHERE id = %(id)s "
+        "UNION ALL SELECT priority, NULL FROM qm_finished WHERE id = %(id)s",
+        {"id": job_id},
+    )
+    if row is None or row[1] is None:
+        return None
+    return [row[0], row[1], job_id] if state is State.PENDING else [row[1], job_id]
+
+
+_COUNTS = "SELECT state, sum(n)::bigint FROM qm_counts GROUP BY state"
+
+
+def counts(store: PostgresStore) -> dict[str, int]:
+    """Jobs per state and ``total`` puts ever, from the counter rows: no scan of a job table."""
+    out: dict[str, int] = {state.value: 0 for state in State}
+    out["total"] = 0
+    for code, count in store._all(_COUNTS, None):
+        if code == TOTAL:
+            out["total"] = count
+        elif 0 <= code < len(State):
+            out[list(State)[code].value] = count
+    return out
+
+
+def queue_counts(store: PostgresStore) -> dict[str, dict[str, int]]:
+    """Per queue with live jobs: pending, scheduled and running, from the counter rows."""
+    rows = store._all(
+        f"SELECT queue, state, sum(n)::bigint FROM qm_counts "
+        f"WHERE state IN ({PENDING}, {SCHEDULED}, {RUNNING}) GROUP BY queue, state HAVING sum(n) <> 0",
+        None,
+    )
+    out: dict[str, dict[str, int]] = {}
+    names = {PENDING: "pending", SCHEDULED: "scheduled", RUNNING: "running"}
+    for queue, code, count in rows:
+        out.setdefault(queue, {"pending": 0, "scheduled": 0, "running": 0})[names[code]] = count
+    return dict(sorted(out.items()))
+
+
+_CHECK = """
+WITH actual AS (
+    SELECT queue, state, count(*) AS n FROM qm_jobs GROUP BY queue, state
+    UNION ALL SELECT queue, state, count(*) FROM qm_finished GROUP BY queue, state),
+kept AS (SELECT queue, state, sum(n) AS n FROM qm_counts WHERE state >= 0 GROUP BY queue, state)
+SELECT coalesce(a.queue, k.queue), coalesce(a.state, k.state), coalesce(a.n, 0), coalesce(k.n, 0)
+FROM actual a FULL JOIN kept k ON a.queue = k.queue AND a.state = k.state
+WHERE coalesce(a.n, 0) <> coalesce(k.n, 0)
+"""
+
+
+def verify(store: PostgresStore) -> list[str]:
+    """Compare the counter rows with the jobs (a scan of both tables: for ``queue_check``, not a hot path),
+    and check that every running job has a lease (also a CHECK constraint). -> problems found."""
+    problems = []
+    for queue, code, actual, kept in store._all(_CHECK, None):
+        state = list(State)[code].value
+        problems.append(f"queue {queue!r}: {actual} {state} jobs, but the counters say {kept}")
+    leaseless = store._one(
+        f"SELECT count(*) FROM qm_jobs WHERE state = {RUNNING} AND lease_us IS NULL", None
+    )[0]
+    if leaseless:
+        problems.append(f"{leaseless} running jobs have no lease")
+    stray = store._one(f"SELECT count(*) FROM qm_finished WHERE state NOT IN ({DONE}, {FAILED})", None)[0]
+    if stray:
+        problems.append(f"{stray} finished jobs are in a live state")
+    return problems

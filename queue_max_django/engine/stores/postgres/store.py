@@ -1,0 +1,544 @@
+"""``PostgresStore``: the store on PostgreSQL, for any number of machines (``schema.py`` has the tables).
+
+Every operation is one SQL statement where it can be (data-modifying CTEs move a job and change its
+counters together), run on the calling thread's connection outside any explicit transaction, so it is
+atomic and costs one round trip; the few that need several statements run in one transaction. Claims lock
+the rows they take with ``FOR UPDATE SKIP LOCKED``, so concurrent consumers never wait for each other;
+no transaction stays open while a task runs. Every time is a parameter read from the store's clock (the
+server's, see ``clock.py``, or a test's). The store has one shard: its job ids' low byte is 0.
+
+A commit is as durable as the server's ``synchronous_commit`` says (on by default: a commit returns once
+its WAL is on disk), for every operation; the ``durable`` arguments of the store interface, which ask the
+LMDB store for an fsync, change nothing here.
+
+This module holds the lifecycle, puts, claims and the completion of claimed jobs; ``upkeep.py`` holds
+recovery, promotion, vacuum, purge and the management writes; ``reads.py`` the reads and ``verify``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...errors import QueueCorrupted, SchemaError
+from ...job import STATES, Job, State
+from ...jobspec import JobSpec
+from ..types import (
+    Candidate,
+    Claimed,
+    ClaimOutcome,
+    CorruptedJobQuarantined,
+    Head,
+    NewJobs,
+    Recovered,
+    StoreInfo,
+)
+from . import reads, schema, upkeep
+from .clock import ServerClock
+from .connection import Connections, display_url
+from .control import PgControl
+from .coordination import PgCoordination
+from .hints import PgHints
+from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED, as_claimed, micros, pack_key
+from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
+from .sql import appended, notify_if, slot, tally
+
+_ENQUEUE = f"""
+WITH p AS (SELECT payload, n FROM unnest(%(payloads)s::bytea[]) WITH ORDINALITY AS t(payload, n)),
+ids AS (SELECT nextval('qm_job_ids') AS id FROM generate_series(1, %(count)s)),
+ranked AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM ids),
+lead AS (SELECT CASE WHEN %(state)s = {PENDING}
+    THEN NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND queue = %(queue)s
+                     AND priority >= %(priority)s)
+    ELSE NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {SCHEDULED} AND ready_us <= %(ready)s) END AS yes),
+ins AS (
+    INSERT INTO qm_jobs (id, state, queue, name, priority, ready_us, max_retries, enqueued_us, timeout,
+                         partition_key, payload)
+    SELECT r.id, %(state)s, %(queue)s, %(name)s, %(priority)s, %(ready)s, %(max_retries)s, %(now)s,
+           %(timeout)s, %(partition_key)s, p.payload
+    FROM p JOIN ranked r USING (n)
+    RETURNING id, queue),
+{tally(("ins", "%(state)s", 1), ("ins", str(TOTAL), 1))}
+SELECT (SELECT array_agg(id ORDER BY id) FROM ins), {notify_if("(SELECT yes FROM lead)")}
+"""
+
+_UNIQUE = "INSERT INTO qm_unique (key, job_id, used_us) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING RETURNING 1"
+
+_WORKERS = (
+    f"CASE WHEN %(worker)s::text IS NULL THEN j.worker_ids ELSE {appended('j.worker_ids', '%(worker)s')} END"
+)
+
+_CLAIM = f"""
+WITH picked AS (
+    SELECT id, claim, priority, ready_us FROM qm_jobs
+    WHERE state = {PENDING} @QUEUES@
+      @MIN_PRIORITY@
+    ORDER BY priority DESC, ready_us, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
+ordered AS (SELECT id, claim, row_number() OVER (ORDER BY priority DESC, ready_us, id) AS rn FROM picked),
+cut AS (SELECT coalesce(min(rn) FILTER (WHERE claim = {CLAIM_ALONE_NEXT} AND rn > 1), 2147483647) AS stop,
+               coalesce(bool_or(claim = {CLAIM_ALONE_NEXT} AND rn = 1), false) AS alone FROM ordered),
+chosen AS (SELECT id, rn FROM ordered, cut WHERE CASE WHEN cut.alone THEN rn = 1 ELSE rn < cut.stop END),
+many AS (SELECT count(*) > 1 AS yes FROM chosen),
+upd AS (
+    UPDATE qm_jobs j SET state = {RUNNING}, started_us = %(now)s, lease_us = %(lease)s, token = %(token)s,
+        attempts = j.attempts + 1, worker_ids = {_WORKERS},
+        claim = CASE WHEN (SELECT yes FROM many) THEN {CLAIM_BATCH} ELSE NULL END
+    FROM chosen WHERE j.id = chosen.id
+    RETURNING {", ".join("j." + c.strip() for c in CLAIMED.split(","))}, chosen.rn, j.claim AS was),
+{tally(("upd", str(PENDING), -1), ("upd", str(RUNNING), 1))},
+head AS (SELECT max(priority) AS priority FROM qm_jobs
+    WHERE state = {PENDING} @QUEUES@
+      AND id <> ALL (SELECT id FROM chosen)),
+eta AS (SELECT min(ready_us) AS ready_us FROM qm_jobs WHERE state = {SCHEDULED})
+SELECT (SELECT priority FROM head), (SELECT ready_us FROM eta), (SELECT alone FROM cut), upd.*
+FROM (SELECT 1) one LEFT JOIN upd ON true ORDER BY upd.rn
+"""
+
+_HEAD = f"""
+SELECT (SELECT max(priority) FROM qm_jobs WHERE state = {PENDING}
+        @QUEUES@),
+       (SELECT min(ready_us) FROM qm_jobs WHERE state = {SCHEDULED})
+"""
+
+_CLAIM_JOB = f"""
+WITH old AS (SELECT id, state, queue FROM qm_jobs WHERE id = %(id)s AND state = ANY(%(states)s) FOR UPDATE),
+upd AS (
+    UPDATE qm_jobs j SET state = {RUNNING}, started_us = %(now)s, lease_us = %(lease)s, token = %(token)s,
+        attempts = j.attempts + 1, worker_ids = {_WORKERS}, claim = NULL
+    FROM old WHERE j.id = old.id
+    RETURNING {", ".join("j." + c.strip() for c in CLAIMED.split(","))}, old.state AS was),
+{tally(("upd", "was", -1), ("upd", str(RUNNING), 1))}
+SELECT * FROM upd
+"""
+
+_HEARTBEAT = (
+    f"UPDATE qm_jobs SET lease_us = %s WHERE id = %s AND state = {RUNNING} AND token = %s RETURNING lease_us"
+)
+
+_COMPLETE = f"""
+WITH items AS (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bytea[], %(results)s::bytea[])
+               AS t(id, token, result)),
+gone AS (
+    DELETE FROM qm_jobs j USING items i WHERE j.id = i.id AND j.state = {RUNNING} AND j.token = i.token
+    RETURNING j.*, i.result),
+ins AS (
+    INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
+        started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
+        error_msgs, error, error_type, traceback)
+    SELECT id, {DONE}, queue, name, priority, retries, max_retries, attempts, enqueued_us, started_us,
+        %(now)s, timeout, partition_key, payload, result, worker_ids, error_types, error_msgs,
+        NULL, NULL, NULL
+    FROM gone RETURNING id, queue),
+{tally(("ins", str(RUNNING), -1), ("ins", str(DONE), 1))}
+SELECT array_agg(id) FROM ins
+"""
+
+_RETRY = f"""
+WITH upd AS (
+    UPDATE qm_jobs j SET state = %(state)s, ready_us = %(ready)s, retries = j.retries + 1, token = NULL,
+        lease_us = NULL, error = %(error)s, error_type = %(error_type)s, traceback = %(traceback)s,
+        error_types = {appended("j.error_types", "%(error_type)s")},
+        error_msgs = {appended("j.error_msgs", "%(error)s")}
+    WHERE j.id = %(id)s AND j.state = {RUNNING} AND j.token = %(token)s
+    RETURNING j.id, j.queue),
+{tally(("upd", str(RUNNING), -1), ("upd", "%(state)s", 1))}
+SELECT (SELECT id FROM upd), {notify_if("EXISTS (SELECT 1 FROM upd)")}
+"""
+
+_DEAD = f"""
+WITH gone AS (
+    DELETE FROM qm_jobs j WHERE j.id = %(id)s AND j.state = {RUNNING} AND j.token = %(token)s RETURNING j.*),
+ins AS (
+    INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
+        started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
+        error_msgs, error, error_type, traceback)
+    SELECT id, {FAILED}, queue, name, priority, retries + 1, max_retries, attempts, enqueued_us, started_us,
+        %(now)s, timeout, partition_key, payload, NULL, worker_ids,
+        {appended("error_types", "%(error_type)s")}, {appended("error_msgs", "%(error)s")},
+        %(error)s, %(error_type)s, %(traceback)s
+    FROM gone RETURNING id, queue),
+{tally(("ins", str(RUNNING), -1), ("ins", str(FAILED), 1))}
+SELECT (SELECT id FROM ins)
+"""
+
+_RELEASE = f"""
+WITH upd AS (
+    UPDATE qm_jobs j SET state = {PENDING}, token = NULL, lease_us = NULL, started_us = NULL,
+        attempts = greatest(coalesce(j.attempts, 1) - 1, 0)
+    WHERE j.id = %(id)s AND j.state = {RUNNING} AND j.token = %(token)s RETURNING j.id, j.queue),
+{tally(("upd", str(RUNNING), -1), ("upd", str(PENDING), 1))}
+SELECT (SELECT id FROM upd), {notify_if("EXISTS (SELECT 1 FROM upd)")}
+"""
+
+_ADMISSIBLE = f"""
+SELECT b.id, b.priority, b.ready_us, b.queue, b.name,
+       (SELECT min(ready_us) FROM qm_jobs WHERE state = {SCHEDULED})
+FROM (SELECT 1) one LEFT JOIN LATERAL (
+    SELECT id, priority, ready_us, queue, name FROM qm_jobs
+    WHERE state = {PENDING} @QUEUES@
+      AND queue <> ALL (%(skip_queues)s::text[]) AND coalesce(name, '') <> ALL (%(skip_names)s::text[])
+    ORDER BY priority DESC, ready_us, id LIMIT 1) b ON true
+"""
+
+
+@functools.cache
+def _variant(sql: str, filtered: bool, floor: bool = False) -> str:
+    """``sql`` with or without its queue filter and priority floor: separate statements, so that each has
+    a plan of its own that uses the right index (a generic plan for "no filter, or this filter" would not)."""
+    sql = sql.replace("@QUEUES@", "AND queue = ANY(%(queues)s)" if filtered else "")
+    return sql.replace("@MIN_PRIORITY@", "AND priority >= %(min_priority)s" if floor else "")
+
+
+class PostgresStore:
+    """The PostgreSQL store (see the module's docstring). ``open(url)`` checks the schema."""
+
+    kind = "postgresql"
+    shards = 1
+    """One shard: the database orders and locks jobs itself, and its job ids' low byte is 0."""
+    offline_compact = False
+    """PostgreSQL reclaims space itself (autovacuum); ``queue_compact`` is for the LMDB store."""
+    transactional_enqueue = True
+    """A put can join the caller's transaction on the same database (``put(..., connection=)``)."""
+    multi_host = True
+    """Processes on any number of machines share the store; the server's clock is their one clock."""
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        clock: Callable[[], float] | None = None,
+        listen: bool = True,
+        notify: bool = True,
+        poll_interval: float = 1.0,
+        local_clock: Callable[[], float] = time.time,
+    ) -> PostgresStore:
+        """The store in the database at ``url`` (created tables: ``schema.create``, or ``manage.py
+        migrate``). ``clock``: a test's; None: the server's, read through ``local_clock`` (this machine's;
+        tests give a wrong one). ``listen``/``notify``: wake consumers by LISTEN/NOTIFY (``hints.py``);
+        ``poll_interval``: the longest poll-only wait. ``SchemaError`` when the tables are missing or at
+        another version."""
+        return cls(url, clock=clock, listen=listen, notify=notify, poll_interval=poll_interval,
+                   local_clock=local_clock)  # fmt: skip
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Callable[[], float] | None,
+        listen: bool,
+        notify: bool,
+        poll_interval: float,
+        local_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.url = url
+        self.path = display_url(url)
+        self.db = Connections(url)
+        found = schema.version(self.db.connection())
+        if found != schema.SCHEMA_VERSION:
+            what = "has no queue_max tables" if found is None else f"has queue_max schema version {found}"
+            raise SchemaError(
+                f"the database at {self.path} {what}; this version of queue_max_django needs version "
+                f"{schema.SCHEMA_VERSION}: run `manage.py migrate` (or schema.create() outside Django)"
+            )
+        self.server_clock = ServerClock(self.db.connect, local_clock) if clock is None else None
+        self.clock: Callable[[], float] = clock or self.server_clock  # type: ignore[assignment]
+        self.hints = PgHints(self.db.connect, listen=listen, notify=notify, poll_interval=poll_interval)
+        self.control = PgControl(self.db, self.clock)
+        self.locks = PgCoordination(self.db, self.clock)
+
+    def _params(self, **params: Any) -> dict[str, Any]:
+        params["slot"] = slot()
+        params["channel"] = self.hints.channel
+        params["notify"] = self.hints.sends
+        return params
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def info(self) -> StoreInfo:
+        return StoreInfo(self.kind, self.path, self.shards)
+
+    def after_fork(self) -> None:
+        """Connections and the listener are per process: a forked child opens its own on first use."""
+
+    def maintain(self, flush: bool) -> None:
+        """Read the server's clock again when due (``ServerClock``)."""
+        if self.server_clock is not None:
+            self.server_clock.maybe_resample()
+
+    def reader_check(self) -> int:
+        return 0  # LMDB's reader slots: nothing of the kind here
+
+    def close(self, flush: bool) -> None:
+        self.hints.close()
+        self.db.close()
+
+    # ------------------------------------------------------------------ enqueue
+
+    def next_shard(self) -> int:
+        return 0
+
+    def put_one(self, now: float, shard: int, payload: bytes, spec: JobSpec) -> int:
+        return self.enqueue(now, shard, [NewJobs((payload,), spec)], False)[0]
+
+    def enqueue(
+        self, now: float, shard: int | None, batches: Sequence[NewJobs], durable: bool, connection: Any = None
+    ) -> list[int]:
+        """Write ``batches`` in ONE transaction: on ``connection`` (the caller's, inside its own
+        transaction: the jobs commit or roll back with it) or on this thread's. A batch with a unique key
+        that was seen writes nothing and gets the earlier job's id (``unique_hit``). -> the ids."""
+        if connection is not None:
+            with self.db.guard(connection, drop=False):
+                return self._enqueue_on(connection, now, batches)
+        if len(batches) == 1 and batches[0].unique_key is None:
+            conn = self.db.connection()  # one statement: its own transaction, one round trip
+            with self.db.guard(conn):
+                return self._enqueue_on(conn, now, batches)
+        with self.db.transaction() as conn:
+            return self._enqueue_on(conn, now, batches)
+
+    def _enqueue_on(self, conn: Any, now: float, batches: Sequence[NewJobs]) -> list[int]:
+        now_us = micros(now)
+        ids: list[int] = []
+        for batch in batches:
+            payloads = list(batch.payloads)
+            if not payloads:
+                continue
+            key = batch.unique_key
+            if key is not None and conn.execute(_UNIQUE, (key, now_us)).fetchone() is None:
+                batch.unique_hit = True  # seen: the earlier job's id, nothing written
+                ids.append(conn.execute("SELECT job_id FROM qm_unique WHERE key = %s", (key,)).fetchone()[0])
+                continue
+            spec = batch.spec
+            ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
+            state = SCHEDULED if ready_us > now_us else PENDING
+            params = self._params(
+                payloads=payloads, count=len(payloads), state=state, queue=spec.queue, name=spec.name,
+                priority=spec.priority, ready=ready_us if state == SCHEDULED else now_us,
+                max_retries=spec.max_retries, now=now_us, timeout=spec.timeout,
+                partition_key=pack_key(spec.partition_key),
+            )  # fmt: skip
+            new = conn.execute(_ENQUEUE, params).fetchone()[0]
+            if key is not None:
+                conn.execute("UPDATE qm_unique SET job_id = %s WHERE key = %s", (new[0], key))
+            ids.extend(new)
+        return ids
+
+    def _one(self, sql: str, params: Any) -> Any:
+        """One statement in its own (implicit) transaction on this thread's connection: one round trip.
+        -> its first row."""
+        conn = self.db.connection()
+        with self.db.guard(conn):
+            return conn.execute(sql, params).fetchone()
+
+    def _all(self, sql: str, params: Any) -> list[Any]:
+        conn = self.db.connection()
+        with self.db.guard(conn):
+            rows: list[Any] = conn.execute(sql, params).fetchall()
+            return rows
+
+    # ------------------------------------------------------------------ claims
+
+    def head(self, shard: int, now: float, queues: tuple[str, ...] | None) -> Head:
+        sql = _variant(_HEAD, queues is not None)
+        priority, eta_us = self._one(sql, {"queues": None if queues is None else list(queues)})
+        return Head(priority, None if eta_us is None else eta_us / 1_000_000)
+
+    def claim(
+        self,
+        shard: int,
+        now: float,
+        queues: tuple[str, ...] | None,
+        lease_time: float,
+        token: bytes,
+        min_priority: int | None,
+        worker: str | None,
+        limit: int,
+    ) -> ClaimOutcome:
+        """Claim up to ``limit`` next jobs in ONE statement (``FOR UPDATE SKIP LOCKED``: consumers never
+        wait for each other), none below ``min_priority``."""
+        params = self._params(queues=None if queues is None else list(queues), min_priority=min_priority,
+                              limit=limit, now=micros(now), lease=micros(now + lease_time), token=token,
+                              worker=worker)  # fmt: skip
+        rows = self._all(_variant(_CLAIM, queues is not None, min_priority is not None), params)
+        head, eta_us, alone = rows[0][0], rows[0][1], rows[0][2]
+        claimed: list[Claimed] = []
+        broken: list[tuple[int, str]] = []
+        for row in rows:
+            if row[3] is None:
+                continue
+            data = row[3:17]
+            try:
+                claimed.append(as_claimed(data, bool(alone)))
+            except QueueCorrupted as exc:
+                broken.append((data[0], str(exc)))
+        for job_id, reason in broken:
+            upkeep.quarantine(self, micros(now), job_id, reason)
+        if broken and not claimed:
+            raise CorruptedJobQuarantined(*broken[0])
+        return ClaimOutcome(claimed, head, None if eta_us is None else eta_us / 1_000_000, False)
+
+    def claim_job(
+        self,
+        now: float,
+        job_id: int,
+        lease_time: float,
+        token: bytes,
+        worker: str | None,
+        scheduled_too: bool,
+    ) -> Claimed | None:
+        states = [PENDING, SCHEDULED] if scheduled_too else [PENDING]
+        params = self._params(id=job_id, states=states, now=micros(now), lease=micros(now + lease_time),
+                              token=token, worker=worker)  # fmt: skip
+        row = self._one(_CLAIM_JOB, params)
+        if row is None:
+            return None
+        try:
+            return as_claimed(row[:14], False)
+        except QueueCorrupted as exc:
+            upkeep.quarantine(self, micros(now), job_id, str(exc))
+            return None
+
+    def find_admissible(
+        self,
+        shard: int,
+        now: float,
+        queues: tuple[str, ...] | None,
+        skip_queues: frozenset[str],
+        skip_names: frozenset[str],
+    ) -> tuple[Candidate | None, float | None]:
+        params = {"queues": None if queues is None else list(queues), "skip_queues": list(skip_queues),
+                  "skip_names": list(skip_names)}  # fmt: skip
+        sql = _variant(_ADMISSIBLE, queues is not None)
+        job_id, priority, ready_us, queue, name, eta_us = self._one(sql, params)
+        eta = None if eta_us is None else eta_us / 1_000_000
+        if job_id is None:
+            return None, eta
+        return Candidate((-priority, ready_us, job_id), job_id, 0, queue, name), eta
+
+    def promote_due(self, shard: int | None, now: float) -> int:
+        return upkeep.promote_due(self, now)
+
+    # ------------------------------------------------------------------ a claimed job
+
+    def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> float:
+        lease_us = micros(now + lease_time)
+        if self._one(_HEARTBEAT, (lease_us, job_id, token)) is None:
+            raise self._not_held(job_id, token)
+        return lease_us / 1_000_000
+
+    def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
+        skipped = self.complete_many(now, [(job_id, token, result)], durable)
+        if skipped:
+            raise QueueCorrupted(skipped[job_id])
+
+    def complete_many(
+        self, now: float, items: Sequence[tuple[int, bytes, bytes | None]], durable: bool
+    ) -> dict[int, str]:
+        """(job id, token, result) done, in ONE statement. -> {job id: why} of those this token no longer
+        held (the others are done)."""
+        params = self._params(ids=[item[0] for item in items], tokens=[item[1] for item in items],
+                              results=[item[2] for item in items], now=micros(now))  # fmt: skip
+        done = self._one(_COMPLETE, params)[0]
+        finished = set(done or ())
+        return {
+            job_id: str(self._not_held(job_id, token)) for job_id, token, _ in items if job_id not in finished
+        }
+
+    def fail(
+        self,
+        now: float,
+        job_id: int,
+        token: bytes,
+        error: tuple[str | None, str | None, str | None],
+        retry_at: float | None,
+        durable: bool,
+    ) -> State:
+        now_us = micros(now)
+        message, error_type, traceback = error
+        params = self._params(id=job_id, token=token, now=now_us, error=message, error_type=error_type,
+                              traceback=traceback)  # fmt: skip
+        if retry_at is None:
+            state = State.FAILED
+            done = self._one(_DEAD, params)[0]
+        else:
+            retry_us = micros(retry_at)
+            scheduled = retry_us > now_us
+            state = State.SCHEDULED if scheduled else State.PENDING
+            params.update(state=SCHEDULED if scheduled else PENDING, ready=retry_us if scheduled else now_us)
+            done = self._one(_RETRY, params)[0]
+        if done is None:
+            raise self._not_held(job_id, token)
+        return state
+
+    def release(self, now: float, job_id: int, token: bytes) -> None:
+        if self._one(_RELEASE, self._params(id=job_id, token=token))[0] is None:
+            raise self._not_held(job_id, token)
+
+    def _not_held(self, job_id: int, token: bytes) -> QueueCorrupted:
+        """Why ``token`` does not hold ``job_id`` (the LMDB store's words)."""
+        row = self._one("SELECT state, token FROM qm_jobs WHERE id = %s", (job_id,))
+        if row is None:
+            row = self._one("SELECT state, NULL::bytea FROM qm_finished WHERE id = %s", (job_id,))
+        if row is None:
+            return QueueCorrupted(f"job {job_id} no longer exists (vacuumed, purged or cancelled)")
+        if row[0] != RUNNING:
+            return QueueCorrupted(
+                f"job {job_id} is {STATES[row[0]].value}, not running: it was already completed or released, "
+                f"or its lease expired and recovery moved it"
+            )
+        return QueueCorrupted(
+            f"job {job_id} is held by another claim: this record's lease expired and the job was claimed "
+            f"again"
+        )
+
+    # ------------------------------------------------------------------ management and upkeep
+
+    def requeue(self, now: float, job_id: int) -> bool:
+        return upkeep.requeue(self, now, job_id)
+
+    def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool:
+        return upkeep.delete(self, job_id, states)
+
+    def purge(self, now: float, state: State, cutoff: float | None) -> int:
+        return upkeep.purge(self, state, cutoff)
+
+    def recover_expired(self, now: float) -> list[Recovered]:
+        return upkeep.recover_expired(self, now)
+
+    def vacuum(self, now: float, cutoff: float, unique_ttl: float) -> int:
+        return upkeep.vacuum(self, now, cutoff, unique_ttl)
+
+    # ------------------------------------------------------------------ reads
+
+    def job(self, now: float, job_id: int) -> Job | None:
+        return reads.job(self, job_id)
+
+    def list_jobs(
+        self,
+        now: float,
+        state: State,
+        *,
+        queue: str | None,
+        name: str | None,
+        after: int | None,
+        limit: int,
+        newest_first: bool,
+        shard: int | None,
+    ) -> list[Job]:
+        return reads.list_jobs(self, state, queue=queue, name=name, after=after, limit=limit,
+                               newest_first=newest_first)  # fmt: skip
+
+    def counts(self, shard: int | None = None) -> dict[str, int]:
+        return reads.counts(self)
+
+    def pending_count(self) -> int:
+        return reads.counts(self)[State.PENDING.value]
+
+    def queue_counts(self, now: float) -> dict[str, dict[str, int]]:
+        return reads.queue_counts(self)
+
+    def verify(self) -> list[str]:
+        return reads.verify(self)

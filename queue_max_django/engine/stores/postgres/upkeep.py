@@ -1,0 +1,228 @@
+"""The PostgreSQL store's upkeep and management writes: recover expired leases, promote due jobs, vacuum
+old results and unique keys, purge a state, requeue a dead letter, delete a job, and move a job whose
+payload does not decode to the dead letters. Each is one statement, or one transaction, of at most
+``BATCH`` jobs, repeated until less than a batch is left: vacuum and purge never hold many rows at once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...job import STATE_CODE, State
+from ...retry import decide
+from ..types import UNIQUE_KEY_MIN_TTL, Recovered
+from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, micros
+from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED
+from .sql import appended, notify_if, tally
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
+
+BATCH = 1000
+LEASE_EXPIRED = "LeaseExpired"
+_LEASE_ERROR = "lease expired: the worker holding the job died or stalled"
+
+# A live job's columns copied into qm_finished as a dead letter (the error fields given as parameters).
+_TO_FINISHED = """
+    INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
+        started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
+        error_msgs, error, error_type, traceback)
+    SELECT id, {state}, queue, name, priority, retries + {charge}, max_retries, attempts, enqueued_us,
+        started_us, %(now)s, timeout, partition_key, payload, NULL, worker_ids,
+        {types}, {msgs},
+        %(error)s, %(error_type)s, %(traceback)s
+    FROM gone RETURNING id, queue, name"""
+
+
+def _dead(charge: int) -> str:
+    types, msgs = appended("error_types", "%(error_type)s"), appended("error_msgs", "%(error)s")
+    return _TO_FINISHED.format(state=FAILED, charge=charge, types=types, msgs=msgs)
+
+
+_PROMOTE = f"""
+WITH due AS (SELECT id FROM qm_jobs WHERE state = {SCHEDULED} AND ready_us <= %(now)s
+             ORDER BY ready_us, id LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
+upd AS (UPDATE qm_jobs j SET state = {PENDING} FROM due WHERE j.id = due.id RETURNING j.id, j.queue),
+{tally(("upd", str(SCHEDULED), -1), ("upd", str(PENDING), 1))}
+SELECT (SELECT count(*) FROM upd), {notify_if("EXISTS (SELECT 1 FROM upd)")}
+"""
+
+
+def promote_due(store: PostgresStore, now: float) -> int:
+    """Scheduled jobs whose ETA passed become pending, FIFO by the time they became due (their ready time
+    is their ETA). -> how many."""
+    total = 0
+    while True:
+        moved: int = store._one(_PROMOTE, store._params(now=micros(now), batch=BATCH))[0]
+        total += moved
+        if moved < BATCH:
+            return total
+
+
+_EXPIRED = f"""
+SELECT id, queue, name, claim, retries, max_retries FROM qm_jobs
+WHERE state = {RUNNING} AND lease_us <= %(now)s ORDER BY lease_us, id LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+"""
+_BACK = f"""
+WITH upd AS (
+    UPDATE qm_jobs j SET state = {PENDING}, token = NULL, lease_us = NULL, started_us = NULL,
+        claim = {CLAIM_ALONE_NEXT},
+        ready_us = CASE WHEN j.id = ANY(%(charged)s) THEN %(now)s ELSE j.ready_us END,
+        retries = CASE WHEN j.id = ANY(%(charged)s) THEN j.retries + 1 ELSE j.retries END,
+        error = CASE WHEN j.id = ANY(%(charged)s) THEN %(error)s ELSE j.error END,
+        error_type = CASE WHEN j.id = ANY(%(charged)s) THEN %(error_type)s ELSE j.error_type END,
+        traceback = CASE WHEN j.id = ANY(%(charged)s) THEN NULL ELSE j.traceback END,
+        error_types = CASE WHEN j.id = ANY(%(charged)s)
+            THEN {appended("j.error_types", "%(error_type)s")} ELSE j.error_types END,
+        error_msgs = CASE WHEN j.id = ANY(%(charged)s)
+            THEN {appended("j.error_msgs", "%(error)s")} ELSE j.error_msgs END
+    WHERE j.id = ANY(%(ids)s) RETURNING j.id, j.queue),
+{tally(("upd", str(RUNNING), -1), ("upd", str(PENDING), 1))}
+SELECT count(*) FROM upd
+"""
+_RECOVER_DEAD = f"""
+WITH gone AS (DELETE FROM qm_jobs WHERE id = ANY(%(ids)s) RETURNING *),
+ins AS ({_dead(1)}),
+{tally(("ins", str(RUNNING), -1), ("ins", str(FAILED), 1))}
+SELECT count(*) FROM ins
+"""
+
+
+def recover_expired(store: PostgresStore, now: float) -> list[Recovered]:
+    """Running jobs whose lease expired at or before ``now`` count a failed attempt and go back to pending
+    at once, or to the dead letters once out of retries; a job claimed in a batch goes back uncharged, at
+    its place. Every one is claimed alone next time. One transaction per batch."""
+    now_us = micros(now)
+    recovered: list[Recovered] = []
+    while True:
+        with store.db.transaction() as conn:
+            rows = conn.execute(_EXPIRED, {"now": now_us, "batch": BATCH}).fetchall()
+            back, charged, dead = [], [], []
+            for job_id, queue, name, claim, retries, max_retries in rows:
+                if claim == CLAIM_BATCH:
+                    back.append(job_id)
+                    recovered.append(Recovered(job_id, queue, name, State.PENDING, False))
+                elif decide(retries + 1, max_retries, now) is None:
+                    dead.append(job_id)
+                    recovered.append(Recovered(job_id, queue, name, State.FAILED))
+                else:
+                    back.append(job_id)
+                    charged.append(job_id)
+                    recovered.append(Recovered(job_id, queue, name, State.PENDING))
+            params = store._params(now=now_us, error=_LEASE_ERROR, error_type=LEASE_EXPIRED, traceback=None)
+            if dead:
+                conn.execute(_RECOVER_DEAD, params | {"ids": dead})
+            if back:
+                conn.execute(_BACK, params | {"ids": back, "charged": charged})
+            if back or dead:
+                conn.execute(f"SELECT {notify_if('true')}", params)
+        if len(rows) < BATCH:
+            return recovered
+
+
+_VACUUM = f"""
+WITH old AS (SELECT id FROM qm_finished WHERE state = {DONE} AND finished_us <= %(cutoff)s
+             ORDER BY finished_us, id LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
+gone AS (DELETE FROM qm_finished f USING old WHERE f.id = old.id RETURNING f.id, f.queue),
+{tally(("gone", str(DONE), -1))}
+SELECT count(*) FROM gone
+"""
+_FORGET = """
+WITH old AS (SELECT key FROM qm_unique WHERE used_us <= %(cutoff)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+DELETE FROM qm_unique u USING old WHERE u.key = old.key
+"""
+
+
+def vacuum(store: PostgresStore, now: float, cutoff: float, unique_ttl: float) -> int:
+    """Delete done jobs finished at or before ``cutoff``, and unique keys used more than ``max(unique_ttl,
+    UNIQUE_KEY_MIN_TTL)`` ago, a batch per statement. -> how many jobs."""
+    forget = {"cutoff": micros(now - max(unique_ttl, UNIQUE_KEY_MIN_TTL)), "batch": BATCH}
+    while True:
+        conn = store.db.connection()
+        with store.db.guard(conn):
+            if conn.execute(_FORGET, forget).rowcount < BATCH:
+                break
+    total = 0
+    while True:
+        removed: int = store._one(_VACUUM, store._params(cutoff=micros(cutoff), batch=BATCH))[0]
+        total += removed
+        if removed < BATCH:
+            return total
+
+
+def _purge_sql(state: State) -> str:
+    code = STATE_CODE[state]
+    table = "qm_finished" if code in (DONE, FAILED) else "qm_jobs"
+    stamp = "finished_us" if code in (DONE, FAILED) else "enqueued_us"
+    return f"""
+WITH old AS (SELECT id FROM {table}
+             WHERE state = {code} AND (%(cutoff)s::bigint IS NULL OR {stamp} <= %(cutoff)s)
+             ORDER BY id LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
+gone AS (DELETE FROM {table} t USING old WHERE t.id = old.id RETURNING t.id, t.queue),
+{tally(("gone", str(code), -1))}
+SELECT count(*) FROM gone
+"""
+
+
+def purge(store: PostgresStore, state: State, cutoff: float | None) -> int:
+    """Delete the jobs in ``state`` (only those older than ``cutoff`` if given: by finish time for done and
+    failed, by enqueue time otherwise), a batch per statement. -> how many. Running jobs are skipped while
+    a holder's statement has them locked."""
+    sql = _purge_sql(state)
+    total = 0
+    while True:
+        params = store._params(cutoff=None if cutoff is None else micros(cutoff), batch=BATCH)
+        removed: int = store._one(sql, params)[0]
+        total += removed
+        if removed < BATCH:
+            return total
+
+
+_REQUEUE = f"""
+WITH gone AS (DELETE FROM qm_finished WHERE id = %(id)s AND state = {FAILED} RETURNING *),
+ins AS (
+    INSERT INTO qm_jobs (id, state, queue, name, priority, ready_us, retries, max_retries, attempts,
+        enqueued_us, timeout, partition_key, payload, worker_ids, error_types, error_msgs)
+    SELECT id, {PENDING}, queue, name, priority, %(now)s, 0, max_retries, attempts, enqueued_us, timeout,
+        partition_key, payload, worker_ids, error_types, error_msgs
+    FROM gone WHERE payload IS NOT NULL RETURNING id, queue),
+{tally(("ins", str(FAILED), -1), ("ins", str(PENDING), 1))}
+SELECT (SELECT id FROM ins), {notify_if("EXISTS (SELECT 1 FROM ins)")}
+"""
+
+
+def requeue(store: PostgresStore, now: float, job_id: int) -> bool:
+    """A dead letter back to pending, its retries reset, at the back of its queue. False if the job is not
+    a dead letter (or gone)."""
+    return store._one(_REQUEUE, store._params(id=job_id, now=micros(now)))[0] is not None
+
+
+def delete(store: PostgresStore, job_id: int, states: tuple[State, ...] | None) -> bool:
+    """Delete the job if it is in one of ``states`` (None: any but running). False otherwise (or gone)."""
+    codes = [
+        STATE_CODE[state] for state in (states or (State.PENDING, State.SCHEDULED, State.DONE, State.FAILED))
+    ]
+    assert RUNNING not in codes
+    sql = f"""
+WITH a AS (DELETE FROM qm_jobs WHERE id = %(id)s AND state = ANY(%(states)s) RETURNING id, queue, state),
+b AS (DELETE FROM qm_finished WHERE id = %(id)s AND state = ANY(%(states)s) RETURNING id, queue, state),
+gone AS (SELECT * FROM a UNION ALL SELECT * FROM b),
+{tally(("gone", "state", -1))}
+SELECT count(*) FROM gone
+"""
+    return bool(store._one(sql, store._params(id=job_id, states=codes))[0])
+
+
+_QUARANTINE = f"""
+WITH gone AS (DELETE FROM qm_jobs WHERE id = %(id)s RETURNING *),
+moved AS (SELECT id, queue, state FROM gone),
+ins AS ({_dead(0)}),
+{tally(("moved", "state", -1), ("ins", str(FAILED), 1))}
+SELECT count(*) FROM ins
+"""
+
+
+def quarantine(store: PostgresStore, now_us: int, job_id: int, reason: str) -> None:
+    """A live job whose payload does not decode becomes a dead letter that says why (error type
+    ``Corrupted``), whatever its state: nothing is left to run."""
+    store._one(_QUARANTINE, store._params(id=job_id, now=now_us, error=reason, error_type="Corrupted",
+                                          traceback=None))  # fmt: skip

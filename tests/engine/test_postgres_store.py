@@ -1,0 +1,131 @@
+"""What only the PostgreSQL store does (the contract suite runs on it as on LMDB): the server's clock as
+the one clock of several machines, waking consumers by LISTEN/NOTIFY, and the poll-only mode."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from queue_max_django.engine import Queue, State
+from queue_max_django.engine.stores.postgres.store import PostgresStore
+
+pytestmark = pytest.mark.postgres
+
+SKEW = 30.0  # seconds: how wrong the skewed machine's clock is
+
+
+def skewed_queue(url: str, skew: float, **options: object) -> Queue:
+    store = PostgresStore.open(url, local_clock=lambda: time.time() + skew)
+    return Queue(store, do_recover=False, do_vacuum=False, **options)  # type: ignore[arg-type]
+
+
+def test_the_store_reads_the_server_s_clock_through_a_wrong_local_one(pg_url: str) -> None:
+    store = PostgresStore.open(pg_url, local_clock=lambda: time.time() + SKEW)
+    try:
+        assert store.server_clock is not None
+        # The server runs on this machine: its time is time.time(), to within a round trip.
+        assert abs(store.clock() - time.time()) < 0.5
+        assert abs(store.server_clock.offset + SKEW) < 0.5  # type: ignore[operator]
+    finally:
+        store.close(flush=False)
+
+
+def test_a_worker_whose_clock_is_30_s_off_keeps_its_lease_and_takes_no_held_one(pg_url: str) -> None:
+    ahead = skewed_queue(pg_url, +SKEW, lease_time=5.0)
+    behind = skewed_queue(pg_url, -SKEW, lease_time=5.0)
+    try:
+        job_id = ahead.put("work")
+        record = behind.get(timeout=0)  # the slow machine holds it, for 5 s of the server's time
+        stored = behind.job(job_id)
+        assert stored is not None and stored.lease_until is not None
+        assert abs(stored.lease_until - (time.time() + 5.0)) < 1.0  # the server's time, not the machine's
+        # The fast machine, 30 s ahead, neither recovers the lease early nor claims the job.
+        assert ahead.recover() == 0
+        with pytest.raises(Exception):  # noqa: B017 (QueueEmpty)
+            ahead.get(timeout=0)
+        again = ahead.job(job_id)
+        assert again is not None and again.state is State.RUNNING and again.attempts == 1
+        record.ack("done")  # the holder still holds it
+        finished = ahead.job(job_id)
+        assert finished is not None and finished.state is State.DONE and finished.result == "done"
+    finally:
+        ahead.close()
+        behind.close()
+
+
+def test_a_put_on_another_connection_wakes_a_listening_consumer(pg_url: str) -> None:
+    consumer = Queue(pg_url, do_recover=False, do_vacuum=False)
+    producer = Queue(pg_url, do_recover=False, do_vacuum=False)
+    try:
+        hints = consumer._store.hints
+        hints.changed()  # starts the listener
+        deadline = time.monotonic() + 5
+        while not hints.listening and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.01)
+        assert hints.listening  # type: ignore[attr-defined]
+        hints.changed()  # consume the hint the listener gives on connecting
+        before = hints.mark()
+        producer.put("wake up")  # leads an empty queue: one NOTIFY, at its commit
+        started = time.monotonic()
+        hints.wait(5.0)
+        assert time.monotonic() - started < 4.0  # woken by the notification, not by the timeout
+        assert hints.changed_since(before, hints.mark()) == [0]
+        assert consumer.get(timeout=0).payload == "wake up"
+    finally:
+        consumer.close()
+        producer.close()
+
+
+def test_a_consumer_blocked_in_get_takes_a_job_put_elsewhere(pg_url: str) -> None:
+    consumer = Queue(pg_url, do_recover=False, do_vacuum=False)
+    producer = Queue(pg_url, do_recover=False, do_vacuum=False)
+    got: list[object] = []
+    try:
+        thread = threading.Thread(target=lambda: got.append(consumer.get(timeout=10).payload))
+        thread.start()
+        time.sleep(0.05)  # let it block
+        producer.put({"n": 1})
+        thread.join(timeout=10)
+        assert got == [{"n": 1}]
+    finally:
+        consumer.close()
+        producer.close()
+
+
+def test_poll_only_mode_has_no_listener_and_still_serves(pg_url: str) -> None:
+    store = PostgresStore.open(pg_url, listen=False, poll_interval=0.05)
+    q = Queue(store, do_recover=False, do_vacuum=False)
+    try:
+        hints = store.hints
+        assert hints.changed() is True and hints.changed() is True  # never known unchanged
+        assert hints.mark() is None and hints.watch() is None
+        assert not hints.listening
+        job_id = q.put("polled")
+        assert q.get(timeout=1).job_id == job_id
+        started = time.monotonic()
+        hints.wait(1.0)  # a poll, not the whole timeout
+        assert time.monotonic() - started < 0.5
+    finally:
+        q.close()
+
+
+def test_notify_off_sends_no_notification(pg_url: str) -> None:
+    consumer = Queue(pg_url, do_recover=False, do_vacuum=False)
+    producer = Queue(PostgresStore.open(pg_url, notify=False), do_recover=False, do_vacuum=False)
+    try:
+        hints = consumer._store.hints
+        hints.changed()
+        deadline = time.monotonic() + 5
+        while not hints.listening and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.01)
+        hints.changed()
+        before = hints.mark()
+        producer.put("quiet")
+        hints.wait(0.3)  # bounded: nothing is sent, so the wait runs out
+        assert hints.mark() == before
+        assert consumer.get(timeout=0).payload == "quiet"  # the job is there all the same
+    finally:
+        consumer.close()
+        producer.close()
