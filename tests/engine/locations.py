@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from queue_max_django.engine import Queue
+from queue_max_django.engine import AsyncQueue, Queue
 
 JSON_TAG = "$store_location"
 """How a ``StoreLocation`` is spelled in a child's JSON arguments."""
@@ -23,8 +23,14 @@ def _open_lmdb(where: str, options: dict[str, Any]) -> Queue:
     return Queue(where, **options)
 
 
+def _open_lmdb_async(where: str, options: dict[str, Any]) -> AsyncQueue:
+    return AsyncQueue(where, **options)
+
+
 OPENERS: dict[str, Callable[[str, dict[str, Any]], Queue]] = {"lmdb": _open_lmdb}
 """How each store kind opens a Queue on its location: (path or URL, Queue options) -> Queue."""
+ASYNC_OPENERS: dict[str, Callable[[str, dict[str, Any]], AsyncQueue]] = {"lmdb": _open_lmdb_async}
+"""How each store kind opens an AsyncQueue on its location: (path or URL, Queue options) -> AsyncQueue."""
 EXISTS: dict[str, Callable[[str], bool]] = {"lmdb": os.path.lexists}
 """Whether anything of a store of each kind was created at its location (the LMDB store: its directory)."""
 
@@ -42,12 +48,21 @@ class StoreLocation:
     def open_queue(self, **overrides: Any) -> Queue:
         """A Queue on this store with no background recovery or vacuum (the test decides when those run);
         the location's options, then ``overrides``, on top of that."""
+        opener = OPENERS.get(self.kind)
+        assert opener is not None, f"no store of kind {self.kind!r}"
+        return opener(self.where, self._options(overrides))
+
+    def open_async(self, **overrides: Any) -> AsyncQueue:
+        """An AsyncQueue on this store, with the same options as ``open_queue``."""
+        opener = ASYNC_OPENERS.get(self.kind)
+        assert opener is not None, f"no async opener for a store of kind {self.kind!r}"
+        return opener(self.where, self._options(overrides))
+
+    def _options(self, overrides: dict[str, Any]) -> dict[str, Any]:
         options: dict[str, Any] = {"do_recover": False, "do_vacuum": False}
         options |= dict(self.options)
         options |= overrides
-        opener = OPENERS.get(self.kind)
-        assert opener is not None, f"no store of kind {self.kind!r}"
-        return opener(self.where, options)
+        return options
 
     def exists(self) -> bool:
         """Whether anything of the store was created at this location (a refused Queue(...) creates
