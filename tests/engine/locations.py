@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,23 @@ ASYNC_OPENERS: dict[str, Callable[[str, dict[str, Any]], AsyncQueue]] = {"lmdb":
 """How each store kind opens an AsyncQueue on its location: (path or URL, Queue options) -> AsyncQueue."""
 EXISTS: dict[str, Callable[[str], bool]] = {"lmdb": os.path.lexists}
 """Whether anything of a store of each kind was created at its location (the LMDB store: its directory)."""
+
+
+def _lmdb_sibling(where: str, name: str) -> str:
+    return os.path.join(os.path.dirname(where), name)
+
+
+SIBLINGS: dict[str, Callable[[str, str], str]] = {"lmdb": _lmdb_sibling}
+"""Where another store of each kind goes, named ``name``, next to one at a location (the LMDB store: a
+directory beside its directory)."""
+
+
+def _remove_lmdb(where: str) -> None:
+    shutil.rmtree(where, ignore_errors=True)
+
+
+REMOVERS: dict[str, Callable[[str], None]] = {"lmdb": _remove_lmdb}
+"""How each store kind's store is removed, everything of it, once no queue has it open."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +86,15 @@ class StoreLocation:
         """Whether anything of the store was created at this location (a refused Queue(...) creates
         nothing)."""
         return EXISTS[self.kind](self.where)
+
+    def sibling(self, name: str) -> StoreLocation:
+        """Another store of the same kind and options, its own (new until opened), named ``name``: for a
+        test that needs a fresh store per example or round."""
+        return dataclasses.replace(self, where=SIBLINGS[self.kind](self.where, name))
+
+    def remove(self) -> None:
+        """Remove the store and everything in it (its queues closed first); nothing if there is none."""
+        REMOVERS[self.kind](self.where)
 
     def with_options(self, **options: Any) -> StoreLocation:
         """The same store, its openers passing ``options`` too."""
