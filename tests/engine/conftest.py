@@ -54,15 +54,6 @@ def dump_store(q: Queue) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
     return LmdbProbe(q).snapshot()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test marked ``lmdb`` runs on the LMDB store only: its other ``store_kind`` variants are left out."""
-    for item in list(items):
-        callspec = getattr(item, "callspec", None)
-        kind = callspec.params.get("store_kind") if callspec is not None else None
-        if kind not in (None, "lmdb") and item.get_closest_marker("lmdb"):
-            items.remove(item)
-
-
 @pytest.fixture(params=STORE_KINDS)
 def store_kind(request: pytest.FixtureRequest) -> str:
     """The kind of store a contract test runs on; each kind shows in the test's id (``[lmdb]``)."""

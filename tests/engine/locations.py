@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any
 
-from queue_max_django.engine import Queue
+from queue_max_django.engine import AsyncQueue, Queue
 
 JSON_TAG = "$store_location"
 """How a ``StoreLocation`` is spelled in a child's JSON arguments."""
@@ -23,10 +24,33 @@ def _open_lmdb(where: str, options: dict[str, Any]) -> Queue:
     return Queue(where, **options)
 
 
+def _open_lmdb_async(where: str, options: dict[str, Any]) -> AsyncQueue:
+    return AsyncQueue(where, **options)
+
+
 OPENERS: dict[str, Callable[[str, dict[str, Any]], Queue]] = {"lmdb": _open_lmdb}
 """How each store kind opens a Queue on its location: (path or URL, Queue options) -> Queue."""
+ASYNC_OPENERS: dict[str, Callable[[str, dict[str, Any]], AsyncQueue]] = {"lmdb": _open_lmdb_async}
+"""How each store kind opens an AsyncQueue on its location: (path or URL, Queue options) -> AsyncQueue."""
 EXISTS: dict[str, Callable[[str], bool]] = {"lmdb": os.path.lexists}
 """Whether anything of a store of each kind was created at its location (the LMDB store: its directory)."""
+
+
+def _lmdb_sibling(where: str, name: str) -> str:
+    return os.path.join(os.path.dirname(where), name)
+
+
+SIBLINGS: dict[str, Callable[[str, str], str]] = {"lmdb": _lmdb_sibling}
+"""Where another store of each kind goes, named ``name``, next to one at a location (the LMDB store: a
+directory beside its directory)."""
+
+
+def _remove_lmdb(where: str) -> None:
+    shutil.rmtree(where, ignore_errors=True)
+
+
+REMOVERS: dict[str, Callable[[str], None]] = {"lmdb": _remove_lmdb}
+"""How each store kind's store is removed, everything of it, once no queue has it open."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,17 +66,35 @@ class StoreLocation:
     def open_queue(self, **overrides: Any) -> Queue:
         """A Queue on this store with no background recovery or vacuum (the test decides when those run);
         the location's options, then ``overrides``, on top of that."""
+        opener = OPENERS.get(self.kind)
+        assert opener is not None, f"no store of kind {self.kind!r}"
+        return opener(self.where, self._options(overrides))
+
+    def open_async(self, **overrides: Any) -> AsyncQueue:
+        """An AsyncQueue on this store, with the same options as ``open_queue``."""
+        opener = ASYNC_OPENERS.get(self.kind)
+        assert opener is not None, f"no async opener for a store of kind {self.kind!r}"
+        return opener(self.where, self._options(overrides))
+
+    def _options(self, overrides: dict[str, Any]) -> dict[str, Any]:
         options: dict[str, Any] = {"do_recover": False, "do_vacuum": False}
         options |= dict(self.options)
         options |= overrides
-        opener = OPENERS.get(self.kind)
-        assert opener is not None, f"no store of kind {self.kind!r}"
-        return opener(self.where, options)
+        return options
 
     def exists(self) -> bool:
         """Whether anything of the store was created at this location (a refused Queue(...) creates
         nothing)."""
         return EXISTS[self.kind](self.where)
+
+    def sibling(self, name: str) -> StoreLocation:
+        """Another store of the same kind and options, its own (new until opened), named ``name``: for a
+        test that needs a fresh store per example or round."""
+        return dataclasses.replace(self, where=SIBLINGS[self.kind](self.where, name))
+
+    def remove(self) -> None:
+        """Remove the store and everything in it (its queues closed first); nothing if there is none."""
+        REMOVERS[self.kind](self.where)
 
     def with_options(self, **options: Any) -> StoreLocation:
         """The same store, its openers passing ``options`` too."""
