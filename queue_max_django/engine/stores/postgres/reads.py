@@ -13,7 +13,7 @@ from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
 from .upkeep import CORRUPTED
 
 if TYPE_CHECKING:
-    from .store import PostgresStore
+    from .sql import Statements
 
 # Each state is listed in the order its index keeps: pending in claim order, scheduled by ETA, done by
 # finish time, running and failed by id (as on LMDB). (table, columns, the sort key's columns, ascending
@@ -27,8 +27,8 @@ _LISTING: dict[State, tuple[str, str, tuple[str, ...], tuple[int, ...]]] = {
 }
 
 
-def job(store: PostgresStore, job_id: int) -> Job | None:
-    row = store._one(
+def job(store: Statements, job_id: int) -> Job | None:
+    row = store.one(
         f"SELECT {LIVE_AS_FINISHED} FROM qm_jobs WHERE id = %(id)s "
         f"UNION ALL SELECT {FINISHED} FROM qm_finished WHERE id = %(id)s",
         {"id": job_id},
@@ -37,7 +37,7 @@ def job(store: PostgresStore, job_id: int) -> Job | None:
 
 
 def list_jobs(
-    store: PostgresStore,
+    store: Statements,
     state: State,
     *,
     queue: str | None,
@@ -75,18 +75,18 @@ def list_jobs(
         for key, direction in zip(keys, directions, strict=True)
     )
     sql = f"SELECT {columns} FROM {table} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT %(limit)s"
-    return [as_job(row) for row in store._all(sql, params)]
+    return [as_job(row) for row in store.rows(sql, params)]
 
 
-def _position(store: PostgresStore, state: State, job_id: int) -> list[int] | None:
+def _position(store: Statements, state: State, job_id: int) -> list[int] | None:
     """Where ``job_id`` sorts in the listing of ``state``, from its row in whatever state it is now (None
     when that cannot be known: the row is gone, or has no such time)."""
     if state in (State.RUNNING, State.FAILED):
         return [job_id]  # listed by id: a job's id is its place, whether or not the job is still there
     if state is State.DONE:
-        row = store._one("SELECT finished_us FROM qm_finished WHERE id = %s", (job_id,))
+        row = store.one("SELECT finished_us FROM qm_finished WHERE id = %s", (job_id,))
         return None if row is None else [row[0], job_id]
-    row = store._one(
+    row = store.one(
         "SELECT priority, ready_us FROM qm_jobs WHERE id = %(id)s "
         "UNION ALL SELECT priority, NULL FROM qm_finished WHERE id = %(id)s",
         {"id": job_id},
@@ -101,11 +101,11 @@ VERIFY_BATCH = 1000
 _COUNTS = "SELECT state, sum(n)::bigint FROM qm_counts GROUP BY state"
 
 
-def counts(store: PostgresStore) -> dict[str, int]:
+def counts(store: Statements) -> dict[str, int]:
     """Jobs per state and ``total`` puts ever, from the counter rows: no scan of a job table."""
     out: dict[str, int] = {state.value: 0 for state in State}
     out["total"] = 0
-    for code, count in store._all(_COUNTS, None):
+    for code, count in store.rows(_COUNTS, None):
         if code == TOTAL:
             out["total"] = count
         elif 0 <= code < len(State):
@@ -113,9 +113,9 @@ def counts(store: PostgresStore) -> dict[str, int]:
     return out
 
 
-def queue_counts(store: PostgresStore) -> dict[str, dict[str, int]]:
+def queue_counts(store: Statements) -> dict[str, dict[str, int]]:
     """Per queue with live jobs: pending, scheduled and running, from the counter rows."""
-    rows = store._all(
+    rows = store.rows(
         f"SELECT queue, state, sum(n)::bigint FROM qm_counts "
         f"WHERE state IN ({PENDING}, {SCHEDULED}, {RUNNING}) GROUP BY queue, state HAVING sum(n) <> 0",
         None,
@@ -138,26 +138,26 @@ WHERE coalesce(a.n, 0) <> coalesce(k.n, 0)
 """
 
 
-def verify(store: PostgresStore) -> list[str]:
+def verify(store: Statements) -> list[str]:
     """Compare the counter rows with the jobs (a scan of both tables: for ``queue_check``, not a hot path),
     and check that every running job has a lease (also a CHECK constraint). -> problems found."""
     problems = []
-    for queue, code, actual, kept in store._all(_CHECK, None):
+    for queue, code, actual, kept in store.rows(_CHECK, None):
         state = list(State)[code].value
         problems.append(f"queue {queue!r}: {actual} {state} jobs, but the counters say {kept}")
-    leaseless = store._one(
-        f"SELECT count(*) FROM qm_jobs WHERE state = {RUNNING} AND lease_us IS NULL", None
-    )[0]
+    leaseless = store.one(f"SELECT count(*) FROM qm_jobs WHERE state = {RUNNING} AND lease_us IS NULL", None)[
+        0
+    ]
     if leaseless:
         problems.append(f"{leaseless} running jobs have no lease")
-    stray = store._one(f"SELECT count(*) FROM qm_finished WHERE state NOT IN ({DONE}, {FAILED})", None)[0]
+    stray = store.one(f"SELECT count(*) FROM qm_finished WHERE state NOT IN ({DONE}, {FAILED})", None)[0]
     if stray:
         problems.append(f"{stray} finished jobs are in a live state")
     problems.extend(_undecodable(store))
     return problems
 
 
-def _undecodable(store: PostgresStore) -> list[str]:
+def _undecodable(store: Statements) -> list[str]:
     """Every payload and result that does not decode (a scan, in batches of ``VERIFY_BATCH`` rows by id)."""
     problems: list[str] = []
     # A dead letter quarantined for its bytes (error type "Corrupted") keeps them on purpose: not a problem.
@@ -167,7 +167,7 @@ def _undecodable(store: PostgresStore) -> list[str]:
     ):
         after = 0
         while True:
-            rows = store._all(
+            rows = store.rows(
                 f"SELECT id, {columns} FROM {table} WHERE id > %s{known} ORDER BY id LIMIT {VERIFY_BATCH}",
                 (after,),
             )

@@ -5,6 +5,7 @@ jobs they count."""
 from __future__ import annotations
 
 import random
+from typing import Any, Protocol
 
 from .rows import HISTORY_MAX
 from .schema import COUNTER_SLOTS
@@ -41,3 +42,16 @@ def notify_if(condition: str) -> str:
 def appended(column: str, value: str) -> str:
     """``column`` (a text[] history) with ``value`` appended, keeping the last ``HISTORY_MAX``."""
     return f"({column} || {value}::text)[greatest(cardinality({column}) - {HISTORY_MAX - 2}, 1):]"
+
+
+class Statements(Protocol):
+    """What the store's upkeep and reads run their SQL through (the ``PostgresStore``): one statement on
+    this thread's connection (``one``: its first row; ``rows``: all of them), ``params`` with the counter
+    slot and the hint's parameters, the connections (``db``) for a transaction of several, the hints."""
+
+    db: Any
+    hints: Any
+
+    def one(self, sql: str, params: Any) -> Any: ...
+    def rows(self, sql: str, params: Any) -> list[Any]: ...
+    def params(self, **params: Any) -> dict[str, Any]: ...

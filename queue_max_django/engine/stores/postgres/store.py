@@ -251,7 +251,7 @@ class PostgresStore:
         self.control = PgControl(self.db, self.clock)
         self.locks = PgCoordination(self.db, self.clock)
 
-    def _params(self, **params: Any) -> dict[str, Any]:
+    def params(self, **params: Any) -> dict[str, Any]:
         params["slot"] = slot()
         params["channel"] = self.hints.channel
         params["notify"] = self.hints.sends
@@ -318,9 +318,10 @@ class PostgresStore:
             state = SCHEDULED if ready_us > now_us else PENDING
             if state == PENDING:
                 # FIFO outlives the clock stepping back, for this process's puts: a new job is never
-                # ready before the last one it put (across processes, the server's clock orders them).
-                ready_us = self._ready_floor = max(now_us, self._ready_floor + 1)
-            params = self._params(
+                # ready before the last one it put (the id breaks the tie; across processes, the server's
+                # clock orders them).
+                ready_us = self._ready_floor = max(now_us, self._ready_floor)
+            params = self.params(
                 payloads=payloads, count=len(payloads), state=state, queue=spec.queue, name=spec.name,
                 priority=spec.priority, ready=ready_us,
                 max_retries=spec.max_retries, now=now_us, timeout=spec.timeout,
@@ -334,14 +335,14 @@ class PostgresStore:
             ids.extend(new)
         return ids
 
-    def _one(self, sql: str, params: Any) -> Any:
+    def one(self, sql: str, params: Any) -> Any:
         """One statement in its own (implicit) transaction on this thread's connection: one round trip.
         -> its first row."""
         conn = self.db.connection()
         with self.db.guard(conn):
             return conn.execute(sql, params).fetchone()
 
-    def _all(self, sql: str, params: Any) -> list[Any]:
+    def rows(self, sql: str, params: Any) -> list[Any]:
         conn = self.db.connection()
         with self.db.guard(conn):
             rows: list[Any] = conn.execute(sql, params).fetchall()
@@ -351,7 +352,7 @@ class PostgresStore:
 
     def head(self, shard: int, now: float, queues: tuple[str, ...] | None) -> Head:
         sql = _variant(_HEAD, queues is not None)
-        priority, eta_us = self._one(sql, {"queues": None if queues is None else list(queues)})
+        priority, eta_us = self.one(sql, {"queues": None if queues is None else list(queues)})
         return Head(priority, None if eta_us is None else eta_us / 1_000_000)
 
     def claim(
@@ -367,7 +368,7 @@ class PostgresStore:
     ) -> ClaimOutcome:
         """Claim up to ``limit`` next jobs in ONE statement (``FOR UPDATE SKIP LOCKED``: consumers never
         wait for each other), none below ``min_priority``."""
-        params = self._params(queues=None if queues is None else list(queues), min_priority=min_priority,
+        params = self.params(queues=None if queues is None else list(queues), min_priority=min_priority,
                               limit=limit, now=micros(now), lease=micros(now + lease_time), token=token,
                               worker=worker)  # fmt: skip
         sql = _variant(_CLAIM, queues is not None, min_priority is not None)
@@ -377,7 +378,7 @@ class PostgresStore:
             # for one of lower priority: the caller's view of the ETAs may be stale), in the same round
             # trip: the two statements go out in one pipeline, each its own transaction, in order.
             with conn.pipeline():
-                promoting = conn.execute(upkeep.PROMOTE, self._params(now=params["now"], batch=upkeep.BATCH))
+                promoting = conn.execute(upkeep.PROMOTE, self.params(now=params["now"], batch=upkeep.BATCH))
                 claiming = conn.execute(sql, params)
             promoted = promoting.fetchone()[0]
             rows = claiming.fetchall()
@@ -403,7 +404,7 @@ class PostgresStore:
         if broken is not None:
             upkeep.quarantine(self, micros(now), *broken)
             for job_id in back:
-                self._one(_RELEASE, self._params(id=job_id, token=token))
+                self.one(_RELEASE, self.params(id=job_id, token=token))
             if back:
                 self.hints.local()
             if not claimed:
@@ -420,9 +421,9 @@ class PostgresStore:
         scheduled_too: bool,
     ) -> Claimed | None:
         states = [PENDING, SCHEDULED] if scheduled_too else [PENDING]
-        params = self._params(id=job_id, states=states, now=micros(now), lease=micros(now + lease_time),
+        params = self.params(id=job_id, states=states, now=micros(now), lease=micros(now + lease_time),
                               token=token, worker=worker)  # fmt: skip
-        row = self._one(_CLAIM_JOB, params)
+        row = self.one(_CLAIM_JOB, params)
         if row is None:
             return None
         try:
@@ -442,7 +443,7 @@ class PostgresStore:
         params = {"queues": None if queues is None else list(queues), "skip_queues": list(skip_queues),
                   "skip_names": list(skip_names)}  # fmt: skip
         sql = _variant(_ADMISSIBLE, queues is not None)
-        job_id, priority, ready_us, queue, name, eta_us = self._one(sql, params)
+        job_id, priority, ready_us, queue, name, eta_us = self.one(sql, params)
         eta = None if eta_us is None else eta_us / 1_000_000
         if job_id is None:
             return None, eta
@@ -455,7 +456,7 @@ class PostgresStore:
 
     def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> float:
         lease_us = micros(now + lease_time)
-        if self._one(_HEARTBEAT, (lease_us, job_id, token)) is None:
+        if self.one(_HEARTBEAT, (lease_us, job_id, token)) is None:
             raise self._not_held(job_id, token)
         return lease_us / 1_000_000
 
@@ -469,9 +470,9 @@ class PostgresStore:
     ) -> dict[int, str]:
         """(job id, token, result) done, in ONE statement. -> {job id: why} of those this token no longer
         held (the others are done)."""
-        params = self._params(ids=[item[0] for item in items], tokens=[item[1] for item in items],
+        params = self.params(ids=[item[0] for item in items], tokens=[item[1] for item in items],
                               results=[item[2] for item in items], now=micros(now))  # fmt: skip
-        done = self._one(_COMPLETE, params)[0]
+        done = self.one(_COMPLETE, params)[0]
         finished = set(done or ())
         return {
             job_id: str(self._not_held(job_id, token)) for job_id, token, _ in items if job_id not in finished
@@ -488,17 +489,17 @@ class PostgresStore:
     ) -> State:
         now_us = micros(now)
         message, error_type, traceback = error
-        params = self._params(id=job_id, token=token, now=now_us, error=message, error_type=error_type,
+        params = self.params(id=job_id, token=token, now=now_us, error=message, error_type=error_type,
                               traceback=traceback)  # fmt: skip
         if retry_at is None:
             state = State.FAILED
-            done = self._one(_DEAD, params)[0]
+            done = self.one(_DEAD, params)[0]
         else:
             retry_us = micros(retry_at)
             scheduled = retry_us > now_us
             state = State.SCHEDULED if scheduled else State.PENDING
             params.update(state=SCHEDULED if scheduled else PENDING, ready=retry_us if scheduled else now_us)
-            done = self._one(_RETRY, params)[0]
+            done = self.one(_RETRY, params)[0]
             if done is not None:
                 self.hints.local()
         if done is None:
@@ -506,15 +507,15 @@ class PostgresStore:
         return state
 
     def release(self, now: float, job_id: int, token: bytes) -> None:
-        if self._one(_RELEASE, self._params(id=job_id, token=token))[0] is None:
+        if self.one(_RELEASE, self.params(id=job_id, token=token))[0] is None:
             raise self._not_held(job_id, token)
         self.hints.local()
 
     def _not_held(self, job_id: int, token: bytes) -> QueueCorrupted:
         """Why ``token`` does not hold ``job_id`` (the LMDB store's words)."""
-        row = self._one("SELECT state, token FROM qm_jobs WHERE id = %s", (job_id,))
+        row = self.one("SELECT state, token FROM qm_jobs WHERE id = %s", (job_id,))
         if row is None:
-            row = self._one("SELECT state, NULL::bytea FROM qm_finished WHERE id = %s", (job_id,))
+            row = self.one("SELECT state, NULL::bytea FROM qm_finished WHERE id = %s", (job_id,))
         if row is None:
             return QueueCorrupted(f"job {job_id} no longer exists (vacuumed, purged or cancelled)")
         if row[0] != RUNNING:

@@ -15,7 +15,7 @@ from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED
 from .sql import appended, notify_if, tally
 
 if TYPE_CHECKING:
-    from .store import PostgresStore
+    from .sql import Statements
 
 BATCH = 1000
 LEASE_EXPIRED = "LeaseExpired"
@@ -48,12 +48,12 @@ SELECT (SELECT count(*) FROM upd), {notify_if("EXISTS (SELECT 1 FROM upd)")}
 """
 
 
-def promote_due(store: PostgresStore, now: float) -> int:
+def promote_due(store: Statements, now: float) -> int:
     """Scheduled jobs whose ETA passed become pending, FIFO by the time they became due (their ready time
     is their ETA). -> how many."""
     total = 0
     while True:
-        moved: int = store._one(PROMOTE, store._params(now=micros(now), batch=BATCH))[0]
+        moved: int = store.one(PROMOTE, store.params(now=micros(now), batch=BATCH))[0]
         total += moved
         if moved:
             store.hints.local()
@@ -90,7 +90,7 @@ SELECT count(*) FROM ins
 """
 
 
-def recover_expired(store: PostgresStore, now: float) -> list[Recovered]:
+def recover_expired(store: Statements, now: float) -> list[Recovered]:
     """Running jobs whose lease expired at or before ``now`` count a failed attempt and go back to pending
     at once, or to the dead letters once out of retries; a job claimed in a batch goes back uncharged, at
     its place. Every one is claimed alone next time. One transaction per batch."""
@@ -111,7 +111,7 @@ def recover_expired(store: PostgresStore, now: float) -> list[Recovered]:
                     back.append(job_id)
                     charged.append(job_id)
                     recovered.append(Recovered(job_id, queue, name, State.PENDING))
-            params = store._params(now=now_us, error=_LEASE_ERROR, error_type=LEASE_EXPIRED, traceback=None)
+            params = store.params(now=now_us, error=_LEASE_ERROR, error_type=LEASE_EXPIRED, traceback=None)
             if dead:
                 conn.execute(_RECOVER_DEAD, params | {"ids": dead})
             if back:
@@ -137,7 +137,7 @@ DELETE FROM qm_unique u USING old WHERE u.key = old.key
 """
 
 
-def vacuum(store: PostgresStore, now: float, cutoff: float, unique_ttl: float) -> int:
+def vacuum(store: Statements, now: float, cutoff: float, unique_ttl: float) -> int:
     """Delete done jobs finished at or before ``cutoff``, and unique keys used more than ``max(unique_ttl,
     UNIQUE_KEY_MIN_TTL)`` ago, a batch per statement. -> how many jobs."""
     forget = {"cutoff": micros(now - max(unique_ttl, UNIQUE_KEY_MIN_TTL)), "batch": BATCH}
@@ -148,7 +148,7 @@ def vacuum(store: PostgresStore, now: float, cutoff: float, unique_ttl: float) -
                 break
     total = 0
     while True:
-        removed: int = store._one(_VACUUM, store._params(cutoff=micros(cutoff), batch=BATCH))[0]
+        removed: int = store.one(_VACUUM, store.params(cutoff=micros(cutoff), batch=BATCH))[0]
         total += removed
         if removed < BATCH:
             return total
@@ -168,15 +168,15 @@ SELECT count(*) FROM gone
 """
 
 
-def purge(store: PostgresStore, state: State, cutoff: float | None) -> int:
+def purge(store: Statements, state: State, cutoff: float | None) -> int:
     """Delete the jobs in ``state`` (only those older than ``cutoff`` if given: by finish time for done and
     failed, by enqueue time otherwise), a batch per statement. -> how many. Running jobs are skipped while
     a holder's statement has them locked."""
     sql = _purge_sql(state)
     total = 0
     while True:
-        params = store._params(cutoff=None if cutoff is None else micros(cutoff), batch=BATCH)
-        removed: int = store._one(sql, params)[0]
+        params = store.params(cutoff=None if cutoff is None else micros(cutoff), batch=BATCH)
+        removed: int = store.one(sql, params)[0]
         total += removed
         if removed < BATCH:
             return total
@@ -195,16 +195,16 @@ SELECT (SELECT id FROM ins), {notify_if("EXISTS (SELECT 1 FROM ins)")}
 """
 
 
-def requeue(store: PostgresStore, now: float, job_id: int) -> bool:
+def requeue(store: Statements, now: float, job_id: int) -> bool:
     """A dead letter back to pending, its retries reset, at the back of its queue. False if the job is not
     a dead letter (or gone)."""
-    if store._one(_REQUEUE, store._params(id=job_id, now=micros(now)))[0] is None:
+    if store.one(_REQUEUE, store.params(id=job_id, now=micros(now)))[0] is None:
         return False
     store.hints.local()
     return True
 
 
-def delete(store: PostgresStore, job_id: int, states: tuple[State, ...] | None) -> bool:
+def delete(store: Statements, job_id: int, states: tuple[State, ...] | None) -> bool:
     """Delete the job if it is in one of ``states`` (None: any but running). False otherwise (or gone)."""
     codes = [
         STATE_CODE[state] for state in (states or (State.PENDING, State.SCHEDULED, State.DONE, State.FAILED))
@@ -217,7 +217,7 @@ gone AS (SELECT * FROM a UNION ALL SELECT * FROM b),
 {tally(("gone", "state", -1))}
 SELECT count(*) FROM gone
 """
-    return bool(store._one(sql, store._params(id=job_id, states=codes))[0])
+    return bool(store.one(sql, store.params(id=job_id, states=codes))[0])
 
 
 _QUARANTINE = f"""
@@ -229,10 +229,10 @@ SELECT count(*) FROM ins
 """
 
 
-def quarantine(store: PostgresStore, now_us: int, job_id: int, reason: str) -> None:
+def quarantine(store: Statements, now_us: int, job_id: int, reason: str) -> None:
     """A live job whose payload does not decode becomes a dead letter that says why (error type
     ``Corrupted``), whatever its state: nothing is left to run."""
     error = f"corrupted: {reason}"
-    store._one(
-        _QUARANTINE, store._params(id=job_id, now=now_us, error=error, error_type=CORRUPTED, traceback=None)
+    store.one(
+        _QUARANTINE, store.params(id=job_id, now=now_us, error=error, error_type=CORRUPTED, traceback=None)
     )
