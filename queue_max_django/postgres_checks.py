@@ -86,7 +86,7 @@ def _alias_problems(alias: str, *, psycopg_missing: bool) -> list[Problem]:
             Problem(
                 f"{PREFIX}.E022",
                 f"{where} cannot be used by the PostgreSQL store: its connection parameters are refused "
-                f"({exc}).",
+                f"({str(exc).strip()}).",
                 f"Remove or correct that key of DATABASES[{alias!r}]['OPTIONS']: the store passes NAME, "
                 f"USER, PASSWORD, HOST, PORT and the OPTIONS libpq knows to its own connections.",
             )
