@@ -119,7 +119,7 @@ class Worker:
     """A ``manage.py queue_worker`` subprocess on the PostgreSQL store at ``url`` (its QUEUE_MAX names the
     database by URL: ``tests/django/pg_worker_settings.py``)."""
 
-    def __init__(self, url: str, log: Path, *args: str, **env: str) -> None:
+    def __init__(self, url: str, log: Path, *args: str, scheduler: bool = False, **env: str) -> None:
         self.log = log
         environment = {
             **os.environ,
@@ -130,7 +130,14 @@ class Worker:
         }
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "django", "queue_worker", "--no-scheduler", *args],
+                [
+                    sys.executable,
+                    "-m",
+                    "django",
+                    "queue_worker",
+                    *([] if scheduler else ["--no-scheduler"]),
+                    *args,
+                ],
                 cwd=ROOT,
                 env=environment,
                 stdout=out,
@@ -159,12 +166,12 @@ class Worker:
 
 @pytest.fixture
 def start_worker(tmp_path: Path) -> Iterator[Callable[..., Worker]]:
-    """``start_worker(url, *args)``: a running ``queue_worker`` on the store at ``url``; killed at the end
-    whatever the test did."""
+    """``start_worker(url, *args, scheduler=False, **env)``: a running ``queue_worker`` on the store at
+    ``url`` (with ``--no-scheduler`` unless ``scheduler``); killed at the end whatever the test did."""
     started: list[Worker] = []
 
-    def start(url: str, *args: str, **env: str) -> Worker:
-        worker = Worker(url, tmp_path / f"worker-{len(started)}.log", *args, **env)
+    def start(url: str, *args: str, scheduler: bool = False, **env: str) -> Worker:
+        worker = Worker(url, tmp_path / f"worker-{len(started)}.log", *args, scheduler=scheduler, **env)
         started.append(worker)
         return worker
 
