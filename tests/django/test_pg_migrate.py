@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +21,7 @@ from django.test import override_settings
 from queue_max_django.engine.stores.postgres import schema
 from tests.pgserver import connect, drop_database, fresh_database
 
-from .pgdjango import ALIAS, Configure, alias_settings, database_alias, sql
+from .pgdjango import ALIAS, ROOT, Configure, alias_settings, database_alias, sql
 from .pgdjango import pg_alias as pg_alias
 from .pgdjango import pg_store as pg_store
 
@@ -115,3 +117,32 @@ def test_the_migration_needs_no_psycopg_for_the_lmdb_store(tmp_path: Path) -> No
         fresh.Migration.operations[0].reverse_code(None, _editor("default"))
         create(None, _editor("default"))
         drop(None, _editor("default"))
+
+
+def test_the_lmdb_store_never_imports_psycopg(tmp_path: Path) -> None:
+    """An LMDB project runs its checks, migrations, enqueues and commands without psycopg installed."""
+    code = f"""
+import sys
+sys.modules["psycopg"] = None  # `import psycopg` raises ImportError
+import django
+from django.conf import settings
+django.setup()
+settings.QUEUE_MAX = {{"DATA_DIR": {str(tmp_path / "store")!r}}}
+from django.core.management import call_command
+from queue_max_django.checks import check_settings
+assert check_settings() == [], check_settings()
+call_command("migrate", verbosity=0)
+from tests.testapp.tasks import add
+add.delay(1, 2)
+call_command("queue_check", verbosity=0)
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr

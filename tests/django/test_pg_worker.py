@@ -73,3 +73,13 @@ def test_jobs_put_elsewhere_run_and_nothing_is_left_running(
         assert queue.verify() == []
     assert worker.stop() == 0, worker.output()
     assert sql(pg_url, "SELECT count(*) FROM qm_jobs") == [(0,)]
+
+
+def test_a_worker_on_a_database_without_the_tables_names_migrate(
+    pg_url: str, start_worker: Callable[..., Worker]
+) -> None:
+    sql(pg_url, "DROP TABLE qm_meta")  # as good as no tables: the schema version is gone
+    worker = start_worker(pg_url, "--processes", "1")
+    assert worker.proc.wait(60) == 1
+    assert "queue_max_django.E023" in worker.output() and "Run `manage.py migrate`" in worker.output()
+    assert store_connections(pg_url) == 0
