@@ -361,27 +361,25 @@ class PgServer:
         return self._relations_cache
 
     def close(self) -> None:
-        """The end of the session: drop what this session made (or stop its cluster)."""
-        if self.cluster is not None:
+        """The end of the session: drop what this session made, or stop its cluster (a child process of a
+        session only closes its connection: the session owns the databases)."""
+        if self.owner and self.cluster is None:
             with contextlib.suppress(Exception):
-                if self._admin is not None:
-                    self._admin.close()
+                admin = self.admin()
+                names = [
+                    row[0]
+                    for row in admin.execute(
+                        "SELECT datname FROM pg_database WHERE datname LIKE %s ORDER BY datname = %s",
+                        (f"qm\\_{self.tag}\\_%", self.template),
+                    )
+                ]
+                for name in names:  # the template last
+                    admin.execute(f"DROP DATABASE IF EXISTS {_ident(name)} WITH (FORCE)")
+        if self._admin is not None:
+            with contextlib.suppress(Exception):
+                self._admin.close()
+        if self.cluster is not None:
             self.cluster.stop()
-            return
-        if not self.owner:
-            return
-        with contextlib.suppress(Exception):
-            admin = self.admin()
-            names = [
-                row[0]
-                for row in admin.execute(
-                    "SELECT datname FROM pg_database WHERE datname LIKE %s ORDER BY datname = %s",
-                    (f"qm\\_{self.tag}\\_%", self.template),
-                )
-            ]
-            for name in names:  # the template last
-                admin.execute(f"DROP DATABASE IF EXISTS {_ident(name)} WITH (FORCE)")
-            admin.close()
 
 
 def _relations(conn: Any) -> frozenset[tuple[str, str]]:

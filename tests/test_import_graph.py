@@ -365,16 +365,16 @@ def test_the_rest_of_the_engine_does_not_reach_into_the_lmdb_store() -> None:
     )
 
 
-def test_a_shards_upkeep_and_reads_stand_apart() -> None:
-    """``upkeep.py`` and ``reads.py`` share the in-transaction helpers (``access.py``, ``quarantine.py``)
-    and import neither each other nor ``shard.py``, which delegates to them."""
-    parts = [f"{LMDB_STORE}.{name}" for name in ("upkeep", "reads", "shard")]
+def test_a_shards_upkeep_reads_and_management_stand_apart() -> None:
+    """``upkeep.py``, ``reads.py`` and ``manage.py`` share the in-transaction helpers (``access.py``,
+    ``quarantine.py``) and import neither each other nor ``shard.py``, which delegates to them."""
+    parts = [f"{LMDB_STORE}.{name}" for name in ("upkeep", "reads", "manage", "shard")]
     wrong = [
         str(edge)
         for edge in GRAPH.edges
-        if edge.source in parts[:2] and edge.target in parts and edge.target != edge.source
+        if edge.source in parts[:3] and edge.target in parts and edge.target != edge.source
     ]
     assert wrong == [], "\n".join(wrong)
-    assert {(f"{LMDB_STORE}.shard", part) for part in parts[:2]} <= {
+    assert {(f"{LMDB_STORE}.shard", part) for part in parts[:3]} <= {
         (e.source, e.target) for e in GRAPH.edges
     }

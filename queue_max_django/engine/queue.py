@@ -1,28 +1,25 @@
-"""``Queue``: validation, routing across shards, waiting, completing records, and the background maintenance.
+"""``Queue``: validation, waiting, completing records, and the background maintenance.
 
 The Queue talks to one object, its store (``stores/base.py``; the LMDB store is ``stores/lmdb/``), and every
-state change is one store operation (one transaction). This module owns policy: validation, which shard a
-job goes to, backoff decisions, events, the clock, the waits, and the maintenance schedule
-(maintenance.py). Which shard a consumer claims from is the ``Claimer``'s (claiming.py); rate limits and
-breakers are the ``Flow`` member's (flow.py). A ``Record`` (record.py) ends its job through the Queue that
-claimed it (the ``RecordOwner`` methods ``_ack``, ``_nack``, ``_release``, ``_touch``).
+state change is one store operation (one transaction). This module owns policy: validation, backoff
+decisions, events, the clock, the waits, and the maintenance schedule (maintenance.py). Writing a put (its
+payloads, its shard, its parts, the enqueue events and alert) is the ``Putter``'s (putting.py); which shard
+a consumer claims from is the ``Claimer``'s (claiming.py); rate limits and breakers are the ``Flow``
+member's (flow.py). A ``Record`` (record.py) ends its job through the Queue that claimed it (the
+``RecordOwner`` methods ``_ack``, ``_nack``, ``_release``, ``_touch``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import itertools
 import logging
 import os
 import random
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
-
-import msgpack
 
 from . import codec
 from .claiming import Claimer
@@ -32,21 +29,20 @@ from .errors import (
     QueueEmpty,
     UnknownQueue,
 )
-from .events import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
+from .events import JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .flow import Flow
 from .forks import fork_generation
 from .job import MAX_SHARDS, Job, State
-from .jobspec import JobSpec
 from .maintenance import Maintenance, Round
 from .options import PutOptions
+from .putting import Putter
 from .ratelimit import Rate
 from .record import Record
 from .retry import decide
 from .stores.base import Store
 from .stores.opening import DEFAULT_MAP_SIZE, open_store
-from .stores.types import Claimed, LockHolder, NewJobs, WorkerInfo, id_bytes
+from .stores.types import Claimed, LockHolder, WorkerInfo
 from .validate import (
-    MAX_NAME,
     MAX_SECONDS,
     check_filter,
     check_number,
@@ -112,7 +108,6 @@ class Queue:
         self.alert_threshold = alert_threshold
         self.worker_id = worker_id  # recorded in each job this Queue claims (Job.worker_ids)
         self.events = Events()  # callbacks: see events.py; the Django layer turns them into signals
-        self._alert_quiet_until = 0.0
         self._rng = rng or random.Random()
         self._rounds: list[Round] = [(float(sync_interval), self._upkeep)]  # the background thread's
         if do_recover:
@@ -127,7 +122,7 @@ class Queue:
         self.shard_count = self._store.shards
         self._lock = threading.Lock()
         self._closed = False
-        self._rotation = itertools.count(self._rng.randrange(self.shard_count))
+        self._putter = Putter(self, self._rng.randrange(self.shard_count))
         self._maintenance: Maintenance | None = None
         self._put_options = PutOptions(self.queues, self.max_retries)
         self._started()
@@ -178,15 +173,7 @@ class Queue:
     def __repr__(self) -> str:
         return f"<Queue {self.path!r} shards={self.shard_count}{' closed' if self._closed else ''}>"
 
-    # ------------------------------------------------------------------ put
-
-    def _pack_payload(self, payload: Any) -> bytes:
-        return codec.pack_value(payload, what="payload", limit=self.max_payload_bytes)
-
-    def _route(self, partition_key: Any) -> int:
-        if partition_key is None:
-            return next(self._rotation) % self.shard_count
-        return zlib.crc32(msgpack.packb(partition_key, use_bin_type=True)) % self.shard_count
+    # ------------------------------------------------------------------ put (putting.py)
 
     def put(
         self,
@@ -214,28 +201,13 @@ class Queue:
             priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
-        unique = None
-        if unique_key is not None:
-            unique = id_bytes("unique_key", unique_key, MAX_NAME)
-            if partition_key is not None:  # the key must route the job, or another shard would not know it
-                raise InvalidJob("give unique_key or partition_key, not both")
-            partition_key = unique_key  # one key, one shard: the check and the write meet there
-        packed = self._pack_payload(payload)
-        unique_hit = False
-        if self.sync:
-            # Durable puts without a key join a batch already forming on some shard, if any (the store
-            # picks): an fsync shared by more puts is the whole point of group commit.
-            job = NewJobs((packed,), spec, unique)
-            shard = None if partition_key is None else self._route(partition_key)
-            job_id, unique_hit = store.enqueue(now, shard, [job], True)[0], job.unique_hit
-        elif unique is None:
-            job_id = store.put_one(now, self._route(partition_key), packed, spec)
-        else:
-            job = NewJobs((packed,), spec, unique)
-            job_id = store.enqueue(now, self._route(partition_key), [job], False)[0]
-            unique_hit = job.unique_hit
-        if self._watching and not unique_hit:
-            self._after_put([job_id], queue, name)
+        putter = self._putter
+        if unique_key is not None or self.sync:
+            return putter.put_one(store, now, payload, spec, unique_key, partition_key)
+        packed = putter.pack(payload)  # the common case: one job straight to its shard
+        job_id = store.put_one(now, putter.route(partition_key), packed, spec)
+        if putter.watching:
+            putter.announce([job_id], queue, name)
         return job_id
 
     def put_many(
@@ -256,21 +228,8 @@ class Queue:
             priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
-        return self._put_batch(self._route(partition_key), payloads, spec)
-
-    def _put_batch(self, shard: int, payloads: Iterable[Any], spec: JobSpec) -> list[int]:
-        packed = codec.pack_values(payloads, what="payload", limit=self.max_payload_bytes)
-        return self._write_batch(shard, packed, spec)
-
-    def _write_batch(self, shard: int, packed: list[bytes], spec: JobSpec) -> list[int]:
-        """Store packed payloads in one shard, in one transaction. -> their ids."""
-        store = self._live()
-        if not packed:
-            return []
-        ids = store.enqueue(self._clock(), shard, [NewJobs(packed, spec)], self.sync)
-        if self._watching:
-            self._after_put(ids, spec.queue, spec.name)
-        return ids
+        putter = self._putter
+        return putter.put_many(putter.route(partition_key), payloads, spec)
 
     def put_parts(
         self,
@@ -297,22 +256,14 @@ class Queue:
             priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
-        packed = codec.pack_values(payloads, what="payload", limit=self.max_payload_bytes)
-        count = self.shard_count
-        size = part_size or max(1, -(-len(packed) // count))
-        first = self._route(partition_key)
-        step = 0 if partition_key is not None else 1
-        ids: list[int] = []
-        for part, start in enumerate(range(0, len(packed), size)):
-            ids += self._write_batch((first + part * step) % count, packed[start : start + size], spec)
-        return ids
+        return self._putter.put_parts(payloads, spec, part_size, partition_key)
 
     def put_many_to_shard(self, shard: int, payloads: Iterable[Any], **options: Any) -> list[int]:
         """``put_many`` into one given shard (``.map`` spreads a batch over the shards with this)."""
         if type(shard) is not int or not 0 <= shard < self.shard_count:
             raise InvalidJob(f"shard must be from 0 to {self.shard_count - 1}, not {shard!r}")
         checked = self._put_options.check(now=self._clock(), **put_defaults(options))
-        return self._put_batch(shard, payloads, checked)
+        return self._putter.put_many(shard, payloads, checked)
 
     # ------------------------------------------------------------------ get
 
@@ -486,30 +437,6 @@ class Queue:
     def _hint_watch(self) -> int | None:
         """A descriptor that becomes readable when the store hints consumers (``AsyncQueue``), or None."""
         return self._live().hints.watch()
-
-    @property
-    def _watching(self) -> bool:
-        """Does anyone listen for puts (an enqueue listener, or an alert threshold with a listener)?"""
-        events = self.events
-        return events.listening(JOB_ENQUEUED) or (
-            self.alert_threshold is not None and events.listening(ALERT)
-        )
-
-    def _after_put(self, ids: list[int], queue: str, name: str | None) -> None:
-        events = self.events
-        if events.listening(JOB_ENQUEUED):
-            for job_id in ids:
-                events.emit(JOB_ENQUEUED, job_id=job_id, queue=queue, name=name)
-        threshold = self.alert_threshold
-        if threshold is not None and events.listening(ALERT) and time.monotonic() >= self._alert_quiet_until:
-            pending = self._pending_count()
-            if pending > threshold:
-                self._alert_quiet_until = time.monotonic() + 1.0  # at most one alert a second
-                events.emit(ALERT, type="pending", pending=pending, threshold=threshold)
-
-    def _pending_count(self) -> int:
-        """Pending jobs in the whole store (the store keeps this cheap: see its ``pending_count``)."""
-        return self._live().pending_count()
 
     def _emit_failure(self, job_id: int, queue: str, name: str | None, state: State, error: str) -> None:
         event = JOB_FAILED if state is State.FAILED else JOB_RETRIED

@@ -21,6 +21,8 @@ from tests.engine.test_compact import compact_and_pause, hold_open
 
 Configure = Callable[..., override_settings]
 
+pytestmark = pytest.mark.lmdb  # offline compaction of the LMDB store's files
+
 
 def call(*argv: str) -> str:
     out, err = io.StringIO(), io.StringIO()

@@ -10,11 +10,14 @@ import pytest
 
 from queue_max_django.engine import Queue
 from tests.engine.locations import StoreLocation
+from tests.engine.pgprobe import PgProbe
 from tests.engine.probes import PROBES, LmdbProbe, StoreProbe
 from tests.engine.procs import Children
 
-STORE_KINDS = ["lmdb"]
-"""The stores the contract tests run on (``store_kind``); PostgreSQL joins when its store exists."""
+STORE_KINDS = ["lmdb", "postgres"]
+"""The stores the contract tests run on (``store_kind``): the PostgreSQL store's tests take a database of
+the test session's server (tests/pgserver.py), and skip (or, under CI, fail) where there is none."""
+PROBES["postgres"] = PgProbe
 
 
 class FakeClock:
@@ -54,15 +57,6 @@ def dump_store(q: Queue) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
     return LmdbProbe(q).snapshot()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test marked ``lmdb`` runs on the LMDB store only: its other ``store_kind`` variants are left out."""
-    for item in list(items):
-        callspec = getattr(item, "callspec", None)
-        kind = callspec.params.get("store_kind") if callspec is not None else None
-        if kind not in (None, "lmdb") and item.get_closest_marker("lmdb"):
-            items.remove(item)
-
-
 @pytest.fixture(params=STORE_KINDS)
 def store_kind(request: pytest.FixtureRequest) -> str:
     """The kind of store a contract test runs on; each kind shows in the test's id (``[lmdb]``)."""
@@ -70,10 +64,13 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def location(store_kind: str, store_path: Path) -> StoreLocation:
+def location(store_kind: str, store_path: Path, request: pytest.FixtureRequest) -> StoreLocation:
     """This test's store as a value a child process can be handed (``procs.py``): each child opens its own
-    Queue on it with ``location.open_queue(**options)`` (no background threads, the wall clock)."""
+    Queue on it with ``location.open_queue(**options)`` (no background threads, the wall clock). LMDB: a
+    directory of the test's; PostgreSQL: the test's empty database (``pg_url``)."""
     assert store_kind in STORE_KINDS, store_kind
+    if store_kind == "postgres":
+        return StoreLocation(store_kind, str(request.getfixturevalue("pg_url")))
     return StoreLocation(store_kind, str(store_path))
 
 

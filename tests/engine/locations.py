@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any
 
-from queue_max_django.engine import Queue
+from queue_max_django.engine import AsyncQueue, Queue
+from tests import pgserver
 
 JSON_TAG = "$store_location"
 """How a ``StoreLocation`` is spelled in a child's JSON arguments."""
@@ -23,10 +25,73 @@ def _open_lmdb(where: str, options: dict[str, Any]) -> Queue:
     return Queue(where, **options)
 
 
-OPENERS: dict[str, Callable[[str, dict[str, Any]], Queue]] = {"lmdb": _open_lmdb}
+def _open_lmdb_async(where: str, options: dict[str, Any]) -> AsyncQueue:
+    return AsyncQueue(where, **options)
+
+
+# The options that shape an LMDB store (how many shards, its map, its write mode): a contract test gives them
+# for the LMDB store, and the PostgreSQL store, which has one shard and no map, is opened without them (a
+# Queue refuses them with a URL, as it should a user's mistake).
+_LMDB_SHAPE = ("shards", "map_size", "map_size_max", "writemap")
+
+
+def _open_pg(where: str, options: dict[str, Any]) -> Queue:
+    return Queue(where, **{name: value for name, value in options.items() if name not in _LMDB_SHAPE})
+
+
+def _open_pg_async(where: str, options: dict[str, Any]) -> AsyncQueue:
+    return AsyncQueue(where, **{name: value for name, value in options.items() if name not in _LMDB_SHAPE})
+
+
+OPENERS: dict[str, Callable[[str, dict[str, Any]], Queue]] = {"lmdb": _open_lmdb, "postgres": _open_pg}
 """How each store kind opens a Queue on its location: (path or URL, Queue options) -> Queue."""
-EXISTS: dict[str, Callable[[str], bool]] = {"lmdb": os.path.lexists}
-"""Whether anything of a store of each kind was created at its location (the LMDB store: its directory)."""
+ASYNC_OPENERS: dict[str, Callable[[str, dict[str, Any]], AsyncQueue]] = {
+    "lmdb": _open_lmdb_async,
+    "postgres": _open_pg_async,
+}
+"""How each store kind opens an AsyncQueue on its location: (path or URL, Queue options) -> AsyncQueue."""
+
+# What of a PostgreSQL store holds anything written (the tables themselves are there before any Queue).
+_PG_WRITTEN = ("qm_jobs", "qm_finished", "qm_unique", "qm_limits", "qm_breakers", "qm_locks", "qm_workers")
+
+
+def _pg_exists(where: str) -> bool:
+    with pgserver.connect(where) as conn:
+        return any(
+            conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0] for table in _PG_WRITTEN
+        )
+
+
+EXISTS: dict[str, Callable[[str], bool]] = {"lmdb": os.path.lexists, "postgres": _pg_exists}
+"""Whether anything of a store of each kind was created at its location (the LMDB store: its directory;
+the PostgreSQL store: any row of its jobs, keys, limits, locks or workers)."""
+
+
+def _lmdb_sibling(where: str, name: str) -> str:
+    return os.path.join(os.path.dirname(where), name)
+
+
+def _pg_sibling(where: str, name: str) -> str:
+    return pgserver.fresh_database()  # a database of its own, from the template: dropped with the session
+
+
+SIBLINGS: dict[str, Callable[[str, str], str]] = {"lmdb": _lmdb_sibling, "postgres": _pg_sibling}
+"""Where another store of each kind goes, named ``name``, next to one at a location (the LMDB store: a
+directory beside its directory; the PostgreSQL store: a new database)."""
+
+
+def _remove_lmdb(where: str) -> None:
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def _remove_pg(where: str) -> None:
+    """Every row of the store (its tables stay: they are the empty store a new Queue opens)."""
+    with pgserver.connect(where) as conn:
+        conn.execute("DELETE FROM " + "; DELETE FROM ".join((*_PG_WRITTEN, "qm_counts")))
+
+
+REMOVERS: dict[str, Callable[[str], None]] = {"lmdb": _remove_lmdb, "postgres": _remove_pg}
+"""How each store kind's store is removed, everything of it, once no queue has it open."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,17 +107,35 @@ class StoreLocation:
     def open_queue(self, **overrides: Any) -> Queue:
         """A Queue on this store with no background recovery or vacuum (the test decides when those run);
         the location's options, then ``overrides``, on top of that."""
+        opener = OPENERS.get(self.kind)
+        assert opener is not None, f"no store of kind {self.kind!r}"
+        return opener(self.where, self._options(overrides))
+
+    def open_async(self, **overrides: Any) -> AsyncQueue:
+        """An AsyncQueue on this store, with the same options as ``open_queue``."""
+        opener = ASYNC_OPENERS.get(self.kind)
+        assert opener is not None, f"no async opener for a store of kind {self.kind!r}"
+        return opener(self.where, self._options(overrides))
+
+    def _options(self, overrides: dict[str, Any]) -> dict[str, Any]:
         options: dict[str, Any] = {"do_recover": False, "do_vacuum": False}
         options |= dict(self.options)
         options |= overrides
-        opener = OPENERS.get(self.kind)
-        assert opener is not None, f"no store of kind {self.kind!r}"
-        return opener(self.where, options)
+        return options
 
     def exists(self) -> bool:
         """Whether anything of the store was created at this location (a refused Queue(...) creates
         nothing)."""
         return EXISTS[self.kind](self.where)
+
+    def sibling(self, name: str) -> StoreLocation:
+        """Another store of the same kind and options, its own (new until opened), named ``name``: for a
+        test that needs a fresh store per example or round."""
+        return dataclasses.replace(self, where=SIBLINGS[self.kind](self.where, name))
+
+    def remove(self) -> None:
+        """Remove the store and everything in it (its queues closed first); nothing if there is none."""
+        REMOVERS[self.kind](self.where)
 
     def with_options(self, **options: Any) -> StoreLocation:
         """The same store, its openers passing ``options`` too."""

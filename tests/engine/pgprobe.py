@@ -9,6 +9,7 @@ constraint makes impossible (a lost lease, a stray entry, a half-written record)
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 
 import msgpack
@@ -16,6 +17,7 @@ import pytest
 
 from queue_max_django.engine import Queue, State
 from queue_max_django.engine.job import STATES
+from tests import pgserver
 from tests.engine.probes import Stored, Where
 
 _LIVE = "qm_jobs"
@@ -30,10 +32,17 @@ class PgProbe:
     kind = "postgres"
 
     def __init__(self, queue: Queue) -> None:
-        import psycopg
-
         self.queue = queue
-        self.conn = psycopg.connect(queue._store.url, autocommit=True)  # type: ignore[attr-defined]
+        self.url: str = queue._store.url  # type: ignore[attr-defined]
+        self._conn: Any = None
+
+    @property
+    def conn(self) -> Any:
+        """A connection of the probe's own, opened on first use and closed with the probe."""
+        if self._conn is None:
+            self._conn = pgserver.connect(self.url)
+            weakref.finalize(self, self._conn.close)
+        return self._conn
 
     def _row(self, job_id: int) -> tuple[str, dict[str, Any]] | None:
         for table in (_LIVE, _FINISHED):

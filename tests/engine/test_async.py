@@ -8,27 +8,31 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from queue_max_django.engine import AsyncQueue, Queue, QueueClosed, QueueEmpty, State
 from tests.engine.conftest import FakeClock
+from tests.engine.locations import StoreLocation
+
+MakeQueue = Callable[..., Queue]
 
 
-def open_async(path: Path, clock: FakeClock, **options: Any) -> AsyncQueue:
-    defaults: dict[str, Any] = {"clock": clock, "do_recover": False, "do_vacuum": False, "retry_backoff": 0}
-    return AsyncQueue(path, **(defaults | options))
+def open_async(location: StoreLocation, clock: FakeClock, **options: Any) -> AsyncQueue:
+    """An AsyncQueue on the test's store, as ``make_queue`` opens a Queue: on ``clock``, no background
+    threads, retries at once."""
+    return location.open_async(**({"clock": clock, "retry_backoff": 0} | options))
 
 
 @pytest.mark.contract
 @pytest.mark.rule_async
-def test_put_get_ack_round_trip(store_path: Path, clock: FakeClock) -> None:
+def test_put_get_ack_round_trip(location: StoreLocation, clock: FakeClock, make_queue: MakeQueue) -> None:
     """rule_async: await put/get/ack/job/stats behave as the sync ones; async with closes the queue."""
 
     async def main() -> AsyncQueue:
-        async with open_async(store_path, clock) as aq:
+        async with open_async(location, clock) as aq:
             job_id = await aq.put({"to": "a@example.com"}, name="mail.send", priority=5)
             record = await aq.get(0)
             assert (record.job_id, record.payload, record.name, record.priority) == (
@@ -45,17 +49,17 @@ def test_put_get_ack_round_trip(store_path: Path, clock: FakeClock) -> None:
 
     aq = asyncio.run(main())
     assert aq.queue.closed
-    with Queue(store_path, do_recover=False, do_vacuum=False) as q:
+    with make_queue(clock=None) as q:
         assert q.stats()["done"] == 1
 
 
 @pytest.mark.contract
 @pytest.mark.rule_async
-def test_nack_release_touch(store_path: Path, clock: FakeClock) -> None:
+def test_nack_release_touch(location: StoreLocation, clock: FakeClock) -> None:
     """rule_async: await nack (-> new state), release and touch change the store like the sync ones."""
 
     async def main() -> None:
-        async with open_async(store_path, clock, max_retries=1) as aq:
+        async with open_async(location, clock, max_retries=1) as aq:
             job_id = await aq.put("flaky")
             record = await aq.get(0)
             assert await record.nack(ValueError("first")) is State.PENDING
@@ -80,11 +84,11 @@ def test_nack_release_touch(store_path: Path, clock: FakeClock) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rule_async
-def test_put_many_jobs_cancel_purge(store_path: Path, clock: FakeClock) -> None:
+def test_put_many_jobs_cancel_purge(location: StoreLocation, clock: FakeClock) -> None:
     """rule_async: put_many, jobs, cancel, purge, vacuum, wait_until_empty as coroutines."""
 
     async def main() -> None:
-        async with open_async(store_path, clock) as aq:
+        async with open_async(location, clock) as aq:
             ids = await aq.put_many(range(5), queue="bulk")
             listed = await aq.jobs(State.PENDING, queue="bulk", limit=10)
             assert [j.job_id for j in listed] == ids
@@ -103,11 +107,11 @@ def test_put_many_jobs_cancel_purge(store_path: Path, clock: FakeClock) -> None:
 
 @pytest.mark.contract
 @pytest.mark.rule_async
-def test_processing_acks_nacks_and_reraises(store_path: Path, clock: FakeClock) -> None:
+def test_processing_acks_nacks_and_reraises(location: StoreLocation, clock: FakeClock) -> None:
     """rule_async: async with processing() acks on success, nacks and re-raises on an exception."""
 
     async def main() -> None:
-        async with open_async(store_path, clock) as aq:
+        async with open_async(location, clock) as aq:
             ok = await aq.put("ok", partition_key="p")
             bad = await aq.put("bad", partition_key="p")
             async with aq.processing(timeout=0) as record:
@@ -131,11 +135,11 @@ def test_processing_acks_nacks_and_reraises(store_path: Path, clock: FakeClock) 
 
 @pytest.mark.contract
 @pytest.mark.rule_async
-def test_get_times_out_with_queue_empty(store_path: Path, clock: FakeClock) -> None:
+def test_get_times_out_with_queue_empty(location: StoreLocation, clock: FakeClock) -> None:
     """rule_async: get(timeout=) raises QueueEmpty once the timeout passes, not much later."""
 
     async def main() -> float:
-        async with open_async(store_path, clock) as aq:
+        async with open_async(location, clock) as aq:
             with pytest.raises(QueueEmpty):
                 await aq.get(0)
             started = time.monotonic()
@@ -150,13 +154,13 @@ def test_get_times_out_with_queue_empty(store_path: Path, clock: FakeClock) -> N
 @pytest.mark.contract
 @pytest.mark.rule_async
 def test_waiting_get_does_not_block_the_loop_and_wakes_on_a_put_from_a_thread(
-    store_path: Path, clock: FakeClock
+    location: StoreLocation, clock: FakeClock, make_queue: MakeQueue
 ) -> None:
     """rule_async: while get() waits, other coroutines keep running; a put from another thread wakes it
     promptly (well under the 1 s idle re-check)."""
 
     async def main() -> tuple[int, float, Any]:
-        async with open_async(store_path, clock) as aq:
+        async with open_async(location, clock) as aq:
             ticks = 0
             stop = asyncio.Event()
 
@@ -172,7 +176,7 @@ def test_waiting_get_does_not_block_the_loop_and_wakes_on_a_put_from_a_thread(
             assert not get_task.done()
             ticks_while_waiting = ticks
 
-            producer = Queue(store_path, clock=clock, do_recover=False, do_vacuum=False)
+            producer = make_queue()
             put_at = time.monotonic()
             thread = threading.Thread(target=producer.put, args=("wake up",))
             thread.start()
@@ -193,12 +197,12 @@ def test_waiting_get_does_not_block_the_loop_and_wakes_on_a_put_from_a_thread(
 
 @pytest.mark.contract
 @pytest.mark.rule_async
-def test_second_get_in_a_row_sees_a_new_job(store_path: Path, clock: FakeClock) -> None:
+def test_second_get_in_a_row_sees_a_new_job(location: StoreLocation, clock: FakeClock) -> None:
     """rule_async: a consumer loop of get() after get() notices each job put in between, in any shard."""
 
     async def main() -> list[Any]:
         got = []
-        async with open_async(store_path, clock) as aq:
+        async with open_async(location, clock) as aq:
             for i in range(4):
                 await aq.put(i)  # the rotation puts each into the next shard
                 record = await aq.get(timeout=3)
@@ -211,11 +215,11 @@ def test_second_get_in_a_row_sees_a_new_job(store_path: Path, clock: FakeClock) 
 
 @pytest.mark.contract
 @pytest.mark.rule_async
-def test_close_is_idempotent_and_final(store_path: Path, clock: FakeClock) -> None:
+def test_close_is_idempotent_and_final(location: StoreLocation, clock: FakeClock) -> None:
     """rule_async: await close() twice is fine; afterwards operations raise QueueClosed."""
 
     async def main() -> None:
-        aq = open_async(store_path, clock)
+        aq = open_async(location, clock)
         await aq.put("x")
         await aq.close()
         await aq.close()

@@ -26,6 +26,7 @@ from queue_max_django.engine import (
     UnknownQueue,
 )
 from queue_max_django.engine.validate import check_put
+from tests import pgserver
 from tests.engine.conftest import STORE_KINDS, FakeClock
 from tests.engine.locations import StoreLocation
 from tests.engine.probes import StoreProbe
@@ -47,9 +48,15 @@ def small_queue(make_queue: MakeQueue) -> Queue:
 
 
 @pytest.fixture(scope="module")
-def refusing_queue(store_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queue]:
+def refusing_queue(
+    store_kind: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Queue]:
     """One store for all the refused puts (they must leave it as it is, so they can share it)."""
-    location = StoreLocation(store_kind, str(tmp_path_factory.mktemp("refusals") / "store"))
+    if store_kind == "postgres":
+        request.getfixturevalue("pg_server")
+        location = StoreLocation(store_kind, pgserver.fresh_database())
+    else:
+        location = StoreLocation(store_kind, str(tmp_path_factory.mktemp("refusals") / "store"))
     with location.open_queue(clock=FakeClock(), retry_backoff=0, max_payload_bytes=LIMIT) as q:
         q.put("already here")
         yield q
@@ -341,10 +348,11 @@ BAD_CONFIG = [
 def test_constructor_mistakes_raise_configuration_error(
     location: StoreLocation, options: dict[str, Any]
 ) -> None:
-    """rule_config: a bad Queue(...) argument raises ConfigurationError naming it, before any file exists."""
+    """rule_config: a bad Queue(...) argument raises ConfigurationError naming it, before any file exists
+    (the LMDB store's own options too, which the PostgreSQL store refuses whatever their value)."""
     name = next(iter(options)) if len(options) == 1 else "map_size_max"
     try:
-        q = location.open_queue(**options)
+        q = Queue(location.where, do_recover=False, do_vacuum=False, **options)
     except ConfigurationError as exc:
         assert name in str(exc)
     else:
@@ -387,14 +395,15 @@ def test_infinite_result_ttl_is_refused_or_keeps_results(make_queue: MakeQueue, 
 
 @pytest.mark.contract
 @pytest.mark.rule_config
-def test_good_configuration_is_kept(make_queue: MakeQueue) -> None:
-    """rule_config: valid arguments are accepted and visible on the Queue."""
+def test_good_configuration_is_kept(make_queue: MakeQueue, store_kind: str) -> None:
+    """rule_config: valid arguments are accepted and visible on the Queue (``shards`` shapes an LMDB store;
+    the PostgreSQL store has one shard)."""
     options: dict[str, Any] = {
         "shards": 3, "lease_time": 5, "max_retries": 0, "retry_backoff": 0.5, "retry_backoff_max": 10,
         "result_ttl": 0, "max_payload_bytes": 100, "queues": ("a", "b"),
     }  # fmt: skip
     with make_queue(**options) as q:
-        assert q.shard_count == 3
+        assert q.shard_count == (3 if store_kind == "lmdb" else 1)
         assert (q.lease_time, q.max_retries, q.retry_backoff, q.retry_backoff_max) == (5.0, 0, 0.5, 10.0)
         assert (q.result_ttl, q.max_payload_bytes, q.queues) == (0.0, 100, frozenset({"a", "b"}))
 

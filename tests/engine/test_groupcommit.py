@@ -12,6 +12,8 @@ import pytest
 
 from queue_max_django.engine.stores.lmdb.groupcommit import GroupCommitter
 
+pytestmark = pytest.mark.lmdb  # the LMDB store's group commit
+
 WAIT = 10.0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +16,8 @@ from queue_max_django.engine.jobspec import JobSpec
 from queue_max_django.engine.stores.lmdb import layout
 from queue_max_django.engine.stores.lmdb.keys import ready_prefix
 from queue_max_django.engine.stores.lmdb.newrecords import NewRecords, encoded
+
+pytestmark = pytest.mark.lmdb  # the bytes of an LMDB record (layout.py) and of its ready key (keys.py)
 
 names = st.text(min_size=1, max_size=40)
 options = st.fixed_dictionaries({

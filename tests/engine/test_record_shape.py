@@ -16,6 +16,8 @@ from queue_max_django.engine import Queue, QueueCorrupted
 from queue_max_django.engine.stores.lmdb import keys, layout
 from tests.engine.conftest import FakeClock, open_queue
 
+pytestmark = pytest.mark.lmdb  # the LMDB store's record layout (layout.py), read from its shards
+
 ODD_VALUES: list[Any] = [None, True, False, 0, 3, -1, 150, -150, 2**63, 1.5, -0.5, "", "s", b"", b"b",
                          [], ["a"], ["a", "b"], [["T", "e"]], [["T"]], [[1, "e"]], {"a": 1}]  # fmt: skip
 

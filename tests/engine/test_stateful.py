@@ -10,20 +10,29 @@ ETA the store chose.
 
 from __future__ import annotations
 
+import itertools
 import random
-import shutil
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, Record, State
 
 from .conftest import FakeClock
+from .locations import StoreLocation
+from .probes import StoreProbe
 
 SHARDS = 3
 MAX_RETRIES = 2
@@ -46,36 +55,38 @@ class ModelJob:
     payload: Any
     priority: int
     queue: str
+    shard: int  # as the store's probe names it: 0 on a store without shards
     retries: int = 0
     ready_us: int = 0  # pending: its place in the shard's claim order; scheduled: its ETA
     lease_us: int = 0
     record: Record | None = None
 
-    @property
-    def shard(self) -> int:
-        return self.job_id & 0xFF
-
 
 class QueueMachine(RuleBasedStateMachine):
     """rule_verify (and rule_priority, rule_fifo, rule_completion): after any sequence of operations,
     verify() finds nothing, stats() and every job match the model, get() never passes over a higher priority
-    and keeps each shard FIFO, and a record that lost its job can change nothing."""
+    and keeps each shard FIFO, and a record that lost its job can change nothing.
+
+    Run by ``test_queue_against_model`` on a subclass that names the test's store (``location``: each
+    example opens a new store beside it) and its probe."""
+
+    location: ClassVar[StoreLocation]
+    probe_of: ClassVar[Callable[[Queue], StoreProbe]]
+    examples: ClassVar[itertools.count[int]]
 
     def __init__(self) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="qmd-stateful-")
         self.clock = FakeClock()
-        self.q = Queue(
-            self.dir,
+        self.store = self.location.sibling(f"example-{next(self.examples)}")
+        self.q = self.store.open_queue(
             shards=SHARDS,
             clock=self.clock,
-            do_recover=False,
-            do_vacuum=False,
             max_retries=MAX_RETRIES,
             retry_backoff=BACKOFF,
             lease_time=LEASE_TIME,
             rng=random.Random(0),
         )
+        self.probe = type(self).probe_of(self.q)
         self.jobs: dict[int, ModelJob] = {}
         self.total = 0
         self.counter = 0
@@ -83,7 +94,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.q.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.store.remove()
 
     # ------------------------------------------------------------------ helpers
 
@@ -100,7 +111,8 @@ class QueueMachine(RuleBasedStateMachine):
     def _add(self, job_id: int, payload: Any, priority: int, delay: float | None, queue: str) -> None:
         assert job_id not in self.jobs
         now = self.clock()
-        job = ModelJob(job_id, State.PENDING, payload, priority, queue, ready_us=micros(now))
+        shard = self.probe.shard_of(job_id)
+        job = ModelJob(job_id, State.PENDING, payload, priority, queue, shard, ready_us=micros(now))
         if delay:
             job.state, job.ready_us = State.SCHEDULED, micros(now + delay)
         self.jobs[job_id] = job
@@ -153,7 +165,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.counter += 1
             payloads.append([self.counter, "batch"])
         ids = self.q.put_many(payloads, priority=priority, delay=delay, queue=queue)
-        assert len(ids) == count and len({job_id & 0xFF for job_id in ids}) == 1  # one shard
+        assert len(ids) == count and len({self.probe.shard_of(job_id) for job_id in ids}) == 1  # one shard
         for job_id, payload in zip(ids, payloads, strict=True):
             self._add(job_id, payload, priority, delay, queue)
 
@@ -338,15 +350,20 @@ class QueueMachine(RuleBasedStateMachine):
                 assert abs(micros(snapshot.lease_until) - job.lease_us) <= 1
 
 
-TestQueueAgainstModel = QueueMachine.TestCase
-TestQueueAgainstModel.settings = settings(
-    max_examples=30, stateful_step_count=40, deadline=None, database=None
-)
-TestQueueAgainstModel.pytestmark = [
-    pytest.mark.contract,
-    pytest.mark.rule_verify,
-    pytest.mark.rule_priority,
-    pytest.mark.rule_fifo,
-    pytest.mark.rule_completion,
-    pytest.mark.slow,
-]
+@pytest.mark.contract
+@pytest.mark.rule_verify
+@pytest.mark.rule_priority
+@pytest.mark.rule_fifo
+@pytest.mark.rule_completion
+@pytest.mark.slow
+def test_queue_against_model(location: StoreLocation, probe: Callable[[Queue], StoreProbe]) -> None:
+    """The model-based run on the test's store kind: QueueMachine's rules and invariants, 30 examples of
+    up to 40 steps, each on a new store."""
+    machine = type(
+        "QueueMachineOnThisStore",
+        (QueueMachine,),
+        {"location": location, "probe_of": staticmethod(probe), "examples": itertools.count()},
+    )
+    run_state_machine_as_test(
+        machine, settings=settings(max_examples=30, stateful_step_count=40, deadline=None, database=None)
+    )

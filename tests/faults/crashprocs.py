@@ -1,4 +1,5 @@
-"""Children of tests/faults/test_put_many_kill.py (started by tests/engine/procs.py's ``Children``)."""
+"""Children of tests/faults/test_put_many_kill.py (started by tests/engine/procs.py's ``Children``): one that
+patches the LMDB store's writes (given the store's path), one that opens the store by its location."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from queue_max_django.engine import Queue
 from queue_max_django.engine.stores.lmdb.env import Env
+from tests.engine.locations import StoreLocation, as_location
 
 
 def _say(*message: Any) -> None:
@@ -55,9 +57,9 @@ def put_many_stopped_inside(path: str, batch: int, stop_after: int, sync: bool) 
     _say("returned")
 
 
-def put_many_forever(path: str, batch: int) -> None:
+def put_many_forever(where: StoreLocation | str, batch: int) -> None:
     """Batches of ``batch`` jobs until killed; says which batch returned, after it returned."""
-    q = Queue(path, shards=2, do_recover=False, do_vacuum=False)
+    q = as_location(where).open_queue(shards=2)
     _say("ready")
     number = 0
     while True:

@@ -5,7 +5,10 @@ job's result), logs it once, and goes on with every other job; reads never raise
 becomes can be deleted by id and purged; afterwards ``verify()`` finds the store consistent, on disk.
 
 The store has two shards: the bad job is in the first, healthy jobs in the same state in both (the bugs
-this guards against stopped the walk of the bad job's shard and of every shard after it).
+this guards against stopped the walk of the bad job's shard and of every shard after it). The tests of a
+bad record are marked ``lmdb``: they put into LMDB shards and hold the quarantine to the LMDB store's
+rule that the record's bytes become the dead letter's result (the store-neutral quarantine contract is
+tests/faults/test_corruption.py's). The worker's claims and background maintenance run on any store.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from queue_max_django.engine.job import SHARD_BITS
 from queue_max_django.worker import process
 from queue_max_django.worker.options import WorkerOptions
 from tests.engine.conftest import FakeClock, open_queue
+from tests.engine.locations import StoreLocation
 from tests.engine.probes import LmdbProbe
 from tests.faults.corrupt import RECORD_DAMAGE
 from tests.worker.conftest import TASKS, Site
@@ -110,6 +114,7 @@ def logged(caplog: pytest.LogCaptureFixture, job_id: int) -> int:
 
 @pytest.mark.parametrize("damage", RECORD_DAMAGE.values(), ids=RECORD_DAMAGE.keys())
 @pytest.mark.parametrize("state", STATES, ids=[state.value for state in STATES])
+@pytest.mark.lmdb  # two LMDB shards; the record's bytes kept as the dead letter's result
 def test_the_walk_of_each_state_quarantines_a_bad_record_and_goes_on_with_the_rest(
     tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture, state: State, damage: Damage
 ) -> None:
@@ -149,6 +154,7 @@ def test_the_walk_of_each_state_quarantines_a_bad_record_and_goes_on_with_the_re
 
 @pytest.mark.parametrize("damage", RECORD_DAMAGE.values(), ids=RECORD_DAMAGE.keys())
 @pytest.mark.parametrize("state", STATES, ids=[state.value for state in STATES])
+@pytest.mark.lmdb  # two LMDB shards; the record's bytes kept as the dead letter's result
 def test_reads_never_raise_on_a_bad_record_and_leave_it_a_dead_letter(
     tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture, state: State, damage: Damage
 ) -> None:
@@ -181,6 +187,7 @@ def test_reads_never_raise_on_a_bad_record_and_leave_it_a_dead_letter(
 
 @pytest.mark.parametrize("damage", RECORD_DAMAGE.values(), ids=RECORD_DAMAGE.keys())
 @pytest.mark.parametrize("state", STATES, ids=[state.value for state in STATES])
+@pytest.mark.lmdb  # two LMDB shards; the record's bytes kept as the dead letter's result
 def test_job_by_id_delete_and_requeue_quarantine_a_bad_record(
     tmp_path: Path, clock: FakeClock, state: State, damage: Damage
 ) -> None:
@@ -198,6 +205,7 @@ def test_job_by_id_delete_and_requeue_quarantine_a_bad_record(
 
 
 @pytest.mark.parametrize("damage", RECORD_DAMAGE.values(), ids=RECORD_DAMAGE.keys())
+@pytest.mark.lmdb  # two LMDB shards; the record's bytes kept as the dead letter's result
 def test_a_bad_dead_letter_is_deleted_by_id_before_anything_reads_it(
     tmp_path: Path, clock: FakeClock, damage: Damage
 ) -> None:
@@ -210,6 +218,7 @@ def test_a_bad_dead_letter_is_deleted_by_id_before_anything_reads_it(
 
 
 @pytest.mark.parametrize("damage", RECORD_DAMAGE.values(), ids=RECORD_DAMAGE.keys())
+@pytest.mark.lmdb  # LMDB shards and record bytes, and the enqueue time in an LMDB job id
 def test_purging_dead_letters_by_age_takes_a_bad_one_by_the_enqueue_time_of_its_id(
     tmp_path: Path, clock: FakeClock, damage: Damage
 ) -> None:
@@ -228,6 +237,7 @@ def test_purging_dead_letters_by_age_takes_a_bad_one_by_the_enqueue_time_of_its_
         assert q.job(bad) is None and q.verify() == []
 
 
+@pytest.mark.lmdb  # LMDB keeps a large payload apart from its record (and its bytes)
 def test_a_large_payload_of_a_bad_record_stays_the_dead_letters_payload(
     tmp_path: Path, clock: FakeClock
 ) -> None:
@@ -249,6 +259,7 @@ def test_a_large_payload_of_a_bad_record_stays_the_dead_letters_payload(
 
 
 @pytest.mark.parametrize("damage", RECORD_DAMAGE.values(), ids=RECORD_DAMAGE.keys())
+@pytest.mark.lmdb  # two LMDB shards; the record's bytes kept as the dead letter's result
 def test_a_bad_record_under_flow_control_is_passed_over_and_quarantined(
     tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture, damage: Damage
 ) -> None:
@@ -264,6 +275,7 @@ def test_a_bad_record_under_flow_control_is_passed_over_and_quarantined(
         assert logged(caplog, bad) == 1 and q.verify() == []
 
 
+@pytest.mark.lmdb  # the LMDB record's bytes kept as the dead letter's result
 def test_scrub_moves_a_bad_record_nothing_else_walks_to_the_dead_letters(
     tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -286,6 +298,7 @@ def test_scrub_moves_a_bad_record_nothing_else_walks_to_the_dead_letters(
         assert logged(caplog, bad) == 1 and q.verify() == []
 
 
+@pytest.mark.lmdb  # two LMDB shards; the record's bytes kept as the dead letter's result
 def test_the_quarantine_keeps_the_exact_bytes_and_says_which_field_was_wrong(
     tmp_path: Path, clock: FakeClock
 ) -> None:
@@ -302,6 +315,7 @@ def test_the_quarantine_keeps_the_exact_bytes_and_says_which_field_was_wrong(
 # ------------------------------------------------------------------------------------------ a real worker
 
 
+@pytest.mark.lmdb  # LMDB record bytes, its shards, the enqueue time in an LMDB job id
 def test_a_real_worker_runs_every_healthy_job_past_a_bad_due_record_and_logs_it_once(site: Site) -> None:
     """The bug this guards against: a due scheduled job whose record does not decode made every claim in
     every shard raise, and the worker retried at once, forever (0 of 100 healthy jobs run, 127,682 log
@@ -396,7 +410,7 @@ def test_a_problem_that_goes_on_is_logged_again_after_a_while() -> None:
 
 
 def test_background_maintenance_logs_a_failure_that_repeats_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    location: StoreLocation, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The maintenance thread retries a failed round every interval: the same failure in a row is one log
     line, and it is logged again only after a round that worked."""
@@ -412,7 +426,7 @@ def test_background_maintenance_logs_a_failure_that_repeats_once(
         return 0
 
     monkeypatch.setattr(Queue, "recover", recover)
-    with Queue(tmp_path / "store", shards=1, recover_interval=0.01, do_vacuum=False):
+    with location.open_queue(shards=1, do_recover=True, recover_interval=0.01):
         deadline = time.monotonic() + 10
         while outcomes and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -421,6 +435,7 @@ def test_background_maintenance_logs_a_failure_that_repeats_once(
     assert len(failures) == 2 and all(entry.exc_info is not None for entry in failures)
 
 
+@pytest.mark.lmdb  # which fields of an LMDB record a completion reads (layout.unpack_held)
 def test_an_ack_keeps_what_its_claim_checked_and_the_next_walk_checks_the_rest(
     tmp_path: Path, clock: FakeClock
 ) -> None:

@@ -2,32 +2,44 @@
 ``verify()`` (and so ``queue_check``) names it; the first claim that meets it moves it to the dead letters
 with the error type "Corrupted" and an error that starts with "corrupted:", and raises ``QueueCorrupted``
 once; every other job is still served; afterwards the store is consistent again, on disk.
+
+Run on each store kind: the damage is done by the store's probe (``break_record`` one of the ways of
+tests/faults/corrupt.py's ``RECORD_DAMAGE``, ``break_payload``, ``break_result``), which skips a kind of
+damage its store cannot suffer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State
 from queue_max_django.engine.stores.lmdb import layout
-from tests.engine.conftest import FakeClock, open_queue
-from tests.engine.probes import LmdbProbe
-from tests.faults.corrupt import DAMAGE, GARBAGE, PAYLOAD_DAMAGE
+from tests.engine.probes import StoreProbe
+from tests.faults.corrupt import DAMAGE, GARBAGE, RECORD_DAMAGE
 
-Damage = Callable[[Queue, int], None]
-PAYLOAD_SIZES = {"inline": 10, "large": layout.INLINE_PAYLOAD_MAX * 4}
+MakeQueue = Callable[..., Queue]
+Probe = Callable[[Queue], StoreProbe]
+PAYLOAD_SIZES = {"inline": 10, "large": layout.INLINE_PAYLOAD_MAX * 4}  # in the record / stored apart (LMDB)
 
 
-def broken_store(path: Path, clock: FakeClock, damage: Damage, size: int) -> tuple[int, list[int]]:
+def damage(probe: StoreProbe, job_id: int, how: str) -> None:
+    """Break the job one of the ways ``DAMAGE`` names, through the store's probe."""
+    if how in RECORD_DAMAGE:
+        probe.break_record(job_id, how)
+    else:
+        assert how == "garbage-payload", how
+        probe.break_payload(job_id)
+
+
+def broken_store(make_queue: MakeQueue, probe: Probe, how: str, size: int) -> tuple[int, list[int]]:
     """A one-shard store with one damaged job (priority 5: the first a claim meets) among three good
     ones. -> (the damaged job's id, the good ones' ids)."""
-    with open_queue(path, clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         bad = q.put({"args": ["b" * size], "kwargs": {}}, priority=5)
         good = [q.put({"args": [n], "kwargs": {}}) for n in range(3)]
-        damage(q, bad)
+        damage(probe(q), bad, how)
     return bad, good
 
 
@@ -41,13 +53,12 @@ def assert_quarantined(q: Queue, bad: int) -> None:
 
 @pytest.mark.inv_1
 @pytest.mark.parametrize("size", PAYLOAD_SIZES.values(), ids=PAYLOAD_SIZES.keys())
-@pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
+@pytest.mark.parametrize("how", DAMAGE)
 def test_a_corrupted_job_is_quarantined_and_the_others_are_served(
-    tmp_path: Path, clock: FakeClock, damage: Damage, size: int
+    make_queue: MakeQueue, probe: Probe, how: str, size: int
 ) -> None:
-    path = tmp_path / "store"
-    bad, good = broken_store(path, clock, damage, size)
-    with open_queue(path, clock) as q:
+    bad, good = broken_store(make_queue, probe, how, size)
+    with make_queue() as q:
         problems = q.verify()
         assert problems and all(str(bad) in problem for problem in problems), problems
 
@@ -67,7 +78,7 @@ def test_a_corrupted_job_is_quarantined_and_the_others_are_served(
         assert served == good
         assert q.verify() == []
 
-    with open_queue(path, clock) as q:  # on disk, after a restart
+    with make_queue() as q:  # on disk, after a restart
         assert q.verify() == []
         assert_quarantined(q, bad)
         stats = q.stats()
@@ -77,14 +88,13 @@ def test_a_corrupted_job_is_quarantined_and_the_others_are_served(
 
 @pytest.mark.parametrize("size", PAYLOAD_SIZES.values(), ids=PAYLOAD_SIZES.keys())
 def test_a_payload_that_does_not_decode_is_kept_as_bytes_in_the_dead_letter(
-    tmp_path: Path, clock: FakeClock, size: int
+    make_queue: MakeQueue, probe: Probe, size: int
 ) -> None:
     """Reading the job before the claim gives a snapshot that says what is damaged and keeps the raw bytes
     (a listing or the admin never fails on it); after the quarantine its payload reads back as the bytes
     that were on disk, for whoever investigates."""
-    path = tmp_path / "store"
-    bad, _good = broken_store(path, clock, PAYLOAD_DAMAGE["garbage-payload"], size)
-    with open_queue(path, clock) as q:
+    bad, _good = broken_store(make_queue, probe, "garbage-payload", size)
+    with make_queue() as q:
         before = q.job(bad)
         assert before is not None and before.payload == GARBAGE
         assert before.damage is not None and "payload cannot be decoded" in before.damage
@@ -99,13 +109,12 @@ def test_a_payload_that_does_not_decode_is_kept_as_bytes_in_the_dead_letter(
 
 @pytest.mark.parametrize("size", PAYLOAD_SIZES.values(), ids=PAYLOAD_SIZES.keys())
 def test_claiming_a_job_with_a_payload_that_does_not_decode_by_id_quarantines_it(
-    tmp_path: Path, clock: FakeClock, size: int
+    make_queue: MakeQueue, probe: Probe, size: int
 ) -> None:
     """``claim(job_id)`` (the immediate mode's way in) meets the same damage: no record, the job is a dead
     letter, the store is consistent."""
-    path = tmp_path / "store"
-    bad, good = broken_store(path, clock, PAYLOAD_DAMAGE["garbage-payload"], size)
-    with open_queue(path, clock) as q:
+    bad, good = broken_store(make_queue, probe, "garbage-payload", size)
+    with make_queue() as q:
         assert q.claim(bad) is None
         assert_quarantined(q, bad)
         record = q.claim(good[0])
@@ -115,12 +124,12 @@ def test_claiming_a_job_with_a_payload_that_does_not_decode_by_id_quarantines_it
 
 
 def test_a_result_that_does_not_decode_is_a_clear_error_and_verify_names_it(
-    tmp_path: Path, clock: FakeClock
+    make_queue: MakeQueue, probe: Probe
 ) -> None:
-    with open_queue(tmp_path / "store", clock, shards=1) as q:
+    with make_queue(shards=1) as q:
         job_id = q.put("x")
         q.get(0).ack({"fine": True})
-        LmdbProbe(q).break_result(job_id)
+        probe(q).break_result(job_id)
         job = q.job(job_id)
         assert job is not None and job.result == GARBAGE and "result" in (job.damage or "")
         problems = q.verify()

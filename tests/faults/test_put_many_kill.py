@@ -18,6 +18,7 @@ import pytest
 
 from queue_max_django.engine import State
 from tests.engine.conftest import open_queue
+from tests.engine.locations import StoreLocation, as_location
 from tests.engine.procs import Children, kill
 from tests.faults import crashprocs
 from tests.faults.test_storage import assert_all_there
@@ -25,10 +26,11 @@ from tests.faults.test_storage import assert_all_there
 BATCH = 1000
 
 
-def batches_on_disk(path: Path, purged: int = 0) -> tuple[Counter[object], int]:
-    """(jobs per batch label, total puts) of the store at ``path``, after checking it is consistent and
-    that its total counts exactly the jobs there and the ``purged`` ones: nothing half-written."""
-    with open_queue(path) as q:
+def batches_on_disk(where: StoreLocation | Path, purged: int = 0) -> tuple[Counter[object], int]:
+    """(jobs per batch label, total puts) of the store (its location, or an LMDB store's path), after
+    checking it is consistent and that its total counts exactly the jobs there and the ``purged`` ones:
+    nothing half-written."""
+    with as_location(where).open_queue(retry_backoff=0) as q:
         assert q.verify() == []
         jobs = [job for state in State for job in q.jobs(state, limit=1_000_000)]
         stats = q.stats()
@@ -42,6 +44,7 @@ def batches_on_disk(path: Path, purged: int = 0) -> tuple[Counter[object], int]:
 @pytest.mark.slow
 @pytest.mark.inv_5
 @pytest.mark.parametrize("sync", [False, True], ids=["default", "sync"])
+@pytest.mark.lmdb  # the child stops inside LMDB's write transaction by patching Env.write and putmulti
 def test_a_kill_inside_the_put_many_transaction_leaves_none_of_the_batch(
     tmp_path: Path, children: Children, sync: bool
 ) -> None:
@@ -63,16 +66,15 @@ def test_a_kill_inside_the_put_many_transaction_leaves_none_of_the_batch(
 @pytest.mark.slow
 @pytest.mark.inv_5
 def test_kills_at_random_moments_leave_every_big_batch_whole_or_absent(
-    tmp_path: Path, children: Children
+    location: StoreLocation, children: Children
 ) -> None:
-    path = tmp_path / "store"
     rng = random.Random(5)
     returned: set[int] = set()
     purged = 0
-    with open_queue(path, shards=2):
+    with location.open_queue(shards=2):
         pass
     for _round in range(6):
-        child = children.start(crashprocs.put_many_forever, str(path), BATCH)
+        child = children.start(crashprocs.put_many_forever, location, BATCH)
         assert child.recv() == ["ready"]
         time.sleep(rng.uniform(0.05, 0.4))
         kill(child)
@@ -83,10 +85,10 @@ def test_kills_at_random_moments_leave_every_big_batch_whole_or_absent(
                 break
             if message[0] == "returned":
                 returned.add(message[1])
-        seen, _total = batches_on_disk(path, purged)
+        seen, _total = batches_on_disk(location, purged)
         sizes = {label: count for label, count in seen.items() if count != BATCH}
         assert sizes == {}, f"half-written batches: {sizes}"
-        with open_queue(path) as q:
+        with location.open_queue(retry_backoff=0) as q:
             purged += q.purge(State.PENDING)  # next round starts empty (labels restart at 0)
         assert all(label in seen for label in returned), "a batch whose put_many returned was lost"
         returned.clear()

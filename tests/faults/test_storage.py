@@ -27,6 +27,9 @@ from tests.engine.probes import LmdbProbe
 from tests.faults.system import read_only_bind, tmpfs
 from tests.worker.conftest import BOUND, ROOT
 
+# the LMDB store's medium: its map and its cap, the file system under its directory, its shard folders
+pytestmark = pytest.mark.lmdb
+
 BLOB = b"x" * 2048
 
 

@@ -1,7 +1,7 @@
 """What every transaction of a shard does to a job: read its record and payload, write the record, keep the
 index entry of its state and its queue's counts in step with it (invariant 1). Functions of the shard
 (``ShardDbs``: a ``Shard`` is one) and the open transaction, shared by ``shard.py``, ``upkeep.py``,
-``reads.py`` and ``quarantine.py``.
+``reads.py``, ``manage.py`` and ``quarantine.py``.
 """
 
 from __future__ import annotations

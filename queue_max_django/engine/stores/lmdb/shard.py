@@ -1,12 +1,12 @@
 """One shard's atomic operations. Each public method is exactly one LMDB transaction.
 
 This is the storage interface DESIGN.md asks for: enqueue, claim, touch, complete, fail, release, recover
-expired, promote due, get, list, requeue/cancel, counts, purge, vacuum, verify. Every method takes ``now``
+expired, promote due, get, list, requeue/delete, counts, purge, vacuum, verify. Every method takes ``now``
 (unix seconds from the queue's clock) and never reads the wall clock itself. A job's state and every index
 that mentions it change in the same write transaction (invariant 1).
 
-Here: putting, claiming and ending jobs (the hot paths), requeue, cancel and delete. The upkeep is
-``upkeep.py``'s, the reads ``reads.py``'s; what every transaction does to a job is ``access.py``'s.
+Here: putting, claiming and ending jobs (the hot paths). The upkeep is ``upkeep.py``'s, the reads
+``reads.py``'s, requeue and delete ``manage.py``'s; what every transaction does to a job is ``access.py``'s.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ...errors import QueueCorrupted, StoreFull
 from ...job import STATES, Job, State
 from ...jobspec import JobSpec
 from ..types import Candidate, Claimed, CorruptedJobQuarantined, Head, NewJobs, Recovered
-from . import layout, reads, upkeep
+from . import layout, manage, reads, upkeep
 from .access import (
     COUNTERS,
     COUNTERS_KEY,
@@ -30,7 +30,6 @@ from .access import (
     QUEUE_COUNTS_KEY,
     UNIQUE,
     best_ready,
-    delete_job,
     entry_count,
     fail_record,
     index_job,
@@ -50,24 +49,17 @@ from .layout import (
     DONE,
     F_ATTEMPTS,
     F_CLAIM,
-    F_ERROR,
-    F_ERROR_TYPE,
     F_FINISHED_AT,
     F_LEASE_UNTIL,
-    F_READY_AT,
     F_RESULT,
-    F_RETRIES,
-    F_STARTED_AT,
     F_STATE,
     F_TOKEN,
-    F_TRACEBACK,
-    FAILED,
     PENDING,
     RUNNING,
     SCHEDULED,
 )
 from .newrecords import NewRecords, encoded
-from .quarantine import Unreadable, load_or_quarantine, quarantine, quarantine_unreadable, report
+from .quarantine import Unreadable, quarantine, quarantine_unreadable
 from .reads import Listed
 from .records import as_claimed, mark_pending_uncharged, mark_running
 
@@ -596,64 +588,18 @@ class Shard:
     def forget_unique(self, now: float, ttl: float, batch: int = 1000) -> int:
         return upkeep.forget_unique(self, now, ttl, batch)
 
-    def requeue(self, now: float, job_id: int) -> bool:
-        """Failed -> pending with retries reset. False if the job is not failed (or gone), or its record
-        does not decode: then it becomes a dead letter that says so (``quarantine``), with nothing left
-        to run."""
-        now_us = micros(now)
-        found: list[CorruptedJobQuarantined] = []
-
-        def txn_fn(txn: Any) -> bool:
-            found.clear()
-            record = load_or_quarantine(self, txn, job_id, now_us, found)
-            if record is None or found or record[F_STATE] != FAILED:
-                return False
-            unindex_job(self, txn, job_id, record)
-            record[F_STATE] = PENDING
-            record[F_RETRIES] = 0
-            record[F_READY_AT] = now_us
-            record[F_STARTED_AT] = record[F_FINISHED_AT] = None
-            record[F_ERROR] = record[F_ERROR_TYPE] = record[F_TRACEBACK] = None
-            index_job(self, txn, job_id, record)
-            store_record(self, txn, job_id, record)
-            return True
-
-        requeued = self.env.write(txn_fn)
-        report(self, found)
-        return requeued
-
-    def cancel(self, job_id: int, *, now: float) -> bool:
-        """Pending or scheduled -> deleted. False if the job is in another state (or gone)."""
-        return self.delete(job_id, (PENDING, SCHEDULED), now=now)
-
-    def delete(
-        self, job_id: int, states: tuple[int, ...] = (PENDING, SCHEDULED, DONE, FAILED), *, now: float
-    ) -> bool:
-        """Delete the job, record and index entries in one transaction, if its state is one of ``states``
-        (never running: its holder still works on it). False otherwise (or gone). A job whose record does
-        not decode is a dead letter first (``quarantine``): deleted if ``states`` has failed ones."""
-        assert RUNNING not in states
-        now_us = micros(now)
-        found: list[CorruptedJobQuarantined] = []
-
-        def txn_fn(txn: Any) -> bool:
-            found.clear()
-            record = load_or_quarantine(self, txn, job_id, now_us, found)
-            if record is None or record[F_STATE] not in states:
-                return False
-            delete_job(self, txn, job_id, record)
-            for item in found:
-                item.deleted = True
-            return True
-
-        deleted = self.env.write(txn_fn)
-        report(self, found)
-        return deleted
-
     def purge(
         self, state: State, cutoff: float | None, batch: int = 1000, start: bytes | None = None, *, now: float
     ) -> tuple[int, bytes | None]:
         return upkeep.purge(self, state, cutoff, batch, start, now=now)
+
+    # ------------------------------------------------------------------ management
+
+    def requeue(self, now: float, job_id: int) -> bool:
+        return manage.requeue(self, now, job_id)
+
+    def delete(self, job_id: int, states: tuple[int, ...] = manage.NOT_RUNNING, *, now: float) -> bool:
+        return manage.delete(self, job_id, states, now=now)
 
     # ------------------------------------------------------------------ reads
 

@@ -164,6 +164,11 @@ class PgHints:
             self._pipes[read_fd] = write_fd
         return read_fd
 
+    def local(self) -> None:
+        """This process made a job claimable: its own consumers know at once (the NOTIFY its statement sent
+        reaches the listener only later, and other processes only)."""
+        self._bump()
+
     def notify(self, shard: int | None = None) -> None:
         """Send a hint now, outside any transaction (the store's writes send theirs inside their own)."""
         if not self.sends:

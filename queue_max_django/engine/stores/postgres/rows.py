@@ -33,7 +33,10 @@ LIVE_AS_FINISHED = LIVE + ", NULL::bigint, NULL::bytea"  # a live row in FINISHE
 
 
 def micros(seconds: float) -> int:
-    return round(seconds * 1_000_000)
+    """Unix seconds -> integer microseconds, truncated as the LMDB store does (an ETA read back is never
+    later than the time it was set for)."""
+    value = int(seconds * 1_000_000)
+    return value if value > 0 else 0
 
 
 def seconds(us: int | None) -> float | None:

@@ -61,7 +61,8 @@ ins AS (
     FROM p JOIN ranked r USING (n)
     RETURNING id, queue),
 {tally(("ins", "%(state)s", 1), ("ins", str(TOTAL), 1))}
-SELECT (SELECT array_agg(id ORDER BY id) FROM ins), {notify_if("(SELECT yes FROM lead)")}
+SELECT (SELECT array_agg(id ORDER BY id) FROM ins), {notify_if("(SELECT yes FROM lead)")},
+       (SELECT yes FROM lead)
 """
 
 _UNIQUE = "INSERT INTO qm_unique (key, job_id, used_us) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING RETURNING 1"
@@ -245,6 +246,7 @@ class PostgresStore:
             )
         self.server_clock = ServerClock(self.db.connect, local_clock) if clock is None else None
         self.clock: Callable[[], float] = clock or self.server_clock  # type: ignore[assignment]
+        self._ready_floor = 0  # the ready time (µs) of the last job this process put pending
         self.hints = PgHints(self.db.connect, listen=listen, notify=notify, poll_interval=poll_interval)
         self.control = PgControl(self.db, self.clock)
         self.locks = PgCoordination(self.db, self.clock)
@@ -314,13 +316,19 @@ class PostgresStore:
             spec = batch.spec
             ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
             state = SCHEDULED if ready_us > now_us else PENDING
+            if state == PENDING:
+                # FIFO outlives the clock stepping back, for this process's puts: a new job is never
+                # ready before the last one it put (across processes, the server's clock orders them).
+                ready_us = self._ready_floor = max(now_us, self._ready_floor + 1)
             params = self._params(
                 payloads=payloads, count=len(payloads), state=state, queue=spec.queue, name=spec.name,
-                priority=spec.priority, ready=ready_us if state == SCHEDULED else now_us,
+                priority=spec.priority, ready=ready_us,
                 max_retries=spec.max_retries, now=now_us, timeout=spec.timeout,
                 partition_key=pack_key(spec.partition_key),
             )  # fmt: skip
-            new = conn.execute(_ENQUEUE, params).fetchone()[0]
+            new, _sent, lead = conn.execute(_ENQUEUE, params).fetchone()
+            if lead:
+                self.hints.local()
             if key is not None:
                 conn.execute("UPDATE qm_unique SET job_id = %s WHERE key = %s", (new[0], key))
             ids.extend(new)
@@ -469,6 +477,8 @@ class PostgresStore:
             state = State.SCHEDULED if scheduled else State.PENDING
             params.update(state=SCHEDULED if scheduled else PENDING, ready=retry_us if scheduled else now_us)
             done = self._one(_RETRY, params)[0]
+            if done is not None:
+                self.hints.local()
         if done is None:
             raise self._not_held(job_id, token)
         return state
@@ -476,6 +486,7 @@ class PostgresStore:
     def release(self, now: float, job_id: int, token: bytes) -> None:
         if self._one(_RELEASE, self._params(id=job_id, token=token))[0] is None:
             raise self._not_held(job_id, token)
+        self.hints.local()
 
     def _not_held(self, job_id: int, token: bytes) -> QueueCorrupted:
         """Why ``token`` does not hold ``job_id`` (the LMDB store's words)."""

@@ -54,6 +54,8 @@ def promote_due(store: PostgresStore, now: float) -> int:
     while True:
         moved: int = store._one(_PROMOTE, store._params(now=micros(now), batch=BATCH))[0]
         total += moved
+        if moved:
+            store.hints.local()
         if moved < BATCH:
             return total
 
@@ -115,6 +117,8 @@ def recover_expired(store: PostgresStore, now: float) -> list[Recovered]:
                 conn.execute(_BACK, params | {"ids": back, "charged": charged})
             if back or dead:
                 conn.execute(f"SELECT {notify_if('true')}", params)
+        if back or dead:
+            store.hints.local()
         if len(rows) < BATCH:
             return recovered
 
@@ -193,7 +197,10 @@ SELECT (SELECT id FROM ins), {notify_if("EXISTS (SELECT 1 FROM ins)")}
 def requeue(store: PostgresStore, now: float, job_id: int) -> bool:
     """A dead letter back to pending, its retries reset, at the back of its queue. False if the job is not
     a dead letter (or gone)."""
-    return store._one(_REQUEUE, store._params(id=job_id, now=micros(now)))[0] is not None
+    if store._one(_REQUEUE, store._params(id=job_id, now=micros(now)))[0] is None:
+        return False
+    store.hints.local()
+    return True
 
 
 def delete(store: PostgresStore, job_id: int, states: tuple[State, ...] | None) -> bool:
