@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import msgpack
 
 from . import codec
-from .errors import InvalidJob
+from .errors import ConfigurationError, InvalidJob
 from .events import ALERT, JOB_ENQUEUED, Events
 from .jobspec import JobSpec
 from .stores.base import Store
@@ -68,6 +68,7 @@ class Putter:
         spec: JobSpec,
         unique_key: str | None,
         partition_key: Any,
+        connection: Any = None,
     ) -> int:
         """``Queue.put``'s other cases: with a unique key (routed by it: the check and the write meet on
         its shard), or durable (``sync``: group commit, which picks the shard of a put without a key
@@ -79,7 +80,9 @@ class Putter:
                 raise InvalidJob("give unique_key or partition_key, not both")
             partition_key = unique_key  # one key, one shard: the check and the write meet there
         job = NewJobs((self.pack(payload),), spec, unique)
-        if self._owner.sync:
+        if connection is not None:
+            job_id = joined(store).enqueue(now, self.route(partition_key), [job], False, connection)[0]
+        elif self._owner.sync:
             # Durable puts without a key join a batch already forming on some shard, if any (the store
             # picks): an fsync shared by more puts is the whole point of group commit.
             shard = None if partition_key is None else self.route(partition_key)
@@ -90,9 +93,18 @@ class Putter:
             self.announce([job_id], spec.queue, spec.name)
         return job_id
 
-    def put_many(self, shard: int, payloads: Iterable[Any], spec: JobSpec) -> list[int]:
-        """Pack every payload, then store them all in ``shard``, in one transaction. -> their ids."""
+    def put_many(
+        self, shard: int, payloads: Iterable[Any], spec: JobSpec, connection: Any = None
+    ) -> list[int]:
+        """Pack every payload, then store them all in ``shard``, in one transaction (the caller's, on
+        ``connection``). -> their ids."""
         packed = codec.pack_values(payloads, what="payload", limit=self._owner.max_payload_bytes)
+        if connection is not None:
+            store = joined(self._owner._live())
+            ids = store.enqueue(self._owner._clock(), shard, [NewJobs(packed, spec)], False, connection)
+            if ids and self.watching:
+                self.announce(ids, spec.queue, spec.name)
+            return ids
         return self._write(shard, packed, spec)
 
     def put_parts(
@@ -145,3 +157,13 @@ class Putter:
             if pending > threshold:
                 self._alert_quiet_until = time.monotonic() + ALERT_QUIET
                 events.emit(ALERT, type="pending", pending=pending, threshold=threshold)
+
+
+def joined(store: Store) -> Store:
+    """``store``, if a put can join the caller's database transaction on it; ``ConfigurationError`` if not."""
+    if not store.transactional_enqueue:
+        raise ConfigurationError(
+            f"put(connection=...) joins the caller's database transaction, which the {store.kind} store "
+            f"cannot: its jobs are not in the application's database (use the PostgreSQL store for that)"
+        )
+    return store

@@ -188,13 +188,19 @@ class Queue:
         timeout: float | None = None,
         partition_key: Any = None,
         unique_key: str | None = None,
+        connection: Any = None,
     ) -> int:
         """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input.
 
         ``unique_key``: put this job only if no put used the same key (``vacuum()`` forgets keys used more
         than ``result_ttl`` ago, and a day at least); otherwise write nothing and return the id of the job
         that key made (checked in the same transaction as the write, so it holds across processes and
-        crashes; the periodic scheduler relies on it)."""
+        crashes; the periodic scheduler relies on it).
+
+        ``connection``: the caller's own database connection (psycopg 3) to the store's database, on a
+        store whose ``transactional_enqueue`` is true (PostgreSQL): the job is written through it, in the
+        caller's transaction, so it commits or rolls back with the caller's own writes. A store that
+        cannot (LMDB) raises ``ConfigurationError``."""
         store = self._live()
         now = self._clock()
         spec = self._put_options.check(
@@ -202,8 +208,8 @@ class Queue:
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
         putter = self._putter
-        if unique_key is not None or self.sync:
-            return putter.put_one(store, now, payload, spec, unique_key, partition_key)
+        if unique_key is not None or self.sync or connection is not None:
+            return putter.put_one(store, now, payload, spec, unique_key, partition_key, connection)
         packed = putter.pack(payload)  # the common case: one job straight to its shard
         job_id = store.put_one(now, putter.route(partition_key), packed, spec)
         if putter.watching:
@@ -222,14 +228,16 @@ class Queue:
         max_retries: int | None = None,
         timeout: float | None = None,
         partition_key: Any = None,
+        connection: Any = None,
     ) -> list[int]:
-        """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing."""
+        """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing
+        (``connection``: the caller's, as for ``put``)."""
         spec = self._put_options.check(
             priority=priority, delay=delay, eta=eta, queue=queue, name=name,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
         putter = self._putter
-        return putter.put_many(putter.route(partition_key), payloads, spec)
+        return putter.put_many(putter.route(partition_key), payloads, spec, connection)
 
     def put_parts(
         self,

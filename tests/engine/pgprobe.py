@@ -19,13 +19,14 @@ from queue_max_django.engine import Queue, State
 from queue_max_django.engine.job import STATES
 from tests import pgserver
 from tests.engine.probes import Stored, Where
+from tests.faults import corrupt
 
 _LIVE = "qm_jobs"
 _FINISHED = "qm_finished"
 _CLAIMS: dict[Any, Any] = {None: None, 1: "batch", 2: "alone-next"}
 _TABLES = ("qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
            "qm_locks", "qm_workers")  # fmt: skip
-_UNDECODABLE = b"\xc1"  # a msgpack byte that is never valid
+_UNDECODABLE = corrupt.GARBAGE  # starts with 0xc1, never valid msgpack
 
 
 class PgProbe:

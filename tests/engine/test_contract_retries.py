@@ -529,3 +529,29 @@ def test_claim_on_undecodable_record_raises_queue_corrupted(queue: Queue, probe:
     assert job.state is State.FAILED and job.error_type == "Corrupted"
     assert queue.get(0).job_id == good
     assert queue.verify() == []
+
+
+@pytest.mark.contract
+@pytest.mark.rule_backoff
+def test_a_retry_that_became_due_is_claimed_before_lower_priority_jobs(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
+    """rule_backoff (and the priority rule): once a retried job's ETA has passed, the next claim takes it
+    before any pending job of lower priority, even though the consumer's view of the store last saw it
+    running (a claim promotes due jobs in its own transaction). Found by test_stateful."""
+    with make_queue(shards=3, rng=random.Random(0)) as q:
+        first = q.put({"n": 1}, priority=0, queue="alpha")
+        q.put({"n": 2}, priority=0, queue="beta")
+        q.put({"n": 3}, priority=-3, queue="alpha")
+        lower = q.put({"n": 4}, priority=-1, queue="alpha")
+        record = q.get(timeout=0, queues=["alpha"])
+        assert record.job_id == first
+        record.nack(RuntimeError("boom"), delay=0.5)
+        assert q.job(first).state is State.SCHEDULED
+        clock.advance(1.0)
+
+        again = q.get(timeout=0, queues=["alpha"])
+
+        assert again.job_id == first
+        assert q.job(first).state is State.RUNNING
+        assert q.job(lower).state is State.PENDING

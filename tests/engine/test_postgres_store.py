@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from queue_max_django.engine import Queue, State
+from queue_max_django.engine import ConfigurationError, Queue, QueueEmpty, State
 from queue_max_django.engine.stores.postgres.store import PostgresStore
+from tests import pgserver
 
 pytestmark = pytest.mark.postgres
 
@@ -129,3 +131,45 @@ def test_notify_off_sends_no_notification(pg_url: str) -> None:
     finally:
         consumer.close()
         producer.close()
+
+
+def test_a_put_through_the_caller_s_connection_commits_and_rolls_back_with_it(pg_url: str) -> None:
+    """Transactional enqueue: a put given the caller's connection is written in the caller's transaction:
+    invisible to consumers until it commits, gone with a rollback, and nothing of it is left behind."""
+    q = Queue(pg_url, do_recover=False, do_vacuum=False)
+    consumer = Queue(pg_url, do_recover=False, do_vacuum=False)
+    caller = pgserver.connect(pg_url)
+    try:
+        with caller.transaction():
+            kept = q.put("kept", connection=caller)
+            batch = q.put_many(["a", "b"], connection=caller)
+            with pytest.raises(QueueEmpty):
+                consumer.get(timeout=0)  # not committed: no consumer sees it
+            assert consumer.job(kept) is None
+        assert {consumer.get(timeout=0).job_id for _ in range(3)} == {kept, *batch}
+
+        with pytest.raises(RuntimeError, match="business write failed"), caller.transaction():
+            gone = q.put("rolled back", connection=caller)
+            raise RuntimeError("business write failed")
+        assert consumer.job(gone) is None
+        with pytest.raises(QueueEmpty):
+            consumer.get(timeout=0)
+        assert consumer.stats()["pending"] == 0 and consumer.stats()["total"] == 3  # counted with the commit
+        assert consumer.verify() == []
+    finally:
+        caller.close()
+        q.close()
+        consumer.close()
+
+
+@pytest.mark.parametrize("call", ["put", "put_many"])
+def test_the_lmdb_store_refuses_the_caller_s_connection(tmp_path: Path, pg_url: str, call: str) -> None:
+    caller = pgserver.connect(pg_url)
+    try:
+        with Queue(tmp_path / "store", do_recover=False, do_vacuum=False) as q:
+            put = q.put if call == "put" else q.put_many
+            with pytest.raises(ConfigurationError, match="lmdb store cannot"):
+                put("x" if call == "put" else ["x"], connection=caller)
+            assert q.stats()["total"] == 0
+    finally:
+        caller.close()

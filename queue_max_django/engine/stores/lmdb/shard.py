@@ -42,7 +42,7 @@ from .access import (
     unindex_job,
 )
 from .env import Env, put_reserve
-from .keys import QUEUE_SEP, id_key, micros, ready_key_parts, time_key
+from .keys import QUEUE_SEP, id_key, micros, ready_key_parts, time_key, time_key_parts
 from .layout import (
     CLAIM_ALONE_NEXT,
     CLAIM_BATCH,
@@ -59,9 +59,11 @@ from .layout import (
     SCHEDULED,
 )
 from .newrecords import NewRecords, encoded
-from .quarantine import Unreadable, quarantine, quarantine_unreadable
+from .quarantine import Unreadable, quarantine, quarantine_unreadable, report
 from .reads import Listed
 from .records import as_claimed, mark_pending_uncharged, mark_running
+
+PROMOTE_BATCH = 1000  # due jobs a claim promotes in its transaction, at most (the rest: the next claim)
 
 _ID = struct.Struct(">Q")
 _TIME_KEY = struct.Struct(">QQ")
@@ -371,9 +373,17 @@ class Shard:
         now_us = micros(now)
         lease_us = micros(now + lease_time)
 
+        promoted: list[CorruptedJobQuarantined] = []
+
         def txn_fn(txn: Any) -> tuple[list[Claimed], int | None, float | None] | CorruptedJobQuarantined:
             claimed: list[Claimed] = []
             first_record: list[list[Any]] = []  # the first job's record, rewritten if a second one joins
+            # Due scheduled jobs become pending first, in this transaction: a claim never takes a job of
+            # lower priority than one whose ETA has passed (the caller's view of the ETAs may be stale).
+            promoted.clear()
+            sched = txn.cursor(db=self.sched)
+            if sched.first() and time_key_parts(sched.key())[0] <= now_us:
+                upkeep.promote_in(self, txn, now_us, PROMOTE_BATCH, promoted)
             cursor = txn.cursor(db=self.ready)
             heads = queue_heads(cursor, queues)  # [order, key, prefix] of each queue's next job
             while len(claimed) < limit and heads:
@@ -411,6 +421,8 @@ class Shard:
             return claimed, (ready_key_parts(min(heads)[1])[1] if heads else None), next_eta(self, txn)
 
         outcome = self.env.write(txn_fn)
+        if promoted:
+            report(self, promoted)
         if isinstance(outcome, CorruptedJobQuarantined):
             raise outcome
         return outcome

@@ -187,13 +187,17 @@ class LmdbStore:
             self.hints.notify(shard)
         return job_id
 
-    def enqueue(self, now: float, shard: int | None, batches: Sequence[NewJobs], durable: bool) -> list[int]:
+    def enqueue(
+        self, now: float, shard: int | None, batches: Sequence[NewJobs], durable: bool, connection: Any = None
+    ) -> list[int]:
         """Write ``batches`` to ``shard`` in ONE transaction (all or nothing; a batch with a unique key that
         was seen writes nothing and gets the earlier job's id, ``unique_hit`` set). ``durable``: synced
         before this returns, through the shard's group commit, which writes the batches of concurrent
         callers in one transaction and one sync. ``shard=None`` (durable only): the store picks, a shard
         whose group commit is forming if there is one. -> the ids, batch after batch. (Group commit takes
-        single jobs: a batch of many is one transaction and one sync of its own.)"""
+        single jobs: a batch of many is one transaction and one sync of its own.) ``connection`` is never
+        given: the store cannot join a database transaction (``transactional_enqueue`` is false)."""
+        assert connection is None, "the LMDB store cannot write in the caller's transaction"
         if durable and len(batches) == 1 and len(batches[0].payloads) == 1:
             if shard is None:
                 shard = next((i for i, c in enumerate(self._committers) if c.forming), None)

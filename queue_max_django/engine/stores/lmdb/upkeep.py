@@ -157,31 +157,39 @@ def promote_due(shard: ShardDbs, now: float, batch: int = 1000) -> int:
 
     def txn_fn(txn: Any) -> int:
         found.clear()
-        cursor = txn.cursor(db=shard.sched)
-        moved = 0
-        while moved < batch and cursor.first():
-            key = cursor.key()
-            eta_us, job_id = time_key_parts(key)
-            if eta_us > now_us:
-                break
-            try:
-                record = load_record(shard, txn, job_id)
-            except QueueCorrupted as exc:
-                found.append(quarantine_met(shard, txn, job_id, shard.sched, key, now_us, str(exc)))
-                continue
-            if record is None or record[F_STATE] != SCHEDULED:
-                cursor.delete()  # a stray index entry: drop it (verify() reports such things)
-                continue
-            unindex_job(shard, txn, job_id, record)
-            record[F_STATE] = PENDING
-            record[F_READY_AT] = eta_us  # FIFO by the time it became due
-            index_job(shard, txn, job_id, record)
-            store_record(shard, txn, job_id, record)
-            moved += 1
-        return moved
+        return promote_in(shard, txn, now_us, batch, found)
 
     moved = shard.env.write(txn_fn)
     report(shard, found)
+    return moved
+
+
+def promote_in(
+    shard: ShardDbs, txn: Any, now_us: int, batch: int, found: list[CorruptedJobQuarantined]
+) -> int:
+    """``promote_due`` inside the write transaction ``txn`` (a claim's, when its shard has due jobs):
+    records that do not decode are quarantined into ``found``, for the caller to report. -> how many."""
+    cursor = txn.cursor(db=shard.sched)
+    moved = 0
+    while moved < batch and cursor.first():
+        key = cursor.key()
+        eta_us, job_id = time_key_parts(key)
+        if eta_us > now_us:
+            break
+        try:
+            record = load_record(shard, txn, job_id)
+        except QueueCorrupted as exc:
+            found.append(quarantine_met(shard, txn, job_id, shard.sched, key, now_us, str(exc)))
+            continue
+        if record is None or record[F_STATE] != SCHEDULED:
+            cursor.delete()  # a stray index entry: drop it (verify() reports such things)
+            continue
+        unindex_job(shard, txn, job_id, record)
+        record[F_STATE] = PENDING
+        record[F_READY_AT] = eta_us  # FIFO by the time it became due
+        index_job(shard, txn, job_id, record)
+        store_record(shard, txn, job_id, record)
+        moved += 1
     return moved
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...errors import InvalidJob
+from ... import codec
+from ...errors import InvalidJob, QueueCorrupted
 from ...job import STATE_CODE, Job, State
 from .rows import FINISHED, LIVE_AS_FINISHED, as_job
 from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
+from .upkeep import CORRUPTED
 
 if TYPE_CHECKING:
     from .store import PostgresStore
@@ -94,6 +96,8 @@ def _position(store: PostgresStore, state: State, job_id: int) -> list[int] | No
     return [row[0], row[1], job_id] if state is State.PENDING else [row[1], job_id]
 
 
+VERIFY_BATCH = 1000
+
 _COUNTS = "SELECT state, sum(n)::bigint FROM qm_counts GROUP BY state"
 
 
@@ -149,4 +153,33 @@ def verify(store: PostgresStore) -> list[str]:
     stray = store._one(f"SELECT count(*) FROM qm_finished WHERE state NOT IN ({DONE}, {FAILED})", None)[0]
     if stray:
         problems.append(f"{stray} finished jobs are in a live state")
+    problems.extend(_undecodable(store))
+    return problems
+
+
+def _undecodable(store: PostgresStore) -> list[str]:
+    """Every payload and result that does not decode (a scan, in batches of ``VERIFY_BATCH`` rows by id)."""
+    problems: list[str] = []
+    # A dead letter quarantined for its bytes (error type "Corrupted") keeps them on purpose: not a problem.
+    for table, columns, known in (
+        ("qm_jobs", "payload, NULL::bytea", ""),
+        ("qm_finished", "payload, result", f" AND error_type IS DISTINCT FROM '{CORRUPTED}'"),
+    ):
+        after = 0
+        while True:
+            rows = store._all(
+                f"SELECT id, {columns} FROM {table} WHERE id > %s{known} ORDER BY id LIMIT {VERIFY_BATCH}",
+                (after,),
+            )
+            for job_id, payload, result in rows:
+                for what, raw in (("payload", payload), ("result", result)):
+                    if raw is None:
+                        continue
+                    try:
+                        codec.unpack_stored(raw, job_id, what)
+                    except QueueCorrupted as exc:
+                        problems.append(str(exc))
+            if len(rows) < VERIFY_BATCH:
+                break
+            after = rows[-1][0]
     return problems

@@ -370,22 +370,44 @@ class PostgresStore:
         params = self._params(queues=None if queues is None else list(queues), min_priority=min_priority,
                               limit=limit, now=micros(now), lease=micros(now + lease_time), token=token,
                               worker=worker)  # fmt: skip
-        rows = self._all(_variant(_CLAIM, queues is not None, min_priority is not None), params)
+        sql = _variant(_CLAIM, queues is not None, min_priority is not None)
+        conn = self.db.connection()
+        with self.db.guard(conn):
+            # Due scheduled jobs become pending first (a claim never passes over a job whose ETA passed
+            # for one of lower priority: the caller's view of the ETAs may be stale), in the same round
+            # trip: the two statements go out in one pipeline, each its own transaction, in order.
+            with conn.pipeline():
+                promoting = conn.execute(upkeep.PROMOTE, self._params(now=params["now"], batch=upkeep.BATCH))
+                claiming = conn.execute(sql, params)
+            promoted = promoting.fetchone()[0]
+            rows = claiming.fetchall()
+        if promoted:
+            self.hints.local()
         head, eta_us, alone = rows[0][0], rows[0][1], rows[0][2]
+        # As on LMDB: a job whose payload does not decode is quarantined; the jobs before it are the claim,
+        # those after it go back (uncharged) for the next claim, and if it came first the claim raises.
         claimed: list[Claimed] = []
-        broken: list[tuple[int, str]] = []
+        broken: tuple[int, str] | None = None
+        back: list[int] = []
         for row in rows:
             if row[3] is None:
                 continue
             data = row[3:17]
+            if broken is not None:
+                back.append(data[0])
+                continue
             try:
                 claimed.append(as_claimed(data, bool(alone)))
             except QueueCorrupted as exc:
-                broken.append((data[0], str(exc)))
-        for job_id, reason in broken:
-            upkeep.quarantine(self, micros(now), job_id, reason)
-        if broken and not claimed:
-            raise CorruptedJobQuarantined(*broken[0])
+                broken = (data[0], str(exc))
+        if broken is not None:
+            upkeep.quarantine(self, micros(now), *broken)
+            for job_id in back:
+                self._one(_RELEASE, self._params(id=job_id, token=token))
+            if back:
+                self.hints.local()
+            if not claimed:
+                raise CorruptedJobQuarantined(*broken)
         return ClaimOutcome(claimed, head, None if eta_us is None else eta_us / 1_000_000, False)
 
     def claim_job(

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 BATCH = 1000
 LEASE_EXPIRED = "LeaseExpired"
+CORRUPTED = "Corrupted"  # the error type of a job quarantined because its payload does not decode
 _LEASE_ERROR = "lease expired: the worker holding the job died or stalled"
 
 # A live job's columns copied into qm_finished as a dead letter (the error fields given as parameters).
@@ -38,7 +39,7 @@ def _dead(charge: int) -> str:
     return _TO_FINISHED.format(state=FAILED, charge=charge, types=types, msgs=msgs)
 
 
-_PROMOTE = f"""
+PROMOTE = f"""
 WITH due AS (SELECT id FROM qm_jobs WHERE state = {SCHEDULED} AND ready_us <= %(now)s
              ORDER BY ready_us, id LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
 upd AS (UPDATE qm_jobs j SET state = {PENDING} FROM due WHERE j.id = due.id RETURNING j.id, j.queue),
@@ -52,7 +53,7 @@ def promote_due(store: PostgresStore, now: float) -> int:
     is their ETA). -> how many."""
     total = 0
     while True:
-        moved: int = store._one(_PROMOTE, store._params(now=micros(now), batch=BATCH))[0]
+        moved: int = store._one(PROMOTE, store._params(now=micros(now), batch=BATCH))[0]
         total += moved
         if moved:
             store.hints.local()
@@ -231,5 +232,7 @@ SELECT count(*) FROM ins
 def quarantine(store: PostgresStore, now_us: int, job_id: int, reason: str) -> None:
     """A live job whose payload does not decode becomes a dead letter that says why (error type
     ``Corrupted``), whatever its state: nothing is left to run."""
-    store._one(_QUARANTINE, store._params(id=job_id, now=now_us, error=reason, error_type="Corrupted",
-                                          traceback=None))  # fmt: skip
+    error = f"corrupted: {reason}"
+    store._one(
+        _QUARANTINE, store._params(id=job_id, now=now_us, error=error, error_type=CORRUPTED, traceback=None)
+    )
