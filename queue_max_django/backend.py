@@ -160,10 +160,7 @@ class QueueMaxBackend(BaseTaskBackend):
         }
         # In a transaction on the PostgreSQL store's own alias the job is part of it (conf.caller_connection)
         joined = caller_connection()
-        if joined is None:
-            job_id = queue.put(payload, **options)
-        else:
-            job_id = queue.put(payload, connection=joined, **options)
+        job_id = queue.put(payload, connection=joined, **options)
         job = queue.job(job_id) if joined is None else None  # not committed: the store cannot see it yet
         result: TaskResult[Any, Any] = TaskResult(
             task=task,

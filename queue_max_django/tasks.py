@@ -352,10 +352,7 @@ class Task(Generic[P, R]):
         if get_config().immediate:
             return self._run_now(payload)
         queue = self._prepare(get_queue())
-        if connection is None:
-            job_id = queue.put(payload, **self._put_options())
-        else:
-            job_id = queue.put(payload, connection=connection, **self._put_options())
+        job_id = queue.put(payload, connection=connection, **self._put_options())
         return JobResult(job_id, task_name=self.name)
 
     def _run_now(self, payload: dict[str, Any]) -> JobResult:
