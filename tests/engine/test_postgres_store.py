@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from queue_max_django.engine import ConfigurationError, Queue, QueueEmpty, State
+from queue_max_django.engine import ConfigurationError, Queue, QueueEmpty, State, StoreError
 from queue_max_django.engine.stores.postgres.store import PostgresStore
 from tests import pgserver
 
@@ -173,3 +173,24 @@ def test_the_lmdb_store_refuses_the_caller_s_connection(tmp_path: Path, pg_url: 
             assert q.stats()["total"] == 0
     finally:
         caller.close()
+
+
+def test_a_server_restart_mid_run_is_a_clear_error_then_the_store_reconnects(pg_url: str) -> None:
+    """A connection the server dropped (here: its backend terminated, as a restart does) makes the next
+    operation raise StoreError, saying it may not have committed; nothing acknowledged is lost, and the
+    operation after it reconnects on its own."""
+    q = Queue(pg_url, do_recover=False, do_vacuum=False)
+    admin = pgserver.connect(pg_url)
+    try:
+        kept = q.put("kept")
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        with pytest.raises(StoreError, match="may or may not have committed"):
+            q.put("lost with the connection")
+        again = q.put("after")  # reconnected
+        assert {q.get(timeout=0).job_id for _ in range(q.stats()["pending"])} >= {kept, again}
+    finally:
+        admin.close()
+        q.close()

@@ -119,6 +119,12 @@ class Connections:
         try:
             yield
         except self.errors as exc:
+            if not getattr(conn, "broken", True) and not conn.closed:
+                # The server answered (a deadlock, a serialization failure, a cancel): the statement was
+                # rolled back and the connection is fine.
+                raise StoreError(
+                    f"the PostgreSQL store at {display_url(self.conninfo)} rolled an operation back: {exc}"
+                ) from exc
             if drop:
                 self._drop(conn)
             raise StoreError(
