@@ -46,7 +46,7 @@ from django.core import checks
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from .conf import get_config, get_queue
+from .conf import caller_connection, get_config, get_queue
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, is_interrupt
 from .engine.validate import validate_queue_name
 from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
@@ -150,16 +150,18 @@ class QueueMaxBackend(BaseTaskBackend):
             run_after=None if run_after is None else run_after.isoformat(), args=args, kwargs=kwargs
         )
         config, queue = get_config(), get_queue()
-        job_id = queue.put(
-            payload,
-            priority=int(task.priority),  # Django also accepts a whole float (3.0)
-            eta=None if config.immediate else run_after,
-            queue=task.queue_name,
-            name=task.module_path,
-            max_retries=self._max_retries(),
-            timeout=config.timeout,  # QUEUE_MAX["TIMEOUT"]: django.tasks has no per-task limit
-        )
-        job = queue.job(job_id)
+        options: dict[str, Any] = {
+            "priority": int(task.priority),  # Django also accepts a whole float (3.0)
+            "eta": None if config.immediate else run_after,
+            "queue": task.queue_name,
+            "name": task.module_path,
+            "max_retries": self._max_retries(),
+            "timeout": config.timeout,  # QUEUE_MAX["TIMEOUT"]: django.tasks has no per-task limit
+        }
+        # In a transaction on the PostgreSQL store's own alias the job is part of it (conf.caller_connection)
+        joined = caller_connection()
+        job_id = queue.put(payload, connection=joined, **options)
+        job = queue.job(job_id) if joined is None else None  # not committed: the store cannot see it yet
         result: TaskResult[Any, Any] = TaskResult(
             task=task,
             id=str(job_id),

@@ -3,7 +3,7 @@
 
 ``settings_problems()`` is the one judge of the values: ``check_settings`` (registered by apps.py) reports
 what it finds, and ``conf.get_config()`` refuses to build a config while it finds an error. The store checks
-read the disk and create nothing.
+read the disk (LMDB) or ask the database server (PostgreSQL: postgres_checks.py) and create nothing.
 """
 
 from __future__ import annotations
@@ -19,11 +19,15 @@ from typing import Any, Literal
 from django.apps import AppConfig
 from django.core import checks
 
+from . import postgres_checks
 from .defaults import (
     DATA_DIR_NAME,
     DEFAULTS,
+    LMDB_KEYS,
     MIN_LEASE_TIME,
     NESTED_DEFAULTS,
+    POSTGRES_KEYS,
+    STORES,
     merge_defaults,
     read_settings,
     resolve_data_dir,
@@ -32,24 +36,12 @@ from .engine import BreakerPolicy, InvalidBreakerPolicy, InvalidRate, parse_rate
 from .engine.errors import InvalidJob
 from .engine.job import MAX_SHARDS
 from .engine.stores.lmdb.store import LmdbStore
+from .engine.stores.opening import URL_SCHEMES
 from .engine.validate import MAX_RETRIES_LIMIT, MAX_SECONDS, validate_name, validate_queue_name
+from .problems import PREFIX, Problem
 from .registry import registry
 
 TAG = "queue_max_django"  # `manage.py check --tag queue_max_django` runs these checks alone
-PREFIX = "queue_max_django"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One mistake in the settings or the store they point at: a check id, what is wrong, how to fix it."""
-
-    id: str
-    msg: str
-    hint: str
-
-    @property
-    def is_error(self) -> bool:
-        return self.id.rpartition(".")[2].startswith("E")
 
 
 @dataclass(frozen=True)
@@ -85,6 +77,10 @@ _WORKER_NUMBERS: Mapping[str, _Number] = {
     "BURST_WAIT": _Number("seconds", 0, MAX_SECONDS),
 }
 _BOOLS = ("SYNC", "IMMEDIATE", "ENQUEUE_ON_COMMIT")
+# The PostgreSQL store's waits: the longest poll-only sleep; above 1 s it would change nothing (every idle
+# wait of the engine is bounded by 1 s, engine/queue.py MAX_IDLE_WAIT).
+_POLL_INTERVAL = _Number("seconds", 0.005, 1.0)
+_URL = "a postgresql:// or postgres:// URL (str), or None"
 _RATE = 'a rate such as "160/m" or an int per minute'
 _QUEUE_NAMES = "a non-empty list of queue names, or None"
 
@@ -282,7 +278,7 @@ def settings_problems(raw: Any, base_dir: Any) -> list[Problem]:
         ]
     found = _unknown_keys((), raw, DEFAULTS)
     values = merge_defaults(raw)
-    found += _data_dir_problems(values["DATA_DIR"], base_dir)
+    found += _store_problems(raw, values, base_dir)
     for key, spec in _NUMBERS.items():
         found += _number_problems((key,), values[key], spec)
     for key in _BOOLS:
@@ -316,6 +312,53 @@ def settings_problems(raw: Any, base_dir: Any) -> list[Problem]:
         if listed is not None and isinstance(worker["QUEUES"], (list, tuple)):
             found += _unlisted_queue_problems(("WORKER", "QUEUES"), worker["QUEUES"], listed)
     return found
+
+
+def _store_problems(raw: Mapping[str, Any], values: Mapping[str, Any], base_dir: Any) -> list[Problem]:
+    """``STORE``, and the keys that say where that store is (and none of the other store's)."""
+    kind = values["STORE"]
+    if not isinstance(kind, str) or kind not in STORES:
+        return [
+            Problem(
+                f"{PREFIX}.E016",
+                f"QUEUE_MAX['STORE'] must be 'lmdb' or 'postgresql', not {kind!r}.",
+                "Set STORE to 'lmdb' (the embedded store in DATA_DIR, the default) or 'postgresql' (tables "
+                "in a PostgreSQL database: DATABASE or URL), or remove it.",
+            )
+        ]
+    if kind == "lmdb":
+        found = [_other_store_key(key, "PostgreSQL", kind) for key in POSTGRES_KEYS if key in raw]
+        return found + _data_dir_problems(values["DATA_DIR"], base_dir)
+    found = [_other_store_key(key, "LMDB", kind) for key in LMDB_KEYS if key in raw]
+    database = values["DATABASE"]
+    if database is not None and (not isinstance(database, str) or not database):
+        found.append(_wrong_type(("DATABASE",), database, "a DATABASES alias (a non-empty str), or None"))
+    url = values["URL"]
+    if url is not None and (not isinstance(url, str) or not url.startswith(URL_SCHEMES)):
+        found.append(_wrong_type(("URL",), url, _URL))
+    found += [_wrong_type((key,), values[key], "True or False") for key in ("LISTEN", "NOTIFY")
+              if not isinstance(values[key], bool)]  # fmt: skip
+    found += _number_problems(("POLL_INTERVAL",), values["POLL_INTERVAL"], _POLL_INTERVAL)
+    if found:
+        return found
+    return postgres_checks.settings_problems(values)
+
+
+def _other_store_key(key: str, owner: str, kind: str) -> Problem:
+    if owner == "LMDB":
+        return Problem(
+            f"{PREFIX}.E017",
+            f"QUEUE_MAX[{key!r}] is for the LMDB store, but QUEUE_MAX['STORE'] is {kind!r}.",
+            f"Remove {key}: the PostgreSQL store keeps its jobs in the database that DATABASE or URL names, "
+            f"and DATA_DIR, SHARDS and SYNC do not apply to it (its durability is PostgreSQL's "
+            f"synchronous_commit).",
+        )
+    return Problem(
+        f"{PREFIX}.E018",
+        f"QUEUE_MAX[{key!r}] is for the PostgreSQL store, but QUEUE_MAX['STORE'] is {kind!r}"
+        f"{' (the default)' if kind == DEFAULTS['STORE'] else ''}.",
+        f"Set QUEUE_MAX['STORE'] to 'postgresql' to keep the jobs in PostgreSQL, or remove {key}.",
+    )
 
 
 def store_problems(data_dir: Path, shards: int | None) -> list[Problem]:
@@ -370,14 +413,18 @@ def _not_our_store(data_dir: Path, reason: str) -> Problem:
 
 
 def problems() -> list[Problem]:
-    """Every mistake in the current settings; once the values are valid, also in the store they point at."""
+    """Every mistake in the current settings; once the values are valid, also in the store they point at
+    (its directory, or its PostgreSQL database)."""
     raw, base_dir = read_settings()
     found = settings_problems(raw, base_dir)
-    if not any(problem.is_error for problem in found):
-        data_dir = resolve_data_dir(raw.get("DATA_DIR"), base_dir)
-        assert data_dir is not None  # E008 otherwise
-        found += store_problems(data_dir, raw.get("SHARDS"))
-    return found
+    if any(problem.is_error for problem in found):
+        return found
+    values = merge_defaults(raw)
+    if values["STORE"] == "postgresql":
+        return found + postgres_checks.database_problems(values)
+    data_dir = resolve_data_dir(raw.get("DATA_DIR"), base_dir)
+    assert data_dir is not None  # E008 otherwise
+    return found + store_problems(data_dir, raw.get("SHARDS"))
 
 
 def task_problems() -> list[Problem]:

@@ -1,8 +1,11 @@
 """``QUEUE_MAX`` -> a frozen ``QueueMaxConfig`` -> the process's engine ``Queue``.
 
-This module is the only door from the Django layer to the engine's store. Settings are read lazily (never at
-import time), cached, and forgotten on Django's ``setting_changed`` signal, so ``override_settings`` works.
-A config is built only from values that the system checks (checks.py) find no error in.
+This module is the only door from the Django layer to the engine's store: the embedded LMDB store in
+``DATA_DIR`` (the default), or with ``STORE = "postgresql"`` the PostgreSQL store in the database of a
+``DATABASES`` alias or a ``URL`` (database.py turns an alias into connection parameters; psycopg is imported
+only then). Settings are read lazily (never at import time), cached, and forgotten on Django's
+``setting_changed`` signal, so ``override_settings`` works. A config is built only from values that the
+system checks (checks.py) find no error in.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
+from django.db import DEFAULT_DB_ALIAS
 from django.dispatch import receiver
 
+from . import database
 from .checks import settings_problems
 from .defaults import (
     CIRCUIT_BREAKER_DEFAULTS,
@@ -36,6 +41,9 @@ from .engine import GLOBAL_KEY, QUEUE_KEY_PREFIX, Queue, Rate, parse_rate
 from .engine.stores.lmdb.store import LmdbStore
 from .signals import connect
 
+if TYPE_CHECKING:
+    from .engine.stores.postgres.store import PostgresStore
+
 __all__ = [  # with the defaults (defaults.py), whose names were this module's before checks.py needed them
     "CIRCUIT_BREAKER_DEFAULTS",
     "DATA_DIR_NAME",
@@ -44,15 +52,19 @@ __all__ = [  # with the defaults (defaults.py), whose names were this module's b
     "NESTED_DEFAULTS",
     "WORKER_DEFAULTS",
     "CircuitBreakerConfig",
+    "PostgresConfig",
     "QueueMaxConfig",
     "WorkerConfig",
     "build_config",
+    "caller_connection",
     "get_config",
     "get_queue",
     "merge_defaults",
     "read_settings",
     "reset",
     "resolve_data_dir",
+    "store_class",
+    "store_url",
 ]
 
 
@@ -78,10 +90,21 @@ class WorkerConfig:
 
 
 @dataclass(frozen=True)
+class PostgresConfig:
+    """The PostgreSQL store's keys of ``QUEUE_MAX`` (``STORE = "postgresql"``)."""
+
+    database: str | None  # the DATABASES alias (DATABASE, or "default"); None when URL names the database
+    url: str | None
+    listen: bool
+    notify: bool
+    poll_interval: float
+
+
+@dataclass(frozen=True)
 class QueueMaxConfig:
     """``QUEUE_MAX`` merged over ``DEFAULTS``, checked and typed (docs/reference/settings.md)."""
 
-    data_dir: Path
+    data_dir: Path | None  # None with the PostgreSQL store
     shards: int | None
     lease_time: float
     max_retries: int
@@ -99,6 +122,8 @@ class QueueMaxConfig:
     immediate: bool
     enqueue_on_commit: bool
     worker: WorkerConfig
+    store: str = "lmdb"
+    postgres: PostgresConfig | None = None  # with store "postgresql"
 
 
 def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
@@ -108,8 +133,20 @@ def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
         lines = "\n".join(f"{p.id}: {p.msg} HINT: {p.hint}" for p in errors)
         raise ImproperlyConfigured(f"QUEUE_MAX is misconfigured (see `manage.py check`):\n{lines}")
     values = merge_defaults(raw)
-    data_dir = resolve_data_dir(values["DATA_DIR"], base_dir)
-    assert data_dir is not None  # settings_problems reported E008 otherwise
+    postgres = None
+    if values["STORE"] == "postgresql":
+        data_dir = None
+        url = values["URL"]
+        postgres = PostgresConfig(
+            database=None if url is not None else (values["DATABASE"] or DEFAULT_DB_ALIAS),
+            url=url,
+            listen=values["LISTEN"],
+            notify=values["NOTIFY"],
+            poll_interval=float(values["POLL_INTERVAL"]),
+        )
+    else:
+        data_dir = resolve_data_dir(values["DATA_DIR"], base_dir)
+        assert data_dir is not None  # settings_problems reported E008 otherwise
     breaker, worker = values["CIRCUIT_BREAKER"], values["WORKER"]
     rate = values["RATE_LIMIT"]
     return QueueMaxConfig(
@@ -141,6 +178,8 @@ def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
             max_memory_mb=worker["MAX_MEMORY_MB"],
             burst_wait=float(worker["BURST_WAIT"]),
         ),
+        store=values["STORE"],
+        postgres=postgres,
     )
 
 
@@ -185,31 +224,65 @@ def get_queue() -> Queue:
         return queue
 
 
-def store_class(config: QueueMaxConfig) -> type[LmdbStore]:
-    """The class of the store the settings name. Its capability attributes (``offline_compact``,
+def store_class(config: QueueMaxConfig) -> type[LmdbStore] | type[PostgresStore]:
+    """The class of the store the settings name (``STORE``). Its capability attributes (``offline_compact``,
     ``transactional_enqueue``, ``multi_host``) say what the store can do; commands check them before using
-    a feature that not every store has. Today every setting names the embedded LMDB store."""
-    del config  # one kind of store so far: the PostgreSQL store will be chosen here by QUEUE_MAX["STORE"]
+    a feature that not every store has. The PostgreSQL store's module (and psycopg) is imported only here."""
+    if config.store == "postgresql":
+        from .engine.stores.postgres.store import PostgresStore
+
+        return PostgresStore
     return LmdbStore
 
 
+def store_url(config: QueueMaxConfig) -> str:
+    """The connection URL of the PostgreSQL store: ``URL``, or the one of the ``DATABASE`` alias."""
+    assert config.postgres is not None, "the LMDB store has no URL"
+    if config.postgres.url is not None:
+        return config.postgres.url
+    assert config.postgres.database is not None
+    return database.alias_url(config.postgres.database)
+
+
+def caller_connection() -> Any | None:
+    """The caller's psycopg connection when a job enqueued now joins the caller's transaction: the
+    PostgreSQL store lives in the ``DATABASE`` alias and this thread is inside ``transaction.atomic()`` on
+    it (not in ``IMMEDIATE`` mode, where the job is claimed at once by another connection). Else None."""
+    config = get_config()
+    if config.postgres is None or config.immediate:
+        return None
+    return database.caller_connection(config.postgres.database)
+
+
 def _open_queue(config: QueueMaxConfig) -> Queue:
-    queue = Queue(
-        config.data_dir,
-        shards=config.shards,
-        lease_time=config.lease_time,
-        max_retries=config.max_retries,
-        retry_backoff=config.retry_backoff,
-        retry_backoff_max=config.retry_backoff_max,
-        result_ttl=config.result_ttl,
-        max_payload_bytes=config.max_payload_bytes,
-        queues=config.queues,
-        sync=config.sync,
-        alert_threshold=config.alert_threshold,
+    options: dict[str, Any] = {
+        "lease_time": config.lease_time,
+        "max_retries": config.max_retries,
+        "retry_backoff": config.retry_backoff,
+        "retry_backoff_max": config.retry_backoff_max,
+        "result_ttl": config.result_ttl,
+        "max_payload_bytes": config.max_payload_bytes,
+        "queues": config.queues,
+        "alert_threshold": config.alert_threshold,
         # a lease that expired is noticed within half a lease time (at most 15 s): short leases recover fast
-        recover_interval=min(15.0, max(0.5, config.lease_time / 2)),
-        worker_id=f"{socket.gethostname()}:{os.getpid()}",  # queue_worker's processes name themselves
-    )
+        "recover_interval": min(15.0, max(0.5, config.lease_time / 2)),
+        "worker_id": f"{socket.gethostname()}:{os.getpid()}",  # queue_worker's processes name themselves
+    }
+    if config.postgres is not None:
+        from .engine.stores.postgres.store import PostgresStore  # psycopg only for this store
+
+        pg = config.postgres
+        store = PostgresStore.open(
+            store_url(config), listen=pg.listen, notify=pg.notify, poll_interval=pg.poll_interval
+        )
+        try:
+            queue = Queue(store, **options)  # none of the LMDB-only options: Queue(store) refuses them
+        except BaseException:
+            store.close(flush=False)
+            raise
+    else:
+        assert config.data_dir is not None
+        queue = Queue(config.data_dir, shards=config.shards, sync=config.sync, **options)
     try:
         connect(queue)  # its engine events become Django signals (signals.py)
         _apply_rate_limits(queue, config)
@@ -243,5 +316,5 @@ def reset() -> None:
 
 @receiver(setting_changed)
 def _on_setting_changed(sender: Any, *, setting: str, **kwargs: Any) -> None:
-    if setting in ("QUEUE_MAX", "BASE_DIR"):
+    if setting in ("QUEUE_MAX", "BASE_DIR", "DATABASES"):
         reset()

@@ -31,8 +31,12 @@ WORKER_DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "BURST_WAIT": 0.0,
     }
 )
+STORES = ("lmdb", "postgresql")  # QUEUE_MAX["STORE"]: the embedded LMDB store (the default), or PostgreSQL
+LMDB_KEYS = ("DATA_DIR", "SHARDS", "SYNC")  # only say where and how to open an LMDB store
+POSTGRES_KEYS = ("DATABASE", "URL", "LISTEN", "NOTIFY", "POLL_INTERVAL")  # only for the PostgreSQL store
 DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {
+        "STORE": "lmdb",
         "DATA_DIR": None,  # None: BASE_DIR / "queue_max_data"
         "SHARDS": None,  # None: the count on disk, or 6 for a new store
         "LEASE_TIME": 30.0,
@@ -42,6 +46,11 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "RESULT_TTL": 86400.0,
         "MAX_PAYLOAD_BYTES": 2**20,
         "SYNC": False,
+        "DATABASE": None,  # None: the "default" alias, unless URL is given
+        "URL": None,
+        "LISTEN": True,
+        "NOTIFY": True,
+        "POLL_INTERVAL": 1.0,
         "QUEUES": None,
         "RATE_LIMIT": None,
         "QUEUE_RATE_LIMITS": MappingProxyType({}),

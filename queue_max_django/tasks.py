@@ -22,7 +22,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 import msgpack
 from django.db import transaction
 
-from .conf import get_config, get_queue
+from .conf import caller_connection, get_config, get_queue
 from .engine import (
     NAME_KEY_PREFIX,
     BreakerPolicy,
@@ -193,9 +193,11 @@ class Task(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobResult:
         """Store one job calling this task with these arguments. -> its result handle. In ``IMMEDIATE``
-        mode the job is run here, now, and the handle is finished. With ``ENQUEUE_ON_COMMIT``, inside a
-        transaction of the default database, the job is stored when it commits (nothing on rollback) and the
-        handle has no id until then."""
+        mode the job is run here, now, and the handle is finished. With the PostgreSQL store in the
+        ``DATABASE`` alias, inside ``transaction.atomic()`` on that alias, the job is written in the caller's
+        transaction: it commits (and workers see it) or rolls back with the caller's writes. Otherwise, with
+        ``ENQUEUE_ON_COMMIT``, inside a transaction of the default database, the job is stored when it
+        commits (nothing on rollback) and the handle has no id until then."""
         return self._enqueue_maybe_on_commit(args, kwargs)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobResult:
@@ -233,7 +235,12 @@ class Task(Generic[P, R]):
             return []
         if get_config().immediate:
             return [self._run_now(payload) for payload in payloads]
-        ids = self._prepare(get_queue()).put_parts(payloads, **self._put_options())
+        queue = self._prepare(get_queue())
+        joined = caller_connection()
+        if joined is None:
+            ids = queue.put_parts(payloads, **self._put_options())
+        else:  # the PostgreSQL store has one shard: one put_many is what put_parts would do, in the caller's
+            ids = queue.put_many(payloads, connection=joined, **self._put_options())  # transaction
         return [JobResult(job_id, task_name=self.name) for job_id in ids]
 
     # ------------------------------------------------------------------ internals
@@ -321,6 +328,9 @@ class Task(Generic[P, R]):
         return queue
 
     def _enqueue_maybe_on_commit(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> JobResult:
+        joined = caller_connection()  # the store's database is the one the caller is in a transaction on
+        if joined is not None:
+            return self._enqueue(args, kwargs, connection=joined)  # stronger than waiting for the commit
         if not get_config().enqueue_on_commit or not transaction.get_connection().in_atomic_block:
             return self._enqueue(args, kwargs)
         self._bind(args, kwargs)  # fail now, not at commit, on arguments that cannot be stored
@@ -330,7 +340,11 @@ class Task(Generic[P, R]):
         transaction.on_commit(lambda: handle.bind(self._enqueue(args, kwargs)))
         return handle
 
-    def _enqueue(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> JobResult:
+    def _enqueue(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, connection: Any = None
+    ) -> JobResult:
+        """Store the job now: on the store's own connection, or on ``connection`` (the caller's, in its
+        transaction: ``conf.caller_connection()``)."""
         self._bind(args, kwargs)
         payload = self._payload(args, kwargs)
         if _unstorable(payload) is not None:
@@ -338,7 +352,7 @@ class Task(Generic[P, R]):
         if get_config().immediate:
             return self._run_now(payload)
         queue = self._prepare(get_queue())
-        job_id = queue.put(payload, **self._put_options())
+        job_id = queue.put(payload, connection=connection, **self._put_options())
         return JobResult(job_id, task_name=self.name)
 
     def _run_now(self, payload: dict[str, Any]) -> JobResult:

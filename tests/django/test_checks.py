@@ -760,9 +760,11 @@ def test_ready_registers_the_checks_and_imports_tasks_modules(monkeypatch: pytes
 
 
 def test_every_check_id_is_documented() -> None:
-    source = (ROOT / "queue_max_django" / "checks.py").read_text()
+    source = "".join(
+        (ROOT / "queue_max_django" / name).read_text() for name in ("checks.py", "postgres_checks.py")
+    )
     docs = (ROOT / "docs" / "reference" / "checks.md").read_text()
     ids = sorted(set(re.findall(r"\{PREFIX\}\.([EW]\d{3})", source)))
-    assert ids == [f"E{n:03d}" for n in range(1, 16)] + ["W001", "W002"]
+    assert ids == [f"E{n:03d}" for n in range(1, 25)] + ["W001", "W002", "W003"]
     for check_id in ids:
         assert f"### `queue_max_django.{check_id}`" in docs, check_id

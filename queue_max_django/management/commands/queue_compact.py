@@ -19,10 +19,11 @@ def _mib(size: int) -> str:
 
 class Command(BaseCommand):
     help = (
-        "Compact the store offline: copy every LMDB environment without its free pages and swap the copy in "
-        "(LMDB reuses freed pages but never shrinks its files), keeping the owner, group and mode of every "
-        "file and folder. First removes what a killed compaction left beside the store. Refuses while any "
-        "process has the store open: stop the workers, web servers and shells that use it first."
+        "Compact the LMDB store offline: copy every LMDB environment without its free pages and swap the "
+        "copy in (LMDB reuses freed pages but never shrinks its files), keeping the owner, group and mode of "
+        "every file and folder. First removes what a killed compaction left beside the store. Refuses while "
+        "any process has the store open: stop the workers, web servers and shells that use it first. Not "
+        "for the PostgreSQL store, whose space autovacuum reclaims."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -43,9 +44,13 @@ class Command(BaseCommand):
         store = store_class(config)
         if not store.offline_compact:
             raise CommandError(
-                f"The {store.kind} store cannot be compacted offline: nothing was changed. It reclaims space "
-                f"on its own (see the docs of that store)."
+                f"The {store.kind} store cannot be compacted offline: nothing was changed. queue_compact is "
+                f"for the LMDB store (it rewrites LMDB's files). PostgreSQL reclaims the space of finished "
+                f"and deleted jobs itself: autovacuum (the store's tables carry their own autovacuum "
+                f'settings) makes it reusable while the workers run. See docs/howto/postgresql.md, "What to '
+                f'monitor".'
             )
+        assert config.data_dir is not None  # the LMDB store always has one
         with engine_errors():
             report = compact_store(
                 config.data_dir, output=options["output"], keep_backup=options["keep_backup"]
