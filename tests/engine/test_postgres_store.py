@@ -194,3 +194,37 @@ def test_a_server_restart_mid_run_is_a_clear_error_then_the_store_reconnects(pg_
     finally:
         admin.close()
         q.close()
+
+
+def test_an_open_caller_transaction_holds_up_no_other_put_and_its_counts_fold_in(pg_url: str) -> None:
+    """A put in the caller's transaction writes its counts as a journal row of its own: other puts and
+    claims never wait for that transaction, two such transactions never deadlock, and the store's upkeep
+    folds the committed journal into the shared counter rows (stats() is right before and after)."""
+    q = Queue(pg_url, do_recover=False, do_vacuum=False)
+    first, second = pgserver.connect(pg_url), pgserver.connect(pg_url)
+    try:
+        with first.transaction(), second.transaction():
+            q.put("in the first", connection=first)
+            q.put("in the second", connection=second)
+            q.put("in the second again", connection=second)
+            finished = threading.Event()
+            others = threading.Thread(target=lambda: ([q.put(n) for n in range(20)], finished.set()))
+            others.start()
+            others.join(timeout=10)
+            assert finished.is_set(), "a put waited for a caller's open transaction"
+            assert q.stats()["pending"] == 20
+        assert q.stats()["pending"] == 23 and q.stats()["total"] == 23
+        journal = pgserver.connect(pg_url)
+        try:
+            count = "SELECT count(*) FROM qm_counts WHERE slot >= 1000"
+            assert journal.execute(count).fetchone()[0] > 0
+            q._store.maintain(flush=False)
+            assert journal.execute(count).fetchone()[0] == 0
+        finally:
+            journal.close()
+        assert q.stats()["pending"] == 23 and q.stats()["total"] == 23
+        assert q.verify() == []
+    finally:
+        first.close()
+        second.close()
+        q.close()

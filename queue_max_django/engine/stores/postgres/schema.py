@@ -15,6 +15,9 @@ store's one shard, as ``job.shard_of`` reads it (``MAX_SHARDS``).
 Counts (``stats()``, ``queue_counts()``) are counter rows changed in the same transaction as the jobs they
 count, spread over ``COUNTER_SLOTS`` rows per (queue, state) so that concurrent writers rarely wait on the
 same row; a transaction writes its counters last, in key order, so counters never take part in a deadlock.
+A put in the caller's own transaction (``put(connection=)``), which may stay open a while, never locks a
+shared counter row: its counts are a journal row of their own (a slot from ``qm_count_journal``), which no
+other writer touches, and the store's upkeep folds committed journal rows into the shared ones.
 
 ``SCHEMA_VERSION`` is in ``qm_meta``; ``create(conn)`` makes the tables (idempotent) and ``version(conn)``
 reads what a database has, for the system checks and for opening the store.
@@ -28,6 +31,7 @@ from ...errors import SchemaError
 
 SCHEMA_VERSION = 1
 COUNTER_SLOTS = 16
+JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
 
 # State codes, as the LMDB store numbers them (job.STATES).
@@ -108,10 +112,12 @@ CREATE INDEX IF NOT EXISTS qm_finished_failed ON qm_finished (id) WHERE state = 
 CREATE TABLE IF NOT EXISTS qm_counts (
     queue text NOT NULL,
     state smallint NOT NULL,
-    slot smallint NOT NULL,
+    slot bigint NOT NULL,
     n bigint NOT NULL,
     PRIMARY KEY (queue, state, slot)
 ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000);
+
+CREATE SEQUENCE IF NOT EXISTS qm_count_journal START {JOURNAL_START} MINVALUE {JOURNAL_START};
 
 CREATE TABLE IF NOT EXISTS qm_unique (
     key bytea PRIMARY KEY,
@@ -183,4 +189,4 @@ def drop(conn: Any) -> None:
     """Remove every table of the store (``migrate queue_max_django zero``): its jobs are gone."""
     with conn.transaction():
         conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES) + " CASCADE")
-        conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids")
+        conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal")

@@ -5,31 +5,51 @@ jobs they count."""
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any, Protocol
 
 from .rows import HISTORY_MAX
-from .schema import COUNTER_SLOTS
+from .schema import COUNTER_SLOTS, JOURNAL_START
 
 
-def tally(*moves: tuple[str, str, int | str]) -> str:
+def tally(*moves: tuple[str, str, int | str], journal: bool = False) -> str:
     """A CTE ``cnt`` that adds to the counter rows: each move is (a CTE or table with a ``queue`` column,
     the SQL of the state counted, +1/-1 or an SQL count per row). Rows are written in key order (no
-    deadlock between two statements), to the slot ``%(slot)s``."""
+    deadlock between two statements), to the slot ``%(slot)s``; with ``journal``, to a new slot of the
+    journal instead (a row no other transaction can be waiting for: see schema.py)."""
+    slot_sql = "nextval('qm_count_journal')" if journal else "%(slot)s"
     parts = " UNION ALL ".join(
         f"SELECT queue, ({state})::smallint AS state, ({change})::bigint AS n FROM {source}"
         for source, state, change in moves
     )
     return (
         "cnt AS (INSERT INTO qm_counts (queue, state, slot, n) "
-        f"SELECT queue, state, %(slot)s, sum(n) FROM ({parts}) d GROUP BY queue, state "
+        f"SELECT queue, state, {slot_sql}, sum(n) FROM ({parts}) d GROUP BY queue, state "
         "HAVING sum(n) <> 0 ORDER BY queue, state "
         "ON CONFLICT (queue, state, slot) DO UPDATE SET n = qm_counts.n + EXCLUDED.n RETURNING 1)"
     )
 
 
+_local = threading.local()
+
+
 def slot() -> int:
-    """The counter slot of one statement: spread writers over ``COUNTER_SLOTS`` rows per count."""
-    return random.randrange(COUNTER_SLOTS)
+    """The counter slot of this thread's statements: writers spread over ``COUNTER_SLOTS`` rows per count,
+    and every statement of one transaction on the same slot (two transactions never lock one count's rows
+    in opposite orders)."""
+    mine: int | None = getattr(_local, "slot", None)
+    if mine is None:
+        mine = _local.slot = random.randrange(COUNTER_SLOTS)
+    return mine
+
+
+FOLD_JOURNAL = f"""
+WITH d AS (DELETE FROM qm_counts WHERE slot >= {JOURNAL_START} RETURNING queue, state, n)
+INSERT INTO qm_counts (queue, state, slot, n)
+SELECT queue, state, 0, sum(n) FROM d GROUP BY queue, state ORDER BY queue, state
+ON CONFLICT (queue, state, slot) DO UPDATE SET n = qm_counts.n + EXCLUDED.n
+"""
+"""The journal's committed rows folded into slot 0 (the store's upkeep)."""
 
 
 def notify_if(condition: str) -> str:

@@ -43,9 +43,11 @@ from .coordination import PgCoordination
 from .hints import PgHints
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED, as_claimed, micros, pack_key
 from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
-from .sql import appended, notify_if, slot, tally
+from .sql import FOLD_JOURNAL, appended, notify_if, slot, tally
 
-_ENQUEUE = f"""
+
+def _enqueue_sql(journal: bool) -> str:
+    return f"""
 WITH p AS (SELECT payload, n FROM unnest(%(payloads)s::bytea[]) WITH ORDINALITY AS t(payload, n)),
 ids AS (SELECT nextval('qm_job_ids') AS id FROM generate_series(1, %(count)s)),
 ranked AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM ids),
@@ -60,10 +62,14 @@ ins AS (
            %(timeout)s, %(partition_key)s, p.payload
     FROM p JOIN ranked r USING (n)
     RETURNING id, queue),
-{tally(("ins", "%(state)s", 1), ("ins", str(TOTAL), 1))}
+{tally(("ins", "%(state)s", 1), ("ins", str(TOTAL), 1), journal=journal)}
 SELECT (SELECT array_agg(id ORDER BY id) FROM ins), {notify_if("(SELECT yes FROM lead)")},
        (SELECT yes FROM lead)
 """
+
+
+_ENQUEUE = _enqueue_sql(journal=False)
+_ENQUEUE_JOINED = _enqueue_sql(journal=True)  # in the caller's transaction
 
 _UNIQUE = "INSERT INTO qm_unique (key, job_id, used_us) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING RETURNING 1"
 
@@ -266,7 +272,11 @@ class PostgresStore:
         """Connections and the listener are per process: a forked child opens its own on first use."""
 
     def maintain(self, flush: bool) -> None:
-        """Read the server's clock again when due (``ServerClock``)."""
+        """Fold the committed journal of the counters (puts in callers' transactions) into the shared
+        rows, and read the server's clock again when due (``ServerClock``)."""
+        conn = self.db.connection()
+        with self.db.guard(conn):
+            conn.execute(FOLD_JOURNAL)
         if self.server_clock is not None:
             self.server_clock.maybe_resample()
 
@@ -293,7 +303,7 @@ class PostgresStore:
         that was seen writes nothing and gets the earlier job's id (``unique_hit``). -> the ids."""
         if connection is not None:
             with self.db.guard(connection, drop=False):
-                return self._enqueue_on(connection, now, batches)
+                return self._enqueue_on(connection, now, batches, joined=True)
         if len(batches) == 1 and batches[0].unique_key is None:
             conn = self.db.connection()  # one statement: its own transaction, one round trip
             with self.db.guard(conn):
@@ -301,7 +311,9 @@ class PostgresStore:
         with self.db.transaction() as conn:
             return self._enqueue_on(conn, now, batches)
 
-    def _enqueue_on(self, conn: Any, now: float, batches: Sequence[NewJobs]) -> list[int]:
+    def _enqueue_on(
+        self, conn: Any, now: float, batches: Sequence[NewJobs], joined: bool = False
+    ) -> list[int]:
         now_us = micros(now)
         ids: list[int] = []
         for batch in batches:
@@ -327,7 +339,7 @@ class PostgresStore:
                 max_retries=spec.max_retries, now=now_us, timeout=spec.timeout,
                 partition_key=pack_key(spec.partition_key),
             )  # fmt: skip
-            new, _sent, lead = conn.execute(_ENQUEUE, params).fetchone()
+            new, _sent, lead = conn.execute(_ENQUEUE_JOINED if joined else _ENQUEUE, params).fetchone()
             if lead:
                 self.hints.local()
             if key is not None:
