@@ -303,7 +303,12 @@ class PostgresStore:
         that was seen writes nothing and gets the earlier job's id (``unique_hit``). -> the ids."""
         if connection is not None:
             with self.db.guard(connection, drop=False):
-                return self._enqueue_on(connection, now, batches, joined=True)
+                if len(batches) == 1 and batches[0].unique_key is None:
+                    return self._enqueue_on(connection, now, batches, joined=True)
+                with (
+                    connection.transaction()
+                ):  # several statements: all or none (a savepoint in a transaction)
+                    return self._enqueue_on(connection, now, batches, joined=True)
         if len(batches) == 1 and batches[0].unique_key is None:
             conn = self.db.connection()  # one statement: its own transaction, one round trip
             with self.db.guard(conn):
