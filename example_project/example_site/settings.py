@@ -2,6 +2,12 @@
 
 ``EXAMPLE_STATE_DIR`` (an environment variable) moves both the database and the store elsewhere, so that
 tests (and several checkouts) can run the project without touching each other's files.
+
+``EXAMPLE_POSTGRES_URL`` (``postgresql://user:password@host:port/dbname``) runs the same project on
+PostgreSQL instead: that database becomes the project's ``default`` database, and the queue's store its
+tables in it (``QUEUE_MAX["STORE"] = "postgresql"``), so that a job enqueued inside
+``transaction.atomic()`` commits or rolls back with the rest. It needs psycopg (the ``postgres`` extra; a
+checkout's ``uv sync`` has it).
 """
 
 from __future__ import annotations
@@ -9,8 +15,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import django
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 STATE_DIR = Path(os.environ.get("EXAMPLE_STATE_DIR") or BASE_DIR)
@@ -55,7 +63,31 @@ TEMPLATES = [
         },
     },
 ]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": STATE_DIR / "db.sqlite3"}}
+POSTGRES_URL = os.environ.get("EXAMPLE_POSTGRES_URL", "")
+
+
+def postgres_database(url: str) -> dict[str, Any]:
+    """The ``DATABASES`` entry of a ``postgresql://`` URL (``?host=/run/postgresql`` for a Unix socket)."""
+    parts = urlsplit(url)
+    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    if parts.scheme not in ("postgres", "postgresql") or not parts.path.strip("/"):
+        raise ImproperlyConfigured(
+            f"EXAMPLE_POSTGRES_URL must be postgresql://[user[:password]@]host[:port]/dbname: {url!r}"
+        )
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.strip("/")),
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": query.get("host", parts.hostname or ""),
+        "PORT": query.get("port", str(parts.port or "")),
+    }
+
+
+if POSTGRES_URL:
+    DATABASES = {"default": postgres_database(POSTGRES_URL)}
+else:
+    DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": STATE_DIR / "db.sqlite3"}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"
@@ -63,7 +95,12 @@ STATIC_URL = "static/"
 LOGIN_URL = "admin:login"
 
 QUEUE_MAX: dict[str, Any] = {
-    "DATA_DIR": STATE_DIR / "queue_max_data",
+    # The store: a folder of this project (LMDB), or with EXAMPLE_POSTGRES_URL tables in its database.
+    **(
+        {"STORE": "postgresql", "DATABASE": "default"}
+        if POSTGRES_URL
+        else {"DATA_DIR": STATE_DIR / "queue_max_data"}
+    ),
     "LEASE_TIME": 10.0,  # a worker killed mid-job gives its job back within 10 s
     "MAX_RETRIES": 3,
     "RETRY_BACKOFF": 0.2,  # short, so that the demo's retries happen while you watch: 0.2 s, 0.4 s, 0.8 s

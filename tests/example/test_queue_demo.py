@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from queue_max_django.engine import Queue, State
+from queue_max_django.engine.stores.postgres import schema
+from tests.pgserver import connect, drop_database, fresh_database
 
 from .conftest import ROOT, Run
 
@@ -77,3 +79,41 @@ def test_queue_demo_runs_every_job_to_done_or_the_dead_letters_and_runs_again(
     with contextlib.closing(sqlite3.connect(tmp_path / "db.sqlite3")) as db:
         users = db.execute("SELECT username, is_staff, is_superuser FROM auth_user").fetchall()
     assert users == [("admin", 1, 1)]
+
+
+@pytest.mark.postgres
+def test_queue_demo_on_postgresql_migrates_the_store_and_rolls_back_a_job_with_its_transaction(
+    manage: Run, example_env: dict[str, str], pg_server: str, tmp_path: Path
+) -> None:
+    url = fresh_database()  # the store's schema from the template: dropped first, for migrate to make
+    try:
+        with contextlib.closing(connect(url)) as conn:
+            schema.drop(conn)
+        example_env["EXAMPLE_POSTGRES_URL"] = url
+        run = manage("queue_demo")
+        assert run.returncode == 0, run.stdout + run.stderr
+        jobs, done, dead = finished(run.stdout)
+        assert done + dead == jobs and dead >= 2
+        out = run.stdout
+        assert "(postgresql)" in out, out
+        rolled_back, committed = (int(n) for n in re.findall(r"job (\d+) (?:rolled back|committed)", out))
+        assert not (tmp_path / "queue_max_data").exists()  # no LMDB store was made
+
+        with contextlib.closing(connect(url)) as conn:  # what the database holds, as committed
+            migrations = conn.execute("SELECT name FROM django_migrations WHERE app = 'queue_max_django'")
+            assert "0002_postgres_store" in {name for (name,) in migrations.fetchall()}
+            assert schema.version(conn) == schema.SCHEMA_VERSION
+            states = dict(conn.execute("SELECT state, count(*) FROM qm_jobs GROUP BY state").fetchall())
+            finished_rows = conn.execute("SELECT count(*) FROM qm_finished").fetchone()
+            users = conn.execute("SELECT username, is_superuser FROM auth_user").fetchall()
+        with Queue(url) as queue:
+            assert queue.job(rolled_back) is None
+            kept = queue.job(committed)
+            assert kept is not None and kept.state == "done", kept
+            stats = queue.stats()
+        assert (stats["pending"], stats["scheduled"], stats["running"]) == (0, 0, 0)
+        assert (stats["done"], stats["failed"], stats["total"]) == (done, dead, jobs)
+        assert states == {} and finished_rows == (jobs,), (states, finished_rows)
+        assert users == [("admin", True)]
+    finally:
+        drop_database(url)

@@ -4,6 +4,9 @@ It migrates the database, creates the demo admin user, enqueues a realistic mix 
 (``example_app.batch``), runs the real worker (``manage.py queue_worker --burst``, in a subprocess) while it
 shows the progress, then prints the store's figures, this run's dead letters, and the commands to go on
 with. Run it again at will: each run enqueues and reports its own batch; earlier jobs stay in the store.
+
+On the PostgreSQL store (``EXAMPLE_POSTGRES_URL``, see the settings) it also shows a job enqueued inside
+``transaction.atomic()`` going away with the rolled-back transaction, and one that commits with it.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 
-from queue_max_django.conf import get_config, get_queue
+from queue_max_django.conf import get_config, get_queue, store_class
 from queue_max_django.engine import Job
 
 from ...batch import Entry, enqueue_batch
+from ...tasks import send_welcome_email
 
 ADMIN_USERNAME = "admin"
 ADMIN_PASSWORD = "admin"  # a local demo login, printed on purpose
@@ -39,6 +44,9 @@ class Command(BaseCommand):
         "are all done or dead-lettered, and print the stats, the dead letters and what to run next."
     )
 
+    # The checks run after ``migrate`` (handle): on PostgreSQL, before it, the store's tables are missing.
+    requires_system_checks: list[str] = []
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--processes", type=int, default=2, help="worker processes (default 2)")
         parser.add_argument("--threads", type=int, default=4, help="threads per worker process (default 4)")
@@ -49,11 +57,15 @@ class Command(BaseCommand):
         self._heading("1. The database")
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write(f"Migrated {settings.DATABASES['default']['NAME']}")
+        self.check(databases=["default"])  # the system checks: settings, and the store's tables now made
         self._admin_user()
 
         self._heading("2. Enqueue a batch")
-        self.stdout.write(f"Store: {get_config().data_dir}")
+        store = store_class(get_config())
+        self.stdout.write(f"Store: {get_queue().path} ({store.kind})")
         entries = enqueue_batch(seed=options["seed"])
+        if store.transactional_enqueue:
+            entries.append(self._in_a_transaction())
         for kind, count in collections.Counter(entry.kind for entry in entries).items():
             self.stdout.write(f"  {count:3d} x {kind}")
         self.stdout.write(f"Enqueued {len(entries)} jobs.")
@@ -107,8 +119,32 @@ class Command(BaseCommand):
         user.save()
         self.stdout.write(f"Admin user: {ADMIN_USERNAME} / password: {ADMIN_PASSWORD}")
 
+    def _in_a_transaction(self) -> Entry:
+        """Two ``.delay()`` calls inside ``transaction.atomic()`` on the store's own database: the job of the
+        rolled-back block is not stored, the committed one is (and the worker runs it). -> its entry."""
+        queue = get_queue()
+
+        class RolledBack(Exception):
+            pass
+
+        try:
+            with transaction.atomic():
+                dropped = send_welcome_email.delay("rolled-back@example.com")
+                raise RolledBack
+        except RolledBack:
+            pass
+        if queue.job(dropped.job_id) is not None:
+            raise CommandError(f"job {dropped.job_id}, enqueued in a rolled-back transaction, is stored")
+        with transaction.atomic():
+            kept = send_welcome_email.delay("committed@example.com")
+        self.stdout.write(
+            f"In transaction.atomic(): job {dropped.job_id} rolled back with its transaction (not stored); "
+            f"job {kept.job_id} committed with its own."
+        )
+        return Entry("email (committed in a transaction)", kept.job_id)
+
     def _run_worker(self, arguments: list[str], entries: list[Entry]) -> None:
-        log_path = Path(get_config().data_dir).parent / "worker.log"
+        log_path = Path(settings.STATE_DIR) / "worker.log"
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "example_site.settings"),
@@ -193,9 +229,11 @@ class Command(BaseCommand):
     def _manage(self) -> str:
         """How to run this manage.py from the current directory, as the user typed it."""
         manage = os.path.relpath(Path(settings.BASE_DIR) / "manage.py")
-        prefix = ""
-        if os.environ.get("EXAMPLE_STATE_DIR"):
-            prefix = f"EXAMPLE_STATE_DIR={shlex.quote(os.environ['EXAMPLE_STATE_DIR'])} "
+        prefix = "".join(
+            f"{name}={shlex.quote(os.environ[name])} "
+            for name in ("EXAMPLE_STATE_DIR", "EXAMPLE_POSTGRES_URL")
+            if os.environ.get(name)
+        )
         return f"{prefix}uv run python {shlex.quote(manage)}"
 
     def _heading(self, text: str) -> None:
