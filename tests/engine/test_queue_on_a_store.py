@@ -82,3 +82,28 @@ def test_the_store_s_own_clock_may_be_named_again(tmp_path: Path, clock: FakeClo
     with Queue(store, clock=clock, do_recover=False, do_vacuum=False) as q:
         q.put(1)
         assert q.get(timeout=0).enqueued_at == clock.now
+
+
+@pytest.mark.parametrize(
+    ("where", "says"),
+    [
+        ("redis://localhost:6379/0", "not a redis:// URL"),
+        ("postgresql+psycopg://u@db/jobs", r"not a postgresql\+psycopg:// URL"),
+        ("host=db.internal dbname=jobs password=s3cret", "libpq key=value connection string"),
+        ("  dbname=jobs", "libpq key=value connection string"),
+    ],
+)
+def test_another_kind_of_database_name_is_refused_not_made_a_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, says: str
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where a relative directory of that name would be made
+    with pytest.raises(ConfigurationError, match=says) as raised:
+        Queue(where)
+    assert "s3cret" not in str(raised.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_whose_name_has_an_equals_sign_later_is_still_a_directory(tmp_path: Path) -> None:
+    with Queue(tmp_path / "jobs=2026", do_recover=False, do_vacuum=False) as q:
+        q.put(1)
+    assert (tmp_path / "jobs=2026" / "store.json").exists()

@@ -4,11 +4,14 @@ A ``Queue`` is given a directory (the embedded LMDB store, opened or created the
 URL (the PostgreSQL store in that database, whose tables ``manage.py migrate`` made; psycopg is imported
 only then), or a store object it uses as it is. The LMDB-only options (``shards``, ``map_size``,
 ``map_size_max``, ``writemap``) are refused with the last two: they describe how to open an LMDB store.
+A string that names a database some other way (another URL scheme, a libpq ``key=value`` connection string)
+is refused before anything is made, never taken for the name of a directory to create.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +23,12 @@ __all__ = ["DEFAULT_MAP_SIZE", "LMDB_ONLY", "open_store"]
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 """How a ``Queue`` path names a PostgreSQL database instead of a directory."""
+
+_OTHER_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_CONNINFO = re.compile(
+    r"^\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|connect_timeout|options)\s*=",
+    re.IGNORECASE,
+)
 
 LMDB_ONLY = ("shards", "map_size", "map_size_max", "writemap")
 """The Queue options that only say how to open an LMDB store."""
@@ -45,6 +54,8 @@ def open_store(
         from .postgres.store import PostgresStore  # psycopg only for this store
 
         return PostgresStore.open(where, clock=clock)
+    if isinstance(where, str):
+        _refuse_other_databases(where)
     if isinstance(where, (str, os.PathLike)) or not _is_store(where):
         return LmdbStore.open(where, shards=shards, map_size=map_size, map_size_max=map_size_max, sync=sync,
                               writemap=writemap, clock=clock or default_clock, rotation=rotation)  # fmt: skip
@@ -55,6 +66,21 @@ def open_store(
             "the store given to Queue() has its own clock: give clock= to the store, not to the Queue"
         )
     return where  # type: ignore[no-any-return]
+
+
+def _refuse_other_databases(where: str) -> None:
+    """A URL of another scheme, or a libpq connection string: a mistake, not a directory's name."""
+    other = _OTHER_URL.match(where)
+    if other:
+        raise ConfigurationError(
+            "Queue() opens a directory (the LMDB store) or a postgresql:// URL, "
+            f"not a {other.group(1)}:// URL"
+        )
+    if _CONNINFO.match(where):  # its password is not repeated in the message
+        raise ConfigurationError(
+            "Queue() was given a libpq key=value connection string: give the PostgreSQL store a URL, "
+            "postgresql://user:password@host:port/dbname (or a directory for the LMDB store)"
+        )
 
 
 def _refuse_lmdb_options(
