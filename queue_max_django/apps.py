@@ -1,9 +1,11 @@
-"""The app's entry point: on start-up, register the system checks and import each installed app's tasks."""
+"""The app's entry point: on start-up, register the system checks and the schema upgrade after ``migrate``,
+and import each installed app's tasks."""
 
 from __future__ import annotations
 
 from django.apps import AppConfig
 from django.core import checks
+from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
 from .checks import TAG, check_settings
@@ -15,4 +17,8 @@ class QueueMaxAppConfig(AppConfig):
 
     def ready(self) -> None:
         checks.register(check_settings, TAG)
+        from .postgres_tables import upgrade_after_migrate
+
+        # migrate brings the PostgreSQL store's tables to this code's schema version (postgres_tables.py)
+        post_migrate.connect(upgrade_after_migrate, sender=self, dispatch_uid="queue_max_django.tables")
         autodiscover_modules("tasks")

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.core.checks import run_checks
 from django.core.management import call_command
 from django.test import override_settings
 
@@ -67,6 +68,28 @@ def test_migrate_creates_the_tables_and_zero_drops_them(pg_store: Configure, pg_
         assert tables(pg_url) == set() and version(pg_url) is None
         migrate("queue_max_django")  # and back: a store a queue can open
         assert version(pg_url) == schema.SCHEMA_VERSION
+
+
+def test_a_later_migrate_brings_an_older_or_missing_schema_up_to_this_version(
+    pg_store: Configure, pg_url: str
+) -> None:
+    """Django records 0002 once; the store's own schema version is what ``migrate`` keeps current after it
+    (an upgraded release: the version in ``qm_meta`` is older; or the tables were dropped by hand)."""
+    empty(pg_url)
+    with pg_store():
+        migrate()
+        sql(pg_url, "UPDATE qm_meta SET value = '0' WHERE key = 'schema_version'")
+        assert version(pg_url) == 0
+        problems = [message.id for message in run_checks(databases=[ALIAS]) if message.is_serious()]
+        assert problems == ["queue_max_django.E023"]
+
+        assert "No migrations to apply." in migrate()  # nothing for Django, the schema for the store
+
+        assert version(pg_url) == schema.SCHEMA_VERSION
+        assert [message for message in run_checks(databases=[ALIAS]) if message.is_serious()] == []
+        empty(pg_url)
+        migrate()
+        assert tables(pg_url) == set(schema.TABLES) and version(pg_url) == schema.SCHEMA_VERSION
 
 
 def test_migrate_of_another_alias_or_the_lmdb_store_makes_no_table(
@@ -128,6 +151,7 @@ import django
 from django.conf import settings
 django.setup()
 settings.QUEUE_MAX = {{"DATA_DIR": {str(tmp_path / "store")!r}}}
+from django.core.checks import run_checks
 from django.core.management import call_command
 from queue_max_django.checks import check_settings
 assert check_settings() == [], check_settings()
