@@ -167,6 +167,7 @@ class Cluster:
         self.data = self.root / "data"
         self.log = self.root / "log"
         self.prefix: list[str] = []  # how commands run as the cluster's owner
+        self._options = ""  # the server's settings (-o of pg_ctl), set by start()
         self._watchdog: subprocess.Popen[bytes] | None = None
 
     def _tool(self, name: str) -> str:
@@ -196,8 +197,10 @@ class Cluster:
                 f"{(done.stdout + done.stderr).strip()[-2000:]} {log}; {HOW_TO_ENABLE}"
             )
 
-    def start(self) -> str:
-        """Make and start the cluster. -> the URL of its ``postgres`` database."""
+    def start(self, *, durable: bool = False) -> str:
+        """Make and start the cluster. -> the URL of its ``postgres`` database. ``durable``: every commit's
+        WAL is written before the commit returns (``synchronous_commit=on``), so that a commit survives a
+        crash of the server's processes (``restart()``; the OS keeps what was written: fsync stays off)."""
         try:
             self._as_owner()
             self._run(
@@ -210,19 +213,27 @@ class Cluster:
                 stdin=subprocess.PIPE,
                 start_new_session=True,  # a Ctrl-C of the session must not kill it before it stops the server
             )
-            options = (
-                f"-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c listen_addresses='' "
-                f"-c port={PORT} -k {self.root} -c max_connections=200"
+            self._options = (
+                f"-c fsync=off -c synchronous_commit={'on' if durable else 'off'} -c full_page_writes=off "
+                f"-c listen_addresses='' -c port={PORT} -k {self.root} -c max_connections=200"
             )
-            self._run(
-                "pg_ctl start", self._tool("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w",
-                "-t", str(int(START_TIMEOUT)), "-o", options, "start",
-            )  # fmt: skip
-            self._wait_ready()
+            self._pg_ctl("start")
         except BaseException:
             self.stop()
             raise
         return f"postgresql://postgres@/postgres?host={quote(str(self.root), safe='')}&port={PORT}"
+
+    def restart(self, mode: str = "immediate") -> None:
+        """``pg_ctl restart -m mode``: ``immediate`` ends every server process at once, as a crash does (the
+        server recovers from its WAL on start); every client connection is broken."""
+        self._pg_ctl("restart", "-m", mode)
+
+    def _pg_ctl(self, action: str, *args: str) -> None:
+        self._run(
+            f"pg_ctl {action}", self._tool("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w",
+            "-t", str(int(START_TIMEOUT)), "-o", self._options, *args, action,
+        )  # fmt: skip
+        self._wait_ready()
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
