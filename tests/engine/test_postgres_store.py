@@ -228,3 +228,62 @@ def test_an_open_caller_transaction_holds_up_no_other_put_and_its_counts_fold_in
         first.close()
         second.close()
         q.close()
+
+
+def _dead_rows(conn: object, table: str) -> tuple[int, object]:
+    row = conn.execute(  # type: ignore[attr-defined]
+        "SELECT n_dead_tup, last_vacuum FROM pg_stat_user_tables WHERE relname = %s", (table,)
+    ).fetchone()
+    return int(row[0]), row[1]
+
+
+def test_the_store_vacuums_its_hot_table_where_autovacuum_does_not(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With autovacuum off for ``qm_jobs`` (as on a server with ``autovacuum = off``), the dead rows of
+    finished jobs pile up in the hot table every claim walks: the store's maintenance vacuums it once they
+    outnumber the live rows, and not before."""
+    from queue_max_django.engine.stores.postgres import store as store_module
+    from queue_max_django.engine.stores.postgres import upkeep
+
+    monkeypatch.setattr(upkeep, "VACUUM_DEAD_MIN", 500)
+    admin = pgserver.connect(pg_url)
+    admin.execute("ALTER TABLE qm_jobs SET (autovacuum_enabled = false)")
+    q = Queue(pg_url, do_recover=False, do_vacuum=False)
+    try:
+        q.put_many(list(range(800)))
+        for _ in range(8):
+            q.ack_many([(record, None) for record in q.get_many(100, timeout=0)])
+        q.put_many(list(range(100)))  # 100 live rows, 800 dead ones
+
+        def counted() -> bool:  # a backend sends its statistics at a transaction's end, at most once a second
+            q.stats()
+            return _dead_rows(admin, "qm_jobs")[0] >= 800
+
+        wait_until(counted, "the server's statistics")
+        assert _dead_rows(admin, "qm_jobs")[1] is None  # never vacuumed
+        store = q._store  # type: ignore[attr-defined]
+        store._vacuum_check_due = 0.0  # due now (the maintenance thread looked at start, when nothing was)
+
+        store.maintain(flush=False)
+
+        dead, vacuumed_at = _dead_rows(admin, "qm_jobs")
+        assert vacuumed_at is not None and dead < 800
+        assert q.stats()["pending"] == 100 and q.stats()["done"] == 800
+        store.maintain(flush=False)  # not due again for a while
+        assert _dead_rows(admin, "qm_jobs")[1] == vacuumed_at
+        assert store_module.VACUUM_CHECK_INTERVAL >= 10
+
+        with pgserver.connect(pg_url) as own:  # few dead rows: nothing to do
+            assert upkeep.vacuum_churned(own) == []
+    finally:
+        q.close()
+        admin.execute("ALTER TABLE qm_jobs RESET (autovacuum_enabled)")
+        admin.close()
+
+
+def wait_until(condition: object, what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)

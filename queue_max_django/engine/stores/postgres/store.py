@@ -68,6 +68,8 @@ SELECT (SELECT array_agg(id ORDER BY id) FROM ins), {notify_if("(SELECT yes FROM
 """
 
 
+VACUUM_CHECK_INTERVAL = 30.0  # seconds between maintain()'s looks at the dead rows of the churned tables
+
 _ENQUEUE = _enqueue_sql(journal=False)
 _ENQUEUE_JOINED = _enqueue_sql(journal=True)  # in the caller's transaction
 
@@ -253,6 +255,7 @@ class PostgresStore:
         self.server_clock = ServerClock(self.db.connect, local_clock) if clock is None else None
         self.clock: Callable[[], float] = clock or self.server_clock  # type: ignore[assignment]
         self._ready_floor = 0  # the ready time (µs) of the last job this process put pending
+        self._vacuum_check_due = 0.0  # time.monotonic() of maintain()'s next look at the churned tables
         self.hints = PgHints(self.db.connect, listen=listen, notify=notify, poll_interval=poll_interval)
         self.control = PgControl(self.db, self.clock)
         self.locks = PgCoordination(self.db, self.clock)
@@ -273,10 +276,14 @@ class PostgresStore:
 
     def maintain(self, flush: bool) -> None:
         """Fold the committed journal of the counters (puts in callers' transactions) into the shared
-        rows, and read the server's clock again when due (``ServerClock``)."""
+        rows, read the server's clock again when due (``ServerClock``), and every ``VACUUM_CHECK_INTERVAL``
+        vacuum the tables that churn if they are bloated (``upkeep.vacuum_churned``)."""
         conn = self.db.connection()
         with self.db.guard(conn):
             conn.execute(FOLD_JOURNAL)
+            if time.monotonic() >= self._vacuum_check_due:
+                self._vacuum_check_due = time.monotonic() + VACUUM_CHECK_INTERVAL
+                upkeep.vacuum_churned(conn)
         if self.server_clock is not None:
             self.server_clock.maybe_resample()
 

@@ -1,11 +1,12 @@
 """The PostgreSQL store's upkeep and management writes: recover expired leases, promote due jobs, vacuum
 old results and unique keys, purge a state, requeue a dead letter, delete a job, and move a job whose
 payload does not decode to the dead letters. Each is one statement, or one transaction, of at most
-``BATCH`` jobs, repeated until less than a batch is left: vacuum and purge never hold many rows at once."""
+``BATCH`` jobs, repeated until less than a batch is left: vacuum and purge never hold many rows at once.
+And ``VACUUM`` of the tables that churn, when the server's autovacuum has left them bloated."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...job import STATE_CODE, State
 from ...retry import decide
@@ -236,3 +237,28 @@ def quarantine(store: Statements, now_us: int, job_id: int, reason: str) -> None
     store.one(
         _QUARANTINE, store.params(id=job_id, now=now_us, error=error, error_type=CORRUPTED, traceback=None)
     )
+
+
+CHURNED = ("qm_jobs", "qm_counts", "qm_flow")
+"""The tables whose rows are updated or deleted all the time: a live job's row goes when the job ends, a
+counter row is updated by every operation."""
+VACUUM_DEAD_MIN = 10_000
+"""A churned table is vacuumed by the store when it holds at least this many dead rows, and more dead rows
+than live ones: what autovacuum (set for these tables in schema.py) does far earlier when it runs."""
+
+_DEAD_ROWS = """
+SELECT relname, n_dead_tup, n_live_tup FROM pg_stat_user_tables
+WHERE schemaname = current_schema() AND relname = ANY(%s)"""
+
+
+def vacuum_churned(conn: Any) -> list[str]:
+    """``VACUUM (SKIP_LOCKED, ANALYZE)`` each churned table whose dead rows outnumber its live ones by the
+    server's own statistics: where autovacuum is off on the server, or cannot keep up, the hot table does
+    not bloat and claims do not slow down. SKIP_LOCKED: another process vacuuming it already is enough.
+    On a connection in autocommit (VACUUM runs outside any transaction). -> the tables vacuumed."""
+    vacuumed = []
+    for name, dead, live in conn.execute(_DEAD_ROWS, (list(CHURNED),)).fetchall():
+        if dead >= VACUUM_DEAD_MIN and dead > live:
+            conn.execute(f"VACUUM (SKIP_LOCKED, ANALYZE) {name}")  # a name of CHURNED, never input
+            vacuumed.append(name)
+    return vacuumed
