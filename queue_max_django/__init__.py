@@ -1,8 +1,10 @@
-"""queue_max_django: a persistent, crash-safe job queue for Django on one machine.
+"""queue_max_django: a persistent, crash-safe job queue for Django, on one machine (LMDB) or many
+(PostgreSQL).
 
 Importing this package imports nothing else, Django included: the engine (``queue_max_django.engine``) runs
-without Django. The Django layer's names (``task``, ``retryable_task``, ``periodic_task``) are loaded on
-first access.
+without Django. The everyday names are loaded on first access: the decorators (``task``, ``retryable_task``,
+``periodic_task``), what a task raises to steer its retries (``Permanent``, ``Retry``), and the handle of an
+enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``).
 """
 
 from __future__ import annotations
@@ -10,12 +12,32 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .engine import Permanent, Retry
     from .periodic import periodic_task
+    from .results import JobNotFound, JobResult, JobStatus
     from .tasks import retryable_task, task
 
-__all__ = ["periodic_task", "retryable_task", "task"]
+__all__ = [
+    "JobNotFound",
+    "JobResult",
+    "JobStatus",
+    "Permanent",
+    "Retry",
+    "periodic_task",
+    "retryable_task",
+    "task",
+]
 
-_LAZY = {"task": "tasks", "retryable_task": "tasks", "periodic_task": "periodic"}
+_LAZY = {
+    "task": "tasks",
+    "retryable_task": "tasks",
+    "periodic_task": "periodic",
+    "Permanent": "engine",
+    "Retry": "engine",
+    "JobResult": "results",
+    "JobStatus": "results",
+    "JobNotFound": "results",
+}
 
 
 def __getattr__(name: str) -> Any:
