@@ -135,7 +135,7 @@ def test_a_queue_worker_behind_transaction_pooling(
     with Queue(store) as queue:
         ids = queue.put_many([{"args": [n, n], "kwargs": {}} for n in range(60)], name=TASK)
         ids += [queue.put({"args": [n, 1], "kwargs": {}}, name=TASK) for n in range(40)]
-        wait_for(lambda: queue.stats()["done"] == 100, 60, f"the jobs to run; log:\n{worker.output()}")
+        wait_for(lambda: queue.stats()["done"] == 100, 120, f"the jobs to run; log:\n{worker.output()}")
         assert [queue.job(job_id).result for job_id in ids] == [2 * n for n in range(60)] + [  # type: ignore[union-attr]
             n + 1 for n in range(40)
         ]
