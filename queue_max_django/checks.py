@@ -336,8 +336,11 @@ def _store_problems(raw: Mapping[str, Any], values: Mapping[str, Any], base_dir:
     url = values["URL"]
     if url is not None and (not isinstance(url, str) or not url.startswith(URL_SCHEMES)):
         found.append(_wrong_type(("URL",), url, _URL))
-    found += [_wrong_type((key,), values[key], "True or False") for key in ("LISTEN", "NOTIFY")
-              if not isinstance(values[key], bool)]  # fmt: skip
+    if not isinstance(values["NOTIFY"], bool):
+        found.append(_wrong_type(("NOTIFY",), values["NOTIFY"], "True or False"))
+    found += [_wrong_type((key,), values[key], "True, False or None")
+              for key in ("LISTEN", "TRANSACTION_POOLING")
+              if values[key] is not None and not isinstance(values[key], bool)]  # fmt: skip
     found += _number_problems(("POLL_INTERVAL",), values["POLL_INTERVAL"], _POLL_INTERVAL)
     if found:
         return found

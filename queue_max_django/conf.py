@@ -39,6 +39,7 @@ from .defaults import (
 )
 from .engine import GLOBAL_KEY, QUEUE_KEY_PREFIX, Queue, Rate, parse_rate
 from .engine.stores.lmdb.store import LmdbStore
+from .engine.stores.postgres.connection import PREPARE_THRESHOLD  # (psycopg is not imported by it)
 from .signals import connect
 
 if TYPE_CHECKING:
@@ -98,6 +99,8 @@ class PostgresConfig:
     listen: bool
     notify: bool
     poll_interval: float
+    transaction_pooling: bool = False  # TRANSACTION_POOLING, or what the alias says (database.py)
+    prepare_threshold: int | None = PREPARE_THRESHOLD  # of the store's connections (None: never prepare)
 
 
 @dataclass(frozen=True)
@@ -137,12 +140,22 @@ def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
     if values["STORE"] == "postgresql":
         data_dir = None
         url = values["URL"]
+        alias = None if url is not None else (values["DATABASE"] or DEFAULT_DB_ALIAS)
+        pooling = database.transaction_pooling(values["TRANSACTION_POOLING"], alias)
+        if pooling:
+            prepare_threshold = None  # a statement prepared in one transaction is gone in the next
+        elif alias is not None:
+            prepare_threshold = database.alias_prepare_threshold(alias, PREPARE_THRESHOLD)
+        else:
+            prepare_threshold = PREPARE_THRESHOLD
         postgres = PostgresConfig(
-            database=None if url is not None else (values["DATABASE"] or DEFAULT_DB_ALIAS),
+            database=alias,
             url=url,
-            listen=values["LISTEN"],
+            listen=(not pooling) if values["LISTEN"] is None else values["LISTEN"],
             notify=values["NOTIFY"],
             poll_interval=float(values["POLL_INTERVAL"]),
+            transaction_pooling=pooling,
+            prepare_threshold=prepare_threshold,
         )
     else:
         data_dir = resolve_data_dir(values["DATA_DIR"], base_dir)
@@ -273,8 +286,9 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
 
         pg = config.postgres
         store = PostgresStore.open(
-            store_url(config), listen=pg.listen, notify=pg.notify, poll_interval=pg.poll_interval
-        )
+            store_url(config), listen=pg.listen, notify=pg.notify, poll_interval=pg.poll_interval,
+            prepare_threshold=pg.prepare_threshold,
+        )  # fmt: skip
         try:
             queue = Queue(store, **options)  # none of the LMDB-only options: Queue(store) refuses them
         except BaseException:

@@ -5,6 +5,12 @@ The engine never imports Django, so this module turns an alias's settings (``NAM
 ``PASSWORD``, ``HOST``, ``PORT``, ``OPTIONS``) into a libpq URL that the engine opens with its own
 connections, and hands the engine Django's psycopg connection (``connections[alias].connection``) for a put
 that is part of the caller's transaction. psycopg is imported only when a PostgreSQL store is configured.
+
+An alias also says how its connections reach the server: ``DISABLE_SERVER_SIDE_CURSORS``, the setting
+Django asks for behind a pooler in transaction mode (PgBouncer's ``pool_mode = transaction``), makes the
+store's connections keep no state in a server session either (``alias_pools_transactions``), and
+``OPTIONS["prepare_threshold"]``, what Django's connections prepare, is what the store's prepare
+(``alias_prepare_threshold``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,34 @@ NOT_LIBPQ = frozenset(
         "autocommit", "context", "cursor_factory", "prepare_threshold", "row_factory",  # psycopg.connect()
     }
 )  # fmt: skip
+
+
+def alias_pools_transactions(alias: str) -> bool:
+    """Whether ``DATABASES[alias]`` says its connections go through a pooler in transaction mode: its
+    ``DISABLE_SERVER_SIDE_CURSORS`` is true (Django's documented setting for exactly that)."""
+    return bool(settings.DATABASES[alias].get("DISABLE_SERVER_SIDE_CURSORS"))
+
+
+def transaction_pooling(setting: bool | None, alias: str | None) -> bool:
+    """``QUEUE_MAX["TRANSACTION_POOLING"]``: as given, or None: from the alias (False with ``URL``)."""
+    if setting is not None:
+        return setting
+    return alias is not None and alias_pools_transactions(alias)
+
+
+def alias_options(alias: str) -> Mapping[str, Any]:
+    """``DATABASES[alias]["OPTIONS"]`` (empty when not set)."""
+    database: Mapping[str, Any] = settings.DATABASES[alias]
+    return database.get("OPTIONS") or {}
+
+
+def alias_prepare_threshold(alias: str, default: int | None) -> int | None:
+    """``OPTIONS["prepare_threshold"]`` of ``DATABASES[alias]`` (psycopg's: None never prepares), or
+    ``default`` when the alias does not set it (or sets what psycopg would refuse)."""
+    value = alias_options(alias).get("prepare_threshold", default)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return default
 
 
 def alias_params(alias: str) -> dict[str, Any]:

@@ -33,7 +33,8 @@ WORKER_DEFAULTS: Mapping[str, Any] = MappingProxyType(
 )
 STORES = ("lmdb", "postgresql")  # QUEUE_MAX["STORE"]: the embedded LMDB store (the default), or PostgreSQL
 LMDB_KEYS = ("DATA_DIR", "SHARDS", "SYNC")  # only say where and how to open an LMDB store
-POSTGRES_KEYS = ("DATABASE", "URL", "LISTEN", "NOTIFY", "POLL_INTERVAL")  # only for the PostgreSQL store
+# only for the PostgreSQL store
+POSTGRES_KEYS = ("DATABASE", "URL", "LISTEN", "NOTIFY", "POLL_INTERVAL", "TRANSACTION_POOLING")
 DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {
         "STORE": "lmdb",
@@ -48,9 +49,10 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "SYNC": False,
         "DATABASE": None,  # None: the "default" alias, unless URL is given
         "URL": None,
-        "LISTEN": True,
+        "LISTEN": None,  # None: on, unless the store's connections go through a transaction-mode pooler
         "NOTIFY": True,
         "POLL_INTERVAL": 1.0,
+        "TRANSACTION_POOLING": None,  # None: from the alias (database.alias_pools_transactions); URL: False
         "QUEUES": None,
         "RATE_LIMIT": None,
         "QUEUE_RATE_LIMITS": MappingProxyType({}),

@@ -1,9 +1,11 @@
 """What is wrong with a PostgreSQL store's settings (``STORE = "postgresql"``) and with the database they
-point at: check ids ``queue_max_django.E019`` to ``E024`` and ``W003`` (docs/reference/checks.md).
+point at: check ids ``queue_max_django.E019`` to ``E025``, ``W003`` and ``W004`` (docs/reference/checks.md).
 
 ``settings_problems`` judges the settings alone (checks.py calls it once the keys' types are right): whether
-``DATABASE`` names a PostgreSQL alias, whether psycopg is installed. ``database_problems`` asks the server
-for the store's schema version (once the settings have no error): it connects, reads, and creates nothing.
+``DATABASE`` names a PostgreSQL alias, whether psycopg is installed, whether what they ask contradicts a
+pooler in transaction mode (``TRANSACTION_POOLING``, or the alias's ``DISABLE_SERVER_SIDE_CURSORS``).
+``database_problems`` asks the server for the store's schema version (once the settings have no error): it
+connects, reads, and creates nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from . import database
-from .engine.stores.postgres.connection import display_url
+from .engine.stores.postgres.connection import PREPARE_THRESHOLD, display_url
 from .problems import PREFIX, Problem
 
 CHECK_TIMEOUT = 3  # seconds to wait for the server at check time (libpq's connect_timeout: 2 at least)
@@ -51,7 +53,55 @@ def settings_problems(values: Mapping[str, Any]) -> list[Problem]:
         )
     if values["URL"] is None:
         found += _alias_problems(values["DATABASE"] or DEFAULT_DB_ALIAS, psycopg_missing=bool(found))
+    return found or _pooling_problems(values)
+
+
+def _pooling_problems(values: Mapping[str, Any]) -> list[Problem]:
+    """What does not work through a pooler in transaction mode, when the settings say the store's
+    connections go through one: LISTEN asked for (E025); Django's connection of the alias preparing
+    statements (W004: a job enqueued in the caller's transaction runs on it)."""
+    alias = None if values["URL"] is not None else (values["DATABASE"] or DEFAULT_DB_ALIAS)
+    setting = values["TRANSACTION_POOLING"]
+    if not database.transaction_pooling(setting, alias):
+        return []
+    why = (
+        "QUEUE_MAX['TRANSACTION_POOLING'] is True"
+        if setting
+        else f"DATABASES[{alias!r}] sets DISABLE_SERVER_SIDE_CURSORS, which says its connections go through "
+        f"a pooler in transaction mode (QUEUE_MAX['TRANSACTION_POOLING'] is not given, so it follows)"
+    )
+    found = []
+    if values["LISTEN"] is True:
+        found.append(
+            Problem(
+                f"{PREFIX}.E025",
+                f"QUEUE_MAX['LISTEN'] is True, but {why}: such a pooler hands the listener's connection "
+                f"back to its pool after each transaction, and no notification reaches it.",
+                "Remove LISTEN (it is off then: idle workers poll, at most POLL_INTERVAL late); if the "
+                "pooler runs in session mode, set QUEUE_MAX['TRANSACTION_POOLING'] to False instead.",
+            )
+        )
+    if alias is not None and _django_prepares(alias):
+        found.append(
+            Problem(
+                f"{PREFIX}.W004",
+                f"DATABASES[{alias!r}] binds parameters on the server (OPTIONS 'server_side_binding') "
+                f"and so prepares statements, but {why}: PgBouncer in transaction mode loses prepared "
+                f"statements (before 1.21, or without max_prepared_statements), and jobs enqueued "
+                f"inside a transaction of that alias are written through Django's connection.",
+                f"Set DATABASES[{alias!r}]['OPTIONS']['prepare_threshold'] to None, or remove "
+                f"'server_side_binding' (the store's own connections prepare nothing here already).",
+            )
+        )
     return found
+
+
+def _django_prepares(alias: str) -> bool:
+    """Whether Django's connections of ``alias`` prepare statements on the server: with server-side
+    binding (psycopg's ``Cursor``; Django's default client-side cursors never prepare), unless its
+    ``prepare_threshold`` is None."""
+    binds = database.alias_options(alias).get("server_side_binding") is True
+    return binds and database.alias_prepare_threshold(alias, PREPARE_THRESHOLD) is not None
 
 
 def _alias_problems(alias: str, *, psycopg_missing: bool) -> list[Problem]:

@@ -164,6 +164,13 @@ class Queue:
     def closed(self) -> bool:
         return self._closed
 
+    def end_thread(self) -> None:
+        """The calling thread is done with this queue: release what the store keeps for that thread (the
+        PostgreSQL store's connection of the thread, which a thread that just ends gets closed anyway;
+        nothing on LMDB). A later call from the thread opens it again."""
+        if not self._closed:
+            self._store.end_thread()
+
     def __enter__(self) -> Queue:
         return self
 

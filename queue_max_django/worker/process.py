@@ -1,8 +1,12 @@
 """One worker process: threads that claim and run jobs, and a main thread that watches over them.
 
-The worker threads loop on ``Queue.get`` and ``runner.run_job``. The main thread renews the leases of running
-jobs (heartbeats), reports this process to the store's worker registry, stops a job that overran its
-timeout, and decides when the process ends:
+The worker threads loop on ``Queue.get`` and ``runner.run_job``. Around each job a thread does what Django
+does around a request: ``close_old_connections()`` before and after it (a connection of Django's that is
+past ``CONN_MAX_AGE``, or that a task left broken or out of autocommit, is closed, so the next job gets a
+fresh one); and a thread that ends closes its Django connections and its store connection.
+
+The main thread renews the leases of running jobs (heartbeats), reports this process to the store's worker
+registry, stops a job that overran its timeout, and decides when the process ends:
 
 - stop requested (SIGTERM, or the supervisor's stop event): stop claiming, let running jobs finish within the
   shutdown timeout, release the rest (back to waiting, no attempt counted), exit ``DONE``; a second SIGTERM
@@ -25,6 +29,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from django.db import close_old_connections, connections
 
 from ..engine import Queue, QueueCorrupted, QueueEmpty, QueueError, Record, State
 from ..runner import Outcome, run_job, use_event_loop
@@ -342,6 +348,16 @@ class WorkerProcess:
                 self._flush(acks, held)
             use_event_loop(None)
             loop.close()
+            self._end_thread()
+
+    def _end_thread(self) -> None:
+        """This worker thread ends: close its Django connections (the tasks') and its store connection."""
+        try:
+            connections.close_all()  # this thread's: Django's connections are per thread
+        except Exception:
+            logger.exception("worker %s: closing a thread's database connections failed", self.worker_id)
+        with contextlib.suppress(QueueError):
+            self.queue.end_thread()
 
     def _events(self, quiet: bool) -> contextlib.AbstractContextManager[None]:
         """Silence this thread's per-job engine events while inside, when ``quiet``."""
@@ -395,7 +411,11 @@ class WorkerProcess:
         outcome: Outcome | None = None
         waiting = len(acks)
         try:
-            outcome = run_job(record, acks=acks)
+            close_old_connections()  # as Django does when a request starts and ends
+            try:
+                outcome = run_job(record, acks=acks)
+            finally:
+                close_old_connections()
         except QueueCorrupted:
             if not slot.timed_out:
                 logger.warning("worker %s: job %s was taken back while it ran (its lease expired)",

@@ -192,7 +192,7 @@ def test_e022_options_libpq_refuses(pg_url: str, django_db_blocker: Any) -> None
             "QUEUE_MAX['URL'] must be a postgresql:// or postgres:// URL (str), or None, not "
             "'mysql://db/x' (str).",
         ),
-        ({"LISTEN": "no"}, "QUEUE_MAX['LISTEN'] must be True or False, not 'no' (str)."),
+        ({"LISTEN": "no"}, "QUEUE_MAX['LISTEN'] must be True, False or None, not 'no' (str)."),
         ({"NOTIFY": 0}, "QUEUE_MAX['NOTIFY'] must be True or False, not 0 (int)."),
         ({"POLL_INTERVAL": "1"}, "QUEUE_MAX['POLL_INTERVAL'] must be a number of seconds, not '1' (str)."),
     ],

@@ -167,6 +167,9 @@ class LmdbStore:
         """Reclaim LMDB reader slots of dead processes. -> how many."""
         return sum(env.reader_check() for env in self._envs)
 
+    def end_thread(self) -> None:
+        """Nothing: LMDB keeps nothing per thread between transactions."""
+
     # ------------------------------------------------------------------ enqueue
 
     def _durable_enqueue(self, shard: Shard) -> Callable[[Sequence[NewJobs]], list[tuple[int, bool]]]:

@@ -1,9 +1,21 @@
-"""Connections of the PostgreSQL store: one per thread, opened on first use, reopened after a failure.
+"""Connections of the PostgreSQL store: one per thread, opened on first use, reopened after a failure,
+closed when its thread ends.
 
 psycopg 3 is imported here only (the ``postgres`` extra): ``load_psycopg()`` says which extra to install
 when it is missing. A store runs each operation as one transaction on the calling thread's connection
 (``Connections.transaction``); no transaction stays open between operations, so nothing is held while a
 task runs.
+
+A thread's connection lives as long as the thread (or until ``close_thread()``, or the store's
+``close()``): the thread-local that holds it is dropped by Python when the thread ends, and a finalizer then
+closes the connection, so the threads of a pool that come and go (a worker's ``--autoscale``, a web
+server's request threads, ``asyncio.to_thread``) leave no connection behind them.
+
+Nothing outlives a transaction on the server but what the connection's startup parameters set, so the
+store works through a pooler that hands each transaction to any server connection (PgBouncer in
+transaction mode) when it prepares no statements: ``prepare_threshold=None`` (psycopg prepares a statement
+run ``PREPARE_THRESHOLD`` times on a connection, which such a pooler loses or clashes with before
+PgBouncer 1.21) and no LISTEN (``hints.py``).
 
 When the server cannot be reached or drops the connection, the operation raises ``StoreError`` (the
 ``psycopg`` error chained): a write whose commit was not confirmed is never retried here, since it may
@@ -14,8 +26,10 @@ waiting between attempts (``RECONNECT_DELAYS``) so that a restarting server is n
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -25,6 +39,7 @@ from ...forks import fork_generation
 
 RECONNECT_DELAYS = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)  # seconds before each try to reconnect, then the last
 CONNECT_TIMEOUT = 10  # seconds
+PREPARE_THRESHOLD = 5  # psycopg's default: a statement run this often on a connection is prepared
 
 
 def load_psycopg() -> Any:
@@ -48,20 +63,39 @@ def display_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
+class _Held:
+    """A thread's connection, as its thread-local holds it: when the thread ends, Python drops the
+    thread's locals, and the finalizer registered on this object closes the connection."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+
 class Connections:
     """Per-thread psycopg connections to one database (``conninfo``: a URL or key=value string).
 
     ``transaction()`` gives the calling thread's connection inside one transaction; ``connection()`` the
-    connection outside any (for LISTEN, or reads in autocommit)."""
+    connection outside any (for LISTEN, or reads in autocommit). ``prepare_threshold``: psycopg's (None:
+    never prepare a statement on the server, for PgBouncer in transaction mode)."""
 
-    def __init__(self, conninfo: str, *, application_name: str = "queue_max") -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        application_name: str = "queue_max",
+        prepare_threshold: int | None = PREPARE_THRESHOLD,
+    ) -> None:
         self.psycopg = load_psycopg()
         self.conninfo = conninfo
         self.application_name = application_name
+        self.prepare_threshold = prepare_threshold
         self._local = threading.local()
-        self._all: set[Any] = set()
+        self._all: dict[Any, weakref.finalize[Any, Any]] = {}  # thread connection -> its closer
         self._lock = threading.Lock()
         self._generation = fork_generation()
+        self._pid = os.getpid()
         self._failures = 0
         self._closed = False
         self.errors = (self.psycopg.OperationalError, self.psycopg.InterfaceError)
@@ -74,6 +108,7 @@ class Connections:
                 autocommit=autocommit,
                 connect_timeout=CONNECT_TIMEOUT,
                 application_name=self.application_name,
+                prepare_threshold=self.prepare_threshold,
             )
         except self.psycopg.Error as exc:
             raise StoreError(
@@ -85,9 +120,9 @@ class Connections:
         """This thread's connection (opened, or reopened after a failure, on first use)."""
         if self._generation != fork_generation():
             self._after_fork()
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and not conn.closed:
-            return conn
+        held = getattr(self._local, "held", None)
+        if held is not None and not held.conn.closed:
+            return held.conn
         if self._closed:
             raise StoreError("the PostgreSQL store is closed")
         delay = RECONNECT_DELAYS[min(self._failures, len(RECONNECT_DELAYS) - 1)]
@@ -99,10 +134,38 @@ class Connections:
             self._failures += 1
             raise
         self._failures = 0
-        self._local.conn = conn
+        held = _Held(conn)
+        closer = weakref.finalize(held, self._thread_ended, conn, self._pid)
+        closer.atexit = False  # at exit the process's sockets close with it
         with self._lock:
-            self._all.add(conn)
+            if self._closed:  # close() ran meanwhile: it cannot have seen this one
+                closer.detach()
+                conn.close()
+                raise StoreError("the PostgreSQL store is closed")
+            self._all[conn] = closer
+        self._local.held = held
         return conn
+
+    def close_thread(self) -> None:
+        """Close this thread's connection now (a thread that is done with the store; the next operation
+        of this thread opens a new one)."""
+        held = getattr(self._local, "held", None)
+        if held is not None:
+            self._drop(held.conn)
+
+    def thread_connections(self) -> int:
+        """How many threads' connections are open (for tests and figures)."""
+        with self._lock:
+            return len(self._all)
+
+    def _thread_ended(self, conn: Any, pid: int) -> None:
+        """A thread that held ``conn`` ended: close it (never in a forked child: the parent's socket)."""
+        if pid != os.getpid():
+            return
+        with self._lock:
+            self._all.pop(conn, None)
+        with contextlib.suppress(Exception):
+            conn.close()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]:
@@ -145,22 +208,31 @@ class Connections:
         with contextlib.suppress(Exception):
             conn.close()
         with self._lock:
-            self._all.discard(conn)
-        if getattr(self._local, "conn", None) is conn:
-            self._local.conn = None
+            closer = self._all.pop(conn, None)
+        if closer is not None:
+            closer.detach()
+        held = getattr(self._local, "held", None)
+        if held is not None and held.conn is conn:
+            self._local.held = None
 
     def _after_fork(self) -> None:
         """A forked child must not use its parent's sockets: forget them (never close: the parent's)."""
+        with self._lock:
+            closers, self._all = list(self._all.values()), {}
+        for closer in closers:
+            closer.detach()
         self._local = threading.local()
-        self._all = set()
         self._generation = fork_generation()
+        self._pid = os.getpid()
 
     def close(self) -> None:
-        self._closed = True
         with self._lock:
-            conns, self._all = list(self._all), set()
+            self._closed = True
+            conns, self._all = list(self._all.items()), {}
+        for _conn, closer in conns:
+            closer.detach()
         if self._generation != fork_generation():
             return
-        for conn in conns:
+        for conn, _closer in conns:
             with contextlib.suppress(Exception):
                 conn.close()

@@ -37,7 +37,7 @@ from ..types import (
 )
 from . import reads, schema, upkeep
 from .clock import ServerClock
-from .connection import Connections, display_url
+from .connection import PREPARE_THRESHOLD, Connections, display_url
 from .control import PgControl
 from .coordination import PgCoordination
 from .hints import PgHints
@@ -223,14 +223,17 @@ class PostgresStore:
         notify: bool = True,
         poll_interval: float = 1.0,
         local_clock: Callable[[], float] = time.time,
+        prepare_threshold: int | None = PREPARE_THRESHOLD,
     ) -> PostgresStore:
         """The store in the database at ``url`` (created tables: ``schema.create``, or ``manage.py
         migrate``). ``clock``: a test's; None: the server's, read through ``local_clock`` (this machine's;
         tests give a wrong one). ``listen``/``notify``: wake consumers by LISTEN/NOTIFY (``hints.py``);
-        ``poll_interval``: the longest poll-only wait. ``SchemaError`` when the tables are missing or at
-        another version."""
+        ``poll_interval``: the longest poll-only wait. ``prepare_threshold``: psycopg's for the store's
+        connections (None: no server-side prepared statements). Behind PgBouncer in transaction mode:
+        ``listen=False, prepare_threshold=None``, and the store keeps no state in a server session
+        (``connection.py``). ``SchemaError`` when the tables are missing or at another version."""
         return cls(url, clock=clock, listen=listen, notify=notify, poll_interval=poll_interval,
-                   local_clock=local_clock)  # fmt: skip
+                   local_clock=local_clock, prepare_threshold=prepare_threshold)  # fmt: skip
 
     def __init__(
         self,
@@ -241,10 +244,11 @@ class PostgresStore:
         notify: bool,
         poll_interval: float,
         local_clock: Callable[[], float] = time.time,
+        prepare_threshold: int | None = PREPARE_THRESHOLD,
     ) -> None:
         self.url = url
         self.path = display_url(url)
-        self.db = Connections(url)
+        self.db = Connections(url, prepare_threshold=prepare_threshold)
         found = schema.version(self.db.connection())
         if found != schema.SCHEMA_VERSION:
             what = "has no queue_max tables" if found is None else f"has queue_max schema version {found}"
@@ -253,6 +257,11 @@ class PostgresStore:
                 f"{schema.SCHEMA_VERSION}: run `manage.py migrate` (or schema.create() outside Django)"
             )
         self.server_clock = ServerClock(self.db.connect, local_clock) if clock is None else None
+        if self.server_clock is not None:
+            # Read now, not on the first clock() inside some transaction: no operation then needs a
+            # second connection while it holds one (through a pool of one server connection, it would
+            # wait for itself).
+            self.server_clock.sample()
         self.clock: Callable[[], float] = clock or self.server_clock  # type: ignore[assignment]
         self._ready_floor = 0  # the ready time (µs) of the last job this process put pending
         self._vacuum_check_due = 0.0  # time.monotonic() of maintain()'s next look at the churned tables
@@ -289,6 +298,11 @@ class PostgresStore:
 
     def reader_check(self) -> int:
         return 0  # LMDB's reader slots: nothing of the kind here
+
+    def end_thread(self) -> None:
+        """The calling thread is done with the store: close its connection now (a thread that ends
+        without this call has it closed as it ends)."""
+        self.db.close_thread()
 
     def close(self, flush: bool) -> None:
         self.hints.close()
