@@ -228,6 +228,13 @@ class Cluster:
         server recovers from its WAL on start); every client connection is broken."""
         self._pg_ctl("restart", "-m", mode)
 
+    def halt(self) -> None:
+        """Stop the server (``pg_ctl stop -m fast``), keeping its data: ``resume()`` starts it again."""
+        self._run("pg_ctl stop", self._tool("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        self._pg_ctl("start")
+
     def _pg_ctl(self, action: str, *args: str) -> None:
         self._run(
             f"pg_ctl {action}", self._tool("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w",

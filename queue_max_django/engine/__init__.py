@@ -17,6 +17,7 @@ from .errors import (
     StoreError,
     StoreFull,
     StoreMismatch,
+    StoreUnavailable,
     UnknownQueue,
 )
 from .events import ALERT, EVENTS, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
@@ -70,6 +71,7 @@ __all__ = [
     "StoreFull",
     "StoreInUse",
     "StoreMismatch",
+    "StoreUnavailable",
     "UnknownQueue",
     "WorkerInfo",
     "backoff_delay",

@@ -63,6 +63,11 @@ class StoreError(QueueError):
     known to commit). The underlying ``lmdb.Error`` or ``psycopg.Error`` is chained as ``__cause__``."""
 
 
+class StoreUnavailable(StoreError):
+    """The PostgreSQL store's server cannot be reached (refused, timed out, or the password is wrong):
+    no connection was made, so nothing of the operation was written. Waiting and trying again is safe."""
+
+
 class SchemaError(StoreError):
     """The PostgreSQL store's tables are missing, or at another schema version than this code's: the
     message names the command that fixes it (``manage.py migrate``)."""

@@ -1,6 +1,8 @@
 """The PostgreSQL server crashes and restarts (``pg_ctl restart -m immediate``) while a ``queue_worker`` runs
 jobs and a producer puts more: the worker does not die and goes on once the server is back, a put that could
-not commit raises ``StoreError`` (never a silent loss), and every job whose put returned is done.
+not commit raises ``StoreError`` (never a silent loss), and every job whose put returned is done. And a
+worker started while the server is down waits for it (or stops at once on SIGTERM), as a container started
+before its database does.
 
 The test has a cluster of its own (the session's is shared by every test), durable (each commit's WAL
 written before it returns), so that what the server acknowledged survives the crash.
@@ -110,3 +112,38 @@ def test_a_server_crash_and_restart_mid_run_loses_no_job_whose_put_returned(
     finally:
         producer.halt.set()
     assert worker.stop() == 0, worker.output()
+
+
+def test_a_worker_started_before_its_server_waits_for_it_then_runs_jobs(
+    cluster: tuple[Cluster, str], start_worker: Callable[..., Worker]
+) -> None:
+    server, url = cluster
+    server.halt()
+    worker = start_worker(url, "--processes", "1", "--threads", "1")
+    wait_for(lambda: "waiting for the store: cannot connect" in worker.output(), 60, "the worker to wait")
+    time.sleep(1.0)
+    assert worker.proc.poll() is None, worker.output()
+
+    server.resume()
+    with Queue(url, do_recover=False, do_vacuum=False) as queue:
+        ids = queue.put_many([{"args": [n, 1], "kwargs": {}} for n in range(10)], name=TASK)
+        wait_for(
+            lambda: all(queue.job(i).state is State.DONE for i in ids),  # type: ignore[union-attr]
+            60,
+            f"the jobs to run; log:\n{worker.output()}",
+        )
+    assert worker.stop() == 0, worker.output()
+    assert worker.output().count("waiting for the store") == 1  # logged once, not once per try
+
+
+def test_sigterm_while_waiting_for_the_server_stops_the_worker_at_once(
+    cluster: tuple[Cluster, str], start_worker: Callable[..., Worker]
+) -> None:
+    server, url = cluster
+    server.halt()
+    worker = start_worker(url, "--processes", "1")
+    wait_for(lambda: "waiting for the store" in worker.output(), 60, "the worker to wait")
+    started = time.monotonic()
+    assert worker.stop() == 0, worker.output()
+    assert time.monotonic() - started < 10
+    assert "stopped while waiting for the store" in worker.output()

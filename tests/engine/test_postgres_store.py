@@ -175,25 +175,73 @@ def test_the_lmdb_store_refuses_the_caller_s_connection(tmp_path: Path, pg_url: 
         caller.close()
 
 
-def test_a_server_restart_mid_run_is_a_clear_error_then_the_store_reconnects(pg_url: str) -> None:
-    """A connection the server dropped (here: its backend terminated, as a restart does) makes the next
-    operation raise StoreError, saying it may not have committed; nothing acknowledged is lost, and the
-    operation after it reconnects on its own."""
+def test_a_connection_the_server_ended_while_idle_is_replaced_before_it_is_used(pg_url: str) -> None:
+    """Every backend of the store ended between operations (as a restart, a failover or an idle timeout
+    does): the next operation sees it before sending anything, reconnects, and succeeds."""
     q = Queue(pg_url, do_recover=False, do_vacuum=False)
     admin = pgserver.connect(pg_url)
     try:
         kept = q.put("kept")
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        ended = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-        with pytest.raises(StoreError, match="may or may not have committed"):
-            q.put("lost with the connection")
-        again = q.put("after")  # reconnected
-        assert {q.get(timeout=0).job_id for _ in range(q.stats()["pending"])} >= {kept, again}
+        ).fetchone()[0]
+        assert ended >= 1
+        deadline = time.monotonic() + 10  # the backends are gone once the server has reaped them
+        while admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        ).fetchone()[0]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+        again = q.put("after")  # no error: a new connection
+
+        assert {q.get(timeout=0).job_id, q.get(timeout=0).job_id} == {kept, again}
     finally:
         admin.close()
         q.close()
+
+
+def test_a_connection_lost_during_an_operation_is_a_clear_error_then_the_store_reconnects(
+    pg_url: str,
+) -> None:
+    """The server ends the backend while a put runs (it waits on a lock here): the put raises StoreError,
+    saying it may not have committed (it did not, here); nothing acknowledged is lost, and the next
+    operation reconnects on its own."""
+    q = Queue(pg_url, do_recover=False, do_vacuum=False)
+    admin = pgserver.connect(pg_url)
+    try:
+        kept = q.put("kept")
+        outcome: list[BaseException | int] = []
+        locker = pgserver.connect(pg_url)
+        with locker, locker.transaction():  # the watcher (admin) reads pg_stat_activity outside it
+            locker.execute("LOCK TABLE qm_jobs IN ACCESS EXCLUSIVE MODE")
+            putter = threading.Thread(target=lambda: outcome.append(_put_or_error(q, "lost")))
+            putter.start()
+            deadline = time.monotonic() + 10
+            while not admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = "
+                "current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' "
+                "AND application_name = 'queue_max'"
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline, "the put never waited on the lock"
+                time.sleep(0.01)
+            putter.join(10)
+        assert len(outcome) == 1 and isinstance(outcome[0], StoreError), outcome
+        assert "may or may not have committed" in str(outcome[0])
+        again = q.put("after")  # reconnected
+        assert {q.get(timeout=0).job_id for _ in range(q.stats()["pending"])} == {kept, again}
+    finally:
+        admin.close()
+        q.close()
+
+
+def _put_or_error(q: Queue, payload: str) -> BaseException | int:
+    try:
+        return q.put(payload)
+    except BaseException as exc:
+        return exc
 
 
 def test_an_open_caller_transaction_holds_up_no_other_put_and_its_counts_fold_in(pg_url: str) -> None:

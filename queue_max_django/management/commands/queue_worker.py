@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import logging
+import signal
+import threading
+import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import get_config, get_queue
-from ...engine import QueueError
+from ...engine import Queue, QueueError, StoreUnavailable
 from ...worker import WorkerOptionError, run_worker
 from ...worker.logs import configure_logging
 from ...worker.options import from_config, parse_autoscale
 from ..common import non_negative_float
+
+logger = logging.getLogger("queue_max_django.worker")
+
+STORE_WAIT_DELAYS = (
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+)  # seconds between tries to reach the store at start-up, then the last
+STORE_WAIT_LOG_EVERY = 60.0  # seconds: how often the same failure to reach it is logged again
 
 
 class Command(BaseCommand):
@@ -90,7 +104,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         configure_logging(verbosity)
         try:
-            queue = get_queue()
+            queue = open_waiting()
+            if queue is None:
+                return  # stopped while waiting for the store
             if worker_options.queues is not None and queue.queues is not None:
                 unknown = sorted(set(worker_options.queues) - set(queue.queues))
                 if unknown:
@@ -105,3 +121,33 @@ class Command(BaseCommand):
             raise CommandError(f"the store cannot be used: {exc}") from None
         if code:
             raise SystemExit(code)
+
+
+def open_waiting() -> Queue | None:
+    """The process's queue, waiting for a store that cannot be reached yet (a PostgreSQL server that is
+    starting, or a container started before its database): each try after a delay (``STORE_WAIT_DELAYS``),
+    the failure logged when it first happens, when it changes, and every ``STORE_WAIT_LOG_EVERY`` seconds.
+    SIGTERM or Ctrl-C while waiting stops the command (status 0): there is nothing to finish. -> None then.
+    Any other error of the store (its tables missing, a bad setting) is raised at once."""
+    stop = threading.Event()
+    handlers: dict[signal.Signals, Any] = {}
+    attempt, logged, logged_at = 0, "", 0.0
+    try:
+        while True:
+            try:
+                return get_queue()
+            except StoreUnavailable as exc:
+                if not handlers and threading.current_thread() is threading.main_thread():
+                    for signum in (signal.SIGTERM, signal.SIGINT):
+                        handlers[signum] = signal.signal(signum, lambda *_: stop.set())
+                delay = STORE_WAIT_DELAYS[min(attempt, len(STORE_WAIT_DELAYS) - 1)]
+                attempt += 1
+                if str(exc) != logged or time.monotonic() - logged_at >= STORE_WAIT_LOG_EVERY:
+                    logger.warning("waiting for the store: %s (trying again every %g s at most)", exc, delay)
+                    logged, logged_at = str(exc), time.monotonic()
+                if stop.wait(delay):
+                    logger.warning("stopped while waiting for the store")
+                    return None
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)

@@ -17,16 +17,20 @@ transaction mode) when it prepares no statements: ``prepare_threshold=None`` (ps
 run ``PREPARE_THRESHOLD`` times on a connection, which such a pooler loses or clashes with before
 PgBouncer 1.21) and no LISTEN (``hints.py``).
 
-When the server cannot be reached or drops the connection, the operation raises ``StoreError`` (the
-``psycopg`` error chained): a write whose commit was not confirmed is never retried here, since it may
-have committed, so nothing is written twice and nothing is lost silently. The next operation reconnects,
-waiting between attempts (``RECONNECT_DELAYS``) so that a restarting server is not hammered.
+When the server cannot be reached the operation raises ``StoreUnavailable`` (nothing was written); when it
+drops the connection during an operation, ``StoreError`` (the ``psycopg`` error chained): a write whose
+commit was not confirmed is never retried here, since it may have committed, so nothing is written twice
+and nothing is lost silently. The next operation reconnects, waiting between attempts (``RECONNECT_DELAYS``)
+so that a restarting server is not hammered. A connection the server closed while it sat idle between
+operations (a restart, a failover, an idle timeout) is seen before it is used (``hung_up``: one poll of
+its socket) and replaced, so the operation runs on a new one instead of failing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import threading
 import time
 import weakref
@@ -34,7 +38,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ...errors import ConfigurationError, StoreError
+from ...errors import ConfigurationError, StoreError, StoreUnavailable
 from ...forks import fork_generation
 
 RECONNECT_DELAYS = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)  # seconds before each try to reconnect, then the last
@@ -51,6 +55,21 @@ def load_psycopg() -> Any:
             "the PostgreSQL store needs psycopg 3: pip install 'queue-max-django[postgres]'"
         ) from exc
     return psycopg
+
+
+def hung_up(conn: Any) -> bool:
+    """Whether the server has ended ``conn`` while it sat idle between operations: its socket is readable.
+    Between this store's operations the server has nothing to say (these connections LISTEN to nothing), so
+    anything to read is its goodbye (``FATAL: terminating connection``) or the end of the stream; the rare
+    message of another kind (a setting reported after a configuration reload) costs a needless reconnect,
+    never an error. One ``poll()`` that does not wait."""
+    try:
+        fd = conn.pgconn.socket
+    except Exception:  # closed or broken already
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
 
 
 def display_url(url: str) -> str:
@@ -111,7 +130,7 @@ class Connections:
                 prepare_threshold=self.prepare_threshold,
             )
         except self.psycopg.Error as exc:
-            raise StoreError(
+            raise StoreUnavailable(
                 f"cannot connect to the PostgreSQL store at {display_url(self.conninfo)}: {exc}"
             ) from exc
         return conn
@@ -122,7 +141,9 @@ class Connections:
             self._after_fork()
         held = getattr(self._local, "held", None)
         if held is not None and not held.conn.closed:
-            return held.conn
+            if not hung_up(held.conn):
+                return held.conn
+            self._drop(held.conn)  # the server ended it while idle (a restart): nothing was sent on it
         if self._closed:
             raise StoreError("the PostgreSQL store is closed")
         delay = RECONNECT_DELAYS[min(self._failures, len(RECONNECT_DELAYS) - 1)]
