@@ -15,6 +15,7 @@ EXITS = [("exits", (3,), "SystemExit"), ("interrupts", (), "KeyboardInterrupt")]
 
 
 @pytest.mark.parametrize(("task", "args", "error_type"), EXITS)
+@pytest.mark.store_neutral  # the worker thread's handling of SystemExit
 def test_a_task_that_exits_fails_like_any_exception(
     site: Site, task: str, args: tuple[int, ...], error_type: str
 ) -> None:
