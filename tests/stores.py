@@ -8,8 +8,10 @@ CI, fails) where no server can be had. Two markers leave the other kinds out, ea
 
 - ``lmdb``: the test only makes sense on the LMDB store (its data directory, shards, files, map size);
 - ``store_neutral``: what the test exercises does not depend on the store (settings, system checks, option
-  parsing, the worker's own process handling), so running it again on PostgreSQL would prove nothing new;
-  the tests of the same code that do reach the store run on every kind.
+  parsing, the worker's own process handling), or its store part is proven on every kind by another test
+  that its reason names, so running it again on PostgreSQL would prove nothing new (and cost a CI budget
+  that multi-process tests spend fast); the tests of the same code that do reach the store run on every
+  kind.
 """
 
 from __future__ import annotations

@@ -153,6 +153,8 @@ def test_max_jobs_recycles_the_process(site: Site) -> None:
     assert done.stderr.count("recycled; starting a new one") == 3  # the third too; the fourth finds nothing
 
 
+@pytest.mark.store_neutral  # the burst's waiting; a due job's promotion is the
+# contract suite's, on every store (tests/engine/test_contract_records.py)
 def test_burst_waits_for_jobs_due_within_burst_wait(site: Site) -> None:
     soon = site.put("finish", 1, delay=0.5)
     later = site.put("finish", 2, delay=3600)
@@ -257,6 +259,8 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+@pytest.mark.store_neutral  # what the worker reports; the registry's store part
+# (report, list, stale, remove) is tests/engine/test_coordination.py's, on every store
 def test_live_workers_are_in_the_registry_while_they_run(site: Site) -> None:
     worker = site.start("--processes", "2", "--threads", "3", "--no-scheduler", "--worker-id", "seen")
     with site.queue() as queue:
