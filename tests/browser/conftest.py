@@ -11,7 +11,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.test import override_settings
@@ -82,10 +82,15 @@ def page(browser: Browser) -> Iterator[Page]:
 
 
 @pytest.fixture
-def store_settings(tmp_path: Path) -> Iterator[None]:
-    """The test's own store, for the test and for the live server's thread alike."""
+def store_settings(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[None]:
+    """The test's own store, of the kind ``store_kind`` (tests/stores.py), for the test and for the live
+    server's thread alike: LMDB in ``tmp_path``, or PostgreSQL in the test's database, by its URL (the live
+    server's thread and the test share the process's queue, so no ``DATABASES`` alias is needed)."""
+    store: dict[str, Any] = {"DATA_DIR": tmp_path / "store"}
+    if store_kind == "postgres":
+        store = {"STORE": "postgresql", "URL": request.getfixturevalue("pg_url")}
     conf.reset()
-    with override_settings(QUEUE_MAX={"DATA_DIR": tmp_path / "store", "RETRY_BACKOFF": 0}):
+    with override_settings(QUEUE_MAX={**store, "RETRY_BACKOFF": 0}):
         yield
     conf.reset()
 

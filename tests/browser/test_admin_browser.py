@@ -144,6 +144,7 @@ def test_dashboard_dead_letters_bulk_retry_and_a_script_that_never_runs(
     assert dialogs == []
 
 
+@pytest.mark.store_neutral  # the pages' colours
 def test_the_pages_follow_dark_mode(page: Page, live_server: LiveServer, screenshots: Path) -> None:
     store = get_queue()
     job_id = dead_letter(store, "shop.tasks.render", ["x"], ValueError("broken"))

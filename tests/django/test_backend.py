@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +22,9 @@ from django.test import override_settings
 
 from queue_max_django import conf
 from queue_max_django.conf import get_queue
-from queue_max_django.engine import Queue, State
+from queue_max_django.engine import State
 from queue_max_django.testing import run_queued
+from tests.engine.locations import StoreLocation
 
 HAS_TASKS = importlib.util.find_spec("django.tasks") is not None
 needs_tasks = pytest.mark.skipif(not HAS_TASKS, reason="django.tasks needs Django >= 6.0")
@@ -80,7 +80,7 @@ def test_enqueue_puts_one_job_and_returns_a_ready_result(store: None) -> None:
 
 @needs_tasks
 def test_a_run_job_is_successful_with_its_return_value_read_back_from_the_store(
-    store: None, data_dir: Path
+    store: None, location: StoreLocation
 ) -> None:
     result = dt_tasks.add.enqueue(2, 3)
     (outcome,) = run_queued()
@@ -92,7 +92,7 @@ def test_a_run_job_is_successful_with_its_return_value_read_back_from_the_store(
     assert fresh.enqueued_at and fresh.started_at and fresh.finished_at and fresh.last_attempted_at
     assert fresh.enqueued_at <= fresh.started_at <= fresh.finished_at
     assert fresh.attempts == 1 and fresh.is_finished
-    with Queue(data_dir) as raw:  # what any process opening the store sees
+    with location.open_queue() as raw:  # what any process opening the store sees
         job = raw.job(int(result.id))
         assert job is not None and (job.state, job.result) == (State.DONE, 5)
     result.refresh()
@@ -534,12 +534,14 @@ def immediate(queue_max: Configure) -> Iterator[None]:
 
 
 @needs_tasks
-def test_immediate_runs_the_job_at_once_and_stores_its_result(immediate: None, data_dir: Path) -> None:
+def test_immediate_runs_the_job_at_once_and_stores_its_result(
+    immediate: None, location: StoreLocation
+) -> None:
     result = dt_tasks.add.enqueue(2, 3)
     assert (result.status, result.return_value, result.attempts) == (TaskResultStatus.SUCCESSFUL, 5, 1)
     assert result.enqueued_at <= result.started_at <= result.finished_at  # type: ignore[operator]
     assert result.task == dt_tasks.add and (result.args, result.kwargs) == ([2, 3], {})
-    with Queue(data_dir) as raw:
+    with location.open_queue() as raw:
         job = raw.job(int(result.id))
         assert job is not None and (job.state, job.result, job.attempts) == (State.DONE, 5, 1)
     assert run_queued() == []  # nothing left for a worker

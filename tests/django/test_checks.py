@@ -26,6 +26,10 @@ from queue_max_django.tasks import registry, task
 Configure = Callable[..., override_settings]
 ROOT = Path(__file__).resolve().parents[2]
 
+# The checks of the settings read the settings, and of a store only the LMDB store's data directory; the
+# PostgreSQL store's own checks (its keys, its database, its schema) are test_pg_checks.py's.
+pytestmark = pytest.mark.store_neutral
+
 
 def run(configure: Configure, **keys: Any) -> list[checks.CheckMessage]:
     with configure(**keys):

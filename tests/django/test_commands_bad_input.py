@@ -21,6 +21,7 @@ from django.test import override_settings
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import PayloadNotSerializable, codec
 from queue_max_django.engine.jobspec import JobSpec
+from tests.engine.locations import StoreLocation
 from tests.testapp import tasks as t
 
 Configure = Callable[..., override_settings]
@@ -63,7 +64,7 @@ def nested(levels: int) -> str:
 
 
 def test_five_good_lines_and_a_delay_past_the_year_9999_enqueue_nothing(
-    queue_max: Configure, data_dir: Path, tmp_path: Path
+    queue_max: Configure, location: StoreLocation, tmp_path: Path
 ) -> None:
     """The line the engine would refuse at put time (it was refused after the five before it were
     stored) is found with the others, before anything is written: the store is not even opened."""
@@ -74,7 +75,7 @@ def test_five_good_lines_and_a_delay_past_the_year_9999_enqueue_nothing(
     assert str(caught.value) == (
         f"{path}: 1 bad line, so nothing was enqueued:\n  line 6: delay 1e+300 s is past the year 9999"
     )
-    assert not data_dir.exists()
+    assert not location.exists()
     with queue_max():
         assert get_queue().stats()["total"] == 0
 
@@ -123,7 +124,7 @@ def test_five_good_lines_and_a_delay_past_the_year_9999_enqueue_nothing(
     ],
 )
 def test_a_bad_line_is_named_and_nothing_is_enqueued(
-    queue_max: Configure, data_dir: Path, tmp_path: Path, line: str, error: str
+    queue_max: Configure, location: StoreLocation, tmp_path: Path, line: str, error: str
 ) -> None:
     path = write_lines(tmp_path / "jobs.jsonl", {"task": ADD, "args": [1, 2]}, line)
     with queue_max(), pytest.raises(CommandError) as caught:
@@ -133,7 +134,7 @@ def test_a_bad_line_is_named_and_nothing_is_enqueued(
     assert error in message
     assert message.isprintable() or set(message) - set(filter(str.isprintable, message)) == {"\n"}
     assert len(message) < 1000
-    assert not data_dir.exists()
+    assert not location.exists()
 
 
 @pytest.mark.skipif(
@@ -161,13 +162,13 @@ def test_exactly_1024_levels_are_enqueued_and_read_back(queue_max: Configure, tm
     ],
 )
 def test_enqueue_options_that_the_engine_refuses(
-    queue_max: Configure, data_dir: Path, argv: tuple[str, ...], message: str
+    queue_max: Configure, location: StoreLocation, argv: tuple[str, ...], message: str
 ) -> None:
     with queue_max(), pytest.raises(CommandError) as caught:
         call("queue_enqueue", "--task", ADD, *argv)
     assert message in str(caught.value)
     assert len(str(caught.value)) < 1000
-    assert not data_dir.exists()
+    assert not location.exists()
 
 
 # ------------------------------------------------------------------------------------ queue_worker
@@ -194,12 +195,12 @@ def test_enqueue_options_that_the_engine_refuses(
     ],
 )
 def test_worker_options_that_cannot_work_are_refused_before_anything_starts(
-    queue_max: Configure, data_dir: Path, argv: tuple[str, ...], message: str
+    queue_max: Configure, location: StoreLocation, argv: tuple[str, ...], message: str
 ) -> None:
     with queue_max(), pytest.raises(CommandError) as caught:
         call("queue_worker", "--processes", "1", *argv)
     assert message in str(caught.value)
-    assert not data_dir.exists()  # no store opened, no worker registered
+    assert not location.exists()  # no store opened, no worker registered
 
 
 # ------------------------------------------------------------------------------------ printing names
@@ -210,12 +211,11 @@ BELL_QUEUE, ESCAPE_TASK = "q\x07bell", "t\x1b[2Jwipe"
 
 def _stored_with_control_characters(queue_max: Configure) -> int:
     """A job whose queue and task names hold control characters, as a store written before names were
-    checked may hold: put below the checks, through the shard's own write."""
+    checked may hold: put below the checks, through the store's own write (its protocol's ``put_one``)."""
     queue = get_queue()
     spec = JobSpec(BELL_QUEUE, ESCAPE_TASK, 0, None, 3, None, None)
     packed = codec.pack_value({"args": [], "kwargs": {}}, what="payload", limit=1 << 20)
-    job_id, _ = queue._store._shards[0].put_one(queue._clock(), packed, spec)
-    return job_id
+    return queue._store.put_one(queue._clock(), 0, packed, spec)
 
 
 def test_queue_list_and_queue_stats_print_stored_control_characters_escaped(queue_max: Configure) -> None:

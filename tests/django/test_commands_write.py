@@ -16,6 +16,7 @@ from django.test import override_settings
 
 from queue_max_django.conf import get_queue, reset
 from queue_max_django.engine import Job, Queue, State
+from tests.engine.locations import StoreLocation
 from tests.testapp import tasks as t
 
 Configure = Callable[..., override_settings]
@@ -77,6 +78,7 @@ def test_retry_one_dead_letter(q: Queue) -> None:
     assert on_disk(other).state is State.FAILED
 
 
+@pytest.mark.lmdb  # two shards (test_retry_all_dead_letters_of_one_task is the filter on any store)
 def test_retry_all_dead_letters_of_a_task_or_shard(q: Queue) -> None:
     in_0 = [dead_letter(q, shard=0) for _ in range(3)]
     in_1 = [dead_letter(q, shard=1) for _ in range(2)]
@@ -93,6 +95,14 @@ def test_retry_all_dead_letters_of_a_task_or_shard(q: Queue) -> None:
     assert call("queue_retry", "--all") == "Retried 0 failed jobs.\n"
 
 
+def test_retry_all_dead_letters_of_one_task(q: Queue) -> None:
+    others = [dead_letter(q) for _ in range(2)]
+    of_add = dead_letter(q, 1, 2, name=ADD)
+    assert call("queue_retry", "--all", "--task", ADD) == "Retried 1 failed job.\n"
+    assert [on_disk(i).state for i in (*others, of_add)] == [State.FAILED, State.FAILED, State.PENDING]
+    assert get_queue().stats()["failed"] == 2
+
+
 def test_retry_all_reads_past_one_page(q: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("queue_max_django.management.commands.queue_retry.PAGE", 2)
     ids = [dead_letter(q) for _ in range(5)]
@@ -106,7 +116,11 @@ def test_retry_all_reads_past_one_page(q: Queue, monkeypatch: pytest.MonkeyPatch
         ((), r"^say which jobs to retry: --job-id ID, or --all\.$"),
         (("--job-id", "5", "--all"), r"argument --all: not allowed with argument --job-id"),
         (("--job-id", "5", "--task", FAIL), r"^--shard and --task go with --all, not with --job-id\.$"),
-        (("--all", "--shard", "2"), r"^--shard must be from 0 to 1: this store has 2 shards, not 2\.$"),
+        pytest.param(
+            ("--all", "--shard", "2"),
+            r"^--shard must be from 0 to 1: this store has 2 shards, not 2\.$",
+            marks=pytest.mark.lmdb,  # two shards
+        ),
         (("--job-id", "999999"), r"^no job 999999: it never existed, or was purged or vacuumed\.$"),
     ],
 )
@@ -278,7 +292,9 @@ def test_enqueue_in_immediate_mode_runs_the_job(queue_max: Configure) -> None:
         assert (job.state, job.result) == (State.DONE, 5)
 
 
-def test_an_unknown_task_lists_close_matches_and_opens_no_store(queue_max: Configure, data_dir: Path) -> None:
+def test_an_unknown_task_lists_close_matches_and_opens_no_store(
+    queue_max: Configure, location: StoreLocation
+) -> None:
     with queue_max(), pytest.raises(CommandError) as caught:
         call("queue_enqueue", "--task", "add", "--args", "[1, 2]")
     message = str(caught.value)
@@ -295,7 +311,7 @@ def test_an_unknown_task_lists_close_matches_and_opens_no_store(queue_max: Confi
         ),
     ):
         call("queue_enqueue", "--task", "tests.testapp.tasks.sendmail")
-    assert not data_dir.exists()
+    assert not location.exists()
 
 
 @pytest.mark.parametrize(
@@ -323,10 +339,12 @@ def test_an_unknown_task_lists_close_matches_and_opens_no_store(queue_max: Confi
         (("--task", ADD, "--args", "[1]", "--file", "x"), r"^--args and --kwargs go without --file"),
     ],
 )
-def test_enqueue_errors(queue_max: Configure, data_dir: Path, argv: tuple[str, ...], message: str) -> None:
+def test_enqueue_errors(
+    queue_max: Configure, location: StoreLocation, argv: tuple[str, ...], message: str
+) -> None:
     with queue_max(), pytest.raises(CommandError, match=message):
         call("queue_enqueue", *argv)
-    assert not data_dir.exists()  # nothing was written: the store was not even opened
+    assert not location.exists()  # nothing was written: the store was not even opened
 
 
 def test_enqueue_refuses_a_queue_the_settings_do_not_allow(queue_max: Configure) -> None:
@@ -370,7 +388,7 @@ def test_enqueue_a_file_in_large_transactions(q: Queue, tmp_path: Path) -> None:
 
 
 def test_a_file_with_bad_lines_enqueues_nothing_and_names_each_line(
-    queue_max: Configure, data_dir: Path, tmp_path: Path
+    queue_max: Configure, location: StoreLocation, tmp_path: Path
 ) -> None:
     path = write_lines(
         tmp_path / "jobs.jsonl",
@@ -398,7 +416,7 @@ def test_a_file_with_bad_lines_enqueues_nothing_and_names_each_line(
         "  line 8: priority must be an int from -100 to 100, not 'high'\n"
         '  line 9: no "task" on this line and no --task option'
     )
-    assert not data_dir.exists()
+    assert not location.exists()
 
 
 def test_many_bad_lines_are_counted_past_the_first_twenty(queue_max: Configure, tmp_path: Path) -> None:

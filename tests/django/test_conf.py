@@ -16,6 +16,7 @@ from django.test import override_settings
 from queue_max_django import conf
 from queue_max_django.conf import CircuitBreakerConfig, QueueMaxConfig, WorkerConfig, get_config, get_queue
 from queue_max_django.engine import Queue, State, parse_rate
+from tests.engine.locations import StoreLocation
 
 Configure = Callable[..., override_settings]
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,12 +63,14 @@ def test_defaults_with_data_dir_under_base_dir(tmp_path: Path) -> None:
         assert get_config() == default_config(tmp_path / "queue_max_data")
 
 
+@pytest.mark.store_neutral
 def test_defaults_without_a_queue_max_setting(settings: Any, tmp_path: Path) -> None:
     del settings.QUEUE_MAX
     settings.BASE_DIR = str(tmp_path)
     assert get_config() == default_config(tmp_path / "queue_max_data")
 
 
+@pytest.mark.store_neutral
 def test_every_key_is_read(queue_max: Configure, data_dir: Path) -> None:
     with queue_max(
         SHARDS=4,
@@ -128,6 +131,7 @@ def test_every_key_is_read(queue_max: Configure, data_dir: Path) -> None:
     assert isinstance(config.lease_time, float) and isinstance(config.worker.burst_wait, float)
 
 
+@pytest.mark.store_neutral
 def test_nested_dicts_merge_over_their_defaults(queue_max: Configure) -> None:
     with queue_max(CIRCUIT_BREAKER={"THRESHOLD": 3}, WORKER={"THREADS": 8}):
         config = get_config()
@@ -148,6 +152,7 @@ def test_data_dir_wins_over_base_dir(tmp_path: Path) -> None:
         assert get_config().data_dir == tmp_path / "jobs"
 
 
+@pytest.mark.store_neutral
 def test_the_config_is_frozen(queue_max: Configure) -> None:
     with queue_max(QUEUE_RATE_LIMITS={"emails": "1/s"}):
         config = get_config()
@@ -197,11 +202,13 @@ def test_every_key_is_documented() -> None:
 # ------------------------------------------------------------------------------------------ cache, reset
 
 
+@pytest.mark.store_neutral
 def test_the_config_is_cached(queue_max: Configure) -> None:
     with queue_max(LEASE_TIME=7):
         assert get_config() is get_config()
 
 
+@pytest.mark.store_neutral
 def test_override_settings_resets_the_config(queue_max: Configure, data_dir: Path) -> None:
     with queue_max(LEASE_TIME=7):
         assert get_config().lease_time == 7.0
@@ -217,6 +224,7 @@ def test_base_dir_change_resets_the_config(tmp_path: Path) -> None:
             assert get_config().data_dir == tmp_path / "b" / "queue_max_data"
 
 
+@pytest.mark.store_neutral
 def test_other_settings_keep_the_cache(queue_max: Configure) -> None:
     with queue_max():
         config = get_config()
@@ -230,6 +238,7 @@ def test_other_settings_keep_the_cache(queue_max: Configure) -> None:
 # ------------------------------------------------------------------------------------------------- queue
 
 
+@pytest.mark.lmdb  # its data directory and shards (test_pg_commands.py opens the PostgreSQL store)
 def test_get_queue_opens_a_working_store_in_data_dir(queue_max: Configure, data_dir: Path) -> None:
     with queue_max(SHARDS=2):
         queue = get_queue()
@@ -245,6 +254,7 @@ def test_get_queue_opens_a_working_store_in_data_dir(queue_max: Configure, data_
         assert again.shard_count == 2
 
 
+@pytest.mark.lmdb  # SHARDS and SYNC too (test_pg_commands.py maps the PostgreSQL store's keys)
 def test_get_queue_maps_every_engine_setting(queue_max: Configure) -> None:
     with queue_max(
         SHARDS=3,
@@ -265,6 +275,7 @@ def test_get_queue_maps_every_engine_setting(queue_max: Configure) -> None:
         assert queue.queues == frozenset({"default", "emails"})
 
 
+@pytest.mark.store_neutral
 def test_get_queue_is_cached_per_config(queue_max: Configure) -> None:
     with queue_max():
         first = get_queue()
@@ -272,6 +283,7 @@ def test_get_queue_is_cached_per_config(queue_max: Configure) -> None:
     assert first.closed  # leaving override_settings changed QUEUE_MAX: the queue was closed
 
 
+@pytest.mark.store_neutral
 def test_get_queue_is_rebuilt_when_settings_change(queue_max: Configure, tmp_path: Path) -> None:
     with queue_max(LEASE_TIME=5):
         first = get_queue()
@@ -283,6 +295,7 @@ def test_get_queue_is_rebuilt_when_settings_change(queue_max: Configure, tmp_pat
         assert second.closed and third.lease_time == 5.0
 
 
+@pytest.mark.store_neutral
 def test_a_closed_queue_is_replaced(queue_max: Configure) -> None:
     with queue_max():
         first = get_queue()
@@ -291,6 +304,7 @@ def test_a_closed_queue_is_replaced(queue_max: Configure) -> None:
         assert second is not first and not second.closed
 
 
+@pytest.mark.store_neutral
 def test_reset_closes_the_queue(queue_max: Configure) -> None:
     with queue_max():
         queue = get_queue()
@@ -299,6 +313,7 @@ def test_reset_closes_the_queue(queue_max: Configure) -> None:
         assert conf._cache.config is None
 
 
+@pytest.mark.store_neutral
 def test_a_forked_child_builds_its_own_queue(queue_max: Configure, monkeypatch: pytest.MonkeyPatch) -> None:
     with queue_max():
         parent = get_queue()
@@ -309,16 +324,16 @@ def test_a_forked_child_builds_its_own_queue(queue_max: Configure, monkeypatch: 
         parent.close()
 
 
-def test_rate_limits_are_applied(queue_max: Configure, data_dir: Path) -> None:
+def test_rate_limits_are_applied(queue_max: Configure, location: StoreLocation) -> None:
     with queue_max(RATE_LIMIT="10/s", QUEUE_RATE_LIMITS={"emails": "160/m", "sms": 30}):
         limits = get_queue().rate_limits()
     expected = {"*": parse_rate("10/s"), "queue:emails": parse_rate("160/m"), "queue:sms": parse_rate(30)}
     assert limits == expected
-    with Queue(data_dir, do_recover=False, do_vacuum=False) as again:  # in the store, for every process
+    with location.open_queue() as again:  # in the store, for every process
         assert again.rate_limits() == expected
 
 
-def test_rate_limits_follow_the_settings(queue_max: Configure, data_dir: Path) -> None:
+def test_rate_limits_follow_the_settings(queue_max: Configure) -> None:
     with queue_max(RATE_LIMIT="10/s", QUEUE_RATE_LIMITS={"emails": "160/m", "sms": "1/s"}):
         queue = get_queue()
         queue.set_rate_limit("name:mail.send", "5/s")  # a task's limit: not the settings' to remove

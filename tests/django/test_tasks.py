@@ -197,6 +197,7 @@ def test_circuit_breakers_are_applied_at_first_enqueue(queue_max: Configure) -> 
 # ------------------------------------------------------------------------------------------ .map
 
 
+@pytest.mark.lmdb  # four shards (the PostgreSQL store has one: a .map() is one put_many there)
 def test_map_puts_one_job_per_item_spread_over_the_shards(queue_max: Configure) -> None:
     with queue_max(SHARDS=4):
         results = t.add.map(range(20), 100)

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from queue_max_django.engine import State
 from tests.faults.corrupt import garbage_payload, garbage_record, truncated_record
 from tests.worker.conftest import BOUND, ROOT, TASKS, Site
@@ -69,6 +71,7 @@ def test_jobs_naming_unknown_tasks_are_dead_letters_and_the_worker_serves_the_re
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.lmdb  # breaks LMDB records and payloads byte by byte (LmdbProbe)
 def test_corrupted_jobs_are_quarantined_by_a_real_worker_that_keeps_serving(site: Site) -> None:
     with site.queue() as queue:
         broken = {

@@ -32,9 +32,14 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def store(tmp_path: Path) -> Iterator[Queue]:
+def store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Queue]:
+    """This test's store, of the kind ``store_kind`` (tests/stores.py): LMDB in ``tmp_path``, or the
+    PostgreSQL store in the test's database."""
+    where: dict[str, Any] = {"DATA_DIR": tmp_path / "store"}
+    if store_kind == "postgres":
+        where = {"STORE": "postgresql", "URL": request.getfixturevalue("pg_url")}
     conf.reset()
-    with override_settings(QUEUE_MAX={"DATA_DIR": tmp_path / "store", "RETRY_BACKOFF": 0, "MAX_RETRIES": 0}):
+    with override_settings(QUEUE_MAX={**where, "RETRY_BACKOFF": 0, "MAX_RETRIES": 0}):
         yield conf.get_queue()
     conf.reset()
 

@@ -122,6 +122,7 @@ def test_a_crafted_job_runs_nothing_outside_the_registry_in_process(tmp_path: Pa
 
 
 @pytest.mark.inv_6
+@pytest.mark.lmdb  # writes its crafted records below the engine, into LMDB (LmdbProbe)
 def test_a_crafted_job_runs_nothing_outside_the_registry_in_a_real_worker(
     site: Site, tmp_path: Path, canary: Path
 ) -> None:
@@ -142,7 +143,7 @@ def test_a_crafted_job_runs_nothing_outside_the_registry_in_a_real_worker(
         assert echoed is not None and echoed.state is State.DONE
         assert echoed.result["args"] == [crafted.pickled]
         assert q.verify() == []
-    assert os.path.exists(site.store)
+    assert site.location.exists()
 
 
 def test_the_canary_is_live(tmp_path: Path) -> None:

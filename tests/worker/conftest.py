@@ -1,7 +1,9 @@
-"""Fixtures of the worker tests: real ``manage.py queue_worker`` subprocesses over a store in ``tmp_path``.
+"""Fixtures of the worker tests: real ``manage.py queue_worker`` subprocesses over a store of the test's own,
+of the kind ``store_kind`` (tests/stores.py): the LMDB store in ``tmp_path``, or the PostgreSQL store in a
+database of the test's (``pg_url``), which the subprocesses' settings name by URL (tests/worker/settings.py).
 
 The test process writes and reads the store through the engine (``Queue``) directly: what the tests check is
-what is on disk, and which marks the tasks left (``tests/worker/workapp/tasks.py``).
+what is stored, and which marks the tasks left (``tests/worker/workapp/tasks.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,15 @@ from typing import Any
 import pytest
 
 from queue_max_django.engine import Queue
+from tests.engine.locations import OPENERS, StoreLocation
+from tests.engine.pgprobe import PgProbe
+from tests.engine.probes import LmdbProbe, StoreProbe
+
+
+def probe(queue: Queue) -> StoreProbe:
+    """The ``StoreProbe`` of ``queue``'s store (tests/engine/probes.py): what it holds, past the engine."""
+    return PgProbe(queue) if queue.path.startswith("postgresql://") else LmdbProbe(queue)
+
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = "tests.worker.workapp.tasks."
@@ -52,15 +63,20 @@ class Site:
     """One test's store, marks folder and environment for its workers."""
 
     root: Path
+    location: StoreLocation
     env: dict[str, str]
     workers: list[Worker]
 
-    @property
-    def store(self) -> Path:
-        return self.root / "store"
-
     def queue(self, **options: Any) -> Queue:
-        return Queue(self.store, **options)
+        """A Queue on the store, as any process opens it (the LMDB store's shaping options are left out
+        for the PostgreSQL store, which has one shard)."""
+        return OPENERS[self.location.kind](self.location.where, options)
+
+    def settings(self) -> dict[str, Any]:
+        """The ``QUEUE_MAX`` of this store, for the test's own process (the workers have theirs)."""
+        if self.location.kind == "postgres":
+            return {"STORE": "postgresql", "URL": self.location.where}
+        return {"DATA_DIR": Path(self.location.where)}
 
     def put(self, task: str, *args: Any, **options: Any) -> int:
         """Enqueue ``task`` (a name in workapp.tasks) as ``.delay()`` would: the same payload and name."""
@@ -102,16 +118,21 @@ class Site:
 
 
 @pytest.fixture
-def site(tmp_path: Path) -> Iterator[Site]:
+def site(tmp_path: Path, store_kind: str, request: pytest.FixtureRequest) -> Iterator[Site]:
     (tmp_path / "marks").mkdir()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.worker.settings",
-        "QUEUE_MAX_TEST_DATA_DIR": str(tmp_path / "store"),
         "QUEUE_MAX_TEST_MARKS": str(tmp_path / "marks"),
         "PYTHONPATH": str(ROOT),
     }
-    made = Site(tmp_path, env, [])
+    if store_kind == "postgres":
+        location = StoreLocation(store_kind, str(request.getfixturevalue("pg_url")))
+        env["QUEUE_MAX_TEST_PG_URL"] = location.where
+    else:
+        location = StoreLocation(store_kind, str(tmp_path / "store"))
+        env["QUEUE_MAX_TEST_DATA_DIR"] = location.where
+    made = Site(tmp_path, location, env, [])
     yield made
     for worker in made.workers:  # never leave a worker behind, whatever the test did
         if worker.proc.poll() is None:

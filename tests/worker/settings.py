@@ -1,7 +1,8 @@
 """Settings of the ``queue_worker`` subprocesses that the worker tests start.
 
-The store, the lease time and where the tasks write their marks come from the environment, which each test
-sets for its own subprocesses (``tests/worker/conftest.py``).
+The store (an LMDB ``DATA_DIR``, or with ``QUEUE_MAX_TEST_PG_URL`` the PostgreSQL store at that URL), the
+lease time and where the tasks write their marks come from the environment, which each test sets for its
+own subprocesses (``tests/worker/conftest.py``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,14 @@ from tests.settings import INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.worker.workapp"]
 
+PG_URL = os.environ.get("QUEUE_MAX_TEST_PG_URL")
+STORE: dict[str, Any] = (
+    {"STORE": "postgresql", "URL": PG_URL}
+    if PG_URL
+    else {"DATA_DIR": os.environ.get("QUEUE_MAX_TEST_DATA_DIR", "/nonexistent/set-QUEUE_MAX_TEST_DATA_DIR")}
+)
 QUEUE_MAX: dict[str, Any] = {  # type: ignore[no-redef]
-    "DATA_DIR": os.environ.get("QUEUE_MAX_TEST_DATA_DIR", "/nonexistent/set-QUEUE_MAX_TEST_DATA_DIR"),
+    **STORE,
     "LEASE_TIME": float(os.environ.get("QUEUE_MAX_TEST_LEASE_TIME", "30")),
     "RETRY_BACKOFF": 0.0,
 }

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from queue_max_django.conf import MIN_LEASE_TIME
-from queue_max_django.engine import Queue, State
+from queue_max_django.engine import State
 from queue_max_django.worker import WorkerOptionError, process, run_worker
 from queue_max_django.worker import options as options_module
 from queue_max_django.worker.options import RENEWALS, WATCH_EVERY, WorkerOptions
@@ -52,11 +52,12 @@ def test_a_heartbeat_given_that_renews_too_rarely_is_refused() -> None:
             WorkerOptions(heartbeat=bad)
 
 
+@pytest.mark.store_neutral  # an option refused before any job is claimed
 def test_run_worker_refuses_a_store_whose_leases_it_cannot_renew(site: Site) -> None:
     """An engine Queue may have a lease of 0.05 s: run_worker refuses it before it starts anything, so the
     job is not claimed (it ran 6 times and ended a "lease expired" dead letter)."""
     job_id = site.put("slow", 1, 3.0)
-    with Queue(site.store, lease_time=0.05) as queue:
+    with site.queue(lease_time=0.05) as queue:
         options = WorkerOptions(processes=1, burst=True, scheduler=False, worker_id="short")
         with pytest.raises(WorkerOptionError, match=r"lease time is 0\.05 s.*at least 0\.5 s"):
             run_worker(queue, options)
@@ -65,6 +66,7 @@ def test_run_worker_refuses_a_store_whose_leases_it_cannot_renew(site: Site) -> 
         assert queue.workers(include_dead=True) == []
 
 
+@pytest.mark.store_neutral  # an option refused before any job is claimed
 def test_queue_worker_refuses_a_lease_time_under_the_minimum(site: Site) -> None:
     site.env["QUEUE_MAX_TEST_LEASE_TIME"] = "0.05"
     job_id = site.put("slow", 1, 3.0)

@@ -15,6 +15,7 @@ EXITS = [("exits", (3,), "SystemExit"), ("interrupts", (), "KeyboardInterrupt")]
 
 
 @pytest.mark.parametrize(("task", "args", "error_type"), EXITS)
+@pytest.mark.store_neutral  # the worker thread's handling of SystemExit
 def test_a_task_that_exits_fails_like_any_exception(
     site: Site, task: str, args: tuple[int, ...], error_type: str
 ) -> None:
@@ -36,6 +37,8 @@ def test_a_task_that_exits_fails_like_any_exception(
     assert len({pid for _, pid in site.marks(task)}) == 1  # the process (and its thread) lived on
 
 
+@pytest.mark.store_neutral  # the supervisor's handling of a crashing process, end to end; which jobs a
+# lost batch charges is the store's part, proven on every store by tests/engine/test_poison_isolation.py
 def test_a_job_that_kills_its_worker_charges_no_healthy_job_of_its_batches(site: Site) -> None:
     """300 fast jobs around one that kills its process: the worker claims them in batches, so every crash
     loses a batch's leases. With the default MAX_RETRIES (3) the poison job ends in the dead letters after

@@ -7,10 +7,11 @@ import os
 import signal
 from collections import Counter
 
+import pytest
+
 from queue_max_django.engine import State
 
-from ..engine.conftest import dump_store
-from .conftest import TASKS, Site, wait_for
+from .conftest import TASKS, Site, probe, wait_for
 
 
 def test_burst_drains_the_store_and_exits_zero(site: Site) -> None:
@@ -121,6 +122,7 @@ def test_a_killed_worker_process_is_replaced_and_its_job_runs_again(site: Site) 
     assert "killed by SIGKILL; starting a new one" in worker.output()
 
 
+@pytest.mark.store_neutral  # the supervisor's replacing of a process
 def test_a_job_over_its_timeout_is_stopped_counted_and_retried(site: Site) -> None:
     job_id = site.put("hang", 5, max_retries=1, timeout=0.5)
 
@@ -137,6 +139,7 @@ def test_a_job_over_its_timeout_is_stopped_counted_and_retried(site: Site) -> No
     assert done.stderr.count("replaced after a job timed out") == 2
 
 
+@pytest.mark.store_neutral  # the supervisor's recycling of a process
 def test_max_jobs_recycles_the_process(site: Site) -> None:
     with site.queue() as queue:
         for value in range(12):
@@ -150,6 +153,8 @@ def test_max_jobs_recycles_the_process(site: Site) -> None:
     assert done.stderr.count("recycled; starting a new one") == 3  # the third too; the fourth finds nothing
 
 
+@pytest.mark.store_neutral  # the burst's waiting; a due job's promotion is the
+# contract suite's, on every store (tests/engine/test_contract_records.py)
 def test_burst_waits_for_jobs_due_within_burst_wait(site: Site) -> None:
     soon = site.put("finish", 1, delay=0.5)
     later = site.put("finish", 2, delay=3600)
@@ -175,20 +180,49 @@ def test_a_periodic_task_is_enqueued_once_per_tick_with_two_worker_commands(site
 
     with site.queue() as queue:
         ticks = [j for state in State for j in queue.jobs(state, name=TASKS + "every_second", limit=1000)]
-        prefix = f"periodic:{TASKS}every_second:".encode()
-        due = sorted(
-            int(key[len(prefix) :])
-            for (_shard, db), rows in dump_store(queue).items()
-            if db == "unique"
-            for key, _value in rows
-            if key.startswith(prefix)
-        )
+        prefix = f"periodic:{TASKS}every_second:"
+        due = sorted(int(key[len(prefix) :]) for key in probe(queue).unique_keys() if key.startswith(prefix))
     assert len(ticks) >= 4
     # one job per one-second tick (the minute before the start caught up too), never two for the same tick
     assert len(ticks) == len(due) == len(set(due))
     assert [b - a for a, b in itertools.pairwise(due)] == [1_000_000] * (len(due) - 1)  # and no gap
 
 
+def test_a_task_rate_limit_is_shared_by_two_worker_commands(site: Site) -> None:
+    """Two ``queue_worker`` commands drain 40 jobs of a task limited to 10/s (burst 10): between them they
+    start at most rate x window + burst jobs in any window (start times read from the store), each job
+    once, and both take part (with one alone the bound would prove nothing of sharing)."""
+    from django.test import override_settings
+
+    from tests.engine.test_flow_multiprocess import most_in_any_window
+    from tests.worker.workapp import tasks
+
+    workers = [
+        site.start("--processes", "1", "--threads", "2", "--no-scheduler", "--worker-id", name)
+        for name in ("a", "b")
+    ]
+    with site.queue() as queue:
+        wait_for(lambda: len(queue.workers()) == 2, 30, "both workers to register")
+        with override_settings(QUEUE_MAX=site.settings()):
+            ids = [result.job_id for result in tasks.limited.map(range(40))]  # the task sets its limit
+        wait_for(lambda: queue.stats()["done"] == 40, 30, "the jobs to run")
+        jobs = [queue.job(job_id) for job_id in ids]
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait() == 0, worker.output()
+    assert Counter(value for value, _ in site.marks("limited")) == Counter(str(n) for n in range(40))
+    starts = [job.started_at for job in jobs if job is not None and job.started_at is not None]
+    assert len(starts) == 40
+    slack = 0.1  # a start time is read just before its admitting transaction: one token's time
+    for window in (0.5, 1.0, 2.0):
+        assert most_in_any_window(starts, window - slack) <= 10 * window + 10, (window, sorted(starts))
+    assert max(starts) - min(starts) >= (40 - 10) / 10 - slack  # the limit held the drain back
+    takers = {worker_id.split("/")[0] for job in jobs if job is not None for worker_id in job.worker_ids}
+    assert takers == {"a", "b"}
+
+
+@pytest.mark.store_neutral  # options refused before the store is opened
 def test_queue_worker_refuses_bad_options(site: Site) -> None:
     for args, message in [
         (["--processes", "0"], "--processes must be a whole number >= 1"),
@@ -198,7 +232,7 @@ def test_queue_worker_refuses_bad_options(site: Site) -> None:
     ]:
         done = site.run("--burst", *args)
         assert done.returncode == 1 and f"CommandError: {message}" in done.stderr, (args, done.stderr)
-    assert not site.store.exists()  # nothing was written
+    assert not site.location.exists()  # nothing was written
 
 
 def test_worker_processes_stop_when_the_supervisor_is_killed(site: Site) -> None:
@@ -225,6 +259,8 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+@pytest.mark.store_neutral  # what the worker reports; the registry's store part
+# (report, list, stale, remove) is tests/engine/test_coordination.py's, on every store
 def test_live_workers_are_in_the_registry_while_they_run(site: Site) -> None:
     worker = site.start("--processes", "2", "--threads", "3", "--no-scheduler", "--worker-id", "seen")
     with site.queue() as queue:
@@ -242,6 +278,7 @@ def test_live_workers_are_in_the_registry_while_they_run(site: Site) -> None:
     assert worker.wait() == 0
 
 
+@pytest.mark.store_neutral  # the supervisor's scaling
 def test_autoscale_follows_the_waiting_jobs(site: Site) -> None:
     site.env["QUEUE_MAX_TEST_LEASE_TIME"] = "0.6"  # heartbeats (and scaling decisions) every 0.2 s
     with site.queue() as queue:
@@ -267,7 +304,7 @@ def test_a_result_handle_in_this_process_follows_a_job_that_a_worker_process_run
 
     from tests.worker.workapp import tasks
 
-    with override_settings(QUEUE_MAX={"DATA_DIR": site.store}):
+    with override_settings(QUEUE_MAX=site.settings()):
         result = tasks.finish.delay(42)
         worker = site.start("--processes", "1", "--no-scheduler", "--worker-id", "remote")
         try:

@@ -9,13 +9,15 @@ from types import FrameType
 
 import pytest
 
-from queue_max_django.engine import Queue, QueueClosed, State
+from queue_max_django.engine import QueueClosed, State
 from queue_max_django.worker import run_worker
 from queue_max_django.worker.options import WorkerOptions
 
 from .conftest import Site
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+pytestmark = pytest.mark.store_neutral  # signal handlers, whatever the store
 
 
 def _ours(signum: int, frame: FrameType | None) -> None:
@@ -43,7 +45,7 @@ def test_a_burst_run_in_process_restores_the_signal_handlers(
     for name, value in site.env.items():  # the worker process (spawned) reads its settings from these
         monkeypatch.setenv(name, value)
     job_id = site.put("finish", 7)
-    with Queue(site.store) as queue:
+    with site.queue() as queue:
         assert run_worker(queue, _options()) == 0
         job = queue.job(job_id)
     assert job is not None and (job.state, job.result) == (State.DONE, 7)
@@ -51,7 +53,7 @@ def test_a_burst_run_in_process_restores_the_signal_handlers(
 
 
 def test_a_run_that_raises_restores_the_signal_handlers(site: Site, own_handlers: None) -> None:
-    queue = Queue(site.store)
+    queue = site.queue()
     queue.close()  # the supervisor's first look at the store raises
     with pytest.raises(QueueClosed):
         run_worker(queue, _options())
@@ -63,7 +65,7 @@ def test_a_run_restores_default_handlers_too(site: Site) -> None:
     try:
         for signum in SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
-        queue = Queue(site.store)
+        queue = site.queue()
         queue.close()
         with pytest.raises(QueueClosed):
             run_worker(queue, _options())

@@ -15,8 +15,10 @@ import pytest
 from queue_max_django.engine import LockHolder, Queue, State
 from queue_max_django.periodic import PeriodicTask
 from queue_max_django.worker.scheduler import LOCK, MAX_CATCH_UP, STEP, Scheduler, tick_key
+from tests.engine.locations import StoreLocation
 
-from ..engine.conftest import FakeClock, dump_store
+from ..engine.conftest import FakeClock
+from .conftest import probe
 
 START = 1_800_000_000.0  # a whole minute: ticks of a 60 s interval fall on it
 
@@ -34,8 +36,16 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def queue(tmp_path: Path, clock: FakeClock) -> Iterator[Queue]:
-    with Queue(tmp_path / "store", clock=clock, do_recover=False, do_vacuum=False) as made:
+def location(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> StoreLocation:
+    """This test's store: LMDB in ``tmp_path``, or the PostgreSQL store in the test's database."""
+    if store_kind == "postgres":
+        return StoreLocation(store_kind, str(request.getfixturevalue("pg_url")))
+    return StoreLocation(store_kind, str(tmp_path / "store"))
+
+
+@pytest.fixture
+def queue(location: StoreLocation, clock: FakeClock) -> Iterator[Queue]:
+    with location.open_queue(clock=clock) as made:
         yield made
 
 
@@ -112,9 +122,9 @@ def test_tick_keys_fit_the_engine_limit_for_long_names() -> None:
 
 
 def tick_times(queue: Queue, name: str) -> list[float]:
-    """The due times of the ticks of ``name`` enqueued so far, from the unique keys on disk."""
-    prefix = f"periodic:{name}:".encode()
-    keys = [key for (_shard, db), rows in dump_store(queue).items() if db == "unique" for key, _value in rows]
+    """The due times of the ticks of ``name`` enqueued so far, from the unique keys the store holds."""
+    prefix = f"periodic:{name}:"
+    keys = probe(queue).unique_keys()
     return sorted(int(key[len(prefix) :]) / 1_000_000 for key in keys if key.startswith(prefix))
 
 
@@ -185,12 +195,12 @@ def test_at_most_max_catch_up_ticks_of_a_task_in_one_step(queue: Queue, clock: F
 
 
 def test_with_result_ttl_0_a_leader_paused_after_renewing_its_lock_enqueues_a_tick_once(
-    tmp_path: Path, clock: FakeClock
+    location: StoreLocation, clock: FakeClock
 ) -> None:
     """a renews its lease, then stalls past it before it enqueues the tick at START + 60; meanwhile b takes
     over and enqueues that tick, a worker runs it and vacuum (RESULT_TTL 0) drops the done job at once.
     When a goes on and puts the tick, its unique key (kept a day, whatever RESULT_TTL) makes it a no-op."""
-    with Queue(tmp_path / "store", clock=clock, result_ttl=0, do_recover=False, do_vacuum=False) as queue:
+    with location.open_queue(clock=clock, result_ttl=0) as queue:
         paused = []
 
         def a_tasks() -> list[PeriodicTask[..., Any]]:

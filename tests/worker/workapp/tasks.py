@@ -53,6 +53,13 @@ def hang(value: int) -> None:
     time.sleep(3600)
 
 
+@task(rate_limit="10/s")
+def limited(value: int) -> int:
+    """At most 10 a second (a burst of 10), however many workers share the store."""
+    mark("limited", value)
+    return value
+
+
 @task
 def boom() -> None:
     raise ValueError("boom")
