@@ -24,8 +24,8 @@ from ...jobspec import JobSpec
 from ..types import Candidate, Claimed, CorruptedJobQuarantined, Head, NewJobs, Recovered
 from . import layout, manage, reads, upkeep
 from .access import (
-    COUNTERS,
     COUNTERS_KEY,
+    PUT_COUNTERS,
     QUEUE_COUNTS_EXACT,
     QUEUE_COUNTS_KEY,
     UNIQUE,
@@ -36,6 +36,7 @@ from .access import (
     load_payload,
     load_record,
     next_eta,
+    put_counters,
     queue_heads,
     store_record,
     tally,
@@ -157,8 +158,7 @@ class Shard:
 
         def txn_fn(txn: Any) -> tuple[list[int], bool]:
             put = txn.put
-            raw = txn.get(COUNTERS_KEY, db=jobs_db)
-            sequence, total = COUNTERS.unpack(raw) if raw is not None else (0, 0)
+            sequence, total, floor = put_counters(txn.get(COUNTERS_KEY, db=jobs_db))
             ids: list[int] = []
             wake = False
             total_new = 0
@@ -178,12 +178,15 @@ class Shard:
                     continue
                 ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
                 scheduled = ready_us > now_us
+                if not scheduled:  # ready at its own microsecond, never before the last job put here
+                    ready_us = floor = floor if floor > now_us else now_us
                 if not wake:  # is the first job of this batch ahead of everything waiting? (the rest follow)
                     wake = self._would_lead(txn, parts, scheduled, ready_us)
                 tally(self, txn, parts.queue_bytes, 1 if scheduled else 0, count)
                 if count == 1:  # the same writes as below, without building lists
                     sequence = sequence + 1 if sequence >= now_us else now_us
-                    job_id = self._write_one(txn, now_us, sequence, batch.payloads[0], parts, ready_us)
+                    payload = batch.payloads[0]
+                    job_id = self._write_one(txn, now_us, sequence, payload, parts, scheduled, ready_us)
                     ids.append(job_id)
                     total_new += 1
                     if unique_key is not None:
@@ -191,7 +194,6 @@ class Shard:
                     continue
                 first = sequence + 1 if sequence >= now_us else now_us
                 sequence = first + count - 1
-                sequences = range(first, sequence + 1)
                 job_ids = range(first << 8 | shard, (sequence << 8 | shard) + 1, 256)  # seq << 8 | shard
                 keys = list(map(pack_id, job_ids))
                 if max(map(len, batch.payloads)) > inline_max:  # big payloads live apart, written once
@@ -199,14 +201,12 @@ class Shard:
                     for key, packed in zip(keys, batch.payloads, strict=True):
                         if len(packed) > inline_max:
                             put(key, packed, db=payloads_db, append=True)
+                records = parts.records(scheduled, now_us, itertools.repeat(ready_us, count), payloads)
                 if scheduled:
-                    records = parts.records(True, now_us, itertools.repeat(ready_us, count), payloads)
                     entries = [(pack_time_key(ready_us, job_id), b"") for job_id in job_ids]
                     index_db = sched_db
-                else:
-                    # Ready "time" = the sequence: it never steps back, so FIFO outlives clock steps.
-                    records = parts.records(False, now_us, sequences, payloads)
-                    entries = parts.ready_keys(sequences, job_ids)
+                else:  # one ready time for the batch: the ids keep its order
+                    entries = parts.ready_keys(ready_us, job_ids)
                     index_db = ready_db
                 # One C call per database for the whole batch: half the cost of a put() each.
                 txn.cursor(db=jobs_db).putmulti(zip(keys, records, strict=True))
@@ -215,7 +215,7 @@ class Shard:
                 total_new += count
                 if unique_key is not None:
                     put(unique_key, UNIQUE.pack(ids[-1], now_us), db=self.unique)
-            self._count_puts(txn, sequence, total + total_new, total_new)
+            self._count_puts(txn, sequence, total + total_new, floor, total_new)
             return ids, wake
 
         return self.env.write(txn_fn, durable=durable)
@@ -227,41 +227,49 @@ class Shard:
         parts = encoded(spec)
 
         def txn_fn(txn: Any) -> tuple[int, bool]:
-            raw = txn.get(COUNTERS_KEY, db=self.jobs)
-            sequence, total = COUNTERS.unpack(raw) if raw is not None else (0, 0)
+            sequence, total, floor = put_counters(txn.get(COUNTERS_KEY, db=self.jobs))
             ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
             scheduled = ready_us > now_us
+            if not scheduled:  # ready at its own microsecond, never before the last job put here
+                ready_us = floor = floor if floor > now_us else now_us
             wake = self._would_lead(txn, parts, scheduled, ready_us)
             sequence = sequence + 1 if sequence >= now_us else now_us
-            job_id = self._write_one(txn, now_us, sequence, payload, parts, ready_us)
+            job_id = self._write_one(txn, now_us, sequence, payload, parts, scheduled, ready_us)
             tally(self, txn, parts.queue_bytes, 1 if scheduled else 0, 1)
-            self._count_puts(txn, sequence, total + 1, 1)
+            self._count_puts(txn, sequence, total + 1, floor, 1)
             return job_id, wake
 
         return self.env.write(txn_fn)
 
     def _write_one(
-        self, txn: Any, now_us: int, sequence: int, payload: bytes, parts: NewRecords, ready_us: int
+        self,
+        txn: Any,
+        now_us: int,
+        sequence: int,
+        payload: bytes,
+        parts: NewRecords,
+        scheduled: bool,
+        ready_us: int,
     ) -> int:
-        """Write a new job's record (and large payload) and its index entry. -> its id."""
+        """Write a new job's record (and large payload) and its index entry: scheduled until ``ready_us``,
+        or pending with that ready time. -> its id."""
         job_id = sequence << 8 | self.index
         key = _ID.pack(job_id)
         inline: bytes | None = payload
         if len(payload) > layout.INLINE_PAYLOAD_MAX:
             txn.put(key, payload, db=self.payloads, append=True)
             inline = None
-        if ready_us > now_us:
-            txn.put(key, parts.record(True, now_us, ready_us, inline), db=self.jobs)
+        txn.put(key, parts.record(scheduled, now_us, ready_us, inline), db=self.jobs)
+        if scheduled:
             txn.put(_TIME_KEY.pack(ready_us, job_id), b"", db=self.sched)
-        else:  # ready "time" = the sequence: it never steps back, so FIFO outlives clock steps
-            txn.put(key, parts.record(False, now_us, sequence, inline), db=self.jobs)
-            txn.put(parts.ready_key(sequence, job_id), parts.name_bytes, db=self.ready)
+        else:
+            txn.put(parts.ready_key(ready_us, job_id), parts.name_bytes, db=self.ready)
         return job_id
 
-    def _count_puts(self, txn: Any, sequence: int, total: int, new: int) -> None:
+    def _count_puts(self, txn: Any, sequence: int, total: int, floor: int, new: int) -> None:
         """The shard's counters after ``new`` puts; refuses them (``StoreFull``) when they ate into the
         reserve kept for finishing the jobs already there."""
-        txn.put(COUNTERS_KEY, COUNTERS.pack(sequence, total), db=self.jobs)
+        txn.put(COUNTERS_KEY, PUT_COUNTERS.pack(sequence, total, floor), db=self.jobs)
         limit = self.env.put_limit_pages
         if limit is not None and new and self.env.pages_in_use(txn) > limit:
             max_size = self.env.options.map_size_max
