@@ -55,6 +55,7 @@ from .records import mark_pending_uncharged
 
 _ID = struct.Struct(">Q")
 _TIME_KEY = struct.Struct(">QQ")
+_PUT_COUNTERS_UNPACK = PUT_COUNTERS.unpack
 
 
 class Shard:
@@ -192,7 +193,11 @@ class Shard:
         parts = encoded(spec)
 
         def txn_fn(txn: Any) -> tuple[int, bool]:
-            sequence, total, floor = put_counters(txn.get(COUNTERS_KEY, db=self.jobs))
+            raw = txn.get(COUNTERS_KEY, db=self.jobs)
+            try:  # the counters as this version writes them (no call on the hot path)
+                sequence, total, floor = _PUT_COUNTERS_UNPACK(raw)
+            except (TypeError, struct.error):  # a new shard (None), or counters written before the floor
+                sequence, total, floor = put_counters(raw)
             ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
             scheduled = ready_us > now_us
             if not scheduled:  # ready at its own microsecond, never before the last job put here
