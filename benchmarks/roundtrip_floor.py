@@ -36,8 +36,13 @@ import equeue  # noqa: E402  (the bench dependency group)
 
 from queue_max_django.engine import Queue, codec  # noqa: E402
 from queue_max_django.engine.stores.lmdb import layout  # noqa: E402
-from queue_max_django.engine.stores.lmdb.access import COUNTERS, COUNTERS_KEY  # noqa: E402  (the layout measured)
+from queue_max_django.engine.stores.lmdb.access import (  # noqa: E402  (the layout measured)
+    COUNTERS_KEY,
+    PUT_COUNTERS,
+    put_counters,
+)
 from queue_max_django.engine.stores.lmdb.keys import id_key, ready_key_parts, time_key  # noqa: E402
+from queue_max_django.engine.stores.lmdb.newrecords import encoded  # noqa: E402
 
 Op = Callable[[Any], tuple[float, float, float]]
 clock = time.perf_counter
@@ -52,10 +57,10 @@ def floor_side(path: str) -> Op:
     env, jobs, ready, lease, done, sched = (
         shard.env.env, shard.jobs, shard.ready, shard.lease, shard.done_at, shard.sched
     )  # fmt: skip
-    spec = q._put_options.check(
+    spec = encoded(q._put_options.check(
         priority=0, delay=None, eta=None, queue="default", name=None, max_retries=None, timeout=None,
         partition_key=None, now=time.time(),
-    )  # fmt: skip
+    ))  # fmt: skip
     waker = q._store.hints
     write_fd, watch_fd, poller = waker._write_fd, waker._local.fd, waker._local.poller
     assert write_fd is not None
@@ -66,15 +71,15 @@ def floor_side(path: str) -> Op:
         packed = codec.pack_value(payload, what="payload", limit=1 << 20)
         now_us = int(time.time() * 1e6)
         with env.begin(write=True) as txn:
-            raw = txn.get(COUNTERS_KEY, db=jobs)
-            sequence, total = COUNTERS.unpack(raw) if raw else (0, 0)
+            sequence, total, floor = put_counters(txn.get(COUNTERS_KEY, db=jobs))
             txn.cursor(db=ready).set_range(spec.queue_bytes + b"\x00")  # would it lead its queue?
             sequence = sequence + 1 if sequence >= now_us else now_us
+            ready_us = floor = floor if floor > now_us else now_us
             job_id = sequence << 8
             key = id_key(job_id)
-            txn.put(key, spec.record(False, now_us, sequence, packed), db=jobs)
-            txn.put(spec.ready_key(sequence, job_id), b"", db=ready)
-            txn.put(COUNTERS_KEY, COUNTERS.pack(sequence, total + 1), db=jobs)
+            txn.put(key, spec.record(False, now_us, ready_us, packed), db=jobs)
+            txn.put(spec.ready_key(ready_us, job_id), b"", db=ready)
+            txn.put(COUNTERS_KEY, PUT_COUNTERS.pack(sequence, total + 1, floor), db=jobs)
         os.pwrite(write_fd, os.urandom(8), 8)
         put_done = clock()
         if poller.poll(0):

@@ -367,7 +367,11 @@ def test_the_rest_of_the_engine_does_not_reach_into_the_lmdb_store() -> None:
 
 def test_a_shards_upkeep_reads_and_management_stand_apart() -> None:
     """``upkeep.py``, ``reads.py`` and ``manage.py`` share the in-transaction helpers (``access.py``,
-    ``quarantine.py``) and import neither each other nor ``shard.py``, which delegates to them."""
+    ``quarantine.py``) and import neither each other nor ``shard.py``, which delegates to them; the claims
+    (``claims.py``, which promotes through the upkeep) import no ``shard.py`` either."""
+    claims = f"{LMDB_STORE}.claims"
+    assert (claims, f"{LMDB_STORE}.shard") not in {(e.source, e.target) for e in GRAPH.edges}
+    assert (f"{LMDB_STORE}.shard", claims) in {(e.source, e.target) for e in GRAPH.edges}
     parts = [f"{LMDB_STORE}.{name}" for name in ("upkeep", "reads", "manage", "shard")]
     wrong = [
         str(edge)

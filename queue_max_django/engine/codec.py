@@ -1,7 +1,9 @@
-"""msgpack encoding of payloads and results: what a job carries, in any store.
+"""msgpack encoding of payloads and results: what a job carries, in any store; and ``job_from_stored``, the
+``Job`` snapshot a store makes of a job's stored fields (its payload and result decoded, its times in
+seconds), the same in every store.
 
 The store holds msgpack data only: no pickle, no code (invariant 6). How the LMDB store lays out a job's
-record around them is ``stores/lmdb/layout.py``'s.
+record around them is ``stores/lmdb/layout.py``'s; the PostgreSQL store's row, ``stores/postgres/rows.py``'s.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import msgpack
 
 from .errors import PayloadNotSerializable, PayloadTooLarge, QueueCorrupted
+from .job import Job, State
 
 _unpacker_options: dict[str, Any] = {"raw": False, "strict_map_key": False, "timestamp": 0}
 _local = threading.local()
@@ -228,3 +231,75 @@ def unpack_stored(data: bytes, job_id: int, what: str) -> Any:
 
 def _a(noun: str) -> str:
     return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
+def job_from_stored(
+    job_id: int,
+    state: State,
+    *,
+    queue: str,
+    name: str | None,
+    priority: int,
+    payload: bytes | None,
+    result: bytes | None,
+    retries: int,
+    max_retries: int,
+    error: str | None,
+    error_type: str | None,
+    traceback: str | None,
+    enqueued_us: int,
+    started_us: int | None,
+    finished_us: int | None,
+    ready_us: int | None,
+    lease_us: int | None,
+    attempts: int | None,
+    timeout: float | None,
+    partition_key: Any,
+    worker_ids: Iterable[str] | None,
+    errors: tuple[tuple[str | None, str | None], ...],
+) -> Job:
+    """A ``Job`` snapshot of a job's stored fields, in any store: times in integer µs (the ready time is
+    the ETA only while scheduled, the lease only counts while running), payload and result as the msgpack
+    bytes stored. A snapshot never fails on bytes that do not decode: it keeps them and says why
+    (``damage``)."""
+    damage: list[str] = []
+
+    def decoded(raw: bytes | None, what: str) -> Any:
+        if raw is None:
+            return None
+        try:
+            return unpack_stored(raw, job_id, what)
+        except QueueCorrupted as exc:
+            damage.append(str(exc))
+            return bytes(raw)
+
+    payload_value, result_value = decoded(payload, "payload"), decoded(result, "result")
+    return Job(
+        job_id=job_id,
+        state=state,
+        queue=queue,
+        name=name,
+        priority=priority,
+        payload=payload_value,
+        result=result_value,
+        retries=retries,
+        max_retries=max_retries,
+        error=error,
+        error_type=error_type,
+        traceback=traceback,
+        enqueued_at=enqueued_us / 1_000_000,
+        started_at=_seconds(started_us),
+        finished_at=_seconds(finished_us),
+        eta=_seconds(ready_us) if state is State.SCHEDULED else None,
+        attempts=attempts or 0,
+        timeout=timeout,
+        partition_key=partition_key,
+        lease_until=_seconds(lease_us) if state is State.RUNNING else None,
+        worker_ids=tuple(worker_ids or ()),
+        errors=errors,
+        damage="; ".join(damage) or None,
+    )
+
+
+def _seconds(us: int | None) -> float | None:
+    return None if us is None else us / 1_000_000

@@ -1,12 +1,13 @@
-"""``Queue``: validation, waiting, completing records, and the background maintenance.
+"""``Queue``: the engine's public surface, its options and checks, its store, and the background maintenance.
 
 The Queue talks to one object, its store (``stores/base.py``; the LMDB store is ``stores/lmdb/``), and every
-state change is one store operation (one transaction). This module owns policy: validation, backoff
-decisions, events, the clock, the waits, and the maintenance schedule (maintenance.py). Writing a put (its
-payloads, its shard, its parts, the enqueue events and alert) is the ``Putter``'s (putting.py); which shard
-a consumer claims from is the ``Claimer``'s (claiming.py); rate limits and breakers are the ``Flow``
-member's (flow.py). A ``Record`` (record.py) ends its job through the Queue that claimed it (the
-``RecordOwner`` methods ``_ack``, ``_nack``, ``_release``, ``_touch``).
+state change is one store operation (one transaction). This module owns policy: validation, events, the
+clock, the management calls, and the maintenance schedule (maintenance.py). Writing a put (its payloads, its
+shard, its parts, the enqueue events and alert) is the ``Putter``'s (putting.py); claiming, waiting and
+ending the claimed jobs (backoff decisions, the completion events) are the ``Consumer``'s (consuming.py);
+which shard a consumer claims from is the ``Claimer``'s (claiming.py); rate limits and breakers are the
+``Flow`` member's (flow.py). A ``Record`` (record.py) ends its job through the Consumer of the Queue that
+claimed it (the ``RecordOwner`` methods ``_ack``, ``_nack``, ``_release``, ``_touch``).
 """
 
 from __future__ import annotations
@@ -21,15 +22,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from . import codec
 from .claiming import Claimer
-from .errors import (
-    InvalidJob,
-    QueueClosed,
-    QueueEmpty,
-    UnknownQueue,
-)
-from .events import JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
+from .consuming import MAX_IDLE_WAIT as MAX_IDLE_WAIT
+from .consuming import Consumer
+from .errors import InvalidJob, QueueClosed
+from .events import Events
 from .flow import Flow
 from .forks import fork_generation
 from .job import MAX_SHARDS, Job, State
@@ -38,23 +35,10 @@ from .options import PutOptions
 from .putting import Putter
 from .ratelimit import Rate
 from .record import Record
-from .retry import decide
 from .stores.base import Store
 from .stores.opening import DEFAULT_MAP_SIZE, open_store
-from .stores.types import Claimed, LockHolder, WorkerInfo
-from .validate import (
-    MAX_SECONDS,
-    check_filter,
-    check_number,
-    check_queue_arguments,
-    describe_error,
-    parse_state,
-    put_defaults,
-    validate_queue_name,
-)
-
-MAX_IDLE_WAIT = 1.0  # an idle get() re-checks the store at least this often, hint or not
-_PLAIN_NUMBERS = (int, float)  # exactly these types (not bool): the checks that need no function call
+from .stores.types import LockHolder, WorkerInfo
+from .validate import check_filter, check_number, check_queue_arguments, parse_state, put_defaults
 
 Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
@@ -123,6 +107,7 @@ class Queue:
         self._lock = threading.Lock()
         self._closed = False
         self._putter = Putter(self, self._rng.randrange(self.shard_count))
+        self._consumer = Consumer(self)
         self._maintenance: Maintenance | None = None
         self._put_options = PutOptions(self.queues, self.max_retries)
         self._started()
@@ -280,50 +265,12 @@ class Queue:
         checked = self._put_options.check(now=self._clock(), **put_defaults(options))
         return self._putter.put_many(shard, payloads, checked)
 
-    # ------------------------------------------------------------------ get
-
-    def _queue_filter(self, queues: Iterable[str] | None) -> tuple[str, ...] | None:
-        if queues is None:
-            if self.queues is None:
-                return None
-            return tuple(sorted(self.queues))
-        if isinstance(queues, str):
-            queues = [queues]
-        names = []
-        for name in queues:
-            validate_queue_name(name)
-            if self.queues is not None and name not in self.queues:
-                raise UnknownQueue(f"unknown queue {name!r}: this Queue serves {sorted(self.queues)}")
-            names.append(name)
-        return tuple(sorted(set(names)))
-
-    def _try_claim(
-        self, allowed: tuple[str, ...] | None, limit: int = 1
-    ) -> tuple[list[Record], float | None]:
-        """Claim the highest-priority job(s) across shards (``Claimer.best``). -> (records, possibly none;
-        the earliest future ETA). More than one (``limit``) only when no rate limit or breaker is set: those
-        admit job by job."""
-        store = self._live()
-        flow = self._flow
-        state = flow.state()
-        if state is not None:
-            held = flow.fast_admission(state)
-            if held is None:
-                claimed, next_eta = flow.claim(store, allowed, state, self.lease_time, self.worker_id)
-                return ([] if claimed is None else [Record(self, claimed)]), next_eta
-            jobs: list[Claimed] = []
-            try:
-                jobs, next_eta = self._claimer.best(allowed, 1, self.lease_time, self.worker_id)
-            finally:
-                flow.settle(held, (jobs[0].queue, jobs[0].name) if jobs else None)
-            return [Record(self, job) for job in jobs], next_eta
-        jobs, next_eta = self._claimer.best(allowed, limit, self.lease_time, self.worker_id)
-        return [Record(self, job) for job in jobs], next_eta
+    # ------------------------------------------------------------------ get and completion (consuming.py)
 
     def get(self, timeout: float | None = None, *, queues: Iterable[str] | None = None) -> Record:
         """Claim the next job (highest priority first). ``timeout=None`` blocks; 0 looks once.
         Raises ``QueueEmpty`` when no job came in time."""
-        return self._get(1, timeout, queues)[0]
+        return self._consumer.get(1, timeout, queues)[0]
 
     def get_many(
         self, limit: int, timeout: float | None = None, *, queues: Iterable[str] | None = None
@@ -334,99 +281,14 @@ class Queue:
         set, one job at a time is admitted, so this returns one. Waits like ``get()``; ``QueueEmpty``."""
         if type(limit) is not int or limit < 1:
             raise InvalidJob(f"limit must be an int >= 1, not {limit!r}")
-        return self._get(limit, timeout, queues)
-
-    def _get(self, limit: int, timeout: float | None, queues: Iterable[str] | None) -> list[Record]:
-        if timeout is not None and not (type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= MAX_SECONDS):
-            check_number("timeout", timeout, minimum=0, error=InvalidJob)  # raises, or accepts an odd type
-        allowed = None if queues is None and self.queues is None else self._queue_filter(queues)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        hints = self._store.hints
-        while True:
-            records, next_eta = self._try_claim(allowed, limit)
-            if records:
-                hints.reset_poll()
-                if self.events.listening(JOB_STARTED):
-                    for record in records:
-                        self.events.emit(JOB_STARTED, job_id=record.job_id, queue=record.queue,
-                                         name=record.name, attempt=record.attempts)  # fmt: skip
-                return records
-            wait = MAX_IDLE_WAIT
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise QueueEmpty(f"no job within {timeout} s")
-                wait = min(wait, remaining)
-            if next_eta is not None:
-                wait = min(wait, max(next_eta - self._clock(), 0.0005))
-            hints.wait(wait)
-            self._claimer.forget_mine()  # whatever woke us, look at the store afresh
+        return self._consumer.get(limit, timeout, queues)
 
     def ack_many(self, done: Sequence[tuple[Record, Any]]) -> dict[int, str]:
         """Acknowledge many (record, result) pairs: one transaction per shard. A record already finished,
         or that no longer holds its job (lease expired and recovered), is skipped; the others complete.
         Results are checked before anything is written (``PayloadNotSerializable``/``PayloadTooLarge``, and
         ``InvalidJob`` for a job listed twice). -> {job id: why} for the skipped ones."""
-        items: list[tuple[int, bytes, bytes | None]] = []
-        skipped: dict[int, str] = {}
-        if len({record.job_id for record, _result in done}) != len(done):
-            raise InvalidJob("ack_many() was given the same job twice: each job can be acked once")
-        for record, result in done:
-            if record.finished:
-                skipped[record.job_id] = "this record was already acked, nacked or released"
-                continue
-            packed = None if result is None else self._pack_result(result)
-            items.append((record.job_id, record._token, packed))
-        if items:
-            skipped.update(self._live().complete_many(self._clock(), items, self.sync))
-        flow = self._flow.state()  # read once for the batch: breakers only matter when there are some
-        breakers = flow is not None and bool(flow.breakers)
-        for record, result in done:
-            if record.job_id not in skipped and not record.finished:
-                self._succeeded(record, result, breakers)
-        return skipped
-
-    # ------------------------------------------------------------------ a Record's owner (record.py)
-
-    def _ack(self, record: Record, result: Any) -> None:
-        packed = None if result is None else self._pack_result(result)
-        self._live().complete(self._clock(), record.job_id, record._token, packed, self.sync)
-        self._succeeded(record, result, True)
-
-    def _succeeded(self, record: Record, result: Any, count_outcome: bool) -> None:
-        record.finished = True
-        if count_outcome:
-            self._flow.record_outcome(record.queue, record.name, True)
-        if self.events.listening(JOB_SUCCEEDED):
-            self.events.emit(JOB_SUCCEEDED, job_id=record.job_id, queue=record.queue, name=record.name,
-                             result=result)  # fmt: skip
-
-    def _pack_result(self, result: Any) -> bytes:
-        return codec.pack_value(result, what="result", limit=self.max_payload_bytes)
-
-    def _nack(
-        self, record: Record, error: BaseException | str | None, delay: float | None, permanent: bool
-    ) -> State:
-        if delay is not None:
-            check_number("delay", delay, minimum=0, error=InvalidJob)
-        store = self._live()
-        job_id = record.job_id
-        described = describe_error(error)
-        now = self._clock()
-        retry_at = decide(record.retries + 1, record._max_retries, now, delay=delay, permanent=permanent,
-                          base=self.retry_backoff, cap=self.retry_backoff_max, rng=self._rng)  # fmt: skip
-        state = store.fail(now, job_id, record._token, described, retry_at, self.sync)
-        record.finished = True
-        self._flow.record_outcome(record.queue, record.name, False)
-        self._emit_failure(job_id, record.queue, record.name, state, described[0])
-        return state
-
-    def _release(self, record: Record) -> None:
-        self._live().release(self._clock(), record.job_id, record._token)
-        record.finished = True
-
-    def _touch(self, record: Record) -> float:
-        return self._live().heartbeat(self._clock(), record.job_id, record._token, self.lease_time)
+        return self._consumer.ack_many(done)
 
     @contextlib.contextmanager
     def processing(
@@ -452,11 +314,6 @@ class Queue:
     def _hint_watch(self) -> int | None:
         """A descriptor that becomes readable when the store hints consumers (``AsyncQueue``), or None."""
         return self._live().hints.watch()
-
-    def _emit_failure(self, job_id: int, queue: str, name: str | None, state: State, error: str) -> None:
-        event = JOB_FAILED if state is State.FAILED else JOB_RETRIED
-        if self.events.listening(event):
-            self.events.emit(event, job_id=job_id, queue=queue, name=name, error=error, state=state)
 
     # ------------------------------------------------------------------ reads
 
@@ -532,7 +389,7 @@ class Queue:
         claimed = store.claim_job(
             self._clock(), job_id, self.lease_time, os.urandom(16), self.worker_id, True
         )
-        return None if claimed is None else Record(self, claimed)
+        return None if claimed is None else Record(self._consumer, claimed)
 
     def requeue(self, job_id: int) -> bool:
         """A failed job goes back to pending with its retries reset. -> False if it is not failed."""
@@ -579,7 +436,7 @@ class Queue:
             if not job.charged:
                 continue  # claimed in a batch: back uncharged, to be claimed alone (see Recovered)
             self._flow.record_outcome(job.queue, job.name, False)
-            self._emit_failure(job.job_id, job.queue, job.name, job.state, "lease expired")
+            self._consumer.emit_failure(job.job_id, job.queue, job.name, job.state, "lease expired")
         return len(recovered)
 
     def vacuum(self, older_than: float | None = None) -> int:

@@ -1,6 +1,7 @@
 """``Record``: one claimed job, a small handle. Completion goes through the record only, never through a bare
-job id: the record carries the claim token, and its owner (the ``Queue`` that claimed it) has the store check
-that token inside each completing transaction. The record knows nothing of shards, wake hints or events."""
+job id: the record carries the claim token, and its owner (the ``Consumer`` of the ``Queue`` that claimed
+it, consuming.py) has the store check that token inside each completing transaction. The record knows
+nothing of shards, wake hints or events."""
 
 from __future__ import annotations
 

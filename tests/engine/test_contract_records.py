@@ -28,8 +28,9 @@ from queue_max_django.engine import (
     UnknownQueue,
 )
 from queue_max_django.engine.job import job_id_for, shard_of
+from queue_max_django.engine.stores.lmdb.access import COUNTERS, COUNTERS_KEY, put_counters
 from tests.engine.conftest import FakeClock
-from tests.engine.probes import StoreProbe
+from tests.engine.probes import LmdbProbe, StoreProbe
 
 Probe = Callable[[Queue], StoreProbe]
 
@@ -247,6 +248,51 @@ def test_fifo_survives_the_clock_stepping_back(queue: Queue, clock: FakeClock) -
 
     assert queue.get(0).job_id == first
     assert queue.get(0).job_id == second
+
+
+@pytest.mark.contract
+@pytest.mark.rule_fifo
+def test_a_retry_does_not_overtake_a_job_put_earlier_in_the_same_microsecond(queue: Queue) -> None:
+    """rule_fifo: a job put is ready at its own microsecond, however many puts shared it, as a retry at
+    that microsecond is (ties broken by id): the third put of a microsecond, retried in it, comes after the
+    second (the LMDB store once readied each put at its sequence, one µs past the previous, so the retry
+    came first; found by test_stateful)."""
+    first, second = queue.put_many(["first", "second"], partition_key="p", queue="alpha")
+    third = queue.put("third", partition_key="p", queue="beta")
+    record = queue.get(0, queues=["beta"])
+    assert record.job_id == third
+    record.nack("again", delay=0)
+
+    assert [queue.get(0).job_id for _ in range(3)] == [first, second, third]
+
+
+@pytest.mark.contract
+@pytest.mark.rule_fifo
+def test_fifo_survives_the_clock_stepping_back_after_a_burst(queue: Queue, clock: FakeClock) -> None:
+    """rule_fifo: jobs put after the clock stepped back queue behind a batch put before it, in put order."""
+    batch = queue.put_many(range(5), partition_key="p")
+    clock.advance(-10)
+    later = [queue.put(i, partition_key="p") for i in range(2)] + queue.put_many(range(2), partition_key="p")
+
+    assert [queue.get(0).job_id for _ in range(9)] == batch + later
+
+
+@pytest.mark.contract
+@pytest.mark.rule_fifo
+@pytest.mark.lmdb  # the counters' layout is the LMDB store's
+def test_a_shard_whose_counters_predate_the_ready_floor_keeps_fifo(queue: Queue, clock: FakeClock) -> None:
+    """rule_fifo: counters written before the ready floor (sequence and total only) read as a floor at the
+    sequence, the ready time puts had then: a job put after the clock stepped back still queues behind."""
+    first = queue.put("first", partition_key="p")
+    shard = LmdbProbe(queue)._shard(first)
+    with shard.env.env.begin(write=True) as txn:
+        sequence, total, _floor = put_counters(txn.get(COUNTERS_KEY, db=shard.jobs))
+        txn.put(COUNTERS_KEY, COUNTERS.pack(sequence, total), db=shard.jobs)  # as an older version left it
+    clock.advance(-10)
+    second = queue.put("second", partition_key="p")
+
+    assert [queue.get(0).job_id for _ in range(2)] == [first, second]
+    assert queue.verify() == [] and queue.stats()["total"] == 2
 
 
 # ----------------------------------------------------------------------------------------- delay / eta

@@ -103,3 +103,4 @@ def test_record_and_flow_import_neither_the_queue_nor_each_other() -> None:
     assert "record" in engine_modules_imported_by("queue")
     assert engine_modules_imported_by("record").isdisjoint({"queue", "flow", "aio"})
     assert engine_modules_imported_by("flow").isdisjoint({"queue", "record", "aio"})
+    assert engine_modules_imported_by("consuming").isdisjoint({"queue", "aio"})  # the records' owner

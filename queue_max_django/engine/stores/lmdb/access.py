@@ -63,10 +63,28 @@ class ShardDbs(Protocol):
     indexes: dict[State, Any]  # one per state; its entry count is the state's count
 
 
-# (last sequence, total successful puts), in the jobs database under a key past every job id: new records
-# are appended at the end of that B-tree, so a put dirties one page for the record and the counters both.
+# (last sequence, total successful puts, ready floor), in the jobs database under a key past every job id:
+# new records are appended at the end of that B-tree, so a put dirties one page for the record and the
+# counters both. The ready floor is the ready time (µs) of the last job put pending: a new pending job is
+# ready at max(now, floor), so FIFO outlives the clock stepping back, and a put is ready at its own
+# microsecond (ties broken by id), as a retry or requeue at that microsecond is. A store written before the
+# floor has the first two only (``COUNTERS.unpack_from`` reads those of either); its floor is the sequence,
+# the ready time its puts were given then.
 COUNTERS_KEY = b"\xff" * 8
 COUNTERS = struct.Struct(">QQ")
+PUT_COUNTERS = struct.Struct(">QQQ")
+
+
+def put_counters(raw: bytes | None) -> tuple[int, int, int]:
+    """(last sequence, total puts, ready floor) from the counters' stored value (None: a new shard)."""
+    if raw is None:
+        return 0, 0, 0
+    if len(raw) == PUT_COUNTERS.size:
+        return PUT_COUNTERS.unpack(raw)
+    sequence, total = COUNTERS.unpack(raw)
+    return sequence, total, sequence
+
+
 # Per queue, right after them: QUEUE_COUNTS_KEY + queue name -> (pending, scheduled) jobs of that queue
 # here, changed in the same transactions as the states (no key while both are 0), so that queue_counts()
 # is O(queues) for the states that grow without bound. (Running jobs are few by nature, at most what the

@@ -3,39 +3,36 @@ store (what they are and how a consumer reads them: ``flowstate.py``).
 
 They live in their own LMDB environment (``<store>/control``), apart from the shards, so that limiting and
 breaking never contend with the jobs' own transactions. Each method is one transaction that reads the state,
-applies a pure policy (``ratelimit``, ``breaker``) with ``now`` read from the queue's clock *inside* the
-transaction, and writes the result: two processes taking tokens at once can never both spend the same one.
+applies the pure step of its operation (``flowstate``: the PostgreSQL store applies the same ones) with
+``now`` read from the queue's clock *inside* the transaction, and writes the result: two processes taking
+tokens at once can never both spend the same one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ... import breaker as breakers
-from ... import ratelimit
-from ...breaker import Breaker, BreakerPolicy, BreakerState
-from ...flowstate import (
-    BreakerEntry,
-    FlowState,
-    Limit,
-    pack_breaker,
-    pack_limit,
-    unpack_breaker,
-    unpack_limit,
-)
+from ... import flowstate
+from ...breaker import BreakerPolicy
+from ...flowstate import FlowState, unpack_breaker, unpack_limit
 from ...ratelimit import Rate
 from .env import Env
 
 
-def _keep_refills(txn: Any, db: Any, updates: list[tuple[str, Limit, Limit]], now: float) -> None:
-    """A refused take writes nothing, except where the clock was set back: then the bucket's new time
-    base must be kept, or it would stay frozen until the clock caught up again."""
-    for key, old, _new in updates:
-        refilled = ratelimit.refill(old.bucket, old.rate, now)
-        if refilled.updated_us < old.bucket.updated_us:
-            txn.put(key.encode(), pack_limit(Limit(old.rate, refilled)), db=db)
+def _read(txn: Any, db: Any, keys: Sequence[str]) -> dict[str, bytes]:
+    """The stored values of ``keys`` in ``db`` (absent keys are not there)."""
+    found = {}
+    for key in keys:
+        raw = txn.get(key.encode(), db=db)
+        if raw is not None:
+            found[key] = raw
+    return found
+
+
+def _write(txn: Any, db: Any, values: Mapping[str, bytes]) -> None:
+    for key, value in values.items():
+        txn.put(key.encode(), value, db=db)
 
 
 class Control:
@@ -65,14 +62,8 @@ class Control:
         """Create or change a limit. A change keeps the tokens there are (at most the new burst)."""
 
         def txn_fn(txn: Any) -> None:
-            now = self._clock()
             raw = txn.get(key.encode(), db=self.limits_db)
-            if raw is None:
-                bucket = ratelimit.full_bucket(rate, now)
-            else:
-                old = unpack_limit(raw)
-                bucket = ratelimit.change_rate(old.bucket, old.rate, rate, now)  # keeps tokens, capped
-            txn.put(key.encode(), pack_limit(Limit(rate, bucket)), db=self.limits_db)
+            txn.put(key.encode(), flowstate.limit_set(raw, rate, self._clock()), db=self.limits_db)
 
         self.env.write(txn_fn)
 
@@ -86,12 +77,7 @@ class Control:
             raw = txn.get(key.encode(), db=self.limits_db)
             if raw is None:
                 return False
-            rate = unpack_limit(raw).rate
-            txn.put(
-                key.encode(),
-                pack_limit(Limit(rate, ratelimit.full_bucket(rate, self._clock()))),
-                db=self.limits_db,
-            )
+            txn.put(key.encode(), flowstate.limit_reset(raw, self._clock()), db=self.limits_db)
             return True
 
         return self.env.write(txn_fn)
@@ -101,23 +87,9 @@ class Control:
 
         def txn_fn(txn: Any) -> tuple[bool, float]:
             now = self._clock()  # inside the transaction: never before begin()
-            updates = []
-            wait = 0.0
-            for key in keys:
-                raw = txn.get(key.encode(), db=self.limits_db)
-                if raw is None:
-                    continue
-                limit = unpack_limit(raw)
-                ok, bucket = ratelimit.try_take(limit.bucket, limit.rate, now, n)
-                if not ok:
-                    wait = max(wait, ratelimit.retry_after(limit.bucket, limit.rate, now, n))
-                updates.append((key, limit, Limit(limit.rate, bucket)))
-            if wait > 0:
-                _keep_refills(txn, self.limits_db, updates, now)
-                return False, wait
-            for key, _old, limit in updates:
-                txn.put(key.encode(), pack_limit(limit), db=self.limits_db)
-            return True, 0.0
+            granted, wait, writes = flowstate.tokens_taken(_read(txn, self.limits_db, keys), keys, n, now)
+            _write(txn, self.limits_db, writes)
+            return granted, wait
 
         return self.env.write(txn_fn)
 
@@ -130,18 +102,9 @@ class Control:
             raw = txn.get(key.encode(), db=self.limits_db)
             if raw is None:
                 return most
-            limit = unpack_limit(raw)
-            bucket = limit.bucket
-            if give_back > 0:
-                bucket = ratelimit.give_back(bucket, limit.rate, now, give_back)
-            count = min(most, int(ratelimit.remaining(bucket, limit.rate, now)))
-            taken = 0
-            if count >= 1:
-                ok, after = ratelimit.try_take(bucket, limit.rate, now, count)
-                if ok:
-                    bucket, taken = after, count
-            if bucket != limit.bucket:
-                txn.put(key.encode(), pack_limit(Limit(limit.rate, bucket)), db=self.limits_db)
+            taken, value = flowstate.tokens_taken_up_to(raw, most, give_back, now)
+            if value is not None:
+                txn.put(key.encode(), value, db=self.limits_db)
             return taken
 
         return self.env.write(txn_fn)
@@ -152,20 +115,10 @@ class Control:
 
         def txn_fn(txn: Any) -> None:
             now = self._clock()
-            for key in keys:
-                bkey = key.encode()
-                raw = txn.get(bkey, db=self.limits_db)
-                if raw is not None:
-                    limit = unpack_limit(raw)
-                    bucket = ratelimit.give_back(limit.bucket, limit.rate, now, n)
-                    txn.put(bkey, pack_limit(Limit(limit.rate, bucket)), db=self.limits_db)
-                raw = txn.get(bkey, db=self.breakers_db)
-                if raw is not None:
-                    entry = unpack_breaker(raw)
-                    state = entry.breaker
-                    if state.state is BreakerState.HALF_OPEN and state.trial_started_us is not None:
-                        untried = replace(state, trial_started_us=None)
-                        txn.put(bkey, pack_breaker(BreakerEntry(entry.policy, untried)), db=self.breakers_db)
+            limits, breaker_values = _read(txn, self.limits_db, keys), _read(txn, self.breakers_db, keys)
+            limit_writes, breaker_writes = flowstate.handed_back(limits, breaker_values, keys, n, now)
+            _write(txn, self.limits_db, limit_writes)
+            _write(txn, self.breakers_db, breaker_writes)
 
         self.env.write(txn_fn)
 
@@ -174,8 +127,7 @@ class Control:
     def set_breaker(self, key: str, policy: BreakerPolicy) -> None:
         def txn_fn(txn: Any) -> None:
             raw = txn.get(key.encode(), db=self.breakers_db)
-            state = Breaker.closed() if raw is None else unpack_breaker(raw).breaker
-            txn.put(key.encode(), pack_breaker(BreakerEntry(policy, state)), db=self.breakers_db)
+            txn.put(key.encode(), flowstate.breaker_set(raw, policy), db=self.breakers_db)
 
         self.env.write(txn_fn)
 
@@ -187,8 +139,7 @@ class Control:
             raw = txn.get(key.encode(), db=self.breakers_db)
             if raw is None:
                 return False
-            entry = BreakerEntry(unpack_breaker(raw).policy, Breaker.closed())
-            txn.put(key.encode(), pack_breaker(entry), db=self.breakers_db)
+            txn.put(key.encode(), flowstate.breaker_reset(raw), db=self.breakers_db)
             return True
 
         return self.env.write(txn_fn)
@@ -200,33 +151,11 @@ class Control:
 
         def txn_fn(txn: Any) -> tuple[bool, float]:
             now = self._clock()
-            writes: list[tuple[bytes, bytes, Any]] = []
-            wait = 0.0
-            for key in keys:
-                bkey = key.encode()
-                raw = txn.get(bkey, db=self.breakers_db)
-                if raw is not None:
-                    entry = unpack_breaker(raw)
-                    allowed, state = breakers.allow(entry.breaker, entry.policy, now)
-                    if not allowed:
-                        until = breakers.seconds_to_trial(entry.breaker, entry.policy, now)
-                        wait = max(wait, until if until else 0.001)
-                    elif state != entry.breaker:
-                        writes.append(
-                            (bkey, pack_breaker(BreakerEntry(entry.policy, state)), self.breakers_db)
-                        )
-                raw = txn.get(bkey, db=self.limits_db)
-                if raw is not None:
-                    limit = unpack_limit(raw)
-                    ok, bucket = ratelimit.try_take(limit.bucket, limit.rate, now, n)
-                    if not ok:
-                        wait = max(wait, ratelimit.retry_after(limit.bucket, limit.rate, now, n))
-                    writes.append((bkey, pack_limit(Limit(limit.rate, bucket)), self.limits_db))
-            if wait > 0:
-                return False, wait
-            for key_bytes, value, db in writes:
-                txn.put(key_bytes, value, db=db)
-            return True, 0.0
+            limits, breaker_values = _read(txn, self.limits_db, keys), _read(txn, self.breakers_db, keys)
+            ok, wait, limit_writes, breaker_writes = flowstate.admitted(limits, breaker_values, keys, n, now)
+            _write(txn, self.limits_db, limit_writes)
+            _write(txn, self.breakers_db, breaker_writes)
+            return ok, wait
 
         return self.env.write(txn_fn)
 
@@ -235,17 +164,7 @@ class Control:
 
         def txn_fn(txn: Any) -> None:
             now = self._clock()
-            for key in keys:
-                bkey = key.encode()
-                raw = txn.get(bkey, db=self.breakers_db)
-                if raw is None:
-                    continue
-                entry = unpack_breaker(raw)
-                if success:
-                    state = breakers.record_success(entry.breaker, entry.policy, now)
-                else:
-                    state = breakers.record_failure(entry.breaker, entry.policy, now)
-                if state != entry.breaker:
-                    txn.put(bkey, pack_breaker(BreakerEntry(entry.policy, state)), db=self.breakers_db)
+            writes = flowstate.outcome_counted(_read(txn, self.breakers_db, keys), keys, success, now)
+            _write(txn, self.breakers_db, writes)
 
         self.env.write(txn_fn)

@@ -95,14 +95,15 @@ class NewRecords:
             for ready, header, payload in zip(ready_us, headers, payloads, strict=True)
         ]
 
-    def ready_key(self, sequence: int, job_id: int) -> bytes:
-        """The ready index key of a new pending job: (queue, priority, ready time = sequence, id)."""
-        return self._ready_key.pack(self.ready_prefix, sequence, job_id)
+    def ready_key(self, ready_us: int, job_id: int) -> bytes:
+        """The ready index key of a new pending job: (queue, priority, ready time, id)."""
+        return self._ready_key.pack(self.ready_prefix, ready_us, job_id)
 
-    def ready_keys(self, sequences: Iterable[int], job_ids: Iterable[int]) -> list[tuple[bytes, bytes]]:
-        """(ready index key, value) of new pending jobs: (queue, priority, ready time = sequence, id)."""
+    def ready_keys(self, ready_us: int, job_ids: Iterable[int]) -> list[tuple[bytes, bytes]]:
+        """(ready index key, value) of new pending jobs all ready at ``ready_us``: (queue, priority, ready
+        time, id)."""
         pack, prefix, name = self._ready_key.pack, self.ready_prefix, self.name_bytes
-        return [(pack(prefix, s, job_id), name) for s, job_id in zip(sequences, job_ids, strict=True)]
+        return [(pack(prefix, ready_us, job_id), name) for job_id in job_ids]
 
 
 def _bin_header(payload: bytes | None) -> bytes:

@@ -271,7 +271,7 @@ def counts(shard: ShardDbs) -> dict[str, int]:
     def txn_fn(txn: Any) -> dict[str, int]:
         out = {state.value: entry_count(txn, db) for state, db in shard.indexes.items()}
         raw = txn.get(COUNTERS_KEY, db=shard.jobs)
-        out["total"] = COUNTERS.unpack(raw)[1] if raw is not None else 0
+        out["total"] = COUNTERS.unpack_from(raw)[1] if raw is not None else 0
         return out
 
     return shard.env.read(txn_fn)
@@ -431,7 +431,7 @@ def verify(shard: ShardDbs) -> list[str]:
                 job_id = id_from_key(missing[-8:])
                 problems.append(f"{tag}: the {state.value} index lacks job {job_id}")
         raw = txn.get(COUNTERS_KEY, db=shard.jobs)
-        sequence, total = COUNTERS.unpack(raw) if raw is not None else (0, 0)
+        sequence, total = COUNTERS.unpack_from(raw) if raw is not None else (0, 0)
         if max_sequence > sequence:
             problems.append(f"{tag}: a job id is past the stored sequence {sequence}")
         if jobs > total:

@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import codec
-from ...errors import QueueCorrupted
-from ...job import SHARD_BITS, STATES, Job, State
+from ...job import SHARD_BITS, STATES, Job
 from ..types import Claimed
 from .layout import (
     F_ATTEMPTS,
@@ -43,47 +42,31 @@ from .layout import (
 
 
 def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
-    def seconds(value: int | None) -> float | None:
-        return None if value is None else value / 1_000_000
-
-    state = STATES[record[F_STATE]]
-    damage: list[str] = []
-
-    def decoded(raw: bytes | None, what: str) -> Any:
-        """A snapshot never fails on bytes that do not decode: it keeps them and says so (``damage``)."""
-        if raw is None:
-            return None
-        try:
-            return codec.unpack_stored(raw, job_id, what)
-        except QueueCorrupted as exc:
-            damage.append(str(exc))
-            return bytes(raw)
-
-    payload_value, result_value = decoded(payload, "payload"), decoded(record[F_RESULT], "result")
-    return Job(
-        job_id=job_id,
-        state=state,
+    """The ``Job`` snapshot of a decoded record (``codec.job_from_stored``), with its payload if stored
+    apart (``payload``; None: inline, or none)."""
+    return codec.job_from_stored(
+        job_id,
+        STATES[record[F_STATE]],
         queue=record[F_QUEUE],
         name=record[F_NAME],
         priority=record[F_PRIORITY],
-        payload=payload_value,
-        result=result_value,
+        payload=payload,
+        result=record[F_RESULT],
         retries=record[F_RETRIES],
         max_retries=record[F_MAX_RETRIES],
         error=record[F_ERROR],
         error_type=record[F_ERROR_TYPE],
         traceback=record[F_TRACEBACK],
-        enqueued_at=record[F_ENQUEUED_AT] / 1_000_000,
-        started_at=seconds(record[F_STARTED_AT]),
-        finished_at=seconds(record[F_FINISHED_AT]),
-        eta=seconds(record[F_READY_AT]) if state is State.SCHEDULED else None,
-        attempts=record[F_ATTEMPTS] or 0,
+        enqueued_us=record[F_ENQUEUED_AT],
+        started_us=record[F_STARTED_AT],
+        finished_us=record[F_FINISHED_AT],
+        ready_us=record[F_READY_AT],
+        lease_us=record[F_LEASE_UNTIL],
+        attempts=record[F_ATTEMPTS],
         timeout=record[F_TIMEOUT],
         partition_key=record[F_PARTITION_KEY],
-        lease_until=seconds(record[F_LEASE_UNTIL]) if state is State.RUNNING else None,
-        worker_ids=tuple(record[F_WORKERS] or ()),
+        worker_ids=record[F_WORKERS],
         errors=tuple((error_type, error) for error_type, error in record[F_ERRORS] or ()),
-        damage="; ".join(damage) or None,
     )
 
 

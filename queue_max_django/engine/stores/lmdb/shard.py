@@ -5,8 +5,9 @@ expired, promote due, get, list, requeue/delete, counts, purge, vacuum, verify. 
 (unix seconds from the queue's clock) and never reads the wall clock itself. A job's state and every index
 that mentions it change in the same write transaction (invariant 1).
 
-Here: putting, claiming and ending jobs (the hot paths). The upkeep is ``upkeep.py``'s, the reads
-``reads.py``'s, requeue and delete ``manage.py``'s; what every transaction does to a job is ``access.py``'s.
+Here: putting and ending jobs (the hot paths). Claiming is ``claims.py``'s, the upkeep ``upkeep.py``'s, the
+reads ``reads.py``'s, requeue and delete ``manage.py``'s; what every transaction does to a job is
+``access.py``'s.
 """
 
 from __future__ import annotations
@@ -14,81 +15,47 @@ from __future__ import annotations
 import itertools
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from ... import codec
 from ...errors import QueueCorrupted, StoreFull
 from ...job import STATES, Job, State
 from ...jobspec import JobSpec
-from ..types import Candidate, Claimed, CorruptedJobQuarantined, Head, NewJobs, Recovered
-from . import layout, manage, reads, upkeep
+from ..types import Candidate, NewJobs, Recovered
+from . import claims, layout, manage, reads, upkeep
 from .access import (
-    COUNTERS,
     COUNTERS_KEY,
+    PUT_COUNTERS,
     QUEUE_COUNTS_EXACT,
     QUEUE_COUNTS_KEY,
     UNIQUE,
-    best_ready,
     entry_count,
     fail_record,
     index_job,
-    load_payload,
-    load_record,
-    next_eta,
-    queue_heads,
+    put_counters,
     store_record,
     tally,
     unindex_job,
 )
 from .env import Env, put_reserve
-from .keys import QUEUE_SEP, id_key, micros, ready_key_parts, time_key, time_key_parts
+from .keys import QUEUE_SEP, id_key, micros, time_key
 from .layout import (
-    CLAIM_ALONE_NEXT,
-    CLAIM_BATCH,
     DONE,
     F_ATTEMPTS,
-    F_CLAIM,
     F_FINISHED_AT,
     F_LEASE_UNTIL,
     F_RESULT,
     F_STATE,
     F_TOKEN,
-    PENDING,
     RUNNING,
-    SCHEDULED,
 )
 from .newrecords import NewRecords, encoded
-from .quarantine import Unreadable, quarantine, quarantine_unreadable, report
+from .quarantine import Unreadable, quarantine_unreadable
 from .reads import Listed
-from .records import as_claimed, mark_pending_uncharged, mark_running
-
-PROMOTE_BATCH = 1000  # due jobs a claim promotes in its transaction, at most (the rest: the next claim)
+from .records import mark_pending_uncharged
 
 _ID = struct.Struct(">Q")
 _TIME_KEY = struct.Struct(">QQ")
-
-
-@dataclass(frozen=True, slots=True)
-class Outranked:
-    """A claim declined: this shard's next job has a lower priority than another shard may hold."""
-
-    priority: int
-
-
-@dataclass(frozen=True, slots=True)
-class AloneNext:
-    """A claim stopped before this job: its lease once expired, so it is claimed alone, not in a batch."""
-
-
-ALONE_NEXT = AloneNext()
-
-
-@dataclass(frozen=True, slots=True)
-class StrayEntry:
-    """Internal: a claim met an index entry without a pending job behind it, dropped it, and must retry."""
-
-    job_id: int
+_PUT_COUNTERS_UNPACK = PUT_COUNTERS.unpack
 
 
 class Shard:
@@ -157,8 +124,7 @@ class Shard:
 
         def txn_fn(txn: Any) -> tuple[list[int], bool]:
             put = txn.put
-            raw = txn.get(COUNTERS_KEY, db=jobs_db)
-            sequence, total = COUNTERS.unpack(raw) if raw is not None else (0, 0)
+            sequence, total, floor = put_counters(txn.get(COUNTERS_KEY, db=jobs_db))
             ids: list[int] = []
             wake = False
             total_new = 0
@@ -178,12 +144,15 @@ class Shard:
                     continue
                 ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
                 scheduled = ready_us > now_us
+                if not scheduled:  # ready at its own microsecond, never before the last job put here
+                    ready_us = floor = floor if floor > now_us else now_us
                 if not wake:  # is the first job of this batch ahead of everything waiting? (the rest follow)
                     wake = self._would_lead(txn, parts, scheduled, ready_us)
                 tally(self, txn, parts.queue_bytes, 1 if scheduled else 0, count)
                 if count == 1:  # the same writes as below, without building lists
                     sequence = sequence + 1 if sequence >= now_us else now_us
-                    job_id = self._write_one(txn, now_us, sequence, batch.payloads[0], parts, ready_us)
+                    payload = batch.payloads[0]
+                    job_id = self._write_one(txn, now_us, sequence, payload, parts, scheduled, ready_us)
                     ids.append(job_id)
                     total_new += 1
                     if unique_key is not None:
@@ -191,7 +160,6 @@ class Shard:
                     continue
                 first = sequence + 1 if sequence >= now_us else now_us
                 sequence = first + count - 1
-                sequences = range(first, sequence + 1)
                 job_ids = range(first << 8 | shard, (sequence << 8 | shard) + 1, 256)  # seq << 8 | shard
                 keys = list(map(pack_id, job_ids))
                 if max(map(len, batch.payloads)) > inline_max:  # big payloads live apart, written once
@@ -199,14 +167,12 @@ class Shard:
                     for key, packed in zip(keys, batch.payloads, strict=True):
                         if len(packed) > inline_max:
                             put(key, packed, db=payloads_db, append=True)
+                records = parts.records(scheduled, now_us, itertools.repeat(ready_us, count), payloads)
                 if scheduled:
-                    records = parts.records(True, now_us, itertools.repeat(ready_us, count), payloads)
                     entries = [(pack_time_key(ready_us, job_id), b"") for job_id in job_ids]
                     index_db = sched_db
-                else:
-                    # Ready "time" = the sequence: it never steps back, so FIFO outlives clock steps.
-                    records = parts.records(False, now_us, sequences, payloads)
-                    entries = parts.ready_keys(sequences, job_ids)
+                else:  # one ready time for the batch: the ids keep its order
+                    entries = parts.ready_keys(ready_us, job_ids)
                     index_db = ready_db
                 # One C call per database for the whole batch: half the cost of a put() each.
                 txn.cursor(db=jobs_db).putmulti(zip(keys, records, strict=True))
@@ -215,7 +181,7 @@ class Shard:
                 total_new += count
                 if unique_key is not None:
                     put(unique_key, UNIQUE.pack(ids[-1], now_us), db=self.unique)
-            self._count_puts(txn, sequence, total + total_new, total_new)
+            self._count_puts(txn, sequence, total + total_new, floor, total_new)
             return ids, wake
 
         return self.env.write(txn_fn, durable=durable)
@@ -228,40 +194,52 @@ class Shard:
 
         def txn_fn(txn: Any) -> tuple[int, bool]:
             raw = txn.get(COUNTERS_KEY, db=self.jobs)
-            sequence, total = COUNTERS.unpack(raw) if raw is not None else (0, 0)
+            try:  # the counters as this version writes them (no call on the hot path)
+                sequence, total, floor = _PUT_COUNTERS_UNPACK(raw)
+            except (TypeError, struct.error):  # a new shard (None), or counters written before the floor
+                sequence, total, floor = put_counters(raw)
             ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
             scheduled = ready_us > now_us
+            if not scheduled:  # ready at its own microsecond, never before the last job put here
+                ready_us = floor = floor if floor > now_us else now_us
             wake = self._would_lead(txn, parts, scheduled, ready_us)
             sequence = sequence + 1 if sequence >= now_us else now_us
-            job_id = self._write_one(txn, now_us, sequence, payload, parts, ready_us)
+            job_id = self._write_one(txn, now_us, sequence, payload, parts, scheduled, ready_us)
             tally(self, txn, parts.queue_bytes, 1 if scheduled else 0, 1)
-            self._count_puts(txn, sequence, total + 1, 1)
+            self._count_puts(txn, sequence, total + 1, floor, 1)
             return job_id, wake
 
         return self.env.write(txn_fn)
 
     def _write_one(
-        self, txn: Any, now_us: int, sequence: int, payload: bytes, parts: NewRecords, ready_us: int
+        self,
+        txn: Any,
+        now_us: int,
+        sequence: int,
+        payload: bytes,
+        parts: NewRecords,
+        scheduled: bool,
+        ready_us: int,
     ) -> int:
-        """Write a new job's record (and large payload) and its index entry. -> its id."""
+        """Write a new job's record (and large payload) and its index entry: scheduled until ``ready_us``,
+        or pending with that ready time. -> its id."""
         job_id = sequence << 8 | self.index
         key = _ID.pack(job_id)
         inline: bytes | None = payload
         if len(payload) > layout.INLINE_PAYLOAD_MAX:
             txn.put(key, payload, db=self.payloads, append=True)
             inline = None
-        if ready_us > now_us:
-            txn.put(key, parts.record(True, now_us, ready_us, inline), db=self.jobs)
+        txn.put(key, parts.record(scheduled, now_us, ready_us, inline), db=self.jobs)
+        if scheduled:
             txn.put(_TIME_KEY.pack(ready_us, job_id), b"", db=self.sched)
-        else:  # ready "time" = the sequence: it never steps back, so FIFO outlives clock steps
-            txn.put(key, parts.record(False, now_us, sequence, inline), db=self.jobs)
-            txn.put(parts.ready_key(sequence, job_id), parts.name_bytes, db=self.ready)
+        else:
+            txn.put(parts.ready_key(ready_us, job_id), parts.name_bytes, db=self.ready)
         return job_id
 
-    def _count_puts(self, txn: Any, sequence: int, total: int, new: int) -> None:
+    def _count_puts(self, txn: Any, sequence: int, total: int, floor: int, new: int) -> None:
         """The shard's counters after ``new`` puts; refuses them (``StoreFull``) when they ate into the
         reserve kept for finishing the jobs already there."""
-        txn.put(COUNTERS_KEY, COUNTERS.pack(sequence, total), db=self.jobs)
+        txn.put(COUNTERS_KEY, PUT_COUNTERS.pack(sequence, total, floor), db=self.jobs)
         limit = self.env.put_limit_pages
         if limit is not None and new and self.env.pages_in_use(txn) > limit:
             max_size = self.env.options.map_size_max
@@ -284,17 +262,13 @@ class Shard:
             return bool(prefix < cursor.key()[: len(prefix)])
         return True
 
-    # ------------------------------------------------------------------ claiming
+    # ------------------------------------------------------------------ claiming (claims.py)
 
-    def peek(self, now: float, queues: Sequence[bytes] | None) -> Head:
-        """Read-only look at this shard: the priority of the job a claim would take, and the earliest ETA."""
-
-        def txn_fn(txn: Any) -> Head:
-            key = best_ready(txn.cursor(db=self.ready), queues)
-            priority = None if key is None else ready_key_parts(key)[1]
-            return Head(priority, next_eta(self, txn))
-
-        return self.env.read(txn_fn)
+    # The claim path is claims.py's; its functions are this class's methods as they are (the hot path:
+    # no call in between).
+    peek = claims.peek
+    claim_job = claims.claim_job
+    claim_many = claims.claim_many
 
     def peek_allowed(
         self,
@@ -306,195 +280,8 @@ class Shard:
     ) -> tuple[Candidate | None, float | None]:
         return reads.peek_allowed(self, now, queues, skip_queues, skip_names, scan_limit)
 
-    def claim_job(
-        self,
-        now: float,
-        job_id: int,
-        lease_time: float,
-        token: bytes,
-        *,
-        scheduled_too: bool = False,
-        worker: str | None = None,
-    ) -> Claimed | None:
-        """Claim exactly this job if it is still pending (or scheduled, with ``scheduled_too``: it starts
-        now, before its ETA). -> None if it is in another state or gone."""
-        now_us = micros(now)
-        lease_us = micros(now + lease_time)
-
-        def txn_fn(txn: Any) -> Claimed | None:
-            record = load_record(self, txn, job_id)
-            if record is None or not (
-                record[F_STATE] == PENDING or (scheduled_too and record[F_STATE] == SCHEDULED)
-            ):
-                return None
-            payload = load_payload(self, txn, job_id, record)
-            if payload is None:
-                return None
-            try:
-                value = codec.unpack_stored(payload, job_id, "payload")
-            except QueueCorrupted as exc:
-                unindex_job(self, txn, job_id, record)
-                quarantine(self, txn, job_id, None, record, now_us, str(exc), bad_payload=payload)
-                return None
-            unindex_job(self, txn, job_id, record)
-            mark_running(record, now_us, lease_us, token, worker)
-            index_job(self, txn, job_id, record)
-            store_record(self, txn, job_id, record)
-            return as_claimed(job_id, record, value, False)
-
-        return self.env.write(txn_fn)
-
     def promote_due(self, now: float, batch: int = 1000) -> int:
         return upkeep.promote_due(self, now, batch)
-
-    def claim_many(
-        self,
-        now: float,
-        queues: Sequence[bytes] | None,
-        lease_time: float,
-        token: bytes,
-        min_priority: int | None = None,
-        worker: str | None = None,
-        *,
-        limit: int,
-    ) -> tuple[list[Claimed], int | None, float | None]:
-        """Take up to ``limit`` next jobs of this shard (pending -> running, a fresh lease and the claim
-        token), in claim order, in ONE transaction; stops before a job below ``min_priority`` (the best
-        priority another shard may hold). -> (the claimed jobs, possibly none; the priority of this shard's
-        next job among ``queues`` after them, None if there is none; the earliest ETA of its scheduled
-        jobs, as ``peek`` gives it): with nothing claimed and a priority, the claim was outranked and the
-        caller looks again. A corrupted job met on the way is quarantined;
-        if it came first, ``CorruptedJobQuarantined`` is raised (the jobs before it are claimed and returned
-        otherwise).
-
-        The jobs of a claim of two or more are marked ``CLAIM_BATCH``: if their lease expires, recovery does
-        not charge them the attempt but marks them ``CLAIM_ALONE_NEXT``, and a claim takes such a job alone
-        (it stops before one that would join others, and after one that came first)."""
-        now_us = micros(now)
-        lease_us = micros(now + lease_time)
-
-        promoted: list[CorruptedJobQuarantined] = []
-
-        def txn_fn(txn: Any) -> tuple[list[Claimed], int | None, float | None] | CorruptedJobQuarantined:
-            claimed: list[Claimed] = []
-            first_record: list[list[Any]] = []  # the first job's record, rewritten if a second one joins
-            # Due scheduled jobs become pending first, in this transaction: a claim never takes a job of
-            # lower priority than one whose ETA has passed (the caller's view of the ETAs may be stale).
-            promoted.clear()
-            sched = txn.cursor(db=self.sched)
-            if sched.first() and time_key_parts(sched.key())[0] <= now_us:
-                upkeep.promote_in(self, txn, now_us, PROMOTE_BATCH, promoted)
-            cursor = txn.cursor(db=self.ready)
-            heads = queue_heads(cursor, queues)  # [order, key, prefix] of each queue's next job
-            while len(claimed) < limit and heads:
-                head = min(heads)
-                key, prefix = head[1], head[2]
-                step = self._claim_step(
-                    txn, key, now_us, lease_us, token, min_priority, worker, claimed, first_record
-                )
-                alone = False
-                if type(step) is Claimed:
-                    claimed.append(step)
-                    alone = step.alone
-                    if len(claimed) == 2:  # a batch after all: the first job's record says so too
-                        record = first_record[0]
-                        record[F_CLAIM] = CLAIM_BATCH
-                        txn.put(id_key(claimed[0].job_id), layout.pack_record(record), db=self.jobs)
-                elif step is ALONE_NEXT:
-                    break
-                elif isinstance(step, Outranked):
-                    self._tally_claims(txn, claimed)
-                    return claimed, step.priority, next_eta(self, txn)
-                elif isinstance(step, CorruptedJobQuarantined):
-                    if not claimed:
-                        return step
-                    break  # keep the claims made before it; what follows is re-read by the next claim
-                # The key is gone (claimed or stray): that queue's next job is the next key of its range.
-                if cursor.set_range(key) and cursor.key().startswith(prefix):
-                    following = cursor.key()
-                    head[0], head[1] = following[len(prefix) :], following
-                else:
-                    heads.remove(head)
-                if alone:
-                    break
-            self._tally_claims(txn, claimed)
-            return claimed, (ready_key_parts(min(heads)[1])[1] if heads else None), next_eta(self, txn)
-
-        outcome = self.env.write(txn_fn)
-        if promoted:
-            report(self, promoted)
-        if isinstance(outcome, CorruptedJobQuarantined):
-            raise outcome
-        return outcome
-
-    def _tally_claims(self, txn: Any, claimed: list[Claimed]) -> None:
-        """The queue counts after ``claimed`` left pending (one write per queue)."""
-        if not claimed:
-            return
-        queue = claimed[0].queue
-        if len(claimed) == 1 or all(item.queue == queue for item in claimed):
-            tally(self, txn, queue.encode(), 0, -len(claimed))
-            return
-        changes: dict[str, int] = {}
-        for item in claimed:
-            changes[item.queue] = changes.get(item.queue, 0) + 1
-        for name, count in changes.items():
-            tally(self, txn, name.encode(), 0, -count)
-
-    def _claim_step(
-        self,
-        txn: Any,
-        key: bytes,
-        now_us: int,
-        lease_us: int,
-        token: bytes,
-        min_priority: int | None,
-        worker: str | None,
-        claimed: list[Claimed] | None = None,
-        first_record: list[list[Any]] | None = None,
-    ) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | AloneNext:
-        """Claim the job of ready ``key`` in this transaction, unless it is outranked, stray or corrupted.
-        ``claimed``: the jobs this claim took before it (a job to be claimed alone waits for a claim of
-        its own: ``ALONE_NEXT``); the job is marked ``CLAIM_BATCH`` when there are some. The first job's
-        record goes into ``first_record``."""
-        _queue, priority, _ready_us, job_id = ready_key_parts(key)
-        if min_priority is not None and priority < min_priority:
-            return Outranked(priority)
-        id_k = id_key(job_id)
-        raw = txn.get(id_k, db=self.jobs)
-        if raw is None:
-            return self._drop_stray(txn, job_id, key)
-        try:
-            record = layout.unpack_record(raw, job_id)
-        except QueueCorrupted as exc:
-            return quarantine(self, txn, job_id, key, None, now_us, str(exc))
-        if record[F_STATE] != PENDING:
-            return self._drop_stray(txn, job_id, key)
-        payload = load_payload(self, txn, job_id, record)
-        if payload is None:
-            return quarantine(self, txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing")
-        try:
-            value = codec.unpack_stored(payload, job_id, "payload")
-        except QueueCorrupted as exc:
-            return quarantine(self, txn, job_id, key, record, now_us, str(exc), bad_payload=payload)
-        alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
-        if alone and claimed:
-            return ALONE_NEXT
-        # pending -> running, written out (the hot path: what unindex_job() + index_job() do, inlined)
-        txn.delete(key, db=self.ready)
-        txn.put(time_key(lease_us, job_id), b"", db=self.lease)
-        mark_running(record, now_us, lease_us, token, worker)
-        if claimed:
-            record[F_CLAIM] = CLAIM_BATCH
-        elif first_record is not None:
-            first_record.append(record)
-        txn.put(id_k, layout.pack_record(record), db=self.jobs)
-        return as_claimed(job_id, record, value, alone)
-
-    def _drop_stray(self, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
-        """A ready entry whose job is gone or not pending: remove the stray entries, keep the record."""
-        txn.delete(ready_k, db=self.ready)
-        return StrayEntry(job_id)
 
     def quarantine_unreadable(self, now: float, met: Sequence[Unreadable]) -> bool:
         return quarantine_unreadable(self, now, met)

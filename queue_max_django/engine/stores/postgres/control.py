@@ -6,7 +6,8 @@ encoding (the very bytes the LMDB store keeps); ``qm_flow`` is one row whose ``v
 increments in its own transaction.
 
 Each method is one transaction that locks the rows it reads (``SELECT ... FOR UPDATE``), then reads ``now``
-from the store's clock, applies the pure policy (``ratelimit``, ``breaker``) and writes the result. A second
+from the store's clock, applies the pure step of its operation (``flowstate``: the LMDB store applies the
+same ones) and writes the result. A second
 process taking a token waits for the first one's commit and then reads what it left, so two processes never
 both spend the same token or both get a half-open breaker's one trial. ``now`` is read after the lock is
 held, never before: a process that waited for the lock would otherwise apply a time older than the state it
@@ -33,22 +34,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
-from ... import breaker as breakers
-from ... import ratelimit
-from ...breaker import Breaker, BreakerPolicy, BreakerState
+from ... import flowstate
+from ...breaker import BreakerPolicy
 from ...errors import InvalidJob
-from ...flowstate import (
-    BreakerEntry,
-    FlowState,
-    Limit,
-    pack_breaker,
-    pack_limit,
-    unpack_breaker,
-    unpack_limit,
-)
+from ...flowstate import FlowState, unpack_breaker, unpack_limit
 from ...ratelimit import Rate
 from .connection import Connections
 
@@ -177,13 +168,7 @@ class PgControl:
 
         def txn_fn(conn: Any) -> tuple[None, int]:
             raw = _lock_or_create(conn, _LIMITS, key)
-            now = self._clock()
-            if raw is None:
-                bucket = ratelimit.full_bucket(rate, now)
-            else:
-                old = unpack_limit(raw)
-                bucket = ratelimit.change_rate(old.bucket, old.rate, rate, now)  # keeps tokens, capped
-            return None, self._write(conn, limits={key: pack_limit(Limit(rate, bucket))})
+            return None, self._write(conn, limits={key: flowstate.limit_set(raw, rate, self._clock())})
 
         self._run(txn_fn)
 
@@ -207,9 +192,7 @@ class PgControl:
             raw = _lock(conn, _LIMITS, [key]).get(key)
             if raw is None:
                 return False, None
-            rate = unpack_limit(raw).rate
-            full = pack_limit(Limit(rate, ratelimit.full_bucket(rate, self._clock())))
-            return True, self._write(conn, limits={key: full})
+            return True, self._write(conn, limits={key: flowstate.limit_reset(raw, self._clock())})
 
         return self._run(txn_fn)
 
@@ -222,27 +205,9 @@ class PgControl:
             if not rows:
                 return (True, 0.0), None
             now = self._clock()  # the rows are locked: nobody changes them before we commit
-            updates = []
-            wait = 0.0
-            for key in keys:
-                raw = rows.get(key)
-                if raw is None:
-                    continue
-                limit = unpack_limit(raw)
-                ok, bucket = ratelimit.try_take(limit.bucket, limit.rate, now, n)
-                if not ok:
-                    wait = max(wait, ratelimit.retry_after(limit.bucket, limit.rate, now, n))
-                updates.append((key, limit, Limit(limit.rate, bucket)))
-            if wait > 0:
-                # A refused take writes nothing, except where the clock was set back: then the bucket's new
-                # time base must be kept, or it would stay frozen until the clock caught up again.
-                kept = {}
-                for key, old, _new in updates:
-                    refilled = ratelimit.refill(old.bucket, old.rate, now)
-                    if refilled.updated_us < old.bucket.updated_us:
-                        kept[key] = pack_limit(Limit(old.rate, refilled))
-                return (False, wait), self._write(conn, limits=kept) if kept else None
-            writes = {key: pack_limit(limit) for key, _old, limit in updates}
+            granted, wait, writes = flowstate.tokens_taken(rows, keys, n, now)
+            if not granted:  # it writes nothing, unless the clock was set back (flowstate.tokens_taken)
+                return (False, wait), self._write(conn, limits=writes) if writes else None
             return (True, 0.0), self._write(conn, limits=writes)
 
         return self._run(txn_fn)
@@ -256,20 +221,10 @@ class PgControl:
             raw = _lock(conn, _LIMITS, [key]).get(key)
             if raw is None:
                 return most, None
-            now = self._clock()
-            limit = unpack_limit(raw)
-            bucket = limit.bucket
-            if give_back > 0:
-                bucket = ratelimit.give_back(bucket, limit.rate, now, give_back)
-            count = min(most, int(ratelimit.remaining(bucket, limit.rate, now)))
-            taken = 0
-            if count >= 1:
-                ok, after = ratelimit.try_take(bucket, limit.rate, now, count)
-                if ok:
-                    bucket, taken = after, count
-            if bucket == limit.bucket:
+            taken, value = flowstate.tokens_taken_up_to(raw, most, give_back, self._clock())
+            if value is None:
                 return taken, None
-            return taken, self._write(conn, limits={key: pack_limit(Limit(limit.rate, bucket))})
+            return taken, self._write(conn, limits={key: value})
 
         return self._run(txn_fn)
 
@@ -283,22 +238,7 @@ class PgControl:
             limits = _lock(conn, _LIMITS, wanted)
             if not found and not limits:
                 return None, None
-            now = self._clock()
-            limit_writes: dict[str, bytes] = {}
-            breaker_writes: dict[str, bytes] = {}
-            for key in keys:
-                raw = limits.get(key)
-                if raw is not None:
-                    limit = unpack_limit(raw)
-                    bucket = ratelimit.give_back(limit.bucket, limit.rate, now, n)
-                    limits[key] = limit_writes[key] = pack_limit(Limit(limit.rate, bucket))
-                raw = found.get(key)
-                if raw is not None:
-                    entry = unpack_breaker(raw)
-                    state = entry.breaker
-                    if state.state is BreakerState.HALF_OPEN and state.trial_started_us is not None:
-                        untried = replace(state, trial_started_us=None)
-                        found[key] = breaker_writes[key] = pack_breaker(BreakerEntry(entry.policy, untried))
+            limit_writes, breaker_writes = flowstate.handed_back(limits, found, keys, n, self._clock())
             if not limit_writes and not breaker_writes:
                 return None, None
             return None, self._write(conn, limit_writes, breaker_writes)
@@ -312,8 +252,7 @@ class PgControl:
 
         def txn_fn(conn: Any) -> tuple[None, int]:
             raw = _lock_or_create(conn, _BREAKERS, key)
-            state = Breaker.closed() if raw is None else unpack_breaker(raw).breaker
-            return None, self._write(conn, breaker_rows={key: pack_breaker(BreakerEntry(policy, state))})
+            return None, self._write(conn, breaker_rows={key: flowstate.breaker_set(raw, policy)})
 
         self._run(txn_fn)
 
@@ -327,8 +266,7 @@ class PgControl:
             raw = _lock(conn, _BREAKERS, [key]).get(key)
             if raw is None:
                 return False, None
-            entry = BreakerEntry(unpack_breaker(raw).policy, Breaker.closed())
-            return True, self._write(conn, breaker_rows={key: pack_breaker(entry)})
+            return True, self._write(conn, breaker_rows={key: flowstate.breaker_reset(raw)})
 
         return self._run(txn_fn)
 
@@ -343,28 +281,8 @@ class PgControl:
             limits = _lock(conn, _LIMITS, wanted)
             if not found and not limits:
                 return (True, 0.0), None
-            now = self._clock()
-            limit_writes: dict[str, bytes] = {}
-            breaker_writes: dict[str, bytes] = {}
-            wait = 0.0
-            for key in keys:
-                raw = found.get(key)
-                if raw is not None:
-                    entry = unpack_breaker(raw)
-                    allowed, state = breakers.allow(entry.breaker, entry.policy, now)
-                    if not allowed:
-                        until = breakers.seconds_to_trial(entry.breaker, entry.policy, now)
-                        wait = max(wait, until if until else 0.001)
-                    elif state != entry.breaker:
-                        breaker_writes[key] = pack_breaker(BreakerEntry(entry.policy, state))
-                raw = limits.get(key)
-                if raw is not None:
-                    limit = unpack_limit(raw)
-                    ok, bucket = ratelimit.try_take(limit.bucket, limit.rate, now, n)
-                    if not ok:
-                        wait = max(wait, ratelimit.retry_after(limit.bucket, limit.rate, now, n))
-                    limit_writes[key] = pack_limit(Limit(limit.rate, bucket))
-            if wait > 0:
+            ok, wait, limit_writes, breaker_writes = flowstate.admitted(limits, found, keys, n, self._clock())
+            if not ok:
                 return (False, wait), None
             if not limit_writes and not breaker_writes:
                 return (True, 0.0), None
@@ -380,19 +298,7 @@ class PgControl:
             found = _lock(conn, _BREAKERS, wanted)
             if not found:
                 return None, None
-            now = self._clock()
-            writes: dict[str, bytes] = {}
-            for key in keys:
-                raw = found.get(key)
-                if raw is None:
-                    continue
-                entry = unpack_breaker(raw)
-                if success:
-                    state = breakers.record_success(entry.breaker, entry.policy, now)
-                else:
-                    state = breakers.record_failure(entry.breaker, entry.policy, now)
-                if state != entry.breaker:
-                    found[key] = writes[key] = pack_breaker(BreakerEntry(entry.policy, state))
+            writes = flowstate.outcome_counted(found, keys, success, self._clock())
             return None, self._write(conn, breaker_rows=writes) if writes else None
 
         return self._run(txn_fn)

@@ -9,8 +9,7 @@ from typing import Any
 import msgpack
 
 from ... import codec
-from ...errors import QueueCorrupted
-from ...job import STATES, Job, State
+from ...job import STATES, Job
 from ..types import Claimed
 
 HISTORY_MAX = 10  # the error and worker histories keep the last ten, as on LMDB
@@ -53,48 +52,20 @@ def unpack_key(raw: bytes | None) -> Any:
 
 
 def as_job(row: tuple[Any, ...]) -> Job:
-    """A row in ``FINISHED``'s shape (``LIVE_AS_FINISHED`` for a live one) as a ``Job``. A payload or result
-    that does not decode stays raw bytes, and ``damage`` says why (a snapshot never fails)."""
+    """A row in ``FINISHED``'s shape (``LIVE_AS_FINISHED`` for a live one) as a ``Job``
+    (``codec.job_from_stored``: a payload or result that does not decode stays raw bytes, and ``damage``
+    says why)."""
     (job_id, state_code, queue, name, priority, ready_us, retries, max_retries, attempts, enqueued_us,
      started_us, lease_us, _token, _claim, timeout, partition_key, payload, worker_ids, error_types,
      error_msgs, error, error_type, traceback, finished_us, result) = row  # fmt: skip
-    state = STATES[state_code]
-    damage: list[str] = []
-
-    def decoded(raw: bytes | None, what: str) -> Any:
-        if raw is None:
-            return None
-        try:
-            return codec.unpack_stored(raw, job_id, what)
-        except QueueCorrupted as exc:
-            damage.append(str(exc))
-            return bytes(raw)
-
-    return Job(
-        job_id=job_id,
-        state=state,
-        queue=queue,
-        name=name,
-        priority=priority,
-        payload=decoded(payload, "payload"),
-        result=decoded(result, "result"),
-        retries=retries,
-        max_retries=max_retries,
-        error=error,
-        error_type=error_type,
-        traceback=traceback,
-        enqueued_at=enqueued_us / 1_000_000,
-        started_at=seconds(started_us),
-        finished_at=seconds(finished_us),
-        eta=seconds(ready_us) if state is State.SCHEDULED else None,
-        attempts=attempts or 0,
-        timeout=timeout,
-        partition_key=unpack_key(partition_key),
-        lease_until=seconds(lease_us) if state is State.RUNNING else None,
-        worker_ids=tuple(worker_ids or ()),
+    return codec.job_from_stored(
+        job_id, STATES[state_code], queue=queue, name=name, priority=priority, payload=payload,
+        result=result, retries=retries, max_retries=max_retries, error=error, error_type=error_type,
+        traceback=traceback, enqueued_us=enqueued_us, started_us=started_us, finished_us=finished_us,
+        ready_us=ready_us, lease_us=lease_us, attempts=attempts, timeout=timeout,
+        partition_key=unpack_key(partition_key), worker_ids=worker_ids,
         errors=tuple(zip(error_types or (), error_msgs or (), strict=False)),
-        damage="; ".join(damage) or None,
-    )
+    )  # fmt: skip
 
 
 # The columns a claim returns, in this order (``as_claimed``).

@@ -1,0 +1,261 @@
+"""A shard's claims: pending jobs become running under a claim token and a lease. ``peek`` reads what a claim
+would take, ``claim_many`` takes the next jobs of a shard in claim order (promoting its due scheduled jobs
+first, in the same transaction), ``claim_job`` takes one given job. Each claim is one write transaction;
+a job met on the way whose record or payload does not decode is quarantined (``quarantine.py``).
+
+``Shard`` binds ``claim_many`` and ``claim_job`` as its own methods (no call in between: they are the hot
+path), and ``peek`` likewise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ... import codec
+from ...errors import QueueCorrupted
+from ..types import Claimed, CorruptedJobQuarantined, Head
+from . import layout, upkeep
+from .access import (
+    ShardDbs,
+    best_ready,
+    index_job,
+    load_payload,
+    load_record,
+    next_eta,
+    queue_heads,
+    store_record,
+    tally,
+    unindex_job,
+)
+from .keys import id_key, micros, ready_key_parts, time_key, time_key_parts
+from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_STATE, PENDING, SCHEDULED
+from .quarantine import quarantine, report
+from .records import as_claimed, mark_running
+
+PROMOTE_BATCH = 1000  # due jobs a claim promotes in its transaction, at most (the rest: the next claim)
+
+
+@dataclass(frozen=True, slots=True)
+class Outranked:
+    """A claim declined: this shard's next job has a lower priority than another shard may hold."""
+
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class AloneNext:
+    """A claim stopped before this job: its lease once expired, so it is claimed alone, not in a batch."""
+
+
+ALONE_NEXT = AloneNext()
+
+
+@dataclass(frozen=True, slots=True)
+class StrayEntry:
+    """Internal: a claim met an index entry without a pending job behind it, dropped it, and must retry."""
+
+    job_id: int
+
+
+def peek(shard: ShardDbs, now: float, queues: Sequence[bytes] | None) -> Head:
+    """Read-only look at this shard: the priority of the job a claim would take, and the earliest ETA."""
+
+    def txn_fn(txn: Any) -> Head:
+        key = best_ready(txn.cursor(db=shard.ready), queues)
+        priority = None if key is None else ready_key_parts(key)[1]
+        return Head(priority, next_eta(shard, txn))
+
+    return shard.env.read(txn_fn)
+
+
+def claim_job(
+    shard: ShardDbs,
+    now: float,
+    job_id: int,
+    lease_time: float,
+    token: bytes,
+    *,
+    scheduled_too: bool = False,
+    worker: str | None = None,
+) -> Claimed | None:
+    """Claim exactly this job if it is still pending (or scheduled, with ``scheduled_too``: it starts
+    now, before its ETA). -> None if it is in another state or gone."""
+    now_us = micros(now)
+    lease_us = micros(now + lease_time)
+
+    def txn_fn(txn: Any) -> Claimed | None:
+        record = load_record(shard, txn, job_id)
+        if record is None or not (
+            record[F_STATE] == PENDING or (scheduled_too and record[F_STATE] == SCHEDULED)
+        ):
+            return None
+        payload = load_payload(shard, txn, job_id, record)
+        if payload is None:
+            return None
+        try:
+            value = codec.unpack_stored(payload, job_id, "payload")
+        except QueueCorrupted as exc:
+            unindex_job(shard, txn, job_id, record)
+            quarantine(shard, txn, job_id, None, record, now_us, str(exc), bad_payload=payload)
+            return None
+        unindex_job(shard, txn, job_id, record)
+        mark_running(record, now_us, lease_us, token, worker)
+        index_job(shard, txn, job_id, record)
+        store_record(shard, txn, job_id, record)
+        return as_claimed(job_id, record, value, False)
+
+    return shard.env.write(txn_fn)
+
+
+def claim_many(
+    shard: ShardDbs,
+    now: float,
+    queues: Sequence[bytes] | None,
+    lease_time: float,
+    token: bytes,
+    min_priority: int | None = None,
+    worker: str | None = None,
+    *,
+    limit: int,
+) -> tuple[list[Claimed], int | None, float | None]:
+    """Take up to ``limit`` next jobs of this shard (pending -> running, a fresh lease and the claim
+    token), in claim order, in ONE transaction; stops before a job below ``min_priority`` (the best
+    priority another shard may hold). -> (the claimed jobs, possibly none; the priority of this shard's
+    next job among ``queues`` after them, None if there is none; the earliest ETA of its scheduled
+    jobs, as ``peek`` gives it): with nothing claimed and a priority, the claim was outranked and the
+    caller looks again. A corrupted job met on the way is quarantined;
+    if it came first, ``CorruptedJobQuarantined`` is raised (the jobs before it are claimed and returned
+    otherwise).
+
+    The jobs of a claim of two or more are marked ``CLAIM_BATCH``: if their lease expires, recovery does
+    not charge them the attempt but marks them ``CLAIM_ALONE_NEXT``, and a claim takes such a job alone
+    (it stops before one that would join others, and after one that came first)."""
+    now_us = micros(now)
+    lease_us = micros(now + lease_time)
+
+    promoted: list[CorruptedJobQuarantined] = []
+
+    def txn_fn(txn: Any) -> tuple[list[Claimed], int | None, float | None] | CorruptedJobQuarantined:
+        claimed: list[Claimed] = []
+        first_record: list[list[Any]] = []  # the first job's record, rewritten if a second one joins
+        # Due scheduled jobs become pending first, in this transaction: a claim never takes a job of
+        # lower priority than one whose ETA has passed (the caller's view of the ETAs may be stale).
+        promoted.clear()
+        sched = txn.cursor(db=shard.sched)
+        if sched.first() and time_key_parts(sched.key())[0] <= now_us:
+            upkeep.promote_in(shard, txn, now_us, PROMOTE_BATCH, promoted)
+        cursor = txn.cursor(db=shard.ready)
+        heads = queue_heads(cursor, queues)  # [order, key, prefix] of each queue's next job
+        while len(claimed) < limit and heads:
+            head = min(heads)
+            key, prefix = head[1], head[2]
+            step = _claim_step(shard, txn, key, now_us, lease_us, token, min_priority, worker, claimed,
+                               first_record)  # fmt: skip
+            alone = False
+            if type(step) is Claimed:
+                claimed.append(step)
+                alone = step.alone
+                if len(claimed) == 2:  # a batch after all: the first job's record says so too
+                    record = first_record[0]
+                    record[F_CLAIM] = CLAIM_BATCH
+                    txn.put(id_key(claimed[0].job_id), layout.pack_record(record), db=shard.jobs)
+            elif step is ALONE_NEXT:
+                break
+            elif isinstance(step, Outranked):
+                _tally_claims(shard, txn, claimed)
+                return claimed, step.priority, next_eta(shard, txn)
+            elif isinstance(step, CorruptedJobQuarantined):
+                if not claimed:
+                    return step
+                break  # keep the claims made before it; what follows is re-read by the next claim
+            # The key is gone (claimed or stray): that queue's next job is the next key of its range.
+            if cursor.set_range(key) and cursor.key().startswith(prefix):
+                following = cursor.key()
+                head[0], head[1] = following[len(prefix) :], following
+            else:
+                heads.remove(head)
+            if alone:
+                break
+        _tally_claims(shard, txn, claimed)
+        return claimed, (ready_key_parts(min(heads)[1])[1] if heads else None), next_eta(shard, txn)
+
+    outcome = shard.env.write(txn_fn)
+    if promoted:
+        report(shard, promoted)
+    if isinstance(outcome, CorruptedJobQuarantined):
+        raise outcome
+    return outcome
+
+
+def _tally_claims(shard: ShardDbs, txn: Any, claimed: list[Claimed]) -> None:
+    """The queue counts after ``claimed`` left pending (one write per queue)."""
+    if not claimed:
+        return
+    queue = claimed[0].queue
+    if len(claimed) == 1 or all(item.queue == queue for item in claimed):
+        tally(shard, txn, queue.encode(), 0, -len(claimed))
+        return
+    changes: dict[str, int] = {}
+    for item in claimed:
+        changes[item.queue] = changes.get(item.queue, 0) + 1
+    for name, count in changes.items():
+        tally(shard, txn, name.encode(), 0, -count)
+
+
+def _claim_step(
+    shard: ShardDbs,
+    txn: Any,
+    key: bytes,
+    now_us: int,
+    lease_us: int,
+    token: bytes,
+    min_priority: int | None,
+    worker: str | None,
+    claimed: list[Claimed] | None = None,
+    first_record: list[list[Any]] | None = None,
+) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | AloneNext:
+    """Claim the job of ready ``key`` in this transaction, unless it is outranked, stray or corrupted.
+    ``claimed``: the jobs this claim took before it (a job to be claimed alone waits for a claim of
+    its own: ``ALONE_NEXT``); the job is marked ``CLAIM_BATCH`` when there are some. The first job's
+    record goes into ``first_record``."""
+    _queue, priority, _ready_us, job_id = ready_key_parts(key)
+    if min_priority is not None and priority < min_priority:
+        return Outranked(priority)
+    id_k = id_key(job_id)
+    raw = txn.get(id_k, db=shard.jobs)
+    if raw is None:
+        return _drop_stray(shard, txn, job_id, key)
+    try:
+        record = layout.unpack_record(raw, job_id)
+    except QueueCorrupted as exc:
+        return quarantine(shard, txn, job_id, key, None, now_us, str(exc))
+    if record[F_STATE] != PENDING:
+        return _drop_stray(shard, txn, job_id, key)
+    payload = load_payload(shard, txn, job_id, record)
+    if payload is None:
+        return quarantine(shard, txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing")
+    try:
+        value = codec.unpack_stored(payload, job_id, "payload")
+    except QueueCorrupted as exc:
+        return quarantine(shard, txn, job_id, key, record, now_us, str(exc), bad_payload=payload)
+    alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
+    if alone and claimed:
+        return ALONE_NEXT
+    # pending -> running, written out (the hot path: what unindex_job() + index_job() do, inlined)
+    txn.delete(key, db=shard.ready)
+    txn.put(time_key(lease_us, job_id), b"", db=shard.lease)
+    mark_running(record, now_us, lease_us, token, worker)
+    if claimed:
+        record[F_CLAIM] = CLAIM_BATCH
+    elif first_record is not None:
+        first_record.append(record)
+    txn.put(id_k, layout.pack_record(record), db=shard.jobs)
+    return as_claimed(job_id, record, value, alone)
+
+
+def _drop_stray(shard: ShardDbs, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
+    """A ready entry whose job is gone or not pending: remove the stray entries, keep the record."""
+    txn.delete(ready_k, db=shard.ready)
+    return StrayEntry(job_id)
