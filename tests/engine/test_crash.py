@@ -144,6 +144,8 @@ def test_kills_at_random_moments_leave_a_consistent_store(
         ready, log = tmp_path / f"ready-{round_}", tmp_path / f"chaos-{round_}"
         process = children.start(procs.chaos, location, str(log), str(ready), round_)
         wait_for(ready.exists, what="the child to open the store")
+        # Some work of each kind first, however slow the machine is today; then a kill at a random moment.
+        wait_for(lambda: _logged(log, "p") >= 3 and _logged(log, "b") >= 1, what="puts and a put_many")  # noqa: B023
         time.sleep(rng.uniform(0.01, 0.2))
         kill(process)
 
@@ -175,6 +177,11 @@ def test_kills_at_random_moments_leave_a_consistent_store(
             purged += sum(q.purge(state) for state in State if state is not State.RUNNING)
             assert q.verify() == []
     assert puts > 20 and batches_logged > 5
+
+
+def _logged(log: Path, kind: str) -> int:
+    """How many lines of ``kind`` (``p`` a put, ``b`` a put_many) the chaos child has logged so far."""
+    return sum(1 for line in read_lines(log) if line[0] == kind)
 
 
 # ------------------------------------------------------------------------------------------ INV-3

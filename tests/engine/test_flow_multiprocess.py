@@ -26,8 +26,9 @@ def test_two_processes_share_one_limit(location: StoreLocation, tmp_path: Path, 
     """flow_limit_shared: two processes calling try_acquire in a tight loop on one key of 1000/s (burst 50)
     for 2 s are granted together at most rate x elapsed + burst, elapsed from the earliest start to the
     latest end, and at least 80% of it (the rate is really usable, by both). On PostgreSQL every take is a
-    transaction over the network: 200/s, which two processes on a loaded 2-core machine still reach."""
-    rate, burst, seconds = (1000 if location.kind == "lmdb" else 200), 50, 2.0
+    transaction over the network: 50/s (burst 10), which two processes reach even on a 2-core machine that
+    runs both test suites (seen there: 57 takes/s per process)."""
+    rate, burst, seconds = (1000, 50, 2.0) if location.kind == "lmdb" else (50, 10, 2.0)
     with opened(location) as q:
         q.set_rate_limit("name:api", f"{rate}/s", burst=burst)
         go = tmp_path / "go"

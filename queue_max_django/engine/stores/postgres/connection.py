@@ -35,10 +35,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
-from ...errors import ConfigurationError, StoreError, StoreUnavailable
+from ...errors import ConfigurationError, QueueClosed, StoreError, StoreUnavailable
 from ...forks import fork_generation
 
 RECONNECT_DELAYS = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)  # seconds before each try to reconnect, then the last
@@ -202,23 +202,25 @@ class Connections:
         (``drop``: it is one of this store's) so that the next operation reconnects."""
         try:
             yield
-        except self.errors as exc:
-            if not getattr(conn, "broken", True) and not conn.closed:
-                # The server answered (a deadlock, a serialization failure, a cancel): the statement was
-                # rolled back and the connection is fine.
-                raise StoreError(
-                    f"the PostgreSQL store at {display_url(self.conninfo)} rolled an operation back: {exc}"
-                ) from exc
-            if drop:
-                self._drop(conn)
-            raise StoreError(
-                f"the PostgreSQL store at {display_url(self.conninfo)} failed during an operation, which may "
-                f"or may not have committed: {exc}"
-            ) from exc
         except self.psycopg.Error as exc:
-            raise StoreError(
-                f"the PostgreSQL store at {display_url(self.conninfo)} refused an operation: {exc}"
-            ) from exc
+            if self._closed:  # close() ended the connection under this operation: the queue's close wins
+                raise QueueClosed("the PostgreSQL store was closed during the operation") from exc
+            self._raise_as_store_error(conn, exc, drop)
+
+    def _raise_as_store_error(self, conn: Any, exc: Exception, drop: bool) -> NoReturn:
+        where = display_url(self.conninfo)
+        if not isinstance(exc, self.errors):
+            raise StoreError(f"the PostgreSQL store at {where} refused an operation: {exc}") from exc
+        if not getattr(conn, "broken", True) and not conn.closed:
+            # The server answered (a deadlock, a serialization failure, a cancel): the statement was rolled
+            # back and the connection is fine.
+            raise StoreError(f"the PostgreSQL store at {where} rolled an operation back: {exc}") from exc
+        if drop:
+            self._drop(conn)
+        raise StoreError(
+            f"the PostgreSQL store at {where} failed during an operation, which may or may not have "
+            f"committed: {exc}"
+        ) from exc
 
     def run(self, fn: Callable[[Any], Any]) -> Any:
         """``fn(conn)`` in one transaction of this thread's connection."""
