@@ -11,13 +11,13 @@ A commit is as durable as the server's ``synchronous_commit`` says (on by defaul
 its WAL is on disk), for every operation; the ``durable`` arguments of the store interface, which ask the
 LMDB store for an fsync, change nothing here.
 
-This module holds the lifecycle, puts, claims and the completion of claimed jobs; ``upkeep.py`` holds
-recovery, promotion, vacuum, purge and the management writes; ``reads.py`` the reads and ``verify``.
+This module holds the lifecycle, puts, claims and the completion of claimed jobs (their SQL is in
+``job_sql.py``); ``upkeep.py`` holds recovery, promotion, vacuum, purge and the management writes;
+``reads.py`` the reads and ``verify``.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,169 +35,17 @@ from ..types import (
     Recovered,
     StoreInfo,
 )
-from . import reads, schema, upkeep
+from . import job_sql, reads, schema, upkeep
 from .clock import ServerClock
 from .connection import PREPARE_THRESHOLD, Connections, display_url
 from .control import PgControl
 from .coordination import PgCoordination
 from .hints import PgHints
-from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED, as_claimed, micros, pack_key
-from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
-from .sql import FOLD_JOURNAL, appended, notify_if, slot, tally
-
-
-def _enqueue_sql(journal: bool) -> str:
-    return f"""
-WITH p AS (SELECT payload, n FROM unnest(%(payloads)s::bytea[]) WITH ORDINALITY AS t(payload, n)),
-ids AS (SELECT nextval('qm_job_ids') AS id FROM generate_series(1, %(count)s)),
-ranked AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM ids),
-lead AS (SELECT CASE WHEN %(state)s = {PENDING}
-    THEN NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND queue = %(queue)s
-                     AND priority >= %(priority)s)
-    ELSE NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {SCHEDULED} AND ready_us <= %(ready)s) END AS yes),
-ins AS (
-    INSERT INTO qm_jobs (id, state, queue, name, priority, ready_us, max_retries, enqueued_us, timeout,
-                         partition_key, payload)
-    SELECT r.id, %(state)s, %(queue)s, %(name)s, %(priority)s, %(ready)s, %(max_retries)s, %(now)s,
-           %(timeout)s, %(partition_key)s, p.payload
-    FROM p JOIN ranked r USING (n)
-    RETURNING id, queue),
-{tally(("ins", "%(state)s", 1), ("ins", str(TOTAL), 1), journal=journal)}
-SELECT (SELECT array_agg(id ORDER BY id) FROM ins), {notify_if("(SELECT yes FROM lead)")},
-       (SELECT yes FROM lead)
-"""
-
+from .rows import as_claimed, micros, pack_key
+from .schema import PENDING, RUNNING, SCHEDULED
+from .sql import FOLD_JOURNAL, slot
 
 VACUUM_CHECK_INTERVAL = 30.0  # seconds between maintain()'s looks at the dead rows of the churned tables
-
-_ENQUEUE = _enqueue_sql(journal=False)
-_ENQUEUE_JOINED = _enqueue_sql(journal=True)  # in the caller's transaction
-
-_UNIQUE = "INSERT INTO qm_unique (key, job_id, used_us) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING RETURNING 1"
-
-_WORKERS = (
-    f"CASE WHEN %(worker)s::text IS NULL THEN j.worker_ids ELSE {appended('j.worker_ids', '%(worker)s')} END"
-)
-
-_CLAIM = f"""
-WITH picked AS (
-    SELECT id, claim, priority, ready_us FROM qm_jobs
-    WHERE state = {PENDING} @QUEUES@
-      @MIN_PRIORITY@
-    ORDER BY priority DESC, ready_us, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
-ordered AS (SELECT id, claim, row_number() OVER (ORDER BY priority DESC, ready_us, id) AS rn FROM picked),
-cut AS (SELECT coalesce(min(rn) FILTER (WHERE claim = {CLAIM_ALONE_NEXT} AND rn > 1), 2147483647) AS stop,
-               coalesce(bool_or(claim = {CLAIM_ALONE_NEXT} AND rn = 1), false) AS alone FROM ordered),
-chosen AS (SELECT id, rn FROM ordered, cut WHERE CASE WHEN cut.alone THEN rn = 1 ELSE rn < cut.stop END),
-many AS (SELECT count(*) > 1 AS yes FROM chosen),
-upd AS (
-    UPDATE qm_jobs j SET state = {RUNNING}, started_us = %(now)s, lease_us = %(lease)s, token = %(token)s,
-        attempts = j.attempts + 1, worker_ids = {_WORKERS},
-        claim = CASE WHEN (SELECT yes FROM many) THEN {CLAIM_BATCH} ELSE NULL END
-    FROM chosen WHERE j.id = chosen.id
-    RETURNING {", ".join("j." + c.strip() for c in CLAIMED.split(","))}, chosen.rn, j.claim AS was),
-{tally(("upd", str(PENDING), -1), ("upd", str(RUNNING), 1))},
-head AS (SELECT max(priority) AS priority FROM qm_jobs
-    WHERE state = {PENDING} @QUEUES@
-      AND id <> ALL (SELECT id FROM chosen)),
-eta AS (SELECT min(ready_us) AS ready_us FROM qm_jobs WHERE state = {SCHEDULED})
-SELECT (SELECT priority FROM head), (SELECT ready_us FROM eta), (SELECT alone FROM cut), upd.*
-FROM (SELECT 1) one LEFT JOIN upd ON true ORDER BY upd.rn
-"""
-
-_HEAD = f"""
-SELECT (SELECT max(priority) FROM qm_jobs WHERE state = {PENDING}
-        @QUEUES@),
-       (SELECT min(ready_us) FROM qm_jobs WHERE state = {SCHEDULED})
-"""
-
-_CLAIM_JOB = f"""
-WITH old AS (SELECT id, state, queue FROM qm_jobs WHERE id = %(id)s AND state = ANY(%(states)s) FOR UPDATE),
-upd AS (
-    UPDATE qm_jobs j SET state = {RUNNING}, started_us = %(now)s, lease_us = %(lease)s, token = %(token)s,
-        attempts = j.attempts + 1, worker_ids = {_WORKERS}, claim = NULL
-    FROM old WHERE j.id = old.id
-    RETURNING {", ".join("j." + c.strip() for c in CLAIMED.split(","))}, old.state AS was),
-{tally(("upd", "was", -1), ("upd", str(RUNNING), 1))}
-SELECT * FROM upd
-"""
-
-_HEARTBEAT = (
-    f"UPDATE qm_jobs SET lease_us = %s WHERE id = %s AND state = {RUNNING} AND token = %s RETURNING lease_us"
-)
-
-_COMPLETE = f"""
-WITH items AS (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bytea[], %(results)s::bytea[])
-               AS t(id, token, result)),
-gone AS (
-    DELETE FROM qm_jobs j USING items i WHERE j.id = i.id AND j.state = {RUNNING} AND j.token = i.token
-    RETURNING j.*, i.result),
-ins AS (
-    INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
-        started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
-        error_msgs, error, error_type, traceback)
-    SELECT id, {DONE}, queue, name, priority, retries, max_retries, attempts, enqueued_us, started_us,
-        %(now)s, timeout, partition_key, payload, result, worker_ids, error_types, error_msgs,
-        NULL, NULL, NULL
-    FROM gone RETURNING id, queue),
-{tally(("ins", str(RUNNING), -1), ("ins", str(DONE), 1))}
-SELECT array_agg(id) FROM ins
-"""
-
-_RETRY = f"""
-WITH upd AS (
-    UPDATE qm_jobs j SET state = %(state)s, ready_us = %(ready)s, retries = j.retries + 1, token = NULL,
-        lease_us = NULL, error = %(error)s, error_type = %(error_type)s, traceback = %(traceback)s,
-        error_types = {appended("j.error_types", "%(error_type)s")},
-        error_msgs = {appended("j.error_msgs", "%(error)s")}
-    WHERE j.id = %(id)s AND j.state = {RUNNING} AND j.token = %(token)s
-    RETURNING j.id, j.queue),
-{tally(("upd", str(RUNNING), -1), ("upd", "%(state)s", 1))}
-SELECT (SELECT id FROM upd), {notify_if("EXISTS (SELECT 1 FROM upd)")}
-"""
-
-_DEAD = f"""
-WITH gone AS (
-    DELETE FROM qm_jobs j WHERE j.id = %(id)s AND j.state = {RUNNING} AND j.token = %(token)s RETURNING j.*),
-ins AS (
-    INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
-        started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
-        error_msgs, error, error_type, traceback)
-    SELECT id, {FAILED}, queue, name, priority, retries + 1, max_retries, attempts, enqueued_us, started_us,
-        %(now)s, timeout, partition_key, payload, NULL, worker_ids,
-        {appended("error_types", "%(error_type)s")}, {appended("error_msgs", "%(error)s")},
-        %(error)s, %(error_type)s, %(traceback)s
-    FROM gone RETURNING id, queue),
-{tally(("ins", str(RUNNING), -1), ("ins", str(FAILED), 1))}
-SELECT (SELECT id FROM ins)
-"""
-
-_RELEASE = f"""
-WITH upd AS (
-    UPDATE qm_jobs j SET state = {PENDING}, token = NULL, lease_us = NULL, started_us = NULL,
-        attempts = greatest(coalesce(j.attempts, 1) - 1, 0)
-    WHERE j.id = %(id)s AND j.state = {RUNNING} AND j.token = %(token)s RETURNING j.id, j.queue),
-{tally(("upd", str(RUNNING), -1), ("upd", str(PENDING), 1))}
-SELECT (SELECT id FROM upd), {notify_if("EXISTS (SELECT 1 FROM upd)")}
-"""
-
-_ADMISSIBLE = f"""
-SELECT b.id, b.priority, b.ready_us, b.queue, b.name,
-       (SELECT min(ready_us) FROM qm_jobs WHERE state = {SCHEDULED})
-FROM (SELECT 1) one LEFT JOIN LATERAL (
-    SELECT id, priority, ready_us, queue, name FROM qm_jobs
-    WHERE state = {PENDING} @QUEUES@
-      AND queue <> ALL (%(skip_queues)s::text[]) AND coalesce(name, '') <> ALL (%(skip_names)s::text[])
-    ORDER BY priority DESC, ready_us, id LIMIT 1) b ON true
-"""
-
-
-@functools.cache
-def _variant(sql: str, filtered: bool, floor: bool = False) -> str:
-    """``sql`` with or without its queue filter and priority floor: separate statements, so that each has
-    a plan of its own that uses the right index (a generic plan for "no filter, or this filter" would not)."""
-    sql = sql.replace("@QUEUES@", "AND queue = ANY(%(queues)s)" if filtered else "")
-    return sql.replace("@MIN_PRIORITY@", "AND priority >= %(min_priority)s" if floor else "")
 
 
 class PostgresStore:
@@ -347,7 +195,7 @@ class PostgresStore:
             if not payloads:
                 continue
             key = batch.unique_key
-            if key is not None and conn.execute(_UNIQUE, (key, now_us)).fetchone() is None:
+            if key is not None and conn.execute(job_sql.UNIQUE, (key, now_us)).fetchone() is None:
                 batch.unique_hit = True  # seen: the earlier job's id, nothing written
                 ids.append(conn.execute("SELECT job_id FROM qm_unique WHERE key = %s", (key,)).fetchone()[0])
                 continue
@@ -365,7 +213,9 @@ class PostgresStore:
                 max_retries=spec.max_retries, now=now_us, timeout=spec.timeout,
                 partition_key=pack_key(spec.partition_key),
             )  # fmt: skip
-            new, _sent, lead = conn.execute(_ENQUEUE_JOINED if joined else _ENQUEUE, params).fetchone()
+            new, _sent, lead = conn.execute(
+                job_sql.ENQUEUE_JOINED if joined else job_sql.ENQUEUE, params
+            ).fetchone()
             if lead:
                 self.hints.local()
             if key is not None:
@@ -389,7 +239,7 @@ class PostgresStore:
     # ------------------------------------------------------------------ claims
 
     def head(self, shard: int, now: float, queues: tuple[str, ...] | None) -> Head:
-        sql = _variant(_HEAD, queues is not None)
+        sql = job_sql.variant(job_sql.HEAD, queues is not None)
         priority, eta_us = self.one(sql, {"queues": None if queues is None else list(queues)})
         return Head(priority, None if eta_us is None else eta_us / 1_000_000)
 
@@ -409,7 +259,7 @@ class PostgresStore:
         params = self.params(queues=None if queues is None else list(queues), min_priority=min_priority,
                               limit=limit, now=micros(now), lease=micros(now + lease_time), token=token,
                               worker=worker)  # fmt: skip
-        sql = _variant(_CLAIM, queues is not None, min_priority is not None)
+        sql = job_sql.variant(job_sql.CLAIM, queues is not None, min_priority is not None)
         conn = self.db.connection()
         with self.db.guard(conn):
             # Due scheduled jobs become pending first (a claim never passes over a job whose ETA passed
@@ -442,7 +292,7 @@ class PostgresStore:
         if broken is not None:
             upkeep.quarantine(self, micros(now), *broken)
             for job_id in back:
-                self.one(_RELEASE, self.params(id=job_id, token=token))
+                self.one(job_sql.RELEASE, self.params(id=job_id, token=token))
             if back:
                 self.hints.local()
             if not claimed:
@@ -461,7 +311,7 @@ class PostgresStore:
         states = [PENDING, SCHEDULED] if scheduled_too else [PENDING]
         params = self.params(id=job_id, states=states, now=micros(now), lease=micros(now + lease_time),
                               token=token, worker=worker)  # fmt: skip
-        row = self.one(_CLAIM_JOB, params)
+        row = self.one(job_sql.CLAIM_JOB, params)
         if row is None:
             return None
         try:
@@ -480,7 +330,7 @@ class PostgresStore:
     ) -> tuple[Candidate | None, float | None]:
         params = {"queues": None if queues is None else list(queues), "skip_queues": list(skip_queues),
                   "skip_names": list(skip_names)}  # fmt: skip
-        sql = _variant(_ADMISSIBLE, queues is not None)
+        sql = job_sql.variant(job_sql.ADMISSIBLE, queues is not None)
         job_id, priority, ready_us, queue, name, eta_us = self.one(sql, params)
         eta = None if eta_us is None else eta_us / 1_000_000
         if job_id is None:
@@ -494,7 +344,7 @@ class PostgresStore:
 
     def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> float:
         lease_us = micros(now + lease_time)
-        if self.one(_HEARTBEAT, (lease_us, job_id, token)) is None:
+        if self.one(job_sql.HEARTBEAT, (lease_us, job_id, token)) is None:
             raise self._not_held(job_id, token)
         return lease_us / 1_000_000
 
@@ -510,7 +360,7 @@ class PostgresStore:
         held (the others are done)."""
         params = self.params(ids=[item[0] for item in items], tokens=[item[1] for item in items],
                               results=[item[2] for item in items], now=micros(now))  # fmt: skip
-        done = self.one(_COMPLETE, params)[0]
+        done = self.one(job_sql.COMPLETE, params)[0]
         finished = set(done or ())
         return {
             job_id: str(self._not_held(job_id, token)) for job_id, token, _ in items if job_id not in finished
@@ -531,13 +381,13 @@ class PostgresStore:
                               traceback=traceback)  # fmt: skip
         if retry_at is None:
             state = State.FAILED
-            done = self.one(_DEAD, params)[0]
+            done = self.one(job_sql.DEAD, params)[0]
         else:
             retry_us = micros(retry_at)
             scheduled = retry_us > now_us
             state = State.SCHEDULED if scheduled else State.PENDING
             params.update(state=SCHEDULED if scheduled else PENDING, ready=retry_us if scheduled else now_us)
-            done = self.one(_RETRY, params)[0]
+            done = self.one(job_sql.RETRY, params)[0]
             if done is not None:
                 self.hints.local()
         if done is None:
@@ -545,7 +395,7 @@ class PostgresStore:
         return state
 
     def release(self, now: float, job_id: int, token: bytes) -> None:
-        if self.one(_RELEASE, self.params(id=job_id, token=token))[0] is None:
+        if self.one(job_sql.RELEASE, self.params(id=job_id, token=token))[0] is None:
             raise self._not_held(job_id, token)
         self.hints.local()
 

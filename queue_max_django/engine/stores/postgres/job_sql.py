@@ -1,0 +1,163 @@
+"""The SQL of a job's life on the PostgreSQL store: the statements ``store.py`` runs to put, claim, renew,
+complete, retry, fail and release jobs. Each moves rows and changes their counters (``sql.tally``) in one
+statement, data-modifying CTEs doing the work; ``variant`` makes the queue-filtered forms."""
+
+from __future__ import annotations
+
+import functools
+
+from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED
+from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
+from .sql import appended, notify_if, tally
+
+
+def _enqueue_sql(journal: bool) -> str:
+    return f"""
+WITH p AS (SELECT payload, n FROM unnest(%(payloads)s::bytea[]) WITH ORDINALITY AS t(payload, n)),
+ids AS (SELECT nextval('qm_job_ids') AS id FROM generate_series(1, %(count)s)),
+ranked AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM ids),
+lead AS (SELECT CASE WHEN %(state)s = {PENDING}
+    THEN NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND queue = %(queue)s
+                     AND priority >= %(priority)s)
+    ELSE NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {SCHEDULED} AND ready_us <= %(ready)s) END AS yes),
+ins AS (
+    INSERT INTO qm_jobs (id, state, queue, name, priority, ready_us, max_retries, enqueued_us, timeout,
+                         partition_key, payload)
+    SELECT r.id, %(state)s, %(queue)s, %(name)s, %(priority)s, %(ready)s, %(max_retries)s, %(now)s,
+           %(timeout)s, %(partition_key)s, p.payload
+    FROM p JOIN ranked r USING (n)
+    RETURNING id, queue),
+{tally(("ins", "%(state)s", 1), ("ins", str(TOTAL), 1), journal=journal)}
+SELECT (SELECT array_agg(id ORDER BY id) FROM ins), {notify_if("(SELECT yes FROM lead)")},
+       (SELECT yes FROM lead)
+"""
+
+
+ENQUEUE = _enqueue_sql(journal=False)
+ENQUEUE_JOINED = _enqueue_sql(journal=True)  # in the caller's transaction
+
+UNIQUE = "INSERT INTO qm_unique (key, job_id, used_us) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING RETURNING 1"
+
+WORKERS = (
+    f"CASE WHEN %(worker)s::text IS NULL THEN j.worker_ids ELSE {appended('j.worker_ids', '%(worker)s')} END"
+)
+
+CLAIM = f"""
+WITH picked AS (
+    SELECT id, claim, priority, ready_us FROM qm_jobs
+    WHERE state = {PENDING} @QUEUES@
+      @MIN_PRIORITY@
+    ORDER BY priority DESC, ready_us, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
+ordered AS (SELECT id, claim, row_number() OVER (ORDER BY priority DESC, ready_us, id) AS rn FROM picked),
+cut AS (SELECT coalesce(min(rn) FILTER (WHERE claim = {CLAIM_ALONE_NEXT} AND rn > 1), 2147483647) AS stop,
+               coalesce(bool_or(claim = {CLAIM_ALONE_NEXT} AND rn = 1), false) AS alone FROM ordered),
+chosen AS (SELECT id, rn FROM ordered, cut WHERE CASE WHEN cut.alone THEN rn = 1 ELSE rn < cut.stop END),
+many AS (SELECT count(*) > 1 AS yes FROM chosen),
+upd AS (
+    UPDATE qm_jobs j SET state = {RUNNING}, started_us = %(now)s, lease_us = %(lease)s, token = %(token)s,
+        attempts = j.attempts + 1, worker_ids = {WORKERS},
+        claim = CASE WHEN (SELECT yes FROM many) THEN {CLAIM_BATCH} ELSE NULL END
+    FROM chosen WHERE j.id = chosen.id
+    RETURNING {", ".join("j." + c.strip() for c in CLAIMED.split(","))}, chosen.rn, j.claim AS was),
+{tally(("upd", str(PENDING), -1), ("upd", str(RUNNING), 1))},
+head AS (SELECT max(priority) AS priority FROM qm_jobs
+    WHERE state = {PENDING} @QUEUES@
+      AND id <> ALL (SELECT id FROM chosen)),
+eta AS (SELECT min(ready_us) AS ready_us FROM qm_jobs WHERE state = {SCHEDULED})
+SELECT (SELECT priority FROM head), (SELECT ready_us FROM eta), (SELECT alone FROM cut), upd.*
+FROM (SELECT 1) one LEFT JOIN upd ON true ORDER BY upd.rn
+"""
+
+HEAD = f"""
+SELECT (SELECT max(priority) FROM qm_jobs WHERE state = {PENDING}
+        @QUEUES@),
+       (SELECT min(ready_us) FROM qm_jobs WHERE state = {SCHEDULED})
+"""
+
+CLAIM_JOB = f"""
+WITH old AS (SELECT id, state, queue FROM qm_jobs WHERE id = %(id)s AND state = ANY(%(states)s) FOR UPDATE),
+upd AS (
+    UPDATE qm_jobs j SET state = {RUNNING}, started_us = %(now)s, lease_us = %(lease)s, token = %(token)s,
+        attempts = j.attempts + 1, worker_ids = {WORKERS}, claim = NULL
+    FROM old WHERE j.id = old.id
+    RETURNING {", ".join("j." + c.strip() for c in CLAIMED.split(","))}, old.state AS was),
+{tally(("upd", "was", -1), ("upd", str(RUNNING), 1))}
+SELECT * FROM upd
+"""
+
+HEARTBEAT = (
+    f"UPDATE qm_jobs SET lease_us = %s WHERE id = %s AND state = {RUNNING} AND token = %s RETURNING lease_us"
+)
+
+COMPLETE = f"""
+WITH items AS (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bytea[], %(results)s::bytea[])
+               AS t(id, token, result)),
+gone AS (
+    DELETE FROM qm_jobs j USING items i WHERE j.id = i.id AND j.state = {RUNNING} AND j.token = i.token
+    RETURNING j.*, i.result),
+ins AS (
+    INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
+        started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
+        error_msgs, error, error_type, traceback)
+    SELECT id, {DONE}, queue, name, priority, retries, max_retries, attempts, enqueued_us, started_us,
+        %(now)s, timeout, partition_key, payload, result, worker_ids, error_types, error_msgs,
+        NULL, NULL, NULL
+    FROM gone RETURNING id, queue),
+{tally(("ins", str(RUNNING), -1), ("ins", str(DONE), 1))}
+SELECT array_agg(id) FROM ins
+"""
+
+RETRY = f"""
+WITH upd AS (
+    UPDATE qm_jobs j SET state = %(state)s, ready_us = %(ready)s, retries = j.retries + 1, token = NULL,
+        lease_us = NULL, error = %(error)s, error_type = %(error_type)s, traceback = %(traceback)s,
+        error_types = {appended("j.error_types", "%(error_type)s")},
+        error_msgs = {appended("j.error_msgs", "%(error)s")}
+    WHERE j.id = %(id)s AND j.state = {RUNNING} AND j.token = %(token)s
+    RETURNING j.id, j.queue),
+{tally(("upd", str(RUNNING), -1), ("upd", "%(state)s", 1))}
+SELECT (SELECT id FROM upd), {notify_if("EXISTS (SELECT 1 FROM upd)")}
+"""
+
+DEAD = f"""
+WITH gone AS (
+    DELETE FROM qm_jobs j WHERE j.id = %(id)s AND j.state = {RUNNING} AND j.token = %(token)s RETURNING j.*),
+ins AS (
+    INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
+        started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
+        error_msgs, error, error_type, traceback)
+    SELECT id, {FAILED}, queue, name, priority, retries + 1, max_retries, attempts, enqueued_us, started_us,
+        %(now)s, timeout, partition_key, payload, NULL, worker_ids,
+        {appended("error_types", "%(error_type)s")}, {appended("error_msgs", "%(error)s")},
+        %(error)s, %(error_type)s, %(traceback)s
+    FROM gone RETURNING id, queue),
+{tally(("ins", str(RUNNING), -1), ("ins", str(FAILED), 1))}
+SELECT (SELECT id FROM ins)
+"""
+
+RELEASE = f"""
+WITH upd AS (
+    UPDATE qm_jobs j SET state = {PENDING}, token = NULL, lease_us = NULL, started_us = NULL,
+        attempts = greatest(coalesce(j.attempts, 1) - 1, 0)
+    WHERE j.id = %(id)s AND j.state = {RUNNING} AND j.token = %(token)s RETURNING j.id, j.queue),
+{tally(("upd", str(RUNNING), -1), ("upd", str(PENDING), 1))}
+SELECT (SELECT id FROM upd), {notify_if("EXISTS (SELECT 1 FROM upd)")}
+"""
+
+ADMISSIBLE = f"""
+SELECT b.id, b.priority, b.ready_us, b.queue, b.name,
+       (SELECT min(ready_us) FROM qm_jobs WHERE state = {SCHEDULED})
+FROM (SELECT 1) one LEFT JOIN LATERAL (
+    SELECT id, priority, ready_us, queue, name FROM qm_jobs
+    WHERE state = {PENDING} @QUEUES@
+      AND queue <> ALL (%(skip_queues)s::text[]) AND coalesce(name, '') <> ALL (%(skip_names)s::text[])
+    ORDER BY priority DESC, ready_us, id LIMIT 1) b ON true
+"""
+
+
+@functools.cache
+def variant(sql: str, filtered: bool, floor: bool = False) -> str:
+    """``sql`` with or without its queue filter and priority floor: separate statements, so that each has
+    a plan of its own that uses the right index (a generic plan for "no filter, or this filter" would not)."""
+    sql = sql.replace("@QUEUES@", "AND queue = ANY(%(queues)s)" if filtered else "")
+    return sql.replace("@MIN_PRIORITY@", "AND priority >= %(min_priority)s" if floor else "")
