@@ -3,8 +3,8 @@ otherwise deploy on several machines: procrastinate, pgqueuer and django-tasks-d
 RQ on Redis. One run, one machine, each system with its own worker command and 2 worker processes, one
 no-op task (issue 17).
 
-    uv run --group bench python benchmarks/peers_postgres.py --quick            # ~2-3 minutes
-    uv run --group bench python benchmarks/peers_postgres.py --json out.json    # the full run, ~10 minutes
+    uv run --group bench python benchmarks/peers_postgres.py --quick            # ~3-6 min, busy 2-core VM
+    uv run --group bench python benchmarks/peers_postgres.py --json out.json    # the full run, ~25 minutes
     uv run --group bench python benchmarks/peers_postgres.py --only ours_pg,pgqueuer --quick
 
 Each PostgreSQL system gets a fresh database on the server of ``--url`` (``CREATE DATABASE qm_peer_<name>``,
