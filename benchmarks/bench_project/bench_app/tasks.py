@@ -17,6 +17,12 @@ def noop() -> None:
     return None
 
 
+@task
+def noop_each(item: int) -> None:
+    """The no-op for ``.map()`` (one job per item): the batched enqueue of benchmarks/peers_postgres.py."""
+    return None
+
+
 @django_task()
 def tasks_noop() -> None:
     return None
