@@ -162,6 +162,33 @@ def test_a_put_through_the_caller_s_connection_commits_and_rolls_back_with_it(pg
         consumer.close()
 
 
+def _prepared(conn: object) -> int:
+    return int(conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0])  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("pooled", [False, True], ids=["direct", "transaction-pooled"])
+def test_a_put_on_a_client_binding_caller_connection_is_prepared_unless_pooled(
+    pg_url: str, pooled: bool
+) -> None:
+    """Django's connection binds parameters on the client (``ClientCursor``): a put in its transaction runs
+    on a cursor that binds on the server, prepared there, so the server does not plan the put's statement
+    again for every job; behind a transaction pooler (``prepare_threshold=None``) nothing is prepared."""
+    import psycopg
+
+    store = PostgresStore.open(pg_url, listen=False, prepare_threshold=None if pooled else 5)
+    q = Queue(store, do_recover=False, do_vacuum=False)  # type: ignore[arg-type]
+    caller = psycopg.connect(pg_url, cursor_factory=psycopg.ClientCursor)
+    try:
+        for n in range(3):
+            with caller.transaction():
+                q.put(n, connection=caller)
+        assert _prepared(caller) == (0 if pooled else 1)
+        assert q.stats()["pending"] == 3
+    finally:
+        caller.close()
+        q.close()
+
+
 @pytest.mark.parametrize("call", ["put", "put_many"])
 def test_the_lmdb_store_refuses_the_caller_s_connection(tmp_path: Path, pg_url: str, call: str) -> None:
     caller = pgserver.connect(pg_url)
