@@ -48,6 +48,7 @@ POLL = 0.25  # a worker thread waiting for a job re-checks whether to stop at le
 BATCH_MAX = 64
 BATCH_SECONDS = 0.02
 ACK_EVERY = 0.05
+ACK_RETRY_DELAYS = (0.1, 0.5, 2.0)  # seconds before each new try of a batch of acknowledgements that failed
 STORE_RETRY = 1.0  # seconds a worker thread waits after the store failed before it claims again
 # A claim that failed (a store error, or QueueCorrupted: a broken record moved aside): the thread waits
 # CLAIM_BACKOFF_MIN, twice as long after each further failure in a row, at most STORE_RETRY, and from the
@@ -364,20 +365,38 @@ class WorkerProcess:
         return self.queue.events.batch() if quiet else contextlib.nullcontext()
 
     def _flush(self, acks: list[tuple[Record, Any]], held: list[Record]) -> None:
-        """Acknowledge the successes waiting in ``acks`` (one transaction per shard)."""
+        """Acknowledge the successes waiting in ``acks`` (one transaction per shard). When the store fails
+        (a lost connection), try again after ``ACK_RETRY_DELAYS``: a batch that did commit before its answer
+        was lost comes back as jobs not held (skipped), so a retry never completes a job twice. If every try
+        fails, give the jobs up: their leases are no longer renewed, so they expire and the jobs run again
+        (at-least-once), instead of staying running for as long as this process lives."""
+        abandoned: set[int] = set()
         if acks:
-            try:
-                skipped = self.queue.ack_many(acks)
-            except QueueError:
-                logger.exception("worker %s: acknowledging %d job(s) failed", self.worker_id, len(acks))
-                skipped = {}
-            for job_id, why in skipped.items():
+            skipped: dict[int, str] | None = None
+            for attempt, delay in enumerate((*ACK_RETRY_DELAYS, None)):
+                try:
+                    skipped = self.queue.ack_many(acks)
+                    break
+                except QueueError as exc:
+                    if delay is None:
+                        logger.exception(
+                            "worker %s: acknowledging %d job(s) failed %d times; they run again when their "
+                            "leases expire", self.worker_id, len(acks), attempt + 1,
+                        )  # fmt: skip
+                        abandoned = {id(record) for record, _result in acks}
+                    else:
+                        logger.warning(
+                            "worker %s: acknowledging %d job(s) failed (%s: %s); trying again in %g s",
+                            self.worker_id, len(acks), type(exc).__name__, exc, delay,
+                        )  # fmt: skip
+                        time.sleep(delay)
+            for job_id, why in (skipped or {}).items():
                 logger.warning(
                     "worker %s: job %s finished but was not acknowledged: %s", self.worker_id, job_id, why
                 )
             acks.clear()
         with self._lock:
-            held[:] = [record for record in held if not record.finished]
+            held[:] = [record for record in held if not record.finished and id(record) not in abandoned]
 
     def _claim(self, size: int) -> list[Record]:
         """Claim up to ``size`` jobs (none if none came within POLL). A claim that fails waits a little

@@ -43,6 +43,10 @@ from ...forks import fork_generation
 
 RECONNECT_DELAYS = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)  # seconds before each try to reconnect, then the last
 CONNECT_TIMEOUT = 10  # seconds
+ENDING_STATES = ("08", "57P")
+"""SQLSTATE prefixes of an error with which the server ends the session (a connection exception; an
+administrator's or a crash's shutdown): the operation may have committed before it came, and the connection
+is gone, however psycopg marks it."""
 PREPARE_THRESHOLD = 5  # psycopg's default: a statement run this often on a connection is prepared
 
 
@@ -211,7 +215,9 @@ class Connections:
         where = display_url(self.conninfo)
         if not isinstance(exc, self.errors):
             raise StoreError(f"the PostgreSQL store at {where} refused an operation: {exc}") from exc
-        if not getattr(conn, "broken", True) and not conn.closed:
+        state = getattr(exc, "sqlstate", None) or ""
+        ending = state.startswith(ENDING_STATES)  # the server said it is ending the session
+        if not ending and not getattr(conn, "broken", True) and not conn.closed:
             # The server answered (a deadlock, a serialization failure, a cancel): the statement was rolled
             # back and the connection is fine.
             raise StoreError(f"the PostgreSQL store at {where} rolled an operation back: {exc}") from exc
