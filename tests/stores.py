@@ -33,9 +33,11 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test marked ``lmdb`` or ``store_neutral`` keeps its LMDB variant only (wherever ``store_kind``
-    comes from: this plugin, or the engine's conftest)."""
+    comes from: this plugin, or the engine's conftest); a PostgreSQL variant is marked ``postgres``."""
     for item in list(items):
         callspec = getattr(item, "callspec", None)
         kind = callspec.params.get("store_kind") if callspec is not None else None
         if kind not in (None, "lmdb") and any(item.get_closest_marker(name) for name in ONE_STORE_MARKERS):
             items.remove(item)
+        elif kind == "postgres":
+            item.add_marker(pytest.mark.postgres)  # it needs a server: ``-m "not postgres"`` leaves it out
