@@ -107,6 +107,17 @@ def connect(url: str) -> Any:
     return _psycopg().connect(url, autocommit=True, connect_timeout=10)
 
 
+def connections_to(url: str, application_name: str = "queue_max") -> int:
+    """The connections to the database of ``url`` whose ``application_name`` is that (the store's own by
+    default), counted on the server (``pg_stat_activity``)."""
+    with contextlib.closing(connect(server().url)) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
+            (dbname_of(url), application_name),
+        ).fetchone()
+    return int(row[0])
+
+
 def database_url(base: str, dbname: str) -> str:
     """``base`` (a URL or a key=value conninfo) naming the database ``dbname`` instead."""
     if re.match(r"postgres(ql)?://", base):

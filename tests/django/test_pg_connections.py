@@ -16,7 +16,7 @@ from django.db import connections
 from queue_max_django import conf, task
 from queue_max_django.worker.options import WorkerOptions
 from queue_max_django.worker.process import WorkerProcess
-from tests.pgserver import connect, dbname_of, server
+from tests.pgserver import connect, connections_to, server
 
 from .pgdjango import ALIAS, alias_settings, database_alias
 
@@ -45,15 +45,6 @@ def breaks() -> None:
     seen.append({"django": connections[ALIAS].connection, "broken": True})
     with connections[ALIAS].cursor() as cursor:
         cursor.execute("SELECT 1")  # raises: the connection is gone
-
-
-def django_connections(url: str) -> int:
-    with contextlib.closing(connect(server().url)) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
-            (dbname_of(url), APP),
-        ).fetchone()
-    return int(row[0])
 
 
 @pytest.fixture
@@ -96,7 +87,7 @@ def test_a_job_gets_a_fresh_django_connection_when_conn_max_age_is_0(store: Any,
     pids = [value(handle) for handle in handles]
     assert len(set(pids)) == 3  # each job its own: the last one was closed after its job, as a request's
     assert all(job["django"].closed and job["store"].closed for job in seen)
-    assert django_connections(pg_url) == 0
+    assert connections_to(pg_url, APP) == 0
 
 
 def test_a_broken_django_connection_does_not_poison_the_next_job(store: Any, pg_url: str) -> None:
@@ -116,4 +107,4 @@ def test_a_broken_django_connection_does_not_poison_the_next_job(store: Any, pg_
     # the worker thread ended: its Django connection and its store connection are closed
     assert all(job["django"].closed for job in seen)
     assert seen[-1]["store"].closed
-    assert django_connections(pg_url) == 0
+    assert connections_to(pg_url, APP) == 0

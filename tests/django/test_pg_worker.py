@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from queue_max_django.engine import Queue, State
-from tests.pgserver import dbname_of, server
+from tests.pgserver import connections_to
 
 from .pgdjango import Worker, sql, wait_for
 from .pgdjango import start_worker as start_worker
@@ -18,23 +18,11 @@ from .pgdjango import start_worker as start_worker
 TASK = "tests.testapp.tasks.add"
 
 
-def store_connections(url: str) -> int:
-    """Connections of the store's own (``application_name`` queue_max) to the database at ``url``."""
-    rows = sql(
-        server().url,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = 'queue_max'",
-        (dbname_of(url),),
-    )
-    return int(rows[0][0])
-
-
 def steady(url: str, expected: int, worker: Worker) -> None:
     """The count reaches ``expected`` and stays there (reading the server's clock opens one briefly)."""
-    wait_for(
-        lambda: store_connections(url) == expected, 30, f"{expected} connections; log:\n{worker.output()}"
-    )
+    wait_for(lambda: connections_to(url) == expected, 30, f"{expected} connections; log:\n{worker.output()}")
     time.sleep(1.0)
-    assert store_connections(url) == expected
+    assert connections_to(url) == expected
 
 
 @pytest.mark.slow
@@ -54,7 +42,7 @@ def test_the_connections_of_a_worker_host(
         wait_for(lambda: queue.stats()["done"] == 20, 30, f"the jobs to run; log:\n{worker.output()}")
         assert [queue.job(job_id).result for job_id in ids] == [2 * n for n in range(20)]  # type: ignore[union-attr]
     assert worker.stop() == 0, worker.output()
-    wait_for(lambda: store_connections(pg_url) == 0, 30, "every connection to close")
+    wait_for(lambda: connections_to(pg_url) == 0, 30, "every connection to close")
 
     scheduled = start_worker(pg_url, "--processes", "1", "--threads", "1", scheduler=True, **env)
     steady(pg_url, (1 + per_process) + 3, scheduled)
@@ -82,4 +70,4 @@ def test_a_worker_on_a_database_without_the_tables_names_migrate(
     worker = start_worker(pg_url, "--processes", "1")
     assert worker.proc.wait(60) == 1
     assert "queue_max_django.E023" in worker.output() and "Run `manage.py migrate`" in worker.output()
-    assert store_connections(pg_url) == 0
+    assert connections_to(pg_url) == 0

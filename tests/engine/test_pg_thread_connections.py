@@ -4,25 +4,15 @@ end, once a thread pool shuts down, and at once for a thread that calls ``Queue.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from queue_max_django.engine import Queue
-from tests.pgserver import connect, dbname_of, server
+from tests.pgserver import connections_to
 
 THREADS = 4
-
-
-def store_connections(url: str) -> int:
-    with contextlib.closing(connect(server().url)) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = 'queue_max'",
-            (dbname_of(url),),
-        ).fetchone()
-    return int(row[0])
 
 
 def settles(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -41,7 +31,7 @@ def quiet_queue(url: str) -> Queue:
 def test_the_connections_of_threads_close_when_the_threads_end(pg_url: str) -> None:
     with quiet_queue(pg_url) as queue:
         queue.stats()  # this thread's connection
-        before = store_connections(pg_url)
+        before = connections_to(pg_url)
         release = threading.Event()
         ready = threading.Barrier(THREADS + 1)
 
@@ -54,12 +44,12 @@ def test_the_connections_of_threads_close_when_the_threads_end(pg_url: str) -> N
         for thread in threads:
             thread.start()
         ready.wait(30)
-        assert store_connections(pg_url) == before + THREADS
+        assert connections_to(pg_url) == before + THREADS
         assert queue._store.db.thread_connections() == 1 + THREADS  # type: ignore[attr-defined]
         release.set()
         for thread in threads:
             thread.join(30)
-        assert settles(lambda: store_connections(pg_url) == before), store_connections(pg_url)
+        assert settles(lambda: connections_to(pg_url) == before), connections_to(pg_url)
         assert queue._store.db.thread_connections() == 1  # type: ignore[attr-defined]
         assert queue.stats()["pending"] == THREADS  # the store goes on, on this thread's connection
 
@@ -67,7 +57,7 @@ def test_the_connections_of_threads_close_when_the_threads_end(pg_url: str) -> N
 def test_a_thread_pool_that_shuts_down_leaves_no_connection(pg_url: str) -> None:
     with quiet_queue(pg_url) as queue:
         queue.stats()
-        before = store_connections(pg_url)
+        before = connections_to(pg_url)
         pool = ThreadPoolExecutor(THREADS)
         barrier = threading.Barrier(
             THREADS
@@ -79,17 +69,17 @@ def test_a_thread_pool_that_shuts_down_leaves_no_connection(pg_url: str) -> None
             return job_id
 
         assert len(set(pool.map(put, range(THREADS)))) == THREADS
-        assert store_connections(pg_url) == before + THREADS
+        assert connections_to(pg_url) == before + THREADS
         pool.shutdown(wait=True)
-        assert settles(lambda: store_connections(pg_url) == before), store_connections(pg_url)
+        assert settles(lambda: connections_to(pg_url) == before), connections_to(pg_url)
 
 
 def test_end_thread_closes_this_threads_connection_at_once(pg_url: str) -> None:
     with quiet_queue(pg_url) as queue:
         queue.stats()
-        before = store_connections(pg_url)
+        before = connections_to(pg_url)
         queue.end_thread()
-        assert settles(lambda: store_connections(pg_url) == before - 1)
+        assert settles(lambda: connections_to(pg_url) == before - 1)
         assert queue.stats()["total"] == 0  # the next operation opens a new one
-        assert store_connections(pg_url) == before
-    assert settles(lambda: store_connections(pg_url) == 0)
+        assert connections_to(pg_url) == before
+    assert settles(lambda: connections_to(pg_url) == 0)

@@ -12,6 +12,7 @@ import pytest
 from queue_max_django.engine import ConfigurationError, Queue, QueueEmpty, State, StoreError
 from queue_max_django.engine.stores.postgres.store import PostgresStore
 from tests import pgserver
+from tests.engine.procs import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -335,7 +336,7 @@ def test_the_store_vacuums_its_hot_table_where_autovacuum_does_not(
             q.stats()
             return _dead_rows(admin, "qm_jobs")[0] >= 800
 
-        wait_until(counted, "the server's statistics")
+        wait_for(counted, 15.0, "the server's statistics")
         before = _dead_rows(admin, "qm_jobs")[1]  # None, or when the test database was last emptied
         store = q._store  # type: ignore[attr-defined]
         store._vacuum_check_due = 0.0  # due now (the maintenance thread looked at start, when nothing was)
@@ -355,10 +356,3 @@ def test_the_store_vacuums_its_hot_table_where_autovacuum_does_not(
         q.close()
         admin.execute("ALTER TABLE qm_jobs RESET (autovacuum_enabled)")
         admin.close()
-
-
-def wait_until(condition: object, what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)

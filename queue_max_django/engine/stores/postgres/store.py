@@ -138,8 +138,9 @@ class PostgresStore:
         conn = self.db.connection()
         with self.db.guard(conn):
             conn.execute(FOLD_JOURNAL)
-            if time.monotonic() >= self._vacuum_check_due:
-                self._vacuum_check_due = time.monotonic() + VACUUM_CHECK_INTERVAL
+            looked = time.monotonic()
+            if looked >= self._vacuum_check_due:
+                self._vacuum_check_due = looked + VACUUM_CHECK_INTERVAL
                 upkeep.vacuum_churned(conn)
         if self.server_clock is not None:
             self.server_clock.maybe_resample()
@@ -174,9 +175,8 @@ class PostgresStore:
             with self.db.guard(connection, drop=False):
                 if len(batches) == 1 and batches[0].unique_key is None:
                     return self._enqueue_on(connection, now, batches, joined=True)
-                with (
-                    connection.transaction()
-                ):  # several statements: all or none (a savepoint in a transaction)
+                # Several statements: all or none (a savepoint inside the caller's transaction).
+                with connection.transaction():
                     return self._enqueue_on(connection, now, batches, joined=True)
         if len(batches) == 1 and batches[0].unique_key is None:
             conn = self.db.connection()  # one statement: its own transaction, one round trip
