@@ -260,6 +260,14 @@ class System:
         self.pg_url, self.redis_url = pg_url, redis_url
         self.env = env_for(pg_url, redis_url)
 
+    def busy_from_sql(self, n: int, sql: str) -> float:
+        """``busy`` read from this system's own records in its database: one row of (jobs done, the first
+        start, the last finish), the times as epochs."""
+        assert self.pg_url
+        done, first, last = pg_one(self.pg_url, sql)
+        first, last = (None if value is None else float(value) for value in (first, last))
+        return busy_from_epochs(n, done, first, last, self.name)
+
     def setup(self) -> None:
         """Create the system's tables (PostgreSQL) or empty its Redis database."""
 
@@ -369,14 +377,12 @@ class Procrastinate(System):
         return [launch(argv, self.env) for _ in range(2)]
 
     def busy(self, n: int) -> float:
-        assert self.pg_url
-        done, first, last = pg_one(
-            self.pg_url,
+        return self.busy_from_sql(
+            n,
             "SELECT count(*) FILTER (WHERE type = 'succeeded'), "
             "extract(epoch FROM min(at) FILTER (WHERE type = 'started')), "
             "extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded')) FROM procrastinate_events",
         )
-        return busy_from_epochs(n, done, float(first), float(last), self.name)
 
 
 class Pgqueuer(System):
@@ -397,14 +403,12 @@ class Pgqueuer(System):
         return [launch(argv, self.env) for _ in range(2)]
 
     def busy(self, n: int) -> float:
-        assert self.pg_url
-        done, first, last = pg_one(
-            self.pg_url,
+        return self.busy_from_sql(
+            n,
             "SELECT count(*) FILTER (WHERE status = 'successful'), "
             "extract(epoch FROM min(created) FILTER (WHERE status = 'picked')), "
             "extract(epoch FROM max(created) FILTER (WHERE status = 'successful')) FROM pgqueuer_log",
         )
-        return busy_from_epochs(n, done, float(first), float(last), self.name)
 
 
 class TasksDb(System):
@@ -419,13 +423,11 @@ class TasksDb(System):
         return [launch([*argv, "--worker-id", f"w{i}"], self.env) for i in range(2)]
 
     def busy(self, n: int) -> float:
-        assert self.pg_url
-        done, first, last = pg_one(
-            self.pg_url,
+        return self.busy_from_sql(
+            n,
             "SELECT count(*), extract(epoch FROM min(started_at)), extract(epoch FROM max(finished_at)) "
             "FROM django_tasks_database_dbtaskresult WHERE status = 'SUCCESSFUL'",
         )
-        return busy_from_epochs(n, done, float(first), float(last), self.name)
 
 
 class RedisSystem(System):
