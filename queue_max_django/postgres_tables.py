@@ -74,11 +74,11 @@ def drop_tables(conn: Any) -> None:
 
 def upgrade_after_migrate(sender: Any, *, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
     """``post_migrate`` of this app: the store's schema in ``using``'s database made current (see above)."""
-    if MIGRATION not in MigrationRecorder(connections[using]).applied_migrations():
-        return  # not migrated there, or just unapplied (``migrate queue_max_django zero``)
     with store_connection(using) as conn:
         if conn is None:
-            return
+            return  # the LMDB store, or another alias: no query at all
+        if MIGRATION not in MigrationRecorder(connections[using]).applied_migrations():
+            return  # not migrated there, or just unapplied (``migrate queue_max_django zero``)
         from .engine.stores.postgres import schema
 
         found = schema.version(conn)
