@@ -167,10 +167,12 @@ def _unknown_task(record: Record, final: bool, clock: Callable[[], float]) -> Ou
         wait = unknown_task_wait(clock() - record.enqueued_at, grace)
     message = unknown_task_message(record.name)
     if wait is None:
+        reason = "its task is not registered in this process"
         if grace and record.name is not None and not final:
             message += f" It waited QUEUE_MAX['UNKNOWN_TASK_GRACE'] ({grace:g} s) for a worker that has it."
+            reason = "no worker had its task within QUEUE_MAX['UNKNOWN_TASK_GRACE']"
         error = TaskNotRegistered(message)
-        return Outcome(record.job_id, record.nack(error, permanent=True), error=error)
+        return Outcome(record.job_id, record.nack(error, permanent=True), error=error, reason=reason)
     record.release(delay=wait)
     error = TaskNotRegistered(message)
     return Outcome(record.job_id, State.SCHEDULED, error=error, reason=f"waits {wait:g} s for its task")
