@@ -175,7 +175,7 @@ def _unknown_task(record: Record, final: bool, clock: Callable[[], float]) -> Ou
         return Outcome(record.job_id, record.nack(error, permanent=True), error=error, reason=reason)
     record.release(delay=wait)
     error = TaskNotRegistered(message)
-    return Outcome(record.job_id, State.SCHEDULED, error=error, reason=f"waits {wait:g} s for its task")
+    return Outcome(record.job_id, State.SCHEDULED, error=error, reason=f"waits {wait:.1f} s for its task")
 
 
 def _failed(

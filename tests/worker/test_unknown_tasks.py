@@ -9,7 +9,7 @@ import pytest
 
 from queue_max_django.engine import State
 
-from .conftest import TASKS, Site
+from .conftest import BOUND, TASKS, Site
 
 pytestmark = pytest.mark.store_neutral  # the engine's release(delay=) is a contract test on both stores
 
@@ -34,9 +34,12 @@ def test_a_job_of_a_task_the_old_worker_lacks_waits_for_the_updated_worker(site:
     assert site.marks("added_later") == []
 
     site.env["QUEUE_MAX_TEST_NEW_CODE"] = "1"  # the workers are updated
+    # it waits as long as it had waited when the old worker gave it back (about the old worker's start-up):
+    # a burst worker that waits for jobs due within a minute runs it
     new = site.run(
-        "--burst", "--burst-wait", "10", "--processes", "1", "--no-scheduler", "--worker-id", "new"
-    )
+        "--burst", "--burst-wait", "60", "--processes", "1", "--no-scheduler", "--worker-id", "new",
+        timeout=2 * BOUND,
+    )  # fmt: skip
 
     assert new.returncode == 0, new.stderr
     assert [value for value, _pid in site.marks("added_later")] == ["7"]
