@@ -127,6 +127,7 @@ class QueueMaxConfig:
     worker: WorkerConfig
     store: str = "lmdb"
     postgres: PostgresConfig | None = None  # with store "postgresql"
+    unknown_task_grace: float = DEFAULTS["UNKNOWN_TASK_GRACE"]  # seconds (runner.unknown_task_wait)
 
 
 def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
@@ -193,6 +194,7 @@ def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
         ),
         store=values["STORE"],
         postgres=postgres,
+        unknown_task_grace=float(values["UNKNOWN_TASK_GRACE"]),
     )
 
 

@@ -104,7 +104,7 @@ def test_stats_prints_a_table_per_state_queue_shard_worker_breaker_and_limit(sto
         "default        3          1        1\n"
         "mail           1          0        0\n"
         "\n"
-        "Workers (1 live)\n"
+        "Workers (1 live; figures as of each one's last heartbeat)\n"
         "WORKER   PID  HOST  THREADS  QUEUES        RUNNING  PROCESSED  FAILED  STARTED (UTC)        "
         "LAST HEARTBEAT (UTC)\n"
         f"w-1     4242  box         4  default,mail        1          7       1  2023-11-14 22:13:20  "
@@ -124,7 +124,12 @@ def test_stats_says_none_for_empty_sections(queue_max: Configure) -> None:
     with queue_max(SHARDS=2):
         text = call("queue_stats")
         queues = "Queues (all shards)" if get_queue().shard_count > 1 else "Queues"  # PostgreSQL: one shard
-    for section in (queues, "Workers (0 live)", "Circuit breakers", "Rate limits"):
+    for section in (
+        queues,
+        "Workers (0 live; figures as of each one's last heartbeat)",
+        "Circuit breakers",
+        "Rate limits",
+    ):
         assert f"\n{section}\n(none)\n" in text
     assert "total puts     0\n" in text
 

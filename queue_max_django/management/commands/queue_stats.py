@@ -56,7 +56,8 @@ def render(stats: dict[str, Any]) -> str:
         row[4], row[5] = ",".join(row[4] or ["*"]), len(row[5])
     headers = ["WORKER", "PID", "HOST", "THREADS", "QUEUES", "RUNNING", "PROCESSED", "FAILED"]
     headers += ["STARTED (UTC)", "LAST HEARTBEAT (UTC)"]
-    parts.append(_section(f"Workers ({len(workers)} live)", headers, workers))
+    title = f"Workers ({len(workers)} live; figures as of each one's last heartbeat)"  # reports lag a beat
+    parts.append(_section(title, headers, workers))
     breakers = [
         (key, b["state"], b["failures"], b["threshold"], b["recovery_timeout"], b["seconds_to_trial"])
         for key, b in stats["circuit_breakers"].items()
