@@ -110,7 +110,10 @@ class Report:
     lost: list[int] = field(default_factory=list)
     done_without_running: list[int] = field(default_factory=list)
     duplicated: list[int] = field(default_factory=list)
-    duplicated_held_by_cut_host: int = 0
+    duplicated_held_by_cut_host: int = 0  # held by the cut host at the cut, or its outcome refused
+    refused_not_held_at_cut: int = (
+        0  # refused, though not seen held: claimed in a transaction the cut kept open
+    )
     duplicated_held_by_killed_host: int = 0
     duplicated_elsewhere: list[int] = field(default_factory=list)  # must be empty
     cut: dict[str, Any] = field(default_factory=dict)
@@ -160,11 +163,12 @@ class Report:
             f"{self.dead_lettered:,}; lost: {len(self.lost)}",
             f"executions: {self.executions:,} ({', '.join(f'{h} {n:,}' for h, n in by_host)}); "
             f"done without running: {len(self.done_without_running)}",
-            f"duplicated: {len(self.duplicated)} (held by {CUT} at the cut: "
-            f"{self.duplicated_held_by_cut_host}; by {KILLED} at the kill: "
-            f"{self.duplicated_held_by_killed_host}; by neither: {len(self.duplicated_elsewhere)})",
+            f"duplicated: {len(self.duplicated)} (lost by {CUT} to the cut: "
+            f"{self.duplicated_held_by_cut_host}; held by {KILLED} at the kill: "
+            f"{self.duplicated_held_by_killed_host}; neither: {len(self.duplicated_elsewhere)})",
             f"{CUT}'s worker: exit {self.cut_host_exit}; processes replaced: {len(self.cut_host_replaced)}; "
-            f"late outcomes refused: {self.refused} (logged with their job: {self.refused_logged})",
+            f"late outcomes refused: {self.refused} (logged with their job: {self.refused_logged}; of "
+            f"jobs not seen held at the cut: {self.refused_not_held_at_cut})",
             f"{CUT} ran {self.late_runs} job(s) after another worker had taken them; not refused: "
             f"{len(self.late_runs_not_refused)}; acknowledgements given up: {self.abandoned_acks}",
             f"queue_check problems: {len(self.check_problems)}; errors: {len(self.errors)}",
@@ -362,15 +366,22 @@ class MultiHost:
                 self.net.cut(CUT)  # while it holds jobs
                 cut_until = time.monotonic() + c.cut_for
                 time.sleep(0.2)  # what the server received before the cut has committed by now
-                held |= self._held(queue, CUT)
+                after = self._held(queue, CUT)
+                held |= after
                 backends = self._backends(queue, CUT)
                 self.report.cut = {"at_s": round(now - self.began, 2), "finished": finished,
                                    "seconds": c.cut_for, "lease_time": c.lease_time,
-                                   "held": sorted(held), "server_backends": backends}  # fmt: skip
-                self.event(f"{CUT}'s link cut at {finished:,} finished; it held {len(held)} job(s); its "
-                           f"connections on the server: {backends}")  # fmt: skip
+                                   "held": sorted(held), "held_after": len(after),
+                                   "server_backends": backends}  # fmt: skip
+                self.event(f"{CUT}'s link cut at {finished:,} finished; it held {len(held)} job(s) just "
+                           f"before or after, {len(after)} 0.2 s after; its "
+                           f"connections on the server not idle: {backends}")  # fmt: skip
                 continue
             if cut_until is not None and restored_at is None and now >= cut_until:
+                self.report.cut["waiting_on_locks"] = waiting = self._lock_waits(queue)
+                self.report.cut["server_backends_at_end"] = open_ = self._backends(queue, CUT)
+                self.event(f"at the end of the cut, {CUT}'s connections on the server not idle: {open_}; "
+                           f"backends waiting for a lock: {waiting}")  # fmt: skip
                 self.net.restore(CUT)
                 restored_at = time.monotonic()
                 self.report.cut["done_meanwhile"] = finished - self.report.cut["finished"]
@@ -411,19 +422,38 @@ class MultiHost:
                     raise RuntimeError(f"{host}'s worker exited at start: {self.log(host)[-3000:]}")
             time.sleep(POLL)
 
-    def _backends(self, queue: Any, host: str) -> dict[str, int]:
-        """The server's connections from ``host``, by state (``pg_stat_activity``): what a cut leaves
-        open on the server (an open transaction keeps its row locks until the link is back)."""
+    def _backends(self, queue: Any, host: str) -> list[str]:
+        """The server's connections from ``host`` that are not idle (``pg_stat_activity``): what a cut
+        leaves open on the server (an open transaction keeps its row locks until the link is back)."""
         from tests.pgserver import connect
 
-        assert self.cluster is not None
         with contextlib.closing(connect(queue.path)) as conn:
             rows = conn.execute(
-                "SELECT coalesce(state, '?'), count(*) FROM pg_stat_activity WHERE client_addr = %s "
-                "GROUP BY 1 ORDER BY 1",
+                "SELECT state, coalesce(wait_event_type || '/' || wait_event, '-'), "
+                "left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_activity "
+                "WHERE client_addr = %s AND state <> 'idle' ORDER BY state",
                 (self.net.address(host),),
             ).fetchall()
-        return {state: int(n) for state, n in rows}
+        return [f"{state} ({wait}) [{query}]" for state, wait, query in rows]
+
+    def _lock_waits(self, queue: Any) -> list[str]:
+        """The server's backends waiting for a lock: who (client address), for how long, on what."""
+        from tests.pgserver import connect
+
+        with contextlib.closing(connect(queue.path)) as conn:
+            rows = conn.execute(
+                "SELECT coalesce(host(client_addr), 'local'), "
+                "round(extract(epoch FROM now() - query_start)::numeric, 1), "
+                "left(regexp_replace(query, '\\s+', ' ', 'g'), 90), "
+                "(SELECT string_agg(coalesce(host(b.client_addr), 'local') || ' ' || b.state || ': ' "
+                "|| left(regexp_replace(b.query, '\\s+', ' ', 'g'), 60), '; ') "
+                "FROM pg_stat_activity b WHERE b.pid = ANY(pg_blocking_pids(a.pid))) "
+                "FROM pg_stat_activity a WHERE wait_event_type = 'Lock' ORDER BY query_start"
+            ).fetchall()
+        return [
+            f"{addr} waiting {secs} s on [{query}] blocked by [{blockers}]"
+            for addr, secs, query, blockers in rows
+        ]
 
     def _held(self, queue: Any, host: str) -> set[int]:
         """The jobs running, claimed last by a process of ``host``."""
@@ -481,6 +511,7 @@ class MultiHost:
 
         log = self.log(CUT)
         refused_ids = {int(found) for found in REFUSED.findall(log)}
+        report.refused_not_held_at_cut = len(refused_ids - cut_held)
         report.refused_logged = len(REFUSED.findall(log))
         report.refused = sum(int(found[3]) for found in EXITING.findall(log))
         report.abandoned_acks = sum(int(found) for found in ABANDONED.findall(log))
@@ -503,7 +534,7 @@ class MultiHost:
                 report.dead_lettered += 1
             if runs[token] > 1:
                 report.duplicated.append(job_id)
-                if job_id in cut_held:
+                if job_id in cut_held or job_id in refused_ids:
                     report.duplicated_held_by_cut_host += 1
                 elif job_id in killed_held:
                     report.duplicated_held_by_killed_host += 1
