@@ -41,16 +41,16 @@ def pids_in(namespace: str) -> list[int]:
 
 
 def kill_namespace(namespace: str) -> list[int]:
-    """SIGKILL every process in ``namespace``, until none is left. -> the pids killed."""
-    killed: list[int] = []
+    """SIGKILL every process in ``namespace``, until none is left. -> the pids killed, in order."""
+    killed: dict[int, None] = {}
     deadline = time.monotonic() + 10
     while (pids := pids_in(namespace)) and time.monotonic() < deadline:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+                killed[pid] = None  # a killed process may be listed again until it is reaped
         time.sleep(0.05)
-    return killed
+    return list(killed)
 
 
 def _alive(pid: int) -> bool:
