@@ -356,7 +356,8 @@ class MultiHost:
                 return
             for name, popen in self.procs.items():
                 code = popen.poll()
-                if code is not None and code != 0 and not (name == KILLED and self.report.kill):
+                worker = name in (CUT, KILLED)  # a worker must not exit by itself, even with 0
+                if code is not None and (code != 0 or worker) and not (name == KILLED and self.report.kill):
                     self.report.errors.append(f"{name} exited with {code}: {self.log(name)[-2000:]}")
                     return
             stats = queue.stats()
