@@ -6,7 +6,10 @@ past ``CONN_MAX_AGE``, or that a task left broken or out of autocommit, is close
 fresh one); and a thread that ends closes its Django connections and its store connection.
 
 The main thread renews the leases of running jobs (heartbeats), reports this process to the store's worker
-registry, stops a job that overran its timeout, and decides when the process ends:
+registry, stops a job that overran its timeout, and decides when the process ends. Its last line says how
+many jobs it ran and how many of their outcomes the store refused because the job had been taken back (a
+lease that expired while this process was stalled or cut off from the store: another worker holds the job
+now, and this process's late acknowledgement changes nothing):
 
 - stop requested (SIGTERM, or the supervisor's stop event): stop claiming, let running jobs finish within the
   shutdown timeout, release the rest (back to waiting, no attempt counted), exit ``DONE``; a second SIGTERM
@@ -151,6 +154,7 @@ class WorkerProcess:
         self._signals = 0
         self.processed = 0
         self.failed = 0
+        self.refused = 0  # outcomes the store refused: the job had been taken back (its lease expired)
         self._started = time.time()
         self._heartbeat = options.heartbeat_every(queue.lease_time)
         self._trouble = ClaimTrouble()  # what failed claims ran into (_claim)
@@ -299,6 +303,10 @@ class WorkerProcess:
             logger.warning(
                 "worker %s: released %d unfinished job(s) back to waiting", self.worker_id, released
             )
+        log = logger.warning if self.refused else logger.info
+        log("worker %s: exiting: ran %d job(s), %d failed; %d late outcome(s) refused (the job had been "
+            "taken back: its lease expired)", self.worker_id, self.processed, self.failed,
+            self.refused)  # fmt: skip
         return code
 
     # ------------------------------------------------------------------ registry
@@ -407,6 +415,9 @@ class WorkerProcess:
                 logger.warning(
                     "worker %s: job %s finished but was not acknowledged: %s", self.worker_id, job_id, why
                 )
+            if skipped:
+                with self._lock:
+                    self.refused += len(skipped)
             acks.clear()
         with self._lock:
             held[:] = [record for record in held if not record.finished and id(record) not in abandoned]
@@ -452,6 +463,8 @@ class WorkerProcess:
             if not slot.timed_out:
                 logger.warning("worker %s: job %s was taken back while it ran (its lease expired)",
                                self.worker_id, record.job_id)  # fmt: skip
+                with self._lock:
+                    self.refused += 1
         except Exception:
             logger.exception("worker %s: job %s could not be finished", self.worker_id, record.job_id)
         finally:
