@@ -310,6 +310,24 @@ def test_list_filters_by_queue_and_task_and_says_when_there_are_none(store: Stor
     assert call("queue_list", "--status", "pending", "--queue", "nope") == "No pending jobs.\n"
 
 
+def test_list_of_an_unknown_task_warns_with_close_names_only_when_nothing_matches(store: Store) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    call_command(
+        "queue_list", "--status", "pending", "--task", "tests.testapp.tasks.ad", stdout=out, stderr=err
+    )
+    assert out.getvalue() == "No pending jobs.\n"
+    assert err.getvalue().startswith(
+        "Warning: no task 'tests.testapp.tasks.ad' is registered in this process and no pending jobs have "
+        f"that name. Did you mean '{ADD}', "  # the closest first
+    )
+    store.queue.put({"args": [], "kwargs": {}}, name="old.tasks.removed")  # a task this process does not know
+    listed = json.loads(call("queue_list", "--status", "pending", "--task", "old.tasks.removed", "--json"))
+    assert [job["task"] for job in listed["jobs"]] == ["old.tasks.removed"]
+    assert (
+        call("queue_list", "--status", "done", "--task", MAIL) == "No done jobs.\n"
+    )  # registered: no warning
+
+
 def test_list_json_has_the_jobs_under_jobs(store: Store) -> None:
     data = json.loads(call("queue_list", "--status", "failed", "--json"))
     failed = job(store.queue, store.failed)

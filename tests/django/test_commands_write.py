@@ -122,11 +122,53 @@ def test_retry_all_reads_past_one_page(q: Queue, monkeypatch: pytest.MonkeyPatch
             marks=pytest.mark.lmdb,  # two shards
         ),
         (("--job-id", "999999"), r"^no job 999999: it never existed, or was purged or vacuumed\.$"),
+        (
+            ("--shard", "0"),
+            r"^Error: --all is missing: --shard only narrows down --all\. Add it to retry every failed job "
+            r"in shard 0 \(queue_retry --all --shard 0\), or give --job-id ID alone\.$",
+        ),
+        (
+            ("--task", "app.tasks.send mail", "--shard", "0"),
+            r"^Error: --all is missing: --shard and --task only narrow down --all\. Add it to retry every "
+            r"failed job of task 'app\.tasks\.send mail' in shard 0 \(queue_retry --all --shard 0 --task "
+            r"'app\.tasks\.send mail'\), or give --job-id ID alone\.$",
+        ),
     ],
 )
 def test_retry_errors(q: Queue, argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         call("queue_retry", *argv)
+
+
+def run(*argv: str) -> tuple[str, str]:
+    """Run a command; -> its stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    call_command(*argv, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_retry_of_an_unknown_task_that_matches_nothing_warns_with_close_names(q: Queue) -> None:
+    job_id = dead_letter(q)
+    out, err = run("queue_retry", "--all", "--task", "tests.testapp.tasks.fail_alway")
+    assert out == "Retried 0 failed jobs.\n"
+    assert err.startswith(
+        "Warning: no task 'tests.testapp.tasks.fail_alway' is registered in this process and no failed jobs "
+        f"have that name. Did you mean '{FAIL}', "
+    )
+    assert run("queue_retry", "--all", "--task", "nothing.like.it") == (
+        "Retried 0 failed jobs.\n",
+        "Warning: no task 'nothing.like.it' is registered in this process and no failed jobs have that "
+        "name.\n",
+    )
+    assert run("queue_retry", "--all", "--task", ADD) == ("Retried 0 failed jobs.\n", "")  # registered
+    assert on_disk(job_id).state is State.FAILED
+
+
+def test_retry_of_a_task_this_process_does_not_know_retries_its_jobs(q: Queue) -> None:
+    gone = dead_letter(q, name="old.tasks.removed")  # a task since removed from the code, say
+    other = dead_letter(q)
+    assert run("queue_retry", "--all", "--task", "old.tasks.removed") == ("Retried 1 failed job.\n", "")
+    assert (on_disk(gone).state, on_disk(other).state) == (State.PENDING, State.FAILED)
 
 
 def test_retry_of_a_job_that_is_not_failed_is_refused(q: Queue) -> None:
@@ -390,6 +432,21 @@ def test_enqueue_a_file_in_large_transactions(q: Queue, tmp_path: Path) -> None:
     ]
     assert [j.state for j in jobs] == [State.PENDING] * 7 + [State.SCHEDULED]
     assert get_queue().stats()["total"] == 16 and get_queue().verify() == []
+
+
+@pytest.mark.lmdb  # four shards
+def test_enqueue_a_file_spreads_its_jobs_over_the_shards(queue_max: Configure, tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "jobs.jsonl", *({"args": [n, n]} for n in range(2000)))
+    with queue_max(SHARDS=4):
+        data = json.loads(call("queue_enqueue", "--task", ADD, "--file", path, "--json"))
+        q = get_queue()
+        # as .map() puts them: one transaction a shard, so that four workers drain them in parallel
+        assert [counts["pending"] for counts in q.shard_stats()] == [500, 500, 500, 500]
+        jobs = [q.job(int(i)) for i in data["job_ids"][::250]]  # in the lines' order
+        assert [(job.payload["args"][0], job.state) for job in jobs if job] == [
+            (n, State.PENDING) for n in range(0, 2000, 250)
+        ]
+        assert sorted({job.shard for job in jobs if job}) == [0, 1, 2, 3] and q.verify() == []
 
 
 def test_a_file_with_bad_lines_enqueues_nothing_and_names_each_line(
