@@ -46,8 +46,13 @@ def environment(tmp_path: Path) -> dict[str, str]:
 
 
 def django(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return python(tmp_path, "-m", "django", *argv)
+
+
+def python(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """This Python, with ``argv``, in the test's environment (``environment``); its output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "django", *argv],
+        [sys.executable, *argv],
         cwd=ROOT,
         env=environment(tmp_path),
         stdin=subprocess.DEVNULL,
@@ -245,15 +250,7 @@ def test_every_command_ends_quietly_when_its_output_pipe_is_closed(tmp_path: Pat
     """``queue_stats | head``: each command in turn writes to a pipe whose reader has gone, and ends with
     status 0 and nothing on standard error (no BrokenPipeError traceback, no "Exception ignored" at exit);
     the commands that change the store have changed it all the same."""
-    done = subprocess.run(
-        [sys.executable, "-c", CLOSED_PIPES, str(tmp_path)],
-        cwd=ROOT,
-        env=environment(tmp_path),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    done = python(tmp_path, "-c", CLOSED_PIPES, str(tmp_path))
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     report = json.loads((tmp_path / "results.json").read_text())
     assert [code for _, code, _ in report["results"]] == [0] * 14, report["results"]
