@@ -106,7 +106,7 @@ def test_enqueue_then_check_in_real_processes(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr) == (0, "")
     (job_id,) = json.loads(done.stdout)["job_ids"]
     with Queue(store_of(tmp_path, _pid_of(tmp_path))) as q:
-        job = q.job(job_id)
+        job = q.job(int(job_id))
         assert job is not None
         assert (job.state, job.name, job.payload) == (
             State.PENDING,
@@ -123,7 +123,7 @@ def _pid_of(tmp_path: Path) -> int:
 
 def test_stats_watch_ends_with_status_0_on_ctrl_c(tmp_path: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "django", "queue_stats", "--watch", "0.05"],
+        [sys.executable, "-m", "django", "queue_stats", "--watch", "0.5"],
         cwd=ROOT,
         env={**environment(tmp_path), "PYTHONUNBUFFERED": "1"},
         stdin=subprocess.DEVNULL,
