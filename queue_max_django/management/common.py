@@ -64,7 +64,7 @@ def unknown_task_warning(name: str | None, what: str) -> str | None:
     (jobs of a task this process does not know, such as an old one), so this is never an error."""
     if name is None or registry.get(name) is not None:
         return None
-    return f"no task {name!r} is registered in this process and no {what} have that name.{did_you_mean(name)}"
+    return f"no task {name!r} is registered in this process and no {what} matched.{did_you_mean(name)}"
 
 
 def load_config() -> QueueMaxConfig:

@@ -317,8 +317,8 @@ def test_list_of_an_unknown_task_warns_with_close_names_only_when_nothing_matche
     )
     assert out.getvalue() == "No pending jobs.\n"
     assert err.getvalue().startswith(
-        "Warning: no task 'tests.testapp.tasks.ad' is registered in this process and no pending jobs have "
-        f"that name. Did you mean '{ADD}', "  # the closest first
+        "Warning: no task 'tests.testapp.tasks.ad' is registered in this process and no pending jobs "
+        f"matched. Did you mean '{ADD}', "  # the closest first
     )
     store.queue.put({"args": [], "kwargs": {}}, name="old.tasks.removed")  # a task this process does not know
     listed = json.loads(call("queue_list", "--status", "pending", "--task", "old.tasks.removed", "--json"))

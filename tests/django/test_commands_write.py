@@ -153,12 +153,11 @@ def test_retry_of_an_unknown_task_that_matches_nothing_warns_with_close_names(q:
     assert out == "Retried 0 failed jobs.\n"
     assert err.startswith(
         "Warning: no task 'tests.testapp.tasks.fail_alway' is registered in this process and no failed jobs "
-        f"have that name. Did you mean '{FAIL}', "
+        f"matched. Did you mean '{FAIL}', "
     )
     assert run("queue_retry", "--all", "--task", "nothing.like.it") == (
         "Retried 0 failed jobs.\n",
-        "Warning: no task 'nothing.like.it' is registered in this process and no failed jobs have that "
-        "name.\n",
+        "Warning: no task 'nothing.like.it' is registered in this process and no failed jobs matched.\n",
     )
     assert run("queue_retry", "--all", "--task", ADD) == ("Retried 0 failed jobs.\n", "")  # registered
     assert on_disk(job_id).state is State.FAILED
