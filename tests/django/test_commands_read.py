@@ -215,7 +215,7 @@ def test_stats_watch_redraws_until_its_iterations_run_out(store: Store, pauses: 
 
 
 @pytest.mark.parametrize("interval", ["0", "0.49", "-1", "nan", "inf", "soon"])
-def test_stats_refuses_a_watch_interval_too_short_to_read(store: Store, interval: str) -> None:
+def test_stats_refuses_a_watch_interval_too_short_to_read(interval: str) -> None:
     with pytest.raises(
         CommandError,
         match=rf"^Error: argument --watch: '{interval}' is not an interval to redraw at: give a number of "
