@@ -50,7 +50,7 @@ from .conf import caller_connection, get_config, get_queue
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, is_interrupt
 from .engine.validate import validate_queue_name
 from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
-from .results import attempt_errors, attempt_workers
+from .results import attempt_errors, attempt_workers, exception_class_path
 
 OPTION_KEYS = frozenset({"MODULES", "MAX_RETRIES"})
 CHECK_PREFIX = "queue_max_django.backend"
@@ -97,13 +97,6 @@ def _datetime(seconds: float | None) -> dt.datetime | None:
         return None
     moment = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
     return moment if settings.USE_TZ else timezone.make_naive(moment)
-
-
-def _class_path(error_type: str | None) -> str:
-    """The engine stores builtins' types bare (``"ValueError"``); Django wants ``"builtins.ValueError"``."""
-    if not error_type:
-        return "builtins.Exception"  # an error the runner recorded as text (e.g. an unknown task)
-    return error_type if "." in error_type else f"builtins.{error_type}"
 
 
 def _import_modules(alias: Any) -> None:
@@ -314,7 +307,7 @@ def result_of(job: Job, task: Task[Any, Any], payload: dict[str, Any]) -> TaskRe
     retry is READY, with one error per failed attempt."""
     status = _STATUS[job.state]
     errors = [
-        TaskError(exception_class_path=_class_path(kind), traceback=traceback or message)
+        TaskError(exception_class_path=exception_class_path(kind), traceback=traceback or message)
         for kind, traceback, message in attempt_errors(job)
     ]
     finished = job.state in (State.DONE, State.FAILED)

@@ -6,6 +6,7 @@ process, until the store forgets the job (``RESULT_TTL`` after it finished).
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import enum
 import time
@@ -44,10 +45,43 @@ class JobNotEnqueued(LookupError):
     yet, and never will if the transaction rolls back."""
 
 
+class LeaseExpired(Exception):
+    """Not raised: what ``exception_class_path`` names for an attempt that failed because its worker stopped
+    renewing the lease (killed, crashed or stalled); the engine stores the error type ``"LeaseExpired"``."""
+
+
+class Corrupted(Exception):
+    """Not raised: what ``exception_class_path`` names for a job moved to the dead letters because its stored
+    data did not decode; the engine stores the error type ``"Corrupted"``."""
+
+
+ENGINE_MARKERS: dict[str, type[Exception]] = {"LeaseExpired": LeaseExpired, "Corrupted": Corrupted}
+"""The error types the engine records for failures that no exception of the task caused."""
+
+
+def exception_class_path(error_type: str | None) -> str:
+    """The full dotted path of a stored error type, the one rule of ``JobResult.errors`` and of the
+    ``django.tasks`` backend's ``TaskError``: the engine stores a builtin's type bare (``"ValueError"``),
+    which is ``"builtins.ValueError"`` here; a dotted type stays as stored; the engine's markers name the
+    classes above; an error stored as text only (no type) is ``"builtins.Exception"``."""
+    if not error_type:
+        return "builtins.Exception"
+    if "." in error_type:
+        return error_type
+    marker = ENGINE_MARKERS.get(error_type)
+    if marker is not None:
+        return f"{marker.__module__}.{marker.__qualname__}"
+    found = getattr(builtins, error_type, None)
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return f"builtins.{error_type}"
+    return error_type  # a bare name of no known class (not written by this version): shown as stored
+
+
 @dataclass(frozen=True)
 class JobError:
-    """One recorded failure, as ``django.tasks.TaskError``: the exception's class path and traceback.
-    ``message`` is the error text the engine stored."""
+    """One recorded failure, as ``django.tasks.TaskError``: the exception's full class path (the rule of
+    ``exception_class_path()``: ``"builtins.ValueError"``) and traceback. ``message`` is the error text the
+    engine stored."""
 
     exception_class_path: str
     traceback: str
@@ -155,7 +189,10 @@ class JobResult:
     def errors(self) -> list[JobError]:
         """One ``JobError`` per failed attempt, oldest first (the engine keeps the last 10); only the last
         one carries the traceback. Empty when no attempt has failed."""
-        return [JobError(*error) for error in attempt_errors(self._job)]
+        return [
+            JobError(exception_class_path(kind), traceback, message)
+            for kind, traceback, message in attempt_errors(self._job)
+        ]
 
     @property
     def worker_ids(self) -> list[str]:

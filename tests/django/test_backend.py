@@ -161,6 +161,24 @@ def test_a_failure_is_failed_with_the_exception_class_and_traceback(store: None)
 
 
 @needs_tasks
+def test_the_backend_and_job_result_give_one_class_path_for_each_error(store: None) -> None:
+    from queue_max_django.results import JobResult
+
+    failed = dt_tasks.fail.enqueue("boom")
+    run_queued()
+    by_hand = dt_tasks.add.enqueue(1, 2)
+    get_queue().get(0).nack("given up by hand", permanent=True)  # no exception: no type stored
+    for result, path in ((failed, "builtins.ValueError"), (by_hand, "builtins.Exception")):
+        fresh = task_backends["default"].get_result(result.id)
+        handle = JobResult.load(result.id)  # the same stored job through this app's own handle
+        assert {e.exception_class_path for e in fresh.errors} == {path}
+        paths = [e.exception_class_path for e in fresh.errors]
+        assert [e.exception_class_path for e in handle.errors] == paths
+    stored = get_queue().job(int(failed.id))
+    assert stored is not None and stored.error_type == "ValueError"  # stored bare; read with its module
+
+
+@needs_tasks
 def test_a_job_waiting_for_a_retry_is_ready_with_the_last_error(store: None) -> None:
     result = dt_tasks.fail.enqueue("boom")
     (outcome,) = run_queued(retry_delay=None)  # keep the backoff: the retry waits
