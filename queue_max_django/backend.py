@@ -31,6 +31,7 @@ except ImportError as exc:  # Django < 6.0
         "QueueMaxBackend from the TASKS setting, or upgrade Django."
     ) from exc
 
+import asyncio
 import dataclasses
 import datetime as dt
 import importlib
@@ -203,6 +204,14 @@ class QueueMaxBackend(BaseTaskBackend):
         return result_of(
             job, stored_task(task, payload, priority=job.priority, queue_name=job.queue), payload
         )
+
+    async def aget_result(self, result_id: str) -> TaskResult[Any, Any]:
+        """``get_result`` from async code (``Task.aget_result``, ``TaskResult.arefresh``) on a thread of the
+        event loop's default executor: a store read runs none of your code, so it need not wait for Django's
+        thread for sync code as the base class's would. ``aenqueue`` stays the base class's (that thread):
+        ``enqueue`` sends ``task_enqueued`` and, in IMMEDIATE mode, runs the task, code that may use the
+        ORM, whose connections belong to a thread."""
+        return await asyncio.to_thread(self.get_result, result_id)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         messages: list[checks.CheckMessage] = []

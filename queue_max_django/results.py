@@ -6,6 +6,7 @@ process, until the store forgets the job (``RESULT_TTL`` after it finished).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import datetime as dt
 import enum
@@ -38,6 +39,11 @@ FINISHED = frozenset({JobStatus.SUCCESSFUL, JobStatus.FAILED})
 
 class JobNotFound(LookupError):
     """The store holds no job with this id: it never existed, was cancelled, purged, or vacuumed."""
+
+
+class JobMismatch(JobNotFound):
+    """``Task.get_result(id)``: the job exists but is another task's (as ``django.tasks``'
+    ``TaskResultMismatch``)."""
 
 
 class JobNotEnqueued(LookupError):
@@ -228,12 +234,39 @@ class JobResult:
 
     def refresh(self) -> None:
         """Read the job again from the store. ``JobNotFound`` once the store no longer has it."""
-        job = get_queue().job(self.job_id)
+        self._take(get_queue().job(self.job_id))
+
+    def _take(self, job: Job | None) -> None:
         if job is None:
             raise JobNotFound(f"job {self.id} is no longer in the store (cancelled, purged or vacuumed)")
         self._loaded = job
         if self.task_name is None:
             self.task_name = job.name
+
+    async def arefresh(self) -> None:
+        """``refresh()`` from async code: the store is read on a thread of the event loop's default executor
+        (``asyncio.to_thread``, what the engine's ``AsyncQueue`` does), never on the loop itself."""
+        self._take(await asyncio.to_thread(_read, self.job_id))
+
+    @classmethod
+    async def aload(cls, job_id: int | str) -> JobResult:
+        """``load()`` from async code, without blocking the event loop."""
+        return await asyncio.to_thread(cls.load, job_id)
+
+    async def await_result(self, timeout: float | None = None, *, poll_interval: float = 0.01) -> JobResult:
+        """``wait()`` from async code: ``arefresh()`` until the job is ``SUCCESSFUL`` or ``FAILED``, sleeping
+        with ``asyncio.sleep`` in between, so that the event loop runs other work all along; ``TimeoutError``
+        after ``timeout`` seconds (None: no limit). -> self (then read ``return_value``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = min(poll_interval, 0.001)
+        while True:
+            await self.arefresh()
+            if self.is_finished:
+                return self
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.id} did not finish within {timeout} s (status {self.status})")
+            await asyncio.sleep(interval)
+            interval = min(interval * 2, poll_interval)
 
     def wait(self, timeout: float | None = None, *, poll_interval: float = 0.01) -> JobResult:
         """Refresh until the job is ``SUCCESSFUL`` or ``FAILED``; ``TimeoutError`` after ``timeout`` seconds
@@ -248,3 +281,7 @@ class JobResult:
                 raise TimeoutError(f"job {self.id} did not finish within {timeout} s (status {self.status})")
             time.sleep(interval)
             interval = min(interval * 2, poll_interval)
+
+
+def _read(job_id: int) -> Job | None:
+    return get_queue().job(job_id)  # opens this process's queue on first use: off the loop too
