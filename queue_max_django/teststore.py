@@ -50,6 +50,15 @@ PREFIX = "queue_max_test_"
 _lock = threading.Lock()
 _made: dict[int, Path] = {}  # pid -> the directory that process made (a forked child makes its own)
 _closers: dict[str, Callable[[], None]] = {}  # alias -> what closes the store in its test database
+_pid = os.getpid()  # kept up to date at fork rather than asked for on every get_config()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def state() -> tuple[bool, int]:
@@ -57,7 +66,7 @@ def state() -> tuple[bool, int]:
     ``conf.get_config()``: whether a test environment is set up, and this process (a forked child makes a
     directory of its own). The config is built again when it changes. (The environment variables are read
     then: they are set before a test run starts, or inherited by a process it starts.)"""
-    return _in_test_environment(), os.getpid()
+    return _in_test_environment(), _pid
 
 
 def data_dir(configured: Path | None, *, close: Callable[[], None]) -> Path | None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -197,3 +199,30 @@ def test_manage_py_test_on_the_postgresql_store_uses_django_s_test_database(
     assert report["used"] == f"test_{entry['NAME']}"  # migrate made the store's tables there
     with StoreLocation("postgres", pg_url).open_queue() as dev:
         assert dev.stats()["total"] == 0  # nothing reached the database the settings name
+
+
+@pytest.mark.store_neutral
+def test_a_forked_process_of_the_test_run_gets_a_store_of_its_own() -> None:
+    """As each process of Django's parallel runner (forked) gets a database of its own."""
+    parent = get_config().data_dir
+    assert parent is not None
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # other tests' threads may live on: the child only reads settings
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery from here on, only os._exit
+        code = 1
+        try:
+            os.write(write, str(get_config().data_dir).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = Path(pipe.read())
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    try:
+        assert child != parent and child.name.startswith(teststore.PREFIX) and child.is_dir()
+    finally:
+        shutil.rmtree(child)  # the child ended with os._exit: nothing of it ran at exit
