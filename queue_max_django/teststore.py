@@ -73,14 +73,14 @@ def data_dir(configured: Path | None, *, close: Callable[[], None]) -> Path | No
     """The directory the LMDB store opens, ``configured`` being what the current settings say (None: the
     PostgreSQL store, which is left as it is): the test run's directory in place of the settings one.
     ``close`` closes the store; it is called before a test run's directory is removed."""
-    if configured is None or not _enabled():
-        return configured
+    in_test_run, inherited = _in_test_environment(), _inherited()
+    if configured is None or not (in_test_run or inherited) or not _enabled():
+        return configured  # (outside tests, the switch is not even read)
     home = _settings_dir()
     if home is None or not _same(configured, home):
         return configured  # a directory of the test's own choosing
-    if _in_test_environment():
+    if in_test_run:
         return _own_dir(home, close)
-    inherited = _inherited()
     if inherited is not None and _same(Path(inherited.get("for", "")), home):
         return Path(inherited["dir"])
     return configured

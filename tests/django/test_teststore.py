@@ -226,3 +226,17 @@ def test_a_forked_process_of_the_test_run_gets_a_store_of_its_own() -> None:
         assert child != parent and child.name.startswith(teststore.PREFIX) and child.is_dir()
     finally:
         shutil.rmtree(child)  # the child ended with os._exit: nothing of it ran at exit
+
+
+@pytest.mark.store_neutral
+def test_outside_a_test_run_nothing_changes_and_the_switch_is_not_read() -> None:
+    code = (
+        "import django; django.setup()\n"
+        "from django.conf import settings\n"
+        "from queue_max_django.conf import get_config\n"
+        "assert get_config().data_dir == settings.QUEUE_MAX['DATA_DIR'], get_config().data_dir\n"
+    )
+    environ = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", teststore.ENV_SWITCH: "maybe"}
+    environ.pop(teststore.ENV_DIR, None)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environ, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
