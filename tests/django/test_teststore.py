@@ -144,8 +144,9 @@ def test_manage_py_test_leaves_the_development_store_alone(tmp_path: Path) -> No
 @pytest.mark.store_neutral
 def test_pytest_django_leaves_the_development_store_alone(tmp_path: Path) -> None:
     project = make_project(tmp_path / "project")
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ds", "site_settings"]
-    report = run(project, [*command, "--rootdir", str(project), "shop/tests.py"])
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_django.plugin"]
+    command += ["--ds", "site_settings", "--rootdir", str(project), "shop/tests.py"]
+    report = run(project, command, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")  # pytest-django alone: quicker
     used = Path(str(report["used"]))
     assert used.name.startswith(teststore.PREFIX) and not used.exists()
     assert dev_total(project) == 1
