@@ -313,6 +313,44 @@ def _dead_rows(conn: object, table: str) -> tuple[int, object]:
     return int(row[0]), row[1]
 
 
+def test_the_store_vacuums_the_done_jobs_its_vacuum_deleted_where_autovacuum_does_not(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vacuum deletes done jobs from ``qm_finished`` once their results expire. With autovacuum off for
+    it (as on a server with ``autovacuum = off``) their dead rows would never be reused, and the table would
+    grow with every job ever run (benchmarks/soak.py found it): the store's maintenance vacuums it too."""
+    from queue_max_django.engine.stores.postgres import upkeep
+
+    monkeypatch.setattr(upkeep, "VACUUM_DEAD_MIN", 500)
+    admin = pgserver.connect(pg_url)
+    admin.execute("ALTER TABLE qm_finished SET (autovacuum_enabled = false)")
+    q = Queue(pg_url, do_recover=False, do_vacuum=False)
+    try:
+        q.put_many(list(range(800)))
+        for _ in range(8):
+            q.ack_many([(record, None) for record in q.get_many(100, timeout=0)])
+        assert q.vacuum(older_than=0) == 800  # 800 dead rows in qm_finished, no live one
+
+        def counted() -> bool:  # a backend sends its statistics at a transaction's end, at most once a second
+            q.stats()
+            return _dead_rows(admin, "qm_finished")[0] >= 800
+
+        wait_for(counted, 15.0, "the server's statistics")
+        before = _dead_rows(admin, "qm_finished")[1]
+        store = q._store  # type: ignore[attr-defined]
+        store._vacuum_check_due = 0.0  # due now (the maintenance thread looked at start, when nothing was)
+
+        store.maintain(flush=False)
+
+        dead, vacuumed_at = _dead_rows(admin, "qm_finished")
+        assert vacuumed_at is not None and vacuumed_at != before and dead < 800
+        assert q.stats()["done"] == 0 and q.verify() == []
+    finally:
+        q.close()
+        admin.execute("ALTER TABLE qm_finished RESET (autovacuum_enabled)")
+        admin.close()
+
+
 def test_the_store_vacuums_its_hot_table_where_autovacuum_does_not(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
