@@ -38,6 +38,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="with --store postgresql: a server's database URL whose user may create databases (a scratch "
         "database is made there and dropped after); default: a throwaway durable cluster started by the run",
     )
+    parser.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the throwaway cluster (e.g. autovacuum=off); repeat for several",
+    )
 
 
 def target_from_env(folder: Path) -> str | Path:
