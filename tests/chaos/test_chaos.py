@@ -18,14 +18,12 @@ from benchmarks.chaos import Config, Report, run_chaos
 from benchmarks.runstore import open_store
 from tests.pgserver import PgUnavailable, unavailable
 
+pytestmark = [pytest.mark.slow, pytest.mark.inv_1, pytest.mark.inv_2, pytest.mark.inv_3]
+
 JOBS = 2_400
 KILLS = 5
 
 
-@pytest.mark.slow
-@pytest.mark.inv_1
-@pytest.mark.inv_2
-@pytest.mark.inv_3
 def test_kills_lose_no_acknowledged_job_and_duplicate_only_jobs_of_killed_holders(tmp_path: Path) -> None:
     config = Config(
         folder=tmp_path, jobs=JOBS, kills=KILLS, seed=8, supervisors=1, processes=2, producers=2,
@@ -37,15 +35,11 @@ def test_kills_lose_no_acknowledged_job_and_duplicate_only_jobs_of_killed_holder
     assert_sound(report, JOBS, KILLS)
 
 
-PG_JOBS = 1_500
+PG_JOBS = 1_000
 PG_KILLS = 3
 
 
-@pytest.mark.slow
 @pytest.mark.postgres
-@pytest.mark.inv_1
-@pytest.mark.inv_2
-@pytest.mark.inv_3
 def test_on_postgresql_kills_and_a_server_crash_lose_no_acknowledged_job(tmp_path: Path) -> None:
     with contextlib.ExitStack() as stack:
         try:
