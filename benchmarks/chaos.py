@@ -54,7 +54,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -472,9 +472,12 @@ class Chaos:
         report.unacknowledged_ran = len(set(runs) - set(puts))
         report.raised_puts = len(raised)
         report.raised_puts_ran = len(raised & set(runs))
+        finished = {
+            job.job_id: job for state in (State.DONE, State.FAILED) for job in every_job(queue, state)
+        }
         for token, job_id in puts.items():
-            job = queue.job(job_id)
-            if job is None or job.state not in (State.DONE, State.FAILED):
+            job = finished.get(job_id)
+            if job is None:  # missing, or neither done nor dead-lettered
                 report.lost.append(job_id)
                 continue
             if job.state is State.DONE:
@@ -500,6 +503,17 @@ class Chaos:
             job.enqueued_at <= restart["ended"] and (job.started_at or 0.0) >= restart["began"]
             for restart in self.store.restarts
         )
+
+
+def every_job(queue: Any, state: Any, page: int = 1000) -> Iterator[Any]:
+    """Every job in ``state``, a page of ``jobs()`` at a time (one look-up a job is slow on PostgreSQL)."""
+    after = None
+    while True:
+        jobs = queue.jobs(state, after=after, limit=page)
+        yield from jobs
+        if len(jobs) < page:
+            return
+        after = jobs[-1].job_id
 
 
 def lost_a_lease(job: Any) -> bool:
