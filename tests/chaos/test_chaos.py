@@ -48,7 +48,7 @@ def test_on_postgresql_kills_and_a_server_crash_lose_no_acknowledged_job(tmp_pat
             unavailable(str(exc))
         config = Config(
             folder=tmp_path, jobs=PG_JOBS, kills=PG_KILLS, seed=8, supervisors=1, processes=2, producers=2,
-            produce_rate=150.0, backlog=600, lease_time=2.0, kill_gap=0.5, time_limit=90.0, check="verify",
+            produce_rate=150.0, backlog=600, lease_time=2.0, kill_gap=0.5, time_limit=120.0, check="verify",
             store=store, restarts=1,
         )  # fmt: skip
 
