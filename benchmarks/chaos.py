@@ -4,6 +4,7 @@ processes, supervisors and producers are SIGKILLed; then prove that nothing ackn
     uv run python benchmarks/chaos.py                       # 200,000 jobs, 20 kills (a few minutes)
     uv run python benchmarks/chaos.py --jobs 20000 --kills 6 --seed 7
     uv run python benchmarks/chaos.py --json report.json
+    uv run python benchmarks/chaos.py --store postgresql     # + 2 server restarts (a throwaway cluster)
 
 Method (docs/benchmarks.md): ``--supervisors`` ``queue_worker`` commands (each ``--processes`` worker
 processes) and ``--producers`` producer processes run against one store. Each producer ``put``s jobs of the
@@ -24,6 +25,17 @@ the run started is SIGKILLed, and the logs are compared with the store:
   have been held by a process that was killed (``Job.worker_ids``);
 - checked: the acknowledged puts compared, and the rounds of ``queue_check``.
 
+On the PostgreSQL store (``--store postgresql``, benchmarks/runstore.py) the run also restarts the server
+``--restarts`` times (2 by default, when the run started the server itself) at finished counts drawn from a
+random source of their own (so that the kills are those of the LMDB run of the same seed): the first with
+``pg_ctl restart -m immediate`` (every server process killed, as in a crash; the server recovers from its
+WAL), the next ``-m fast``, alternating; a round of checks follows each. A producer whose ``put`` raises
+(the server is going down or restarting) logs the token as not returned (``raised/``) and puts the job again
+under a new token, as a real producer retries: a put that raised but had committed shows up as an
+unacknowledged put that ran. A duplicated job none of whose holders was killed is accounted to a restart if
+it was enqueued before a restart ended and its last attempt started after that restart began (the worker's
+batched acknowledgement did not get through before the lease expired): at-least-once, as for a kill.
+
 Exit status 0 when every property holds. Seeded (``--seed``): the kill schedule and the victims' choice
 repeat; the exact instants depend on the machine. Bounded: ``--time-limit`` seconds in all.
 """
@@ -32,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -41,9 +54,12 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.runstore import RunStore, add_options, open_store, target_from_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = "tests.chaos.settings"
@@ -67,6 +83,8 @@ class Config:
     kill_gap: float = 0.5  # seconds at least between two kills
     time_limit: float = 1800.0
     check: str = "command"  # "command": manage.py queue_check after each round; "verify": Queue.verify()
+    store: RunStore | None = None  # None: an LMDB store in folder / "store"
+    restarts: int = 0  # server restarts (a PostgreSQL store on a cluster the run started)
 
 
 @dataclass
@@ -87,6 +105,11 @@ class Report:
     kills: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    store: str = "lmdb"
+    restarts: list[dict[str, Any]] = field(default_factory=list)  # server restarts: mode, when, how long
+    raised_puts: int = 0  # puts that raised (the server restarting); each was put again under a new token
+    raised_puts_ran: int = 0  # of those, jobs that had been stored anyway and ran
+    duplicated_across_a_restart: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -111,9 +134,22 @@ class Report:
             f"{len(self.duplicated_not_held_by_a_killed_process)})",
             f"done {self.done:,}, dead-lettered {self.dead_lettered:,}, executions {self.executions:,}; "
             f"unacknowledged puts that ran: {self.unacknowledged_ran}",
+            *self._restart_lines(),
             f"queue_check problems: {len(self.check_problems)}; errors: {len(self.errors)}",
             *(f"  {problem}" for problem in [*self.check_problems, *self.errors][:20]),
             "OK" if self.ok else "FAILED",
+        ]
+
+    def _restart_lines(self) -> list[str]:
+        if self.store == "lmdb":
+            return []
+        restarts = ", ".join(
+            f"-m {r['mode']} at {r['at_s']:.0f} s ({r['seconds']:.1f} s)" for r in self.restarts
+        )
+        return [
+            f"server restarts: {len(self.restarts)}{': ' + restarts if restarts else ''}",
+            f"puts that raised: {self.raised_puts} (stored anyway and ran: {self.raised_puts_ran}); "
+            f"duplicated across a server restart: {len(self.duplicated_across_a_restart)}",
         ]
 
 
@@ -121,24 +157,47 @@ class Report:
 
 
 def produce(folder: Path, index: int, quota: int, rate: float, backlog: int) -> None:
-    """A producer process: put jobs until this producer's logs (of every life) hold ``quota`` puts."""
-    from queue_max_django.engine import Queue
+    """A producer process: put jobs until this producer's logs (of every life) hold ``quota`` puts. On the
+    PostgreSQL store a put that raises is logged to ``raised/`` and made again under a new token."""
+    from queue_max_django.engine import Queue, StoreError
 
+    target = target_from_env(folder)
+    transient = (StoreError,) if isinstance(target, str) else ()  # a server restart, on PostgreSQL
     logs = folder / "puts"
     made = sum(len(complete_lines(path)) for path in logs.glob(f"p{index}-*"))
     fd = os.open(logs / f"p{index}-{os.getpid()}", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    raised = folder / "raised" / f"p{index}-{os.getpid()}"
     began = time.monotonic()
-    with Queue(folder / "store", do_recover=False, do_vacuum=False) as queue:
+    with retrying(lambda: Queue(target, do_recover=False, do_vacuum=False), transient) as queue:
         for seq in range(made, quota):
             if rate and (ahead := (seq - made) / rate - (time.monotonic() - began)) > 0:
                 time.sleep(ahead)
             if seq % 500 == 0:
-                while queue.stats()["pending"] > backlog:
+                while retrying(queue.stats, transient)["pending"] > backlog:
                     time.sleep(0.05)
-            token = f"{index}.{os.getpid()}.{seq}"
-            job_id = queue.put({"args": [token], "kwargs": {}}, name=TASK)
+            for attempt in itertools.count():
+                token = f"{index}.{os.getpid()}.{seq}" + (f".{attempt}" if attempt else "")
+                try:
+                    job_id = queue.put({"args": [token], "kwargs": {}}, name=TASK)
+                    break
+                except transient as exc:
+                    with open(raised, "a", encoding="utf-8") as log:
+                        log.write(f"{token} {type(exc).__name__}\n")
+                    time.sleep(0.1)
             os.write(fd, f"{token} {job_id}\n".encode())
     os.close(fd)
+
+
+def retrying(call: Callable[[], Any], transient: tuple[type[Exception], ...], seconds: float = 120.0) -> Any:
+    """``call()``, called again every 0.1 s while it raises one of ``transient``, for ``seconds`` at most."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except transient:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def complete_lines(path: Path) -> list[str]:
@@ -170,7 +229,12 @@ class Chaos:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.folder = config.folder
-        for name in ("exec", "puts", "logs"):
+        self.store = config.store or RunStore("lmdb", self.folder / "store")
+        if config.restarts and not self.store.restartable:
+            raise ValueError(
+                "server restarts need a PostgreSQL store on a cluster the run started (no --url)"
+            )
+        for name in ("exec", "puts", "raised", "logs"):
             (self.folder / name).mkdir(parents=True, exist_ok=True)
         self.env = {
             **os.environ,
@@ -178,9 +242,13 @@ class Chaos:
             "QUEUE_MAX_CHAOS_DIR": str(self.folder),
             "QUEUE_MAX_CHAOS_LEASE_TIME": str(config.lease_time),
             "PYTHONPATH": str(ROOT),
+            **self.store.env,
         }
         self.rng = random.Random(config.seed)
-        self.report = Report(seed=config.seed)
+        self.report = Report(seed=config.seed, store=self.store.kind)
+        # The restarts' own source: the kills and victims of a seed stay those of the LMDB run.
+        self.restart_rng = random.Random(f"restarts {config.seed}")
+        self.transient: tuple[type[Exception], ...] = ()  # errors the driver waits out (a server restart)
         self.groups: list[int] = []  # every process group started: SIGKILLed at the end
         self.supervisors: dict[int, Proc] = {}
         self.producers: dict[int, Proc] = {}
@@ -233,17 +301,20 @@ class Chaos:
     # ------------------------------------------------------------------ the run
 
     def run(self) -> Report:
-        from queue_max_django.engine import Queue
+        from queue_max_django.engine import StoreError
 
         c = self.config
         thresholds = sorted(self.rng.uniform(0.03, 0.9) * c.jobs for _ in range(c.kills))
-        with Queue(self.folder / "store", do_recover=False, do_vacuum=False) as queue:
+        restarts = sorted(self.restart_rng.uniform(0.1, 0.85) * c.jobs for _ in range(c.restarts))
+        if self.store.kind == "postgresql":
+            self.transient = (StoreError,)
+        with self.store.queue() as queue:
             try:
                 for index in range(c.producers):
                     self.start_producer(index)
                 for index in range(c.supervisors):
                     self.start_supervisor(index)
-                self._loop(queue, thresholds)
+                self._loop(queue, thresholds, restarts)
                 self._stop_supervisors(queue)
             finally:
                 self.cleanup()
@@ -252,7 +323,7 @@ class Chaos:
         self.report.seconds = time.monotonic() - self.began
         return self.report
 
-    def _loop(self, queue: Any, thresholds: list[float]) -> None:
+    def _loop(self, queue: Any, thresholds: list[float], restarts: list[float]) -> None:
         c = self.config
         next_kill = 0.0
         while True:
@@ -264,8 +335,14 @@ class Chaos:
                 if not proc.alive():
                     self.report.errors.append(f"supervisor {proc.name} exited with {proc.popen.returncode}")
                     self.start_supervisor(index)
-            stats = queue.stats()
+            stats = retrying(queue.stats, self.transient)
             finished = stats["done"] + stats["failed"]
+            if restarts and finished >= restarts[0] and time.monotonic() >= next_kill:
+                restarts.pop(0)
+                self._restart(finished)
+                self._check(queue)
+                next_kill = time.monotonic() + c.kill_gap
+                continue
             if thresholds and finished >= thresholds[0] and time.monotonic() >= next_kill:
                 thresholds.pop(0)
                 self._kill(queue, finished)
@@ -273,7 +350,7 @@ class Chaos:
                 next_kill = time.monotonic() + c.kill_gap
                 continue
             busy = stats["pending"] + stats["scheduled"] + stats["running"]
-            if not thresholds and len(self.finished_producers) == c.producers and busy == 0:
+            if not (thresholds or restarts) and len(self.finished_producers) == c.producers and busy == 0:
                 return
             time.sleep(POLL)
 
@@ -325,11 +402,18 @@ class Chaos:
             self.start_producer(index)
         self.report.kills.append({"at_s": when, "finished": finished, "kind": kind, **detail})
 
+    def _restart(self, finished: int) -> None:
+        """Restart the server: ``-m immediate`` (a crash) first, then ``-m fast``, alternating."""
+        mode = "fast" if len(self.report.restarts) % 2 else "immediate"
+        when = round(time.monotonic() - self.began, 2)
+        seconds = self.store.restart(mode)
+        self.report.restarts.append({"at_s": when, "finished": finished, "mode": mode, "seconds": seconds})
+
     def _check(self, queue: Any) -> None:
         """One round's consistency check: the queue_check command, or verify() in this process."""
         self.report.rounds_checked += 1
         if queue is not None and self.config.check == "verify":
-            self.report.check_problems += queue.verify()
+            self.report.check_problems += retrying(queue.verify, self.transient)
             return
         done = subprocess.run(
             [sys.executable, "-m", "django", "queue_check", "--json"],
@@ -350,7 +434,7 @@ class Chaos:
         handler yet: SIGTERM would just end it), and require a clean exit."""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            registered = {w.worker_id.split("/")[0] for w in queue.workers()}
+            registered = {w.worker_id.split("/")[0] for w in retrying(queue.workers, self.transient)}
             if all(proc.name in registered for proc in self.supervisors.values()):
                 break
             time.sleep(POLL)
@@ -380,12 +464,20 @@ class Chaos:
         runs: Counter[str] = Counter()
         for path in (self.folder / "exec").iterdir():
             runs.update(complete_lines(path))
+        raised = {
+            line.split()[0] for path in (self.folder / "raised").iterdir() for line in complete_lines(path)
+        }
         report.acknowledged = len(puts)
         report.executions = sum(runs.values())
         report.unacknowledged_ran = len(set(runs) - set(puts))
+        report.raised_puts = len(raised)
+        report.raised_puts_ran = len(raised & set(runs))
+        finished = {
+            job.job_id: job for state in (State.DONE, State.FAILED) for job in every_job(queue, state)
+        }
         for token, job_id in puts.items():
-            job = queue.job(job_id)
-            if job is None or job.state not in (State.DONE, State.FAILED):
+            job = finished.get(job_id)
+            if job is None:  # missing, or neither done nor dead-lettered
                 report.lost.append(job_id)
                 continue
             if job.state is State.DONE:
@@ -398,8 +490,30 @@ class Chaos:
                 report.duplicated.append(job_id)
                 if not lost_a_lease(job):
                     report.duplicated_without_lost_lease.append(job_id)
-                if not set(job.worker_ids[:-1]) & self.killed_workers:
+                if set(job.worker_ids[:-1]) & self.killed_workers:
+                    continue
+                if self._across_a_restart(job):
+                    report.duplicated_across_a_restart.append(job_id)
+                else:
                     report.duplicated_not_held_by_a_killed_process.append(job_id)
+
+    def _across_a_restart(self, job: Any) -> bool:
+        """Was ``job`` enqueued before a server restart ended, and its last attempt started after it began?"""
+        return any(
+            job.enqueued_at <= restart["ended"] and (job.started_at or 0.0) >= restart["began"]
+            for restart in self.store.restarts
+        )
+
+
+def every_job(queue: Any, state: Any, page: int = 1000) -> Iterator[Any]:
+    """Every job in ``state``, a page of ``jobs()`` at a time (one look-up a job is slow on PostgreSQL)."""
+    after = None
+    while True:
+        jobs = queue.jobs(state, after=after, limit=page)
+        yield from jobs
+        if len(jobs) < page:
+            return
+        after = jobs[-1].job_id
 
 
 def lost_a_lease(job: Any) -> bool:
@@ -459,6 +573,10 @@ def main() -> int:
     parser.add_argument("--kill-gap", type=float, default=0.5, help="seconds at least between two kills")
     parser.add_argument("--time-limit", type=float, default=1800.0)
     parser.add_argument("--check", choices=["command", "verify"], default="command")
+    add_options(parser)
+    parser.add_argument(
+        "--restarts", type=int, help="server restarts (default: 2 with a cluster the run starts, else 0)"
+    )
     parser.add_argument("--dir", type=Path, help="where the store and logs go (default: a new temp dir)")
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument("--produce", type=Path, help=argparse.SUPPRESS)  # the producer child's mode
@@ -471,13 +589,17 @@ def main() -> int:
     import tempfile
 
     folder = args.dir or Path(tempfile.mkdtemp(prefix="queue-max-chaos-"))
-    config = Config(folder=folder, jobs=args.jobs, kills=args.kills, seed=args.seed,
-                    supervisors=args.supervisors, processes=args.processes, threads=args.threads,
-                    producers=args.producers, produce_rate=args.produce_rate, backlog=args.backlog,
-                    lease_time=args.lease_time, kill_gap=args.kill_gap, time_limit=args.time_limit,
-                    check=args.check)  # fmt: skip
-    print(f"chaos: {args.jobs:,} jobs, {args.kills} kills, seed {args.seed}, in {folder}", flush=True)
-    report = run_chaos(config)
+    with open_store(args.store, folder, args.url) as store:
+        restarts = args.restarts if args.restarts is not None else (2 if store.restartable else 0)
+        config = Config(folder=folder, jobs=args.jobs, kills=args.kills, seed=args.seed,
+                        supervisors=args.supervisors, processes=args.processes, threads=args.threads,
+                        producers=args.producers, produce_rate=args.produce_rate, backlog=args.backlog,
+                        lease_time=args.lease_time, kill_gap=args.kill_gap, time_limit=args.time_limit,
+                        check=args.check, store=store, restarts=restarts)  # fmt: skip
+        print(f"chaos: {args.jobs:,} jobs, {args.kills} kills, seed {args.seed}, in {folder}", flush=True)
+        if store.kind != "lmdb":
+            print(f"{store.describe()}; {restarts} server restarts", flush=True)
+        report = run_chaos(config)
     print("\n".join(report.lines()))
     if args.json:
         args.json.write_text(json.dumps({**asdict(report), "ok": report.ok}, indent=1), encoding="utf-8")

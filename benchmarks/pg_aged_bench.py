@@ -30,14 +30,13 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from benchmarks import runstore
 from queue_max_django.engine import Queue, QueueEmpty, State
-from queue_max_django.engine.stores.postgres import schema
 
 BATCH = 100
 SHALLOW = 1_000
@@ -91,17 +90,7 @@ def main() -> None:
 
 def scratch_database(url: str, kind: str) -> str:
     """A new database ``<name>_<kind>`` on the server of ``url``, with the queue_max schema. -> its URL."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise SystemExit(f"--url must be a postgresql:// URL: {url!r}")
-    name = f"{conninfo_to_dict(url).get('dbname') or 'postgres'}_{kind}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    made = urlunsplit(parts._replace(path="/" + quote(name)))
-    with psycopg.connect(made, autocommit=True) as conn:
-        schema.create(conn)
-    return made
+    return runstore.scratch_database(url, f"{conninfo_to_dict(url).get('dbname') or 'postgres'}_{kind}")
 
 
 def age(url: str, *, finished: int, dead: int) -> None:

@@ -65,7 +65,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -214,12 +214,23 @@ class Cluster:
                 f"{(done.stdout + done.stderr).strip()[-2000:]} {log}; {HOW_TO_ENABLE}"
             )
 
-    def start(self, *, durable: bool = False, listen: str = "", hba: tuple[str, ...] = ()) -> str:
+    def start(
+        self,
+        *,
+        durable: bool = False,
+        fsync: bool = False,
+        settings: Sequence[str] = (),
+        listen: str = "",
+        hba: tuple[str, ...] = (),
+    ) -> str:
         """Make and start the cluster. -> the URL of its ``postgres`` database (by its Unix socket).
         ``durable``: every commit's WAL is written before the commit returns (``synchronous_commit=on``), so
         that a commit survives a crash of the server's processes (``restart()``; the OS keeps what was
-        written: fsync stays off). ``listen``: the server's ``listen_addresses`` (none by default); ``hba``:
-        lines added to its ``pg_hba.conf`` (e.g. ``host all all 10.213.0.0/16 trust``)."""
+        written: fsync stays off). ``fsync``: also flush every write to disk (``fsync`` and
+        ``full_page_writes`` on), as a production server does, for benchmarks (benchmarks/runstore.py).
+        ``settings``: more ``name=value`` server settings. ``listen``: the server's ``listen_addresses``
+        (none by default); ``hba``: lines added to its ``pg_hba.conf`` (e.g. ``host all all 10.213.0.0/16
+        trust``)."""
         try:
             self._as_owner()
             self._run(
@@ -235,10 +246,12 @@ class Cluster:
                 stdin=subprocess.PIPE,
                 start_new_session=True,  # a Ctrl-C of the session must not kill it before it stops the server
             )
+            flush = "on" if fsync else "off"
             self._options = (
-                f"-c fsync=off -c synchronous_commit={'on' if durable else 'off'} -c full_page_writes=off "
-                f"-c listen_addresses='{listen}' -c port={PORT} -k {self.root} -c max_connections=200"
-            )
+                f"-c fsync={flush} -c synchronous_commit={'on' if durable else 'off'} "
+                f"-c full_page_writes={flush} -c listen_addresses='{listen}' -c port={PORT} -k {self.root} "
+                f"-c max_connections=200"
+            ) + "".join(f" -c {setting}" for setting in settings)
             self._pg_ctl("start")
         except BaseException:
             self.stop()

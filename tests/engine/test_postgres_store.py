@@ -3,9 +3,12 @@ the one clock of several machines, waking consumers by LISTEN/NOTIFY, and the po
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -313,6 +316,59 @@ def _dead_rows(conn: object, table: str) -> tuple[int, object]:
     return int(row[0]), row[1]
 
 
+@contextlib.contextmanager
+def _churned(pg_url: str, monkeypatch: pytest.MonkeyPatch, table: str) -> Iterator[tuple[Any, Queue]]:
+    """Autovacuum off for ``table`` (as on a server with ``autovacuum = off``), and 800 jobs put, claimed and
+    acknowledged. -> (a connection of the test's, the queue); a dead row count of 500 is enough to vacuum."""
+    from queue_max_django.engine.stores.postgres import upkeep
+
+    monkeypatch.setattr(upkeep, "VACUUM_DEAD_MIN", 500)
+    admin = pgserver.connect(pg_url)
+    admin.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    q = Queue(pg_url, do_recover=False, do_vacuum=False)
+    try:
+        q.put_many(list(range(800)))
+        for _ in range(8):
+            q.ack_many([(record, None) for record in q.get_many(100, timeout=0)])
+        yield admin, q
+    finally:
+        q.close()
+        admin.execute(f"ALTER TABLE {table} RESET (autovacuum_enabled)")
+        admin.close()
+
+
+def _maintain_once_counted(q: Queue, admin: Any, table: str, dead: int) -> object:
+    """Wait until the server's statistics count ``dead`` dead rows in ``table``, then run the store's
+    maintenance with its look at the dead rows due. -> the table's last vacuum before."""
+
+    def counted() -> bool:  # a backend sends its statistics at a transaction's end, at most once a second
+        q.stats()
+        return _dead_rows(admin, table)[0] >= dead
+
+    wait_for(counted, 60.0, "the server's statistics")  # they lag more than 15 s on a machine this busy
+    before = _dead_rows(admin, table)[1]  # None, or when the test database was last emptied
+    store = q._store  # type: ignore[attr-defined]
+    store._vacuum_check_due = 0.0  # due now (the maintenance thread looked at start, when nothing was)
+    store.maintain(flush=False)
+    return before
+
+
+def test_the_store_vacuums_the_done_jobs_its_vacuum_deleted_where_autovacuum_does_not(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vacuum deletes done jobs from ``qm_finished`` once their results expire. With autovacuum off for
+    it (as on a server with ``autovacuum = off``) their dead rows would never be reused, and the table would
+    grow with every job ever run (benchmarks/soak.py found it): the store's maintenance vacuums it too."""
+    with _churned(pg_url, monkeypatch, "qm_finished") as (admin, q):
+        assert q.vacuum(older_than=0) == 800  # 800 dead rows in qm_finished, no live one
+
+        before = _maintain_once_counted(q, admin, "qm_finished", 800)
+
+        dead, vacuumed_at = _dead_rows(admin, "qm_finished")
+        assert vacuumed_at is not None and vacuumed_at != before and dead < 800
+        assert q.stats()["done"] == 0 and q.verify() == []
+
+
 def test_the_store_vacuums_its_hot_table_where_autovacuum_does_not(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -322,37 +378,17 @@ def test_the_store_vacuums_its_hot_table_where_autovacuum_does_not(
     from queue_max_django.engine.stores.postgres import store as store_module
     from queue_max_django.engine.stores.postgres import upkeep
 
-    monkeypatch.setattr(upkeep, "VACUUM_DEAD_MIN", 500)
-    admin = pgserver.connect(pg_url)
-    admin.execute("ALTER TABLE qm_jobs SET (autovacuum_enabled = false)")
-    q = Queue(pg_url, do_recover=False, do_vacuum=False)
-    try:
-        q.put_many(list(range(800)))
-        for _ in range(8):
-            q.ack_many([(record, None) for record in q.get_many(100, timeout=0)])
+    with _churned(pg_url, monkeypatch, "qm_jobs") as (admin, q):
         q.put_many(list(range(100)))  # 100 live rows, 800 dead ones
 
-        def counted() -> bool:  # a backend sends its statistics at a transaction's end, at most once a second
-            q.stats()
-            return _dead_rows(admin, "qm_jobs")[0] >= 800
-
-        wait_for(counted, 15.0, "the server's statistics")
-        before = _dead_rows(admin, "qm_jobs")[1]  # None, or when the test database was last emptied
-        store = q._store  # type: ignore[attr-defined]
-        store._vacuum_check_due = 0.0  # due now (the maintenance thread looked at start, when nothing was)
-
-        store.maintain(flush=False)
+        before = _maintain_once_counted(q, admin, "qm_jobs", 800)
 
         dead, vacuumed_at = _dead_rows(admin, "qm_jobs")
         assert vacuumed_at is not None and vacuumed_at != before and dead < 800
         assert q.stats()["pending"] == 100 and q.stats()["done"] == 800
-        store.maintain(flush=False)  # not due again for a while
+        q._store.maintain(flush=False)  # type: ignore[attr-defined]  # not due again for a while
         assert _dead_rows(admin, "qm_jobs")[1] == vacuumed_at
         assert store_module.VACUUM_CHECK_INTERVAL >= 10
 
         with pgserver.connect(pg_url) as own:  # few dead rows: nothing to do
             assert upkeep.vacuum_churned(own) == []
-    finally:
-        q.close()
-        admin.execute("ALTER TABLE qm_jobs RESET (autovacuum_enabled)")
-        admin.close()

@@ -239,9 +239,10 @@ def quarantine(store: Statements, now_us: int, job_id: int, reason: str) -> None
     )
 
 
-CHURNED = ("qm_jobs", "qm_counts", "qm_flow")
+CHURNED = ("qm_jobs", "qm_counts", "qm_flow", "qm_finished")
 """The tables whose rows are updated or deleted all the time: a live job's row goes when the job ends, a
-counter row is updated by every operation."""
+counter row is updated by every operation, a done job's row goes when the vacuum deletes it (``RESULT_TTL``
+after it finished: unvacuumed, ``qm_finished`` would grow with every job ever run)."""
 VACUUM_DEAD_MIN = 10_000
 """A churned table is vacuumed by the store when it holds at least this many dead rows, and more dead rows
 than live ones: what autovacuum (set for these tables in schema.py) does far earlier when it runs."""
