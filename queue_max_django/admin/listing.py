@@ -30,6 +30,14 @@ LABELS: dict[State, str] = {
     State.DONE: "done",
     State.FAILED: "dead letters",
 }
+# What one job and several of a state are called in sentences ("1 dead letter", "No waiting jobs match").
+NOUNS: dict[State, tuple[str, str]] = {
+    State.PENDING: ("waiting job", "waiting jobs"),
+    State.SCHEDULED: ("scheduled job", "scheduled jobs"),
+    State.RUNNING: ("running job", "running jobs"),
+    State.DONE: ("done job", "done jobs"),
+    State.FAILED: ("dead letter", "dead letters"),
+}
 # The order each state's index lists jobs in (engine/stores/lmdb/reads.py list_jobs).
 INDEX_ORDER: dict[State, str] = {
     State.PENDING: "claim order",
@@ -270,3 +278,26 @@ def count(queue: Queue, state: State, filters: Filters, *, limit: int | None = N
     scan = Scan() if limit is None else Scan(limit=limit)
     found = sum(1 for _job in matching(queue, state, filters, scan=scan))
     return Count(found, exact=scan.stopped_after is None)
+
+
+def noun(state: State, how_many: Count) -> str:
+    """What ``how_many`` jobs of ``state`` are called: "dead letter" for exactly one, else "dead letters"."""
+    one, many = NOUNS[state]
+    return one if how_many.exact and how_many.value == 1 else many
+
+
+def counted(state: State, how_many: Count) -> str:
+    """``how_many`` jobs of ``state`` in words: "1 dead letter", "12 waiting jobs", "25,000+ done jobs"."""
+    return f"{how_many} {noun(state, how_many)}"
+
+
+def count_for_page(queue: Queue, state: State, filters: Filters, shown: Page, *, first: bool) -> Count:
+    """How many jobs match ``filters``, for a list page that shows ``shown``: from the counters when they
+    tell; from the page itself when it is the first and holds every match; else a scan of at most
+    ``PAGE_SCAN_LIMIT`` jobs (shown as "25,000+" when it stopped there)."""
+    counted_now = count_without_scan(queue, state, filters)
+    if counted_now is not None:
+        return counted_now
+    if first and shown.next_after is None and not shown.cut_short:
+        return Count(len(shown.jobs))
+    return count(queue, state, filters, limit=PAGE_SCAN_LIMIT)

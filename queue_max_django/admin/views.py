@@ -151,6 +151,7 @@ class JobAdmin(ModelAdmin):
         id_order = listing.INDEX_LAST if order == listing.INDEX_FIRST else listing.INDEX_FIRST
         failed_order = listing.FAILED_OLDEST if order == listing.FAILED_NEWEST else listing.FAILED_NEWEST
         label = listing.LABELS[current]
+        count = listing.count_for_page(queue, current, filters, page, first=after is None)
         context = self._context(
             request,
             label.capitalize(),
@@ -164,7 +165,10 @@ class JobAdmin(ModelAdmin):
             listed_by=_listed_by(current, order),
             id_sort_url=self._url("list", state, query={**filters.as_query(), "o": id_order}),
             failed_sort_url=self._url("list", state, query={**filters.as_query(), "o": failed_order}),
-            count=None if filters.active else listing.count_without_scan(queue, current, filters),
+            count=count,
+            total=listing.counted(current, listing.Count(queue.stats()[current.value])),
+            count_noun=listing.noun(current, count),
+            plural=listing.NOUNS[current][1],
             first_url=self._url("list", state, query=base) if after else None,
             next_url=self._url("list", state, query={**base, "after": page.next_after or ""}),
             has_next=page.next_after is not None,

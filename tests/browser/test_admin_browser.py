@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 from django.contrib.auth.models import User
 
+from queue_max_django.admin import listing
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, State, parse_rate
 
@@ -121,7 +122,7 @@ def test_dashboard_dead_letters_bulk_retry_and_a_script_that_never_runs(
     for job_id in chosen:
         page.check(f"input.action-select[value='{job_id}']")
     page.select_option("select[name=action]", "retry")
-    page.click("button[name=scope][value=selected]")
+    page.click("button[data-go]")
     page.wait_for_selector("[data-testid=how-many]")
     assert page.text_content("[data-testid=how-many]") == "2"
     assert [store.job(i).state for i in chosen] == [State.FAILED] * 2  # type: ignore[union-attr]
@@ -166,3 +167,34 @@ def test_the_pages_follow_dark_mode(page: Page, live_server: LiveServer, screens
     for scheme in ("light", "dark"):  # job text takes the admin's text colour, readable in both
         assert colours[scheme]["pre"] == colours[scheme]["text"]
     page.screenshot(path=str(screenshots / "admin-job-dark.png"), full_page=True)
+
+
+@pytest.mark.store_neutral  # the page's script and markup; the action on both stores: test_admin_actions.py
+def test_select_all_that_match_counts_and_acts_on_every_match(
+    page: Page, live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listing, "PAGE_SIZE", 3)  # the live server runs in this process
+    store = get_queue()
+    alphas = [dead_letter(store, "shop.tasks.alpha", [n], ValueError(f"a{n}")) for n in range(5)]
+    betas = [dead_letter(store, "shop.tasks.beta", [n], ValueError(f"b{n}")) for n in range(2)]
+    log_in(page, live_server)
+    page.goto(f"{live_server.url}/admin/queue_max_django/job/failed/?task=shop.tasks.alpha")
+    assert "5 match the filters (7 dead letters in all)" in " ".join(page.inner_text(".qm-summary").split())
+    counter = page.locator("[data-selected-count]")
+    assert counter.inner_text() == "0 of 3 selected"
+    page.check(f"input.action-select[value='{alphas[-1]}']")
+    assert counter.inner_text() == "1 of 3 selected"
+    assert page.locator("[data-select-matching]").is_hidden()
+    page.check("[data-select-all]")
+    assert counter.inner_text() == "3 of 3 selected"
+    page.click("[data-select-matching]")  # "Select all 5 dead letters that match"
+    assert page.locator("[data-all-selected]").inner_text().startswith("All 5 dead letters that match are")
+    assert counter.is_hidden()
+    page.select_option("select[name=action]", "retry")
+    page.click("button[data-go]")
+    assert page.text_content("[data-testid=how-many]") == "5"
+    assert [store.job(i).state for i in alphas] == [State.FAILED] * 5  # type: ignore[union-attr]
+    page.click("input[type=submit][value^='Yes']")
+    assert "Retried 5 jobs." in (page.text_content("ul.messagelist") or "")
+    assert [store.job(i).state for i in alphas] == [State.PENDING] * 5  # type: ignore[union-attr]
+    assert [store.job(i).state for i in betas] == [State.FAILED] * 2  # type: ignore[union-attr]

@@ -200,6 +200,47 @@ def test_filters_by_task_queue_error_type_shard_and_search(admin_client: Client,
     assert "No dead letters match these filters." in page(admin_client, f"{BASE}failed/?task=nothing")
 
 
+def summary(html: str) -> str:
+    """The sentence above a list, tags and runs of white space taken out."""
+    found = re.search(r'<p class="qm-summary">(.*?)</p>', html, re.S)
+    assert found is not None
+    return " ".join(re.sub(r"<[^>]+>", "", found.group(1)).split())
+
+
+def test_a_filtered_list_counts_its_matches_against_the_total(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listing, "PAGE_SIZE", 2)
+    for n in range(3):
+        fail(store, n, name="t.alpha")
+    for n in range(2):
+        fail(store, n, name="t.beta")
+    html = page(admin_client, f"{BASE}failed/")
+    assert summary(html).startswith("5 dead letters.")
+    # by task (the engine filters, a scan counts), by search (tested here): more than one page either way
+    for query in ("task=t.alpha", "q=ALPHA"):
+        html = page(admin_client, f"{BASE}failed/?{query}")
+        assert summary(html).startswith("3 match the filters (5 dead letters in all)."), query
+        assert "Select all 3 dead letters that match" in html, query
+    html = page(admin_client, f"{BASE}failed/?task=t.beta")  # one page holds them all: counted from it
+    assert summary(html).startswith("2 match the filters (5 dead letters in all).")
+    assert "data-select-matching" not in html  # the page's own box selects them all
+    html = page(admin_client, f"{BASE}failed/?task=t.alpha&q=2")
+    assert summary(html).startswith("1 matches the filters (5 dead letters in all).")
+    assert "Select all 5 dead letters<" in page(admin_client, f"{BASE}failed/")  # no filter: the whole list
+    assert ">0 of 1 selected<" in html  # the counter, before a script updates it
+
+
+def test_counts_and_empty_lists_speak_of_jobs_of_a_state(admin_client: Client, store: Queue) -> None:
+    fail(store, 1)
+    assert summary(page(admin_client, f"{BASE}failed/")).startswith("1 dead letter.")
+    assert summary(page(admin_client, f"{BASE}pending/")).startswith("0 waiting jobs.")
+    html = page(admin_client, f"{BASE}pending/?task=nothing")
+    assert "No waiting jobs match these filters." in html
+    assert summary(html).startswith("0 match the filters (0 waiting jobs in all).")
+    assert "No done jobs." in page(admin_client, f"{BASE}done/")
+
+
 def test_a_search_that_stops_at_its_limit_offers_to_search_further(
     admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
