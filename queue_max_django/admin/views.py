@@ -304,9 +304,10 @@ class JobAdmin(ModelAdmin):
             job=job,
             state=job.state.value,
             label=label,
-            arguments=display.arguments(job.payload),
+            arguments=display.arguments(job.payload, job.name),
             result=display.pretty(job.result) if job.state is State.DONE else None,
             attempts=display.attempts(job),
+            error_box=display.error_box(job),
             times=[
                 ("Enqueued", display.when(job.enqueued_at)),
                 ("Due" if job.state is State.SCHEDULED else "Ready at", display.when(job.eta)),

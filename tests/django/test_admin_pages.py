@@ -3,8 +3,10 @@ jobs carry, and answers 403 without the permission, 404 for a job that is not th
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Callable, Iterator
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,9 @@ BASE = "/admin/queue_max_django/job/"
 XSS = "<script>alert(1)</script>"
 
 pytestmark = pytest.mark.django_db
+needs_django_tasks = pytest.mark.skipif(
+    importlib.util.find_spec("django.tasks") is None, reason="django.tasks needs Django >= 6.0"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +144,7 @@ def test_the_dead_letter_list_shows_task_queue_shard_error_attempts(
     job = store.job(job_id)
     assert job is not None
     row = html[html.index(f'data-job-id="{job_id}"') :].split("</tr>")[0]
-    for text in ("tests.testapp.tasks.add", "<td>mail</td>", "ValueError", "boom 5"):
+    for text in ("tests.testapp.tasks.add", "<td>mail</td>", "ValueError", "boom 5", ">1/1</td>"):
         assert text in row
     sharded = store.shard_count > 1  # the PostgreSQL store has one shard: no shard column
     assert (f"<td>{job.shard}</td>" in row, '<th scope="col">Shard</th>' in html) == (sharded, sharded)
@@ -313,8 +318,11 @@ def test_a_dead_letters_page_shows_arguments_error_traceback_attempts(
     html = page(admin_client, f"{BASE}{job_id}/")
     assert f"<h1>Job {job_id}</h1>" in html
     assert 'data-testid="state">dead letters<' in html
-    assert "{&#x27;deep&#x27;: [1, 2]}" in html  # pretty-printed, escaped
-    assert 'to=</th><td><pre class="qm-pre">&#x27;a@b&#x27;</pre>' in html
+    assert '<code>1</code></th><td><pre class="qm-pre">{\n  &quot;deep&quot;: [\n    1,' in html  # JSON
+    assert '<code>to=</code></th><td><pre class="qm-pre">&quot;a@b&quot;</pre>' in html  # t.x: unknown here
+    assert "By position (the task is not registered in this process" in html
+    assert "<h2>Error</h2>" in html and "failed for good after 2 of 2 attempts" in html
+    assert 'data-testid="attempts">2 of 2 allowed <span class="qm-quiet">(the first and 1 retry)' in html
     assert 'data-testid="traceback">Traceback (most recent call last)' in html
     assert "attempt 0 broke" in html and "attempt 1 broke" in html  # the error of each attempt
     assert "Retry" in html and "Delete" in html and "Cancel job" not in html
@@ -341,6 +349,69 @@ def test_a_done_jobs_page_shows_its_result_and_no_action(admin_client: Client, s
     html = page(admin_client, f"{BASE}{job_id}/")
     assert 'data-testid="result">{&#x27;sum&#x27;: 3}<' in html
     assert 'type="submit"' not in html.split('id="content-main"')[1]
+
+
+def arguments_shown(html: str) -> list[tuple[str, str]]:
+    """(label, value) of each row of a job page's arguments, unescaped."""
+    table = html.split('data-testid="arguments">')[1].split("</table>")[0]
+    rows = re.findall(
+        r'<th scope="row"><code>(.*?)</code></th><td><pre class="qm-pre">(.*?)</pre>', table, re.S
+    )
+    return [(label, unescape(value)) for label, value in rows]
+
+
+def test_arguments_are_shown_by_the_tasks_parameter_names_as_json(admin_client: Client, store: Queue) -> None:
+    mail = store.put(
+        {"args": ["a@b.test"], "kwargs": {"subject": "hi"}}, name="tests.testapp.tasks.send_mail"
+    )
+    echo = store.put({"args": [1, b"\x00"], "kwargs": {"k": None}}, name="tests.testapp.tasks.echo")
+    misfit = store.put({"args": [1, 2, 3], "kwargs": {}}, name="tests.testapp.tasks.add")  # will fail: 3 args
+    html = page(admin_client, f"{BASE}{mail}/")
+    assert arguments_shown(html) == [("to", '"a@b.test"'), ("subject", '"hi"')]
+    assert "By the task's parameter names; values as JSON." in html
+    assert arguments_shown(page(admin_client, f"{BASE}{echo}/")) == [
+        ("*args", "[\n  1,\n  \"b'\\\\x00'\"\n]"),
+        ("**kwargs", '{\n  "k": null\n}'),
+    ]
+    assert arguments_shown(page(admin_client, f"{BASE}{misfit}/")) == [("0", "1"), ("1", "2"), ("2", "3")]
+    assert "<td><code>&quot;a@b.test&quot;, subject=&quot;hi&quot;</code></td>" in page(
+        admin_client, f"{BASE}pending/"
+    )
+
+
+@needs_django_tasks
+def test_a_django_tasks_job_is_shown_as_a_task_call(
+    admin_client: Client, store: Queue, queue_max: Configure
+) -> None:
+    from tests.testapp import django_tasks as dt_tasks
+
+    backend = {"default": {"BACKEND": "queue_max_django.backend.QueueMaxBackend"}}
+    with override_settings(TASKS=backend):
+        plain = dt_tasks.add.enqueue(2, b=3)
+        with_context = dt_tasks.with_context.enqueue(7)
+        plain_html = page(admin_client, f"{BASE}{plain.id}/")
+        context_html = page(admin_client, f"{BASE}{with_context.id}/")
+    assert "Not a task" not in plain_html and 'data-testid="payload"' not in plain_html
+    assert "through the backend <code>default</code>" in plain_html
+    assert arguments_shown(plain_html) == [("a", "2"), ("b", "3")]
+    assert arguments_shown(context_html) == [("value", "7")]  # the context is the framework's, not stored
+    assert ">2, b=3</code>" in page(admin_client, f"{BASE}pending/")
+
+
+def test_an_error_of_an_earlier_attempt_is_labelled_so(admin_client: Client, store: Queue) -> None:
+    job_id = store.put({"args": [], "kwargs": {}}, name="t.x", max_retries=3)
+    store.get(0).nack(ValueError("first try"))
+    html = page(admin_client, f"{BASE}{job_id}/")
+    assert "<h2>The last attempt failed</h2>" in html and "attempt 2 of 4" in html
+    assert 'data-testid="attempts">1 of 4 allowed <span class="qm-quiet">(the first and 3 retries)' in html
+    assert "<h2>Error</h2>" not in html
+    store.get(0).ack("fine")
+    html = page(admin_client, f"{BASE}{job_id}/")
+    assert "<h2>Error</h2>" not in html and "first try" in html  # in the attempts table at least
+    if store.job(job_id).error is not None:  # type: ignore[union-attr]  # LMDB keeps it; PostgreSQL clears it
+        assert "<h2>An earlier attempt failed</h2>" in html
+        assert "succeeded at attempt 2 of 4: this is the error of an earlier attempt, not of the job" in html
+        assert 'data-testid="error">first try<' in html
 
 
 def test_a_raw_engine_payload_is_shown_as_stored(admin_client: Client, store: Queue) -> None:
