@@ -23,6 +23,22 @@ def pretty(value: Any) -> str:
     return pprint.pformat(value, width=WIDTH, sort_dicts=False)
 
 
+def duration(seconds: float) -> str:
+    """A length of time for people: "4.2 s", "38 s", "3 min 5 s", "2 h 10 min", "1 day 4 h", "3 days 0 h"."""
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    days = whole // 86400
+    return f"{days} day{'' if days == 1 else 's'} {whole % 86400 // 3600} h"
+
+
 def when(seconds: float | None) -> dt.datetime | None:
     """Unix seconds -> an aware datetime (templates show it in the current time zone)."""
     return None if seconds is None else dt.datetime.fromtimestamp(seconds, tz=dt.UTC)

@@ -38,6 +38,14 @@ NOUNS: dict[State, tuple[str, str]] = {
     State.DONE: ("done job", "done jobs"),
     State.FAILED: ("dead letter", "dead letters"),
 }
+# A job of each state, in "job 12 is ...".
+IS: dict[State, str] = {
+    State.PENDING: "waiting",
+    State.SCHEDULED: "scheduled",
+    State.RUNNING: "running",
+    State.DONE: "done",
+    State.FAILED: "a dead letter",
+}
 # The order each state's index lists jobs in (engine/stores/lmdb/reads.py list_jobs).
 INDEX_ORDER: dict[State, str] = {
     State.PENDING: "claim order",

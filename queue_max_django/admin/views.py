@@ -152,6 +152,7 @@ class JobAdmin(ModelAdmin):
         failed_order = listing.FAILED_OLDEST if order == listing.FAILED_NEWEST else listing.FAILED_NEWEST
         label = listing.LABELS[current]
         count = listing.count_for_page(queue, current, filters, page, first=after is None)
+        now = time.time()
         context = self._context(
             request,
             label.capitalize(),
@@ -161,7 +162,10 @@ class JobAdmin(ModelAdmin):
             order=order,
             index_order=listing.INDEX_ORDER[current],
             page=page,
-            rows=[(job, display.short(job.payload), _list_times(current, job)) for job in page.jobs],
+            rows=[
+                (job, display.short(job.payload), _list_times(current, job), _running_for(job, now))
+                for job in page.jobs
+            ],
             listed_by=_listed_by(current, order),
             id_sort_url=self._url("list", state, query={**filters.as_query(), "o": id_order}),
             failed_sort_url=self._url("list", state, query={**filters.as_query(), "o": failed_order}),
@@ -194,7 +198,7 @@ class JobAdmin(ModelAdmin):
         current = State(state)
         action = request.POST.get("action", "")
         if action not in actions.STATE_ACTIONS[current]:
-            messages.error(request, f"No action {action!r} applies to {listing.LABELS[current]}.")
+            messages.error(request, f"No action {action!r} applies to {listing.NOUNS[current][1]}.")
             return HttpResponseRedirect(self._url("list", state))
         self._require(request, actions.PERMISSION[action])
         queue = get_queue()
@@ -246,12 +250,21 @@ class JobAdmin(ModelAdmin):
             ids=ids,
             preview=preview,
             as_of=repr(time.time()),
-            back_url=self._url("list", state.value, query=filters.as_query()),
+            back_url=self._back_url(request, state, filters),
             list_url=self._url("list", state.value),
+            plural=listing.NOUNS[state][1],
+            danger=action in (actions.DELETE, actions.CANCEL),  # jobs removed for good: the red button
             action_url=self._url("action", state.value),
             scan_limit=f"{listing.SCAN_LIMIT:,}",
         )
         return self._render(request, "confirm_action.html", context)
+
+    def _back_url(self, request: HttpRequest, state: State, filters: listing.Filters) -> str:
+        """Where "No, take me back" goes: the job's page if the action was asked for there, else the list."""
+        job_id = listing.parse_job_id(request.POST.get("from_job"))
+        if job_id is not None:
+            return self._url("job", job_id)
+        return self._url("list", state.value, query=filters.as_query())
 
     def _act_on_matching(
         self, request: HttpRequest, state: State, action: str, filters: listing.Filters
@@ -308,6 +321,7 @@ class JobAdmin(ModelAdmin):
             result=display.pretty(job.result) if job.state is State.DONE else None,
             attempts=display.attempts(job),
             error_box=display.error_box(job),
+            running_for=_running_for(job, time.time()),
             times=[
                 ("Enqueued", display.when(job.enqueued_at)),
                 ("Due" if job.state is State.SCHEDULED else "Ready at", display.when(job.eta)),
@@ -320,8 +334,7 @@ class JobAdmin(ModelAdmin):
             can_cancel=job.state in (State.PENDING, State.SCHEDULED) and can_change,
             can_delete=job.state is State.FAILED and self.has_delete_permission(request),
             retry_url=self._url("job_action", job.job_id, "retry"),
-            cancel_url=self._url("job_action", job.job_id, "cancel"),
-            delete_url=self._url("action", job.state.value),
+            state_action_url=self._url("action", job.state.value),
         )
         return self._render(request, "job_detail.html", context)
 
@@ -343,7 +356,7 @@ class JobAdmin(ModelAdmin):
         if not outcome.done:
             messages.warning(
                 request,
-                f"Job {job.job_id} is {listing.LABELS[job.state]}: "
+                f"Job {job.job_id} is {listing.IS[job.state]}: "
                 f"{actions.VERBS[action][0].lower()} does not apply to it, nothing was done.",
             )
             return HttpResponseRedirect(self._url("job", job.job_id))
@@ -364,6 +377,13 @@ def _list_times(state: State, job: Job) -> list[dt.datetime | None]:
         State.FAILED: [job.finished_at],
     }
     return [display.when(value) for value in columns[state]]
+
+
+def _running_for(job: Job, now: float) -> str | None:
+    """How long a running job's attempt has run, for people; None for a job in another state."""
+    if job.state is not State.RUNNING or job.started_at is None:
+        return None
+    return display.duration(now - job.started_at)
 
 
 def _listed_by(state: State, order: str) -> str:

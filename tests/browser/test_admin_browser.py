@@ -169,8 +169,19 @@ def test_the_pages_follow_dark_mode(page: Page, live_server: LiveServer, screens
     page.screenshot(path=str(screenshots / "admin-job-dark.png"), full_page=True)
 
 
+DANGER_JS = """() => {
+    const button = document.querySelector('[data-testid=confirm]');
+    const probe = document.createElement('div');
+    probe.style.background = 'var(--delete-button-bg)';
+    document.body.append(probe);
+    const red = getComputedStyle(probe).backgroundColor;
+    probe.remove();
+    return getComputedStyle(button).backgroundColor === red;
+}"""  # whether the confirmation's button wears the admin's delete red
+
+
 @pytest.mark.store_neutral  # the page's script and markup; the action on both stores: test_admin_actions.py
-def test_select_all_that_match_counts_and_acts_on_every_match(
+def test_select_all_that_match_and_the_confirmations_danger(
     page: Page, live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(listing, "PAGE_SIZE", 3)  # the live server runs in this process
@@ -193,8 +204,24 @@ def test_select_all_that_match_counts_and_acts_on_every_match(
     page.select_option("select[name=action]", "retry")
     page.click("button[data-go]")
     assert page.text_content("[data-testid=how-many]") == "5"
+    assert page.evaluate(DANGER_JS) is False  # a retry is not a deletion: not the red button
     assert [store.job(i).state for i in alphas] == [State.FAILED] * 5  # type: ignore[union-attr]
     page.click("input[type=submit][value^='Yes']")
     assert "Retried 5 jobs." in (page.text_content("ul.messagelist") or "")
     assert [store.job(i).state for i in alphas] == [State.PENDING] * 5  # type: ignore[union-attr]
     assert [store.job(i).state for i in betas] == [State.FAILED] * 2  # type: ignore[union-attr]
+
+    # Cancelling a job from its page asks first, in red; "No" goes back to the job, "Yes" removes it.
+    later = store.put({"args": [], "kwargs": {}}, name="shop.tasks.alpha", delay=3600)
+    job_url = f"{live_server.url}/admin/queue_max_django/job/{later}/"
+    page.goto(job_url)
+    page.click("input[value='Cancel job…']")
+    assert page.text_content("[data-testid=how-many]") == "1"
+    assert page.evaluate(DANGER_JS) is True
+    assert store.job(later) is not None  # nothing yet
+    page.click("[data-testid=back]")
+    page.wait_for_url(job_url)
+    page.click("input[value='Cancel job…']")
+    page.click("[data-testid=confirm]")
+    assert "Cancelled 1 job." in (page.text_content("ul.messagelist") or "")
+    assert store.job(later) is None

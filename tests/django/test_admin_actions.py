@@ -197,7 +197,9 @@ def test_retry_all_matching_acts_on_the_filter_only(admin_client: Client, store:
     filters = {"task": "t.fetch", "error_type": "TimeoutError"}
     confirm = post(admin_client, "failed", action="retry", scope="matching", **filters)
     html = confirm.content.decode()
-    assert 'data-testid="how-many">3<' in html and "matching the filter" in html
+    assert (
+        'data-testid="how-many">3<' in html and "every one of the dead letters that match the filters" in html
+    )
     as_of = html.split('name="as_of" value="')[1].split('"')[0]
     done = post(
         admin_client, "failed", action="retry", scope="matching", confirmed="yes", as_of=as_of, **filters
@@ -276,6 +278,11 @@ def test_retry_from_a_jobs_page(admin_client: Client, store: Queue) -> None:
     assert state(store, job_id) is State.PENDING
     again = admin_client.post(f"{BASE}{job_id}/retry/")
     assert messages_of(again) == [f"Job {job_id} is waiting: retry does not apply to it, nothing was done."]
+    dead = fail(store, "b")
+    cancelled = admin_client.post(f"{BASE}{dead}/cancel/")
+    assert messages_of(cancelled) == [
+        f"Job {dead} is a dead letter: cancel does not apply to it, nothing was done."
+    ]
 
 
 def test_cancel_from_a_jobs_page_goes_back_to_its_list(admin_client: Client, store: Queue) -> None:
@@ -286,12 +293,43 @@ def test_cancel_from_a_jobs_page_goes_back_to_its_list(admin_client: Client, sto
     assert store.job(job_id) is None
 
 
+def test_cancel_on_a_jobs_page_asks_first_and_no_goes_back_to_the_job(
+    admin_client: Client, store: Queue
+) -> None:
+    job_id = store.put(1, delay=60)
+    html = admin_client.get(f"{BASE}{job_id}/").content.decode()
+    assert 'value="Cancel job…"' in html and f'action="{BASE}scheduled/action/"' in html
+    assert f'name="from_job" value="{job_id}"' in html
+    confirm = post(
+        admin_client, "scheduled", action="cancel", scope="selected", ids=[job_id], from_job=job_id
+    )
+    html = confirm.content.decode()
+    assert "Cancel 1 job?" in html and state(store, job_id) is State.SCHEDULED  # nothing yet
+    assert f'href="{BASE}{job_id}/" class="button cancel-link" data-testid="back"' in html  # No: the job
+    assert "delete-confirmation" in html and 'class="qm-danger" data-testid="confirm"' in html  # removes it
+    done = post(admin_client, "scheduled", action="cancel", scope="selected", ids=[job_id], confirmed="yes")
+    assert done["Location"] == f"{BASE}scheduled/"
+    assert messages_of(done) == ["Cancelled 1 job."] and store.job(job_id) is None
+
+
+def test_a_retry_confirmation_is_not_styled_as_a_deletion(admin_client: Client, store: Queue) -> None:
+    job_id = fail(store, "a")
+    html = post(admin_client, "failed", action="retry", scope="selected", ids=[job_id]).content.decode()
+    assert "Retry 1 job?" in html
+    assert "delete-confirmation" not in html and "qm-danger" not in html
+    assert 'class="default" data-testid="confirm"' in html
+    assert (
+        f'href="{BASE}failed/" class="button cancel-link"' in html
+    )  # asked from the list: No goes back there
+
+
 def test_delete_from_a_jobs_page_goes_through_the_confirmation(admin_client: Client, store: Queue) -> None:
     job_id = fail(store, "a")
     html = admin_client.get(f"{BASE}{job_id}/").content.decode()
     assert f'action="{BASE}failed/action/"' in html and f'name="ids" value="{job_id}"' in html
     confirm = post(admin_client, "failed", action="delete", scope="selected", ids=[job_id])
     assert "Delete 1 job?" in confirm.content.decode()
+    assert "delete-confirmation" in confirm.content.decode()
 
 
 def test_a_button_for_a_job_that_is_gone_says_so(admin_client: Client, store: Queue) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.test import Client, override_settings
 
-from queue_max_django.admin import dashboard, listing
+from queue_max_django.admin import dashboard, display, listing
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, State, parse_rate
 from tests.admin_clients import logged_in
@@ -108,11 +108,37 @@ def test_the_dashboard_shows_workers_breakers_and_rate_limits(admin_client: Clie
     record.nack("down", permanent=True)
     store.set_rate_limit("queue:mail", parse_rate("10/m"))
     html = page(admin_client, BASE)
-    assert "<td>box</td><td>4242</td>" in html
+    assert '<td><code>w-1</code></td><td>box</td><td class="qm-number">4242</td>' in html
+    assert "lag by up to one heartbeat" in html
     assert f'href="{BASE}77/"' in html
     assert "name:flaky.task" in html and "qm-breaker-open" in html
-    assert re.search(r"1 / 1</td>\s*<td>(29\d|300)\.\d s</td>", html)  # the next trial, in seconds
+    assert re.search(r"1 / 1</td>\s*<td>(4 min 5\d s|5 min 0 s)</td>", html)  # the next trial
+    assert re.search(r"<td>\d+ days \d+ h</td></tr>", html)  # up since 1970
     assert "queue:mail" in html and re.search(r"<td class=\"qm-number\">10\.0</td>", html)
+
+
+def test_the_dashboard_warns_of_queues_no_live_worker_serves(admin_client: Client, store: Queue) -> None:
+    store.put(1, queue="mail")
+    store.put(2, queue="default", delay=60)
+    html = page(admin_client, BASE)
+    assert "No live worker takes jobs from the queue <code>mail</code> (1 waiting, 0 scheduled)" in html
+    assert "<code>default</code> (0 waiting, 1 scheduled)" in html and "no worker is running at all" in html
+    store.report_worker("w-1", stale_after=60.0, pid=1, host="box", queues=("mail",), threads=1)
+    html = page(admin_client, BASE)
+    assert "the queue <code>mail</code>" not in html and "the queue <code>default</code>" in html
+    assert "no worker is running at all" not in html
+    store.report_worker("w-2", stale_after=60.0, pid=2, host="box", queues=None, threads=1)
+    assert 'data-testid="unserved"' not in page(admin_client, BASE)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.04, "0.0 s"), (4.25, "4.2 s"), (38.9, "38 s"), (185, "3 min 5 s"), (7800, "2 h 10 min"),
+     (86400 + 4 * 3600, "1 day 4 h"), (3 * 86400, "3 days 0 h"), (-1, "0.0 s")],
+)  # fmt: skip
+@pytest.mark.store_neutral
+def test_durations_read_as_people_say_them(seconds: float, text: str) -> None:
+    assert display.duration(seconds) == text
 
 
 def test_the_panels_endpoint_renders_the_numbers_alone(admin_client: Client, store: Queue) -> None:
