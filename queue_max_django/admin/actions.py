@@ -1,4 +1,5 @@
-"""What the admin's buttons do to jobs: retry, cancel and delete, one job or many, with what happened counted.
+"""What the admin's buttons do to jobs: retry, cancel and delete, one job or many, with what happened counted;
+and "enqueue again" of a done job (a new job with the same task, arguments and options).
 
 Each action runs one engine call per job (each its own LMDB transaction), and a job no longer in a state the
 action fits is skipped and counted, never an error: other processes change the store between the page that
@@ -10,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..engine import Queue, State
+from ..engine import Job, Queue, State
 
-RETRY, CANCEL, DELETE = "retry", "cancel", "delete"
+RETRY, CANCEL, DELETE, ENQUEUE = "retry", "cancel", "delete", "enqueue"
 
 # The actions that fit the jobs of each state, and the permission each one needs.
 STATE_ACTIONS: dict[State, tuple[str, ...]] = {
@@ -22,7 +23,7 @@ STATE_ACTIONS: dict[State, tuple[str, ...]] = {
     State.DONE: (),
     State.FAILED: (RETRY, DELETE),
 }
-PERMISSION = {RETRY: "change", CANCEL: "change", DELETE: "delete"}
+PERMISSION = {RETRY: "change", CANCEL: "change", DELETE: "delete", ENQUEUE: "change"}
 VERBS = {RETRY: ("Retry", "Retried"), CANCEL: ("Cancel", "Cancelled"), DELETE: ("Delete", "Deleted")}
 
 
@@ -74,3 +75,18 @@ def purge_failed(queue: Queue, *, failed_before: float, now: float) -> Outcome:
 
 def _jobs(count: int) -> str:
     return f"{count:,} job" if count == 1 else f"{count:,} jobs"
+
+
+def enqueue_again(queue: Queue, job: Job) -> int:
+    """A new job, waiting now, with ``job``'s payload, task name, queue, priority, retries allowed, timeout
+    and partition key (a done job run once more: django-rq's and django-q2's "requeue"). -> its id. The
+    engine's ``InvalidJob`` when its queue is no longer allowed (nothing is written then)."""
+    return queue.put(
+        job.payload,
+        name=job.name,
+        queue=job.queue,
+        priority=job.priority,
+        max_retries=job.max_retries,
+        timeout=job.timeout,
+        partition_key=job.partition_key,
+    )

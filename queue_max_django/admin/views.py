@@ -25,7 +25,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, re_path, reverse
 
 from ..conf import get_config, get_queue
-from ..engine import Job, QueueCorrupted, State
+from ..engine import InvalidJob, Job, QueueCorrupted, State
 from ..models import Job as JobModel
 from ..tasks import registry
 from . import actions, dashboard, display, listing
@@ -63,7 +63,7 @@ class JobAdmin(ModelAdmin):
             re_path(rf"^(?P<state>{STATE_PATTERN})/action/$", wrap(self.action_view), name=f"{name}_action"),
             path("<int:job_id>/", wrap(self.job_view), name=f"{name}_job"),
             re_path(
-                r"^(?P<job_id>[0-9]+)/(?P<action>retry|cancel)/$",
+                r"^(?P<job_id>[0-9]+)/(?P<action>retry|cancel|enqueue)/$",
                 wrap(self.job_action_view),
                 name=f"{name}_job_action",
             ),
@@ -333,13 +333,16 @@ class JobAdmin(ModelAdmin):
             can_retry=job.state is State.FAILED and can_change,
             can_cancel=job.state in (State.PENDING, State.SCHEDULED) and can_change,
             can_delete=job.state is State.FAILED and self.has_delete_permission(request),
+            can_enqueue=job.state is State.DONE and can_change and not job.damage,
             retry_url=self._url("job_action", job.job_id, "retry"),
+            enqueue_url=self._url("job_action", job.job_id, "enqueue"),
             state_action_url=self._url("action", job.state.value),
         )
         return self._render(request, "job_detail.html", context)
 
     def job_action_view(self, request: HttpRequest, job_id: str, action: str) -> HttpResponse:
-        """Retry or cancel the job whose page the button was on; then back to that page (or its list)."""
+        """Retry, cancel or enqueue again the job whose page the button was on; then back to that page (or its
+        list, or the new job's page)."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         self._require(request, actions.PERMISSION[action])
@@ -352,6 +355,8 @@ class JobAdmin(ModelAdmin):
         if job is None:
             messages.error(request, f"There is no job {job_id} (any more): nothing was done.")
             return HttpResponseRedirect(self._url("changelist"))
+        if action == actions.ENQUEUE:
+            return self._enqueue_again(request, job)
         outcome = actions.apply(get_queue(), action, [job.job_id], state=job.state)
         if not outcome.done:
             messages.warning(
@@ -364,6 +369,24 @@ class JobAdmin(ModelAdmin):
         if action == actions.CANCEL:  # the job is gone: back to the list it was on
             return HttpResponseRedirect(self._url("list", job.state.value))
         return HttpResponseRedirect(self._url("job", job.job_id))
+
+
+    def _enqueue_again(self, request: HttpRequest, job: Job) -> HttpResponse:
+        """A done job's "Enqueue again": a new waiting job like it; then that job's page."""
+        if job.state is not State.DONE or job.damage:
+            messages.warning(
+                request,
+                f"Job {job.job_id} is {listing.IS[job.state]}: only a done job can be enqueued again, "
+                f"nothing was done.",
+            )
+            return HttpResponseRedirect(self._url("job", job.job_id))
+        try:
+            new_id = actions.enqueue_again(get_queue(), job)
+        except InvalidJob as exc:
+            messages.error(request, f"Job {job.job_id} cannot be enqueued again: {exc}. Nothing was done.")
+            return HttpResponseRedirect(self._url("job", job.job_id))
+        messages.success(request, f"Enqueued job {job.job_id} again as job {new_id}.")
+        return HttpResponseRedirect(self._url("job", new_id))
 
 
 def _list_times(state: State, job: Job) -> list[dt.datetime | None]:

@@ -181,7 +181,7 @@ DANGER_JS = """() => {
 
 
 @pytest.mark.store_neutral  # the page's script and markup; the action on both stores: test_admin_actions.py
-def test_select_all_that_match_and_the_confirmations_danger(
+def test_select_all_that_match_cancel_from_a_jobs_page_and_enqueue_again(
     page: Page, live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(listing, "PAGE_SIZE", 3)  # the live server runs in this process
@@ -225,3 +225,15 @@ def test_select_all_that_match_and_the_confirmations_danger(
     page.click("[data-testid=confirm]")
     assert "Cancelled 1 job." in (page.text_content("ul.messagelist") or "")
     assert store.job(later) is None
+
+    # A done job is enqueued again as a new waiting job, whose page opens.
+    done = store.put({"args": ["again"], "kwargs": {}}, name="shop.tasks.alpha", queue="mail")
+    store.claim(done).ack("ok")  # type: ignore[union-attr]
+    page.goto(f"{live_server.url}/admin/queue_max_django/job/{done}/")
+    page.click("input[value='Enqueue again']")
+    page.wait_for_url(re.compile(r"/job/\d+/$"))
+    new_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    assert new_id != done and page.text_content("[data-testid=state]") == "waiting"
+    assert f"Enqueued job {done} again as job {new_id}." in (page.text_content("ul.messagelist") or "")
+    again = store.job(new_id)
+    assert again is not None and (again.payload, again.queue) == ({"args": ["again"], "kwargs": {}}, "mail")

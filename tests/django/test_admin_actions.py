@@ -332,6 +332,56 @@ def test_delete_from_a_jobs_page_goes_through_the_confirmation(admin_client: Cli
     assert "delete-confirmation" in confirm.content.decode()
 
 
+def test_enqueue_again_puts_a_new_waiting_job_like_a_done_one(admin_client: Client, store: Queue) -> None:
+    payload = {"args": [1, "x"], "kwargs": {"k": [2]}}
+    old = store.put(payload, name="t.again", queue="mail", priority=5, max_retries=2, timeout=7.0,
+                    partition_key="p-1")  # fmt: skip
+    store.get(0).ack("first result")
+    total = store.stats()["total"]
+    assert 'value="Enqueue again"' in admin_client.get(f"{BASE}{old}/").content.decode()
+    assert admin_client.get(f"{BASE}{old}/enqueue/").status_code == 405  # POST only
+    response = admin_client.post(f"{BASE}{old}/enqueue/")
+    assert store.stats()["total"] == total + 1
+    new = int(response["Location"].rstrip("/").rsplit("/", 1)[1])
+    assert response["Location"] == f"{BASE}{new}/" and new != old
+    assert messages_of(response) == [f"Enqueued job {old} again as job {new}."]
+    fresh, before = store.job(new), store.job(old)
+    assert fresh is not None and before is not None
+    assert (fresh.state, fresh.payload, fresh.name, fresh.queue, fresh.priority, fresh.max_retries) == (
+        State.PENDING, payload, "t.again", "mail", 5, 2)  # fmt: skip
+    assert (fresh.timeout, fresh.partition_key, fresh.attempts, fresh.result) == (7.0, "p-1", 0, None)
+    assert (before.state, before.result) == (State.DONE, "first result")  # the done job stays as it was
+
+
+def test_enqueue_again_needs_the_csrf_token(admin_user: User, store: Queue) -> None:
+    done = store.put({"args": [], "kwargs": {}}, name="t.x")
+    store.get(0).ack(None)
+    total = store.stats()["total"]
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(admin_user)
+    assert strict.post(f"{BASE}{done}/enqueue/").status_code == 403
+    assert store.stats()["total"] == total
+
+
+def test_enqueue_again_needs_change_and_a_done_job(store: Queue) -> None:
+    done = store.put({"args": [], "kwargs": {}}, name="t.x")
+    store.get(0).ack(None)
+    dead = fail(store, "a")
+    total = store.stats()["total"]
+    viewer = staff("view_job")
+    assert 'value="Enqueue again"' not in viewer.get(f"{BASE}{done}/").content.decode()
+    assert viewer.post(f"{BASE}{done}/enqueue/").status_code == 403
+    changer = staff("view_job", "change_job")
+    assert 'value="Enqueue again"' not in changer.get(f"{BASE}{dead}/").content.decode()
+    response = changer.post(f"{BASE}{dead}/enqueue/")
+    assert messages_of(response) == [
+        f"Job {dead} is a dead letter: only a done job can be enqueued again, nothing was done."
+    ]
+    assert store.stats()["total"] == total  # nothing was put
+    assert changer.post(f"{BASE}{done}/enqueue/").status_code == 302
+    assert store.stats()["total"] == total + 1
+
+
 def test_a_button_for_a_job_that_is_gone_says_so(admin_client: Client, store: Queue) -> None:
     for job_id in ("4242", "99999999999999999999999"):
         response = admin_client.post(f"{BASE}{job_id}/retry/")

@@ -192,6 +192,19 @@ def test_each_state_has_its_list(admin_client: Client, store: Queue, state: str)
     assert 'name="ids"' in html if state in ("pending", "scheduled") else 'name="ids"' not in html
 
 
+def test_a_running_job_says_how_long_it_has_run(admin_client: Client, store: Queue) -> None:
+    job_id = store.put({"args": [], "kwargs": {}}, name="t.x")
+    assert store.claim(job_id) is not None
+    listed = page(admin_client, f"{BASE}running/")
+    assert re.search(r'<th scope="col">Running for</th>', listed)
+    assert re.search(r'data-testid="running-for">\d+\.\d s<', listed)
+    assert re.search(
+        r'<dt>Running for</dt><dd data-testid="running-for">\d+\.\d s<',
+        page(admin_client, f"{BASE}{job_id}/"),
+    )
+    assert "Running for" not in page(admin_client, f"{BASE}pending/")
+
+
 def test_keyset_pages_walk_every_dead_letter_once(
     admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
