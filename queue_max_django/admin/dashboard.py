@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine import Queue, State, WorkerInfo
-from .display import duration
+from . import periodic
+from .display import duration, when
 from .listing import LABELS, Count, Filters, Scan, matching
 
 RECENT_LIMIT = 5_000  # finished jobs looked at, at most, per state, to count the last minute/hour
@@ -129,7 +130,11 @@ def snapshot(queue: Queue, now: float) -> dict[str, Any]:
         for info in sorted(queue.workers(), key=lambda info: (info.host, info.pid, info.worker_id))
     ]
     queue_counts = queue.queue_counts()
+    holder = periodic.leader(queue)
     return {
+        "periodic": periodic.rows(queue, now),
+        "scheduler_leader": holder,
+        "scheduler_since": None if holder is None else when(holder.since),
         "unserved": unserved(queue_counts, [row.info for row in workers]),
         "states": [StateCount(state.value, LABELS[state], Count(stats[state.value])) for state in State],
         "total": Count(stats["total"]),

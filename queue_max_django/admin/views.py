@@ -370,7 +370,6 @@ class JobAdmin(ModelAdmin):
             return HttpResponseRedirect(self._url("list", job.state.value))
         return HttpResponseRedirect(self._url("job", job.job_id))
 
-
     def _enqueue_again(self, request: HttpRequest, job: Job) -> HttpResponse:
         """A done job's "Enqueue again": a new waiting job like it; then that job's page."""
         if job.state is not State.DONE or job.damage:

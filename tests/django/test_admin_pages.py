@@ -15,6 +15,8 @@ from django.test import Client, override_settings
 from queue_max_django.admin import dashboard, display, listing
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, State, parse_rate
+from queue_max_django.periodic import periodic_task
+from queue_max_django.tasks import registry
 from tests.admin_clients import logged_in
 from tests.dead_letters import fail
 
@@ -129,6 +131,36 @@ def test_the_dashboard_warns_of_queues_no_live_worker_serves(admin_client: Clien
     assert "no worker is running at all" not in html
     store.report_worker("w-2", stale_after=60.0, pid=2, host="box", queues=None, threads=1)
     assert 'data-testid="unserved"' not in page(admin_client, BASE)
+
+
+def test_the_dashboard_lists_periodic_tasks_their_runs_and_the_leading_scheduler(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "_tasks", dict(registry._tasks))  # the tasks below leave with the test
+    monkeypatch.setattr(registry, "_conflicts", list(registry._conflicts))
+
+    @periodic_task(interval=300, name="admin.periodic.cleanup")
+    def cleanup() -> None: ...
+
+    @periodic_task(cron="not a cron", name="admin.periodic.broken")
+    def broken() -> None: ...
+
+    html = page(admin_client, BASE)
+    table = html.split('data-testid="periodic">')[1].split("</table>")[0]
+    assert "<td>admin.periodic.cleanup</td><td><code>every 300s</code></td>" in table
+    assert '<td>admin.periodic.broken</td><td><span class="qm-error">invalid: ' in table
+    assert table.count("<td>—</td>") == 2 and "never</td>" in table  # nothing ran; broken never runs
+    assert "No worker's scheduler leads now: no tick is enqueued" in html
+    done = store.put({"args": [], "kwargs": {}}, name="admin.periodic.cleanup")
+    store.get(0).ack(None)
+    assert store.acquire_lock("periodic-scheduler", "web-1:77:abc", ttl=60.0)
+    html = page(admin_client, BASE)
+    assert f'(<a href="{BASE}{done}/">job {done}</a>)' in html
+    assert "Ticks are enqueued by the scheduler of worker <code>web-1:77:abc</code>" in html
+
+
+def test_without_periodic_tasks_the_dashboard_has_no_such_panel(admin_client: Client) -> None:
+    assert 'data-testid="periodic"' not in page(admin_client, BASE)
 
 
 @pytest.mark.parametrize(
