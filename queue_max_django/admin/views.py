@@ -24,8 +24,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, re_path, reverse
 
-from ..conf import get_config, get_queue
-from ..engine import InvalidJob, Job, QueueCorrupted, State
+from ..conf import get_queue
+from ..engine import InvalidJob, Job, Queue, QueueCorrupted, State
 from ..models import Job as JobModel
 from ..tasks import registry
 from . import actions, dashboard, display, listing
@@ -179,15 +179,44 @@ class JobAdmin(ModelAdmin):
             clear_url=self._url("list", state),
             action_url=self._url("action", state),
             actions=self._allowed_actions(request, current),
-            task_names=registry.names(),
-            queue_names=sorted(set(get_config().queues or ()) | {job.queue for job in page.jobs}),
+            sidebar=self._sidebar(queue, current, filters, order),
             shard_numbers=range(queue.shard_count),
             scan_limit=f"{listing.PAGE_SCAN_LIMIT:,}",
+            facet_limit=f"{listing.FACET_SCAN_LIMIT:,}",
             by_failed_at=by_failed_at,
             show_next=page.next_after is not None and (by_failed_at or not page.cut_short),
             page_size=listing.PAGE_SIZE,
         )
         return self._render(request, "job_list.html", context)
+
+    def _sidebar(self, queue: Queue, state: State, filters: listing.Filters, order: str) -> dict[str, Any]:
+        """The list's filters by task, queue and (dead letters) error type, as Django's changelist sidebar:
+        each value a link with its count, the chosen one marked; "All" drops that filter."""
+        facets = listing.facets(queue, state, known_tasks=registry.names())
+        groups = [("task", "task", facets.tasks), ("queue", "queue", facets.queues)]
+        if state is State.FAILED:
+            groups.append(("error type", "error_type", facets.error_types))
+        base = {**filters.as_query(), "o": order}
+        sidebar = []
+        for title, key, values in groups:
+            chosen = base.get(key, "")
+            choices = [{"label": "All", "url": self._url("list", state.value, query={**base, key: ""}),
+                        "selected": not chosen, "count": None}]  # fmt: skip
+            choices += [
+                {
+                    "label": facet.value,
+                    "url": self._url("list", state.value, query={**base, key: facet.value}),
+                    "selected": facet.value == chosen,
+                    "count": facet.count,
+                }
+                for facet in values
+            ]
+            if chosen and all(facet.value != chosen for facet in values):  # chosen by URL, none seen
+                choices.append(
+                    {"label": chosen, "url": "", "selected": True, "count": 0 if facets.exact else None}
+                )
+            sidebar.append({"title": title, "key": key, "choices": choices})
+        return {"groups": sidebar, "exact": facets.exact}
 
     # ------------------------------------------------------------------ bulk actions
 

@@ -307,6 +307,44 @@ def test_a_filtered_list_counts_its_matches_against_the_total(
     assert ">0 of 1 selected<" in html  # the counter, before a script updates it
 
 
+def sidebar(html: str) -> dict[str, list[str]]:
+    """The sidebar's choices by filter, tags taken out: {"task": ["All", "t.alpha (3)", ...], ...}."""
+    found = {}
+    for key, body in re.findall(r'<details data-filter-title="(\w+)" open>(.*?)</details>', html, re.S):
+        items = re.findall(r"<li[^>]*>(.*?)</li>", body, re.S)
+        found[key] = [" ".join(re.sub(r"<[^>]+>", "", item).split()) for item in items]
+    return found
+
+
+def test_the_sidebar_filters_by_task_queue_and_error_type_with_counts(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(3):
+        fail(store, n, name="t.alpha")
+    for n in range(2):
+        job_id = store.put({"args": [n], "kwargs": {}}, name="t.beta", queue="mail", max_retries=0)
+        store.claim(job_id).nack(KeyError("k"))  # type: ignore[union-attr]
+    html = page(admin_client, f"{BASE}failed/")
+    assert sidebar(html) == {
+        "task": ["All", "t.alpha (3)", "t.beta (2)"],
+        "queue": ["All", "default (3)", "mail (2)"],
+        "error_type": ["All", "ValueError (3)", "KeyError (2)"],
+    }
+    assert "Counted among all dead letters." in html
+    link = re.search(r'<a href="([^"]+)">mail <span', html)
+    assert link is not None and "queue=mail" in link.group(1)
+    html = page(admin_client, link.group(1).replace("&amp;", "&"))
+    assert len(ids_listed(html)) == 2 and '<li class="selected"><a href="' in html
+    assert re.search(r'<li class="selected"><a href="[^"]+">mail <span', html)
+    assert "Clear all filters" in html
+    assert "error_type" not in sidebar(page(admin_client, f"{BASE}pending/"))  # dead letters only
+    monkeypatch.setattr(listing, "FACET_SCAN_LIMIT", 2)  # only the newest two (t.beta) are counted
+    html = page(admin_client, f"{BASE}failed/")
+    tasks = sidebar(html)["task"]
+    assert tasks[:2] == ["All", "t.beta (2)"] and "tests.testapp.tasks.add" in tasks  # registered, uncounted
+    assert "Counted among the newest 2 dead letters" in html
+
+
 def test_counts_and_empty_lists_speak_of_jobs_of_a_state(admin_client: Client, store: Queue) -> None:
     fail(store, 1)
     assert summary(page(admin_client, f"{BASE}failed/")).startswith("1 dead letter.")
@@ -414,12 +452,14 @@ def test_payloads_results_errors_and_tracebacks_are_escaped(admin_client: Client
         assert "<script>alert" not in html
 
 
-def test_a_done_jobs_page_shows_its_result_and_no_action(admin_client: Client, store: Queue) -> None:
+def test_a_done_jobs_page_shows_its_result_and_only_enqueue_again(admin_client: Client, store: Queue) -> None:
     job_id = store.put({"args": [], "kwargs": {}}, name="t.x")
     store.get(0).ack({"sum": 3})
     html = page(admin_client, f"{BASE}{job_id}/")
     assert 'data-testid="result">{&#x27;sum&#x27;: 3}<' in html
-    assert 'type="submit"' not in html.split('id="content-main"')[1]
+    assert re.findall(r'type="submit" value="([^"]+)"', html.split('id="content-main"')[1]) == [
+        "Enqueue again"
+    ]
 
 
 def arguments_shown(html: str) -> list[tuple[str, str]]:
