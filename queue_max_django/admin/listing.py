@@ -40,6 +40,8 @@ NOUNS: dict[State, tuple[str, str]] = {
     State.DONE: ("done job", "done jobs"),
     State.FAILED: ("dead letter", "dead letters"),
 }
+# What one job's page calls its state.
+JOB_LABELS: dict[State, str] = {**LABELS, State.FAILED: "dead letter"}
 # A job of each state, in "job 12 is ...".
 IS: dict[State, str] = {
     State.PENDING: "waiting",

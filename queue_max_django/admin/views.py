@@ -346,6 +346,7 @@ class JobAdmin(ModelAdmin):
             job=job,
             state=job.state.value,
             label=label,
+            state_label=listing.JOB_LABELS[job.state],
             arguments=display.arguments(job.payload, job.name),
             result=display.pretty(job.result) if job.state is State.DONE else None,
             attempts=display.attempts(job),

@@ -1,7 +1,7 @@
-"""The admin's layout, measured in Chromium: at phone width (420 px) the lists and the dashboard stay usable
-(the search box keeps its width, rows stay one or two lines high, every column can be scrolled to inside the
-table's own box, the page never scrolls sideways), and at desktop width no two column headers run into each
-other and every number sits under its own header."""
+"""The admin's layout, measured in Chromium: at phone width (420 px) the lists, the dashboard and a job's page
+stay usable (the search box keeps its width, rows stay one or two lines high, every column can be scrolled to
+inside the table's own box, the page never scrolls sideways), and at desktop width no two column headers run
+into each other and every number sits under its own header."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def page_scrolls_sideways(page: Page) -> bool:
 def test_lists_and_dashboard_at_phone_and_desktop_width(
     page: Page, live_server: LiveServer, screenshots: Path
 ) -> None:
-    fill_store(get_queue())
+    jobs = fill_store(get_queue())
     log_in(page, live_server)
     base = f"{live_server.url}/admin/queue_max_django/job/"
 
@@ -102,3 +102,8 @@ def test_lists_and_dashboard_at_phone_and_desktop_width(
     page.goto(base)
     assert not page_scrolls_sideways(page)
     page.screenshot(path=str(screenshots / "admin-dashboard-phone.png"), full_page=True)
+
+    # Phone: a job's page; its fields stack, long ids and values wrap.
+    page.goto(f"{base}{jobs['fetches'][0]}/")
+    assert not page_scrolls_sideways(page)
+    page.screenshot(path=str(screenshots / "admin-job-phone.png"), full_page=True)

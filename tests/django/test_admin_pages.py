@@ -426,11 +426,13 @@ def test_a_dead_letters_page_shows_arguments_error_traceback_attempts(
             record.nack(exc, delay=0)
     html = page(admin_client, f"{BASE}{job_id}/")
     assert f"<h1>Job {job_id}</h1>" in html
-    assert 'data-testid="state">dead letters<' in html
+    assert 'data-testid="state">dead letter<' in html
     assert '<code>1</code></th><td><pre class="qm-pre">{\n  &quot;deep&quot;: [\n    1,' in html  # JSON
     assert '<code>to=</code></th><td><pre class="qm-pre">&quot;a@b&quot;</pre>' in html  # t.x: unknown here
     assert "By position (the task is not registered in this process" in html
     assert "<h2>Error</h2>" in html and "failed for good after 2 of 2 attempts" in html
+    no_retry = page(admin_client, f"{BASE}{fail(store, 1)}/")
+    assert 'data-testid="attempts">1 of 1 allowed <span class="qm-quiet">(no retries)' in no_retry
     assert 'data-testid="attempts">2 of 2 allowed <span class="qm-quiet">(the first and 1 retry)' in html
     assert 'data-testid="traceback">Traceback (most recent call last)' in html
     assert "attempt 0 broke" in html and "attempt 1 broke" in html  # the error of each attempt
