@@ -13,18 +13,23 @@ from dataclasses import dataclass
 
 from ..engine import Job, Queue, State
 
-RETRY, CANCEL, DELETE, ENQUEUE = "retry", "cancel", "delete", "enqueue"
+RETRY, CANCEL, DELETE, ENQUEUE, RUN = "retry", "cancel", "delete", "enqueue", "run"
 
 # The actions that fit the jobs of each state, and the permission each one needs.
 STATE_ACTIONS: dict[State, tuple[str, ...]] = {
     State.PENDING: (CANCEL,),
-    State.SCHEDULED: (CANCEL,),
+    State.SCHEDULED: (RUN, CANCEL),
     State.RUNNING: (),
     State.DONE: (),
     State.FAILED: (RETRY, DELETE),
 }
-PERMISSION = {RETRY: "change", CANCEL: "change", DELETE: "delete", ENQUEUE: "change"}
-VERBS = {RETRY: ("Retry", "Retried"), CANCEL: ("Cancel", "Cancelled"), DELETE: ("Delete", "Deleted")}
+PERMISSION = {RETRY: "change", CANCEL: "change", DELETE: "delete", ENQUEUE: "change", RUN: "change"}
+VERBS = {
+    RETRY: ("Retry", "Retried"),
+    CANCEL: ("Cancel", "Cancelled"),
+    DELETE: ("Delete", "Deleted"),
+    RUN: ("Run now", "Moved to the waiting jobs, to run now:"),
+}
 
 
 def _operation(queue: Queue, action: str) -> Callable[[int], bool]:
@@ -34,6 +39,8 @@ def _operation(queue: Queue, action: str) -> Callable[[int], bool]:
         return queue.cancel
     if action == DELETE:
         return queue.delete
+    if action == RUN:
+        return lambda job_id: run_now(queue, job_id)
     raise ValueError(f"unknown action {action!r}")
 
 
@@ -90,3 +97,16 @@ def enqueue_again(queue: Queue, job: Job) -> int:
         timeout=job.timeout,
         partition_key=job.partition_key,
     )
+
+
+def run_now(queue: Queue, job_id: int) -> bool:
+    """A scheduled job waits from now on instead of its due time (django-rq's and django-q2's "enqueue now"):
+    the engine's ``claim`` then ``release``, which gives a job back to pending without counting an attempt,
+    and clears its due time. -> False if it was not scheduled (or waiting) any more. Two transactions: should
+    this process die between them, the job's lease runs out and it counts one failed attempt ("lease
+    expired"), as for any holder that dies."""
+    record = queue.claim(job_id)
+    if record is None:
+        return False
+    record.release()
+    return True

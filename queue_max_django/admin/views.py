@@ -63,7 +63,7 @@ class JobAdmin(ModelAdmin):
             re_path(rf"^(?P<state>{STATE_PATTERN})/action/$", wrap(self.action_view), name=f"{name}_action"),
             path("<int:job_id>/", wrap(self.job_view), name=f"{name}_job"),
             re_path(
-                r"^(?P<job_id>[0-9]+)/(?P<action>retry|cancel|enqueue)/$",
+                r"^(?P<job_id>[0-9]+)/(?P<action>retry|cancel|enqueue|run)/$",
                 wrap(self.job_action_view),
                 name=f"{name}_job_action",
             ),
@@ -364,6 +364,8 @@ class JobAdmin(ModelAdmin):
             can_cancel=job.state in (State.PENDING, State.SCHEDULED) and can_change,
             can_delete=job.state is State.FAILED and self.has_delete_permission(request),
             can_enqueue=job.state is State.DONE and can_change and not job.damage,
+            can_run=job.state is State.SCHEDULED and can_change,
+            run_url=self._url("job_action", job.job_id, "run"),
             retry_url=self._url("job_action", job.job_id, "retry"),
             enqueue_url=self._url("job_action", job.job_id, "enqueue"),
             state_action_url=self._url("action", job.state.value),
@@ -371,8 +373,8 @@ class JobAdmin(ModelAdmin):
         return self._render(request, "job_detail.html", context)
 
     def job_action_view(self, request: HttpRequest, job_id: str, action: str) -> HttpResponse:
-        """Retry, cancel or enqueue again the job whose page the button was on; then back to that page (or its
-        list, or the new job's page)."""
+        """Retry, cancel, run now or enqueue again the job whose page the button was on; then back to that
+        page (or its list, or the new job's page)."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         self._require(request, actions.PERMISSION[action])
@@ -387,7 +389,8 @@ class JobAdmin(ModelAdmin):
             return HttpResponseRedirect(self._url("changelist"))
         if action == actions.ENQUEUE:
             return self._enqueue_again(request, job)
-        outcome = actions.apply(get_queue(), action, [job.job_id], state=job.state)
+        fits = action in actions.STATE_ACTIONS[job.state]
+        outcome = actions.apply(get_queue(), action, [job.job_id] if fits else [], state=job.state)
         if not outcome.done:
             messages.warning(
                 request,

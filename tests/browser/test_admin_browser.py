@@ -187,7 +187,7 @@ DANGER_JS = """() => {
 
 
 @pytest.mark.store_neutral  # the page's script and markup; the action on both stores: test_admin_actions.py
-def test_select_all_that_match_cancel_from_a_jobs_page_and_enqueue_again(
+def test_select_all_that_match_and_a_jobs_cancel_run_now_and_enqueue_again(
     page: Page, live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(listing, "PAGE_SIZE", 3)  # the live server runs in this process
@@ -231,6 +231,15 @@ def test_select_all_that_match_cancel_from_a_jobs_page_and_enqueue_again(
     page.click("[data-testid=confirm]")
     assert "Cancelled 1 job." in (page.text_content("ul.messagelist") or "")
     assert store.job(later) is None
+
+    # A scheduled job is run now: it waits from now on, with no attempt counted.
+    due_later = store.put({"args": [], "kwargs": {}}, name="shop.tasks.alpha", delay=3600)
+    page.goto(f"{live_server.url}/admin/queue_max_django/job/{due_later}/")
+    page.click("input[value='Run now']")
+    page.wait_for_selector("ul.messagelist")
+    assert page.text_content("[data-testid=state]") == "waiting"
+    ran = store.job(due_later)
+    assert ran is not None and (ran.state, ran.attempts, ran.eta) == (State.PENDING, 0, None)
 
     # A done job is enqueued again as a new waiting job, whose page opens.
     done = store.put({"args": ["again"], "kwargs": {}}, name="shop.tasks.alpha", queue="mail")

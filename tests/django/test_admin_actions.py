@@ -353,6 +353,45 @@ def test_enqueue_again_puts_a_new_waiting_job_like_a_done_one(admin_client: Clie
     assert (before.state, before.result) == (State.DONE, "first result")  # the done job stays as it was
 
 
+def test_run_now_makes_a_scheduled_job_wait_without_counting_an_attempt(
+    admin_client: Client, store: Queue
+) -> None:
+    later = store.put({"args": [1], "kwargs": {}}, name="t.x", delay=3600, max_retries=2)
+    html = admin_client.get(f"{BASE}{later}/").content.decode()
+    assert 'value="Run now"' in html and f'action="{BASE}{later}/run/"' in html
+    assert admin_client.get(f"{BASE}{later}/run/").status_code == 405  # POST only
+    response = admin_client.post(f"{BASE}{later}/run/")
+    assert response["Location"] == f"{BASE}{later}/"
+    assert messages_of(response) == [f"Moved to the waiting jobs, to run now: job {later}."]
+    job = store.job(later)
+    assert job is not None and (job.state, job.attempts, job.retries, job.eta) == (State.PENDING, 0, 0, None)
+    assert store.get(0).job_id == later  # a worker takes it now
+    again = admin_client.post(f"{BASE}{later}/run/")  # running by now: nothing to do
+    assert messages_of(again) == [f"Job {later} is running: run now does not apply to it, nothing was done."]
+    waiting = store.put(2)
+    assert messages_of(admin_client.post(f"{BASE}{waiting}/run/")) == [
+        f"Job {waiting} is waiting: run now does not apply to it, nothing was done."
+    ]
+
+
+def test_run_now_on_every_matching_scheduled_job_asks_first_and_needs_change(store: Queue) -> None:
+    mail = [store.put(n, queue="mail", delay=3600) for n in range(2)]
+    other = store.put(9, queue="default", delay=3600)
+    viewer = staff("view_job")
+    assert viewer.post(f"{BASE}{mail[0]}/run/").status_code == 403
+    assert post(viewer, "scheduled", action="run", scope="matching", queue="mail").status_code == 403
+    changer = staff("view_job", "change_job")
+    confirm = post(changer, "scheduled", action="run", scope="matching", queue="mail")
+    html = confirm.content.decode()
+    assert 'data-testid="how-many">2<' in html and "qm-danger" not in html and "ahead of its due time" in html
+    assert [state(store, i) for i in mail] == [State.SCHEDULED] * 2  # nothing yet
+    done = post(changer, "scheduled", action="run", scope="matching", queue="mail", confirmed="yes",
+                as_of=str(time.time() + 1))  # fmt: skip
+    assert messages_of(done) == ["Moved to the waiting jobs, to run now: 2 jobs."]
+    assert [state(store, i) for i in mail] == [State.PENDING] * 2
+    assert state(store, other) is State.SCHEDULED
+
+
 def test_enqueue_again_needs_the_csrf_token(admin_user: User, store: Queue) -> None:
     done = store.put({"args": [], "kwargs": {}}, name="t.x")
     store.get(0).ack(None)
