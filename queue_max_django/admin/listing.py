@@ -21,7 +21,7 @@ PAGE_SIZE = 50
 PAGE_SCAN_LIMIT = 25_000  # jobs a list page examines at most (to fill itself, or to sort by failed-at)
 SCAN_LIMIT = 100_000  # jobs a count or an "all matching" action examines at most
 BATCH = 500  # jobs asked of the engine at a time while scanning
-FACET_SCAN_LIMIT = 5_000  # jobs a list's sidebar counts by task, queue and error type, at most (the newest)
+FACET_SCAN_LIMIT = 2_000  # jobs a list's sidebar counts by task, queue and error type, at most (the newest)
 MAX_JOB_ID = 2**64 - 1  # ids are stored as unsigned 64-bit keys; anything larger names no job
 
 # How people call the states; URLs and data use the State values.
