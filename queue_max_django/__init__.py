@@ -4,7 +4,7 @@
 Importing this package imports nothing else, Django included: the engine (``queue_max_django.engine``) runs
 without Django. The everyday names are loaded on first access: the decorators (``task``, ``retryable_task``,
 ``periodic_task``), what a task raises to steer its retries (``Permanent``, ``Retry``), and the handle of an
-enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``).
+enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``, ``JobMismatch``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .engine import Permanent, Retry
     from .periodic import periodic_task
-    from .results import JobNotFound, JobResult, JobStatus
+    from .results import JobMismatch, JobNotFound, JobResult, JobStatus
     from .tasks import retryable_task, task
 
 __all__ = [
+    "JobMismatch",
     "JobNotFound",
     "JobResult",
     "JobStatus",
@@ -37,6 +38,7 @@ _LAZY = {
     "JobResult": "results",
     "JobStatus": "results",
     "JobNotFound": "results",
+    "JobMismatch": "results",
 }
 
 

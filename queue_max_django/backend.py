@@ -31,6 +31,7 @@ except ImportError as exc:  # Django < 6.0
         "QueueMaxBackend from the TASKS setting, or upgrade Django."
     ) from exc
 
+import asyncio
 import dataclasses
 import datetime as dt
 import importlib
@@ -50,7 +51,7 @@ from .conf import caller_connection, get_config, get_queue
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, is_interrupt
 from .engine.validate import validate_queue_name
 from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
-from .results import attempt_errors, attempt_workers
+from .results import attempt_errors, attempt_workers, exception_class_path
 
 OPTION_KEYS = frozenset({"MODULES", "MAX_RETRIES"})
 CHECK_PREFIX = "queue_max_django.backend"
@@ -97,13 +98,6 @@ def _datetime(seconds: float | None) -> dt.datetime | None:
         return None
     moment = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
     return moment if settings.USE_TZ else timezone.make_naive(moment)
-
-
-def _class_path(error_type: str | None) -> str:
-    """The engine stores builtins' types bare (``"ValueError"``); Django wants ``"builtins.ValueError"``."""
-    if not error_type:
-        return "builtins.Exception"  # an error the runner recorded as text (e.g. an unknown task)
-    return error_type if "." in error_type else f"builtins.{error_type}"
 
 
 def _import_modules(alias: Any) -> None:
@@ -211,6 +205,14 @@ class QueueMaxBackend(BaseTaskBackend):
             job, stored_task(task, payload, priority=job.priority, queue_name=job.queue), payload
         )
 
+    async def aget_result(self, result_id: str) -> TaskResult[Any, Any]:
+        """``get_result`` from async code (``Task.aget_result``, ``TaskResult.arefresh``) on a thread of the
+        event loop's default executor: a store read runs none of your code, so it need not wait for Django's
+        thread for sync code as the base class's would. ``aenqueue`` stays the base class's (that thread):
+        ``enqueue`` sends ``task_enqueued`` and, in IMMEDIATE mode, runs the task, code that may use the
+        ORM, whose connections belong to a thread."""
+        return await asyncio.to_thread(self.get_result, result_id)
+
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         messages: list[checks.CheckMessage] = []
         where = f"TASKS[{self.alias!r}]"
@@ -314,7 +316,7 @@ def result_of(job: Job, task: Task[Any, Any], payload: dict[str, Any]) -> TaskRe
     retry is READY, with one error per failed attempt."""
     status = _STATUS[job.state]
     errors = [
-        TaskError(exception_class_path=_class_path(kind), traceback=traceback or message)
+        TaskError(exception_class_path=exception_class_path(kind), traceback=traceback or message)
         for kind, traceback, message in attempt_errors(job)
     ]
     finished = job.state in (State.DONE, State.FAILED)

@@ -67,6 +67,7 @@ _NUMBERS: Mapping[str, _Number] = {
     "MAX_PAYLOAD_BYTES": _Number("int", 16, 1 << 30),
     "ALERT_THRESHOLD": _Number("int", 0, None, optional=True),
     "TIMEOUT": _Number("seconds", 0.001, MAX_SECONDS, optional=True),
+    "UNKNOWN_TASK_GRACE": _Number("seconds", 0, MAX_SECONDS),
 }
 _WORKER_NUMBERS: Mapping[str, _Number] = {
     "PROCESSES": _Number("int", 1, 1024, optional=True),

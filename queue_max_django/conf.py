@@ -10,6 +10,7 @@ system checks (checks.py) find no error in.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -24,7 +25,7 @@ from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS
 from django.dispatch import receiver
 
-from . import database
+from . import database, teststore
 from .checks import settings_problems
 from .defaults import (
     CIRCUIT_BREAKER_DEFAULTS,
@@ -127,6 +128,7 @@ class QueueMaxConfig:
     worker: WorkerConfig
     store: str = "lmdb"
     postgres: PostgresConfig | None = None  # with store "postgresql"
+    unknown_task_grace: float = DEFAULTS["UNKNOWN_TASK_GRACE"]  # seconds (runner.unknown_task_wait)
 
 
 def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
@@ -193,6 +195,7 @@ def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
         ),
         store=values["STORE"],
         postgres=postgres,
+        unknown_task_grace=float(values["UNKNOWN_TASK_GRACE"]),
     )
 
 
@@ -208,16 +211,23 @@ class _Cache:
         self.config: QueueMaxConfig | None = None
         self.queue: Queue | None = None
         self.pid = os.getpid()
+        self.test_state: tuple[bool, int] | None = None  # teststore.state() when config was built
+        self.queue_config: QueueMaxConfig | None = None  # the config the queue was opened with
 
 
 _cache = _Cache()
 
 
 def get_config() -> QueueMaxConfig:
-    """The ``QUEUE_MAX`` setting as a ``QueueMaxConfig``: read on first use, cached until settings change."""
-    config = _cache.config
-    if config is None:
-        config = _cache.config = build_config(*read_settings())
+    """The ``QUEUE_MAX`` setting as a ``QueueMaxConfig``: read on first use, cached until settings change.
+    During a test run the LMDB store's directory is the test run's own (teststore.py)."""
+    config, test_state = _cache.config, teststore.state()
+    if config is None or _cache.test_state != test_state:
+        config = build_config(*read_settings())
+        moved = teststore.data_dir(config.data_dir, close=reset)
+        if moved != config.data_dir:
+            config = dataclasses.replace(config, data_dir=moved)
+        _cache.config, _cache.test_state = config, test_state
     return config
 
 
@@ -232,8 +242,12 @@ def get_queue() -> Queue:
         if _cache.pid != os.getpid():  # a forked child: the parent's queue is not ours to use or close
             queue = _cache.queue = None
             _cache.pid = os.getpid()
+        if queue is not None and _cache.queue_config is not config:  # a test run began or ended
+            queue.close()
+            queue = None
         if queue is None or queue.closed:
             queue = _cache.queue = _open_queue(config)
+            _cache.queue_config = config
         return queue
 
 
@@ -294,6 +308,8 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
         except BaseException:
             store.close(flush=False)
             raise
+        if pg.database is not None:  # in a test run: closed before Django drops its test database
+            teststore.close_before_drop(pg.database, reset)
     else:
         assert config.data_dir is not None
         queue = Queue(config.data_dir, shards=config.shards, sync=config.sync, **options)

@@ -61,6 +61,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "TIMEOUT": None,
         "IMMEDIATE": False,
         "ENQUEUE_ON_COMMIT": False,
+        "UNKNOWN_TASK_GRACE": 3600.0,  # seconds a job of a task the worker lacks waits for one that has it
         "WORKER": WORKER_DEFAULTS,
     }
 )

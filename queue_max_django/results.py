@@ -6,6 +6,8 @@ process, until the store forgets the job (``RESULT_TTL`` after it finished).
 
 from __future__ import annotations
 
+import asyncio
+import builtins
 import datetime as dt
 import enum
 import time
@@ -39,15 +41,53 @@ class JobNotFound(LookupError):
     """The store holds no job with this id: it never existed, was cancelled, purged, or vacuumed."""
 
 
+class JobMismatch(JobNotFound):
+    """``Task.get_result(id)``: the job exists but is another task's (as ``django.tasks``'
+    ``TaskResultMismatch``)."""
+
+
 class JobNotEnqueued(LookupError):
     """The handle's job waits for the database transaction to commit (``ENQUEUE_ON_COMMIT``): it has no id
     yet, and never will if the transaction rolls back."""
 
 
+class LeaseExpired(Exception):
+    """Not raised: what ``exception_class_path`` names for an attempt that failed because its worker stopped
+    renewing the lease (killed, crashed or stalled); the engine stores the error type ``"LeaseExpired"``."""
+
+
+class Corrupted(Exception):
+    """Not raised: what ``exception_class_path`` names for a job moved to the dead letters because its stored
+    data did not decode; the engine stores the error type ``"Corrupted"``."""
+
+
+ENGINE_MARKERS: dict[str, type[Exception]] = {"LeaseExpired": LeaseExpired, "Corrupted": Corrupted}
+"""The error types the engine records for failures that no exception of the task caused."""
+
+
+def exception_class_path(error_type: str | None) -> str:
+    """The full dotted path of a stored error type, the one rule of ``JobResult.errors`` and of the
+    ``django.tasks`` backend's ``TaskError``: the engine stores a builtin's type bare (``"ValueError"``),
+    which is ``"builtins.ValueError"`` here; a dotted type stays as stored; the engine's markers name the
+    classes above; an error stored as text only (no type) is ``"builtins.Exception"``."""
+    if not error_type:
+        return "builtins.Exception"
+    if "." in error_type:
+        return error_type
+    marker = ENGINE_MARKERS.get(error_type)
+    if marker is not None:
+        return f"{marker.__module__}.{marker.__qualname__}"
+    found = getattr(builtins, error_type, None)
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return f"builtins.{error_type}"
+    return error_type  # a bare name of no known class (not written by this version): shown as stored
+
+
 @dataclass(frozen=True)
 class JobError:
-    """One recorded failure, as ``django.tasks.TaskError``: the exception's class path and traceback.
-    ``message`` is the error text the engine stored."""
+    """One recorded failure, as ``django.tasks.TaskError``: the exception's full class path (the rule of
+    ``exception_class_path()``: ``"builtins.ValueError"``) and traceback. ``message`` is the error text the
+    engine stored."""
 
     exception_class_path: str
     traceback: str
@@ -155,7 +195,10 @@ class JobResult:
     def errors(self) -> list[JobError]:
         """One ``JobError`` per failed attempt, oldest first (the engine keeps the last 10); only the last
         one carries the traceback. Empty when no attempt has failed."""
-        return [JobError(*error) for error in attempt_errors(self._job)]
+        return [
+            JobError(exception_class_path(kind), traceback, message)
+            for kind, traceback, message in attempt_errors(self._job)
+        ]
 
     @property
     def worker_ids(self) -> list[str]:
@@ -191,12 +234,39 @@ class JobResult:
 
     def refresh(self) -> None:
         """Read the job again from the store. ``JobNotFound`` once the store no longer has it."""
-        job = get_queue().job(self.job_id)
+        self._take(get_queue().job(self.job_id))
+
+    def _take(self, job: Job | None) -> None:
         if job is None:
             raise JobNotFound(f"job {self.id} is no longer in the store (cancelled, purged or vacuumed)")
         self._loaded = job
         if self.task_name is None:
             self.task_name = job.name
+
+    async def arefresh(self) -> None:
+        """``refresh()`` from async code: the store is read on a thread of the event loop's default executor
+        (``asyncio.to_thread``, what the engine's ``AsyncQueue`` does), never on the loop itself."""
+        self._take(await asyncio.to_thread(_read, self.job_id))
+
+    @classmethod
+    async def aload(cls, job_id: int | str) -> JobResult:
+        """``load()`` from async code, without blocking the event loop."""
+        return await asyncio.to_thread(cls.load, job_id)
+
+    async def await_result(self, timeout: float | None = None, *, poll_interval: float = 0.01) -> JobResult:
+        """``wait()`` from async code: ``arefresh()`` until the job is ``SUCCESSFUL`` or ``FAILED``, sleeping
+        with ``asyncio.sleep`` in between, so that the event loop runs other work all along; ``TimeoutError``
+        after ``timeout`` seconds (None: no limit). -> self (then read ``return_value``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = min(poll_interval, 0.001)
+        while True:
+            await self.arefresh()
+            if self.is_finished:
+                return self
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.id} did not finish within {timeout} s (status {self.status})")
+            await asyncio.sleep(interval)
+            interval = min(interval * 2, poll_interval)
 
     def wait(self, timeout: float | None = None, *, poll_interval: float = 0.01) -> JobResult:
         """Refresh until the job is ``SUCCESSFUL`` or ``FAILED``; ``TimeoutError`` after ``timeout`` seconds
@@ -211,3 +281,7 @@ class JobResult:
                 raise TimeoutError(f"job {self.id} did not finish within {timeout} s (status {self.status})")
             time.sleep(interval)
             interval = min(interval * 2, poll_interval)
+
+
+def _read(job_id: int) -> Job | None:
+    return get_queue().job(job_id)  # opens this process's queue on first use: off the loop too

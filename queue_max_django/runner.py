@@ -1,14 +1,17 @@
 """Run ONE claimed job: look its task up by name in this process's registry, call it, record the outcome.
 
 The worker, the immediate mode and the in-process test helper (testing.py) all run jobs through
-``run_job``. Nothing is ever imported from a job's data: a job whose name no task of this process has is a
-dead letter with a clear error.
+``run_job``. Nothing is ever imported from a job's data. A job whose name no task of this process has waits:
+during a rolling deploy the web side may enqueue a new task before every worker has the new code, so the job
+is given back (not counted as an attempt) and tried again later, for ``QUEUE_MAX["UNKNOWN_TASK_GRACE"]``
+seconds after it was enqueued; then it is a dead letter with the error ``TaskNotRegistered``.
 """
 
 from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .conf import get_config
@@ -28,19 +31,48 @@ from .registry import RegisteredTask, registry
 __all__ = [  # with outcome.py's names, which were this module's before backend.py needed them
     "DJANGO_TASK_KEY",
     "Outcome",
+    "TaskNotRegistered",
     "call_task",
     "run_job",
     "run_now",
     "unknown_task_message",
+    "unknown_task_wait",
     "use_event_loop",
 ]
+
+# A job of a task this process does not have is tried again after waiting as long as it has waited since it
+# was enqueued (so the waits double), at least UNKNOWN_TASK_WAIT_MIN and at most UNKNOWN_TASK_WAIT_MAX
+# seconds, and never past the end of its grace period (QUEUE_MAX["UNKNOWN_TASK_GRACE"]).
+UNKNOWN_TASK_WAIT_MIN = 1.0
+UNKNOWN_TASK_WAIT_MAX = 300.0
+
+
+class TaskNotRegistered(LookupError):
+    """A job names a task that no module imported by this process registered. Most often the worker runs
+    older code than the process that enqueued the job (a deploy updated the web side first): restart or
+    update your workers. Otherwise the task was renamed or removed since the job was enqueued (give it
+    ``name="the.old.name"`` while such jobs drain), or the module that defines it is not imported (an
+    installed app's ``tasks.py`` is). The job waits ``QUEUE_MAX["UNKNOWN_TASK_GRACE"]`` seconds for a worker
+    that has the task, then it is a dead letter with this error."""
 
 
 def unknown_task_message(name: str | None) -> str:
     return (
         f"no task named {name!r} is registered in this process: is the module that defines it imported "
-        f"(an installed app's tasks.py), and is the task name unchanged since the job was enqueued?"
+        f"(an installed app's tasks.py), and is the task name unchanged since the job was enqueued? If the "
+        f"code that enqueued it is newer than this worker's, restart or update your workers."
     )
+
+
+def unknown_task_wait(age: float, grace: float) -> float | None:
+    """Seconds that a job of a task this process does not have waits before it is tried again, when it was
+    enqueued ``age`` seconds ago and the grace period (``UNKNOWN_TASK_GRACE``) is ``grace`` seconds: ``age``
+    (so the waits double), within UNKNOWN_TASK_WAIT_MIN..UNKNOWN_TASK_WAIT_MAX, and never past the end of the
+    grace period. None once the grace period is over (at once when it is 0): the job is a dead letter."""
+    left = grace - age
+    if left <= 0:
+        return None
+    return min(max(age, UNKNOWN_TASK_WAIT_MIN), UNKNOWN_TASK_WAIT_MAX, left)
 
 
 _CALL_KEYS = frozenset(("args", "kwargs"))
@@ -71,6 +103,7 @@ def run_job(
     retry_delay: float | None = None,
     final: bool = False,
     acks: list[tuple[Record, Any]] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Outcome:
     """Run the claimed job ``record`` and finish it: ``ack`` with the return value, or ``nack`` with the
     exception classified by ``engine.classify`` (the task's ``retry_on``/``permanent_on``; a task's own
@@ -82,7 +115,10 @@ def run_job(
     jobs never run on its main thread). ``acks``: a success is not acked
     here but appended as (record, result), for the caller's ``Queue.ack_many`` (the worker acks in
     batches); the result is checked to be storable first. A django.tasks job (its payload has
-    ``DJANGO_TASK_KEY``) is run by backend.py, which needs Django >= 6.0."""
+    ``DJANGO_TASK_KEY``) is run by backend.py, which needs Django >= 6.0. A job whose task this process
+    does not have is given back to wait (``unknown_task_wait``; not counted as an attempt; its ``Outcome``
+    is scheduled, with a ``TaskNotRegistered`` error), unless ``final`` or its grace period is over (a dead
+    letter). ``clock``: now, in unix seconds (tests pass a fake one)."""
     if isinstance(record.payload, dict) and DJANGO_TASK_KEY in record.payload:
         try:
             from .backend import run_django_task_job
@@ -92,8 +128,7 @@ def run_job(
         return run_django_task_job(record, retry_delay=retry_delay, final=final)
     task = registry.get(record.name) if record.name is not None else None
     if task is None:
-        message = unknown_task_message(record.name)
-        return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
+        return _unknown_task(record, final, clock)
     arguments = _arguments(record.payload)
     if arguments is None:
         message = (
@@ -121,6 +156,26 @@ def run_job(
         message = f"task {task.name!r} returned a value that cannot be stored as its result: {exc}"
         return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
     return Outcome(record.job_id, State.DONE, result=result)
+
+
+def _unknown_task(record: Record, final: bool, clock: Callable[[], float]) -> Outcome:
+    """The job names no task of this process: give it back to wait for a worker that has the task, or, a
+    job without a name, out of its grace period or run ``final``, a dead letter."""
+    grace = get_config().unknown_task_grace
+    wait = None
+    if record.name is not None and not final:
+        wait = unknown_task_wait(clock() - record.enqueued_at, grace)
+    message = unknown_task_message(record.name)
+    if wait is None:
+        reason = "its task is not registered in this process"
+        if grace and record.name is not None and not final:
+            message += f" It waited QUEUE_MAX['UNKNOWN_TASK_GRACE'] ({grace:g} s) for a worker that has it."
+            reason = "no worker had its task within QUEUE_MAX['UNKNOWN_TASK_GRACE']"
+        error = TaskNotRegistered(message)
+        return Outcome(record.job_id, record.nack(error, permanent=True), error=error, reason=reason)
+    record.release(delay=wait)
+    error = TaskNotRegistered(message)
+    return Outcome(record.job_id, State.SCHEDULED, error=error, reason=f"waits {wait:.1f} s for its task")
 
 
 def _failed(

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 import msgpack
+from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from .conf import caller_connection, get_config, get_queue
@@ -38,7 +39,7 @@ from .engine.classify import exception_types
 from .engine.validate import validate_queue_name
 from .registry import Registry as Registry  # its name here too, as before registry.py
 from .registry import registry as _registry
-from .results import JobResult
+from .results import JobMismatch, JobResult
 from .runner import run_now
 
 P = ParamSpec("P")
@@ -242,6 +243,52 @@ class Task(Generic[P, R]):
         else:  # the PostgreSQL store has one shard: one put_many is what put_parts would do, in the caller's
             ids = queue.put_many(payloads, connection=joined, **self._put_options())  # transaction
         return [JobResult(job_id, task_name=self.name) for job_id in ids]
+
+    # ------------------------------------------------------------------ results
+
+    def get_result(self, result_id: int | str) -> JobResult:
+        """The handle of this task's job ``result_id`` (``JobResult.load``), as ``django.tasks.Task``'s:
+        ``JobNotFound`` if the store has no such job, ``JobMismatch`` if it is another task's."""
+        result = JobResult.load(result_id)
+        if result.job.name != self.name:
+            raise JobMismatch(f"job {result.id} is a job of {result.job.name!r}, not of {self.name!r}")
+        return result
+
+    # ------------------------------------------------------------------ from async code
+    # Django's Tasks names (``aenqueue``, ``aget_result``): the same jobs and handles as the sync forms. An
+    # enqueue runs in Django's thread for sync code (``sync_to_async``, thread-sensitive, as Django's own
+    # ``BaseTaskBackend.aenqueue``): it may run your code there (``job_enqueued`` receivers; the task itself
+    # in IMMEDIATE mode) and that code may use the ORM, whose connections belong to a thread; in that thread
+    # a surrounding ``transaction.atomic()`` of a sync caller is seen, as by ``.delay()``. The event loop
+    # only awaits it.
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobResult:
+        """``enqueue()`` from async code, without blocking the event loop."""
+        return await sync_to_async(self._enqueue_maybe_on_commit, thread_sensitive=True)(args, kwargs)
+
+    async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobResult:
+        """``delay()`` from async code, without blocking the event loop."""
+        return await sync_to_async(self._enqueue_maybe_on_commit, thread_sensitive=True)(args, kwargs)
+
+    async def aschedule_in(
+        self, seconds: float | dt.timedelta, *args: P.args, **kwargs: P.kwargs
+    ) -> JobResult:
+        """``schedule_in()`` from async code, without blocking the event loop."""
+        return await sync_to_async(self.schedule_in, thread_sensitive=True)(seconds, *args, **kwargs)
+
+    async def aschedule_at(self, when: dt.datetime | float, *args: P.args, **kwargs: P.kwargs) -> JobResult:
+        """``schedule_at()`` from async code, without blocking the event loop."""
+        return await sync_to_async(self.schedule_at, thread_sensitive=True)(when, *args, **kwargs)
+
+    async def amap(self, iterable: Iterable[Any], *args: Any, **kwargs: Any) -> list[JobResult]:
+        """``map()`` from async code, without blocking the event loop (``iterable`` is read first, here)."""
+        items = list(iterable)
+        return await sync_to_async(self.map, thread_sensitive=True)(items, *args, **kwargs)
+
+    async def aget_result(self, result_id: int | str) -> JobResult:
+        """``get_result()`` from async code: the store is read on a thread of the event loop's default
+        executor (a read runs none of your code, so it need not wait for Django's thread for sync code)."""
+        return await asyncio.to_thread(self.get_result, result_id)
 
     # ------------------------------------------------------------------ internals
 

@@ -170,10 +170,14 @@ def find_bindir() -> Path | None:
 
 
 class Cluster:
-    """A throwaway PostgreSQL cluster in a new directory, reachable by its Unix socket only."""
+    """A throwaway PostgreSQL cluster in a new directory, reachable by its Unix socket only (unless
+    ``start(listen=...)`` names TCP addresses too). ``netns``: a network namespace (``ip netns``) that the
+    server runs in, as on a machine of its own (benchmarks/multihost.py); its Unix socket, a file, is reached
+    from anywhere."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, *, netns: str | None = None) -> None:
         self.bindir = bindir
+        self.netns = netns
         self.root = Path(tempfile.mkdtemp(prefix="qm-pg-", dir="/tmp" if os.path.isdir("/tmp") else None))
         self.data = self.root / "data"
         self.log = self.root / "log"
@@ -186,6 +190,8 @@ class Cluster:
         return str(found) if found.is_file() else (shutil.which(name) or name)
 
     def _as_owner(self) -> None:
+        if self.netns is not None:
+            self.prefix = ["ip", "netns", "exec", self.netns]
         if os.geteuid() != 0:
             return
         runuser = shutil.which("runuser")
@@ -195,7 +201,7 @@ class Cluster:
             with contextlib.suppress(KeyError):
                 entry = pwd.getpwnam(user)
                 os.chown(self.root, entry.pw_uid, entry.pw_gid)
-                self.prefix = [runuser, "-u", user, "--"]
+                self.prefix += [runuser, "-u", user, "--"]
                 return
         raise PgUnavailable(f"initdb refuses to run as root and there is no postgres user; {HOW_TO_ENABLE}")
 
@@ -208,16 +214,21 @@ class Cluster:
                 f"{(done.stdout + done.stderr).strip()[-2000:]} {log}; {HOW_TO_ENABLE}"
             )
 
-    def start(self, *, durable: bool = False) -> str:
-        """Make and start the cluster. -> the URL of its ``postgres`` database. ``durable``: every commit's
-        WAL is written before the commit returns (``synchronous_commit=on``), so that a commit survives a
-        crash of the server's processes (``restart()``; the OS keeps what was written: fsync stays off)."""
+    def start(self, *, durable: bool = False, listen: str = "", hba: tuple[str, ...] = ()) -> str:
+        """Make and start the cluster. -> the URL of its ``postgres`` database (by its Unix socket).
+        ``durable``: every commit's WAL is written before the commit returns (``synchronous_commit=on``), so
+        that a commit survives a crash of the server's processes (``restart()``; the OS keeps what was
+        written: fsync stays off). ``listen``: the server's ``listen_addresses`` (none by default); ``hba``:
+        lines added to its ``pg_hba.conf`` (e.g. ``host all all 10.213.0.0/16 trust``)."""
         try:
             self._as_owner()
             self._run(
                 "initdb", self._tool("initdb"), "-D", str(self.data), "-A", "trust", "-E", "UTF8",
                 "--no-sync", "-U", "postgres", "--locale=C",
             )  # fmt: skip
+            if hba:
+                with open(self.data / "pg_hba.conf", "a", encoding="utf-8") as conf:
+                    conf.write("".join(f"{line}\n" for line in hba))
             stop = [*self.prefix, self._tool("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"]
             self._watchdog = subprocess.Popen(
                 [sys.executable, "-c", _WATCHDOG, json.dumps([stop, str(self.root)])],
@@ -226,7 +237,7 @@ class Cluster:
             )
             self._options = (
                 f"-c fsync=off -c synchronous_commit={'on' if durable else 'off'} -c full_page_writes=off "
-                f"-c listen_addresses='' -c port={PORT} -k {self.root} -c max_connections=200"
+                f"-c listen_addresses='{listen}' -c port={PORT} -k {self.root} -c max_connections=200"
             )
             self._pg_ctl("start")
         except BaseException:

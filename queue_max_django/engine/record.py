@@ -23,7 +23,7 @@ class RecordOwner(Protocol):
         self, record: Record, error: BaseException | str | None, delay: float | None, permanent: bool
     ) -> State: ...
 
-    def _release(self, record: Record) -> None: ...
+    def _release(self, record: Record, delay: float | None = None) -> None: ...
 
     def _touch(self, record: Record) -> float: ...
 
@@ -86,9 +86,10 @@ class Record:
         out of retries or ``permanent``. -> the job's new state."""
         return self._owner._nack(self, error, delay, permanent)
 
-    def release(self) -> None:
-        """Give the job back unfinished (shutdown): pending again, not counted as an attempt."""
-        self._owner._release(self)
+    def release(self, *, delay: float | None = None) -> None:
+        """Give the job back unfinished (shutdown): pending again, not counted as an attempt. ``delay``:
+        scheduled for that many seconds first (a job this process cannot run yet), still not counted."""
+        self._owner._release(self, delay)
 
     def touch(self) -> float:
         """Extend the lease by ``lease_time`` from now. -> the new expiry (unix seconds)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import dataclasses
 import datetime as dt
@@ -32,18 +33,38 @@ def parse_status(value: str | None, *, option: str = "--status") -> State:
         raise CommandError(f"unknown status {value!r}: use one of {', '.join(STATES)}.") from None
 
 
+def status_missing(options: dict[str, Any]) -> str | None:
+    """``QueueCommand.missing`` of a command whose ``--status`` is required."""
+    return f"--status is required: {STATUS_HELP}." if options["status"] is None else None
+
+
 def find_task(name: str, *, listing: bool = True) -> Task[..., Any]:
     """The registered task called ``name``; a ``CommandError`` naming close matches (and with ``listing``,
     every registered task) otherwise."""
     found = registry.get(name)
     if found is not None:
         return found
+    known = f" Registered tasks: {', '.join(registry.names()) or 'none'}." if listing else ""
+    raise CommandError(f"unknown task {name!r}.{did_you_mean(name)}{known}")
+
+
+def did_you_mean(name: str) -> str:
+    """`` Did you mean 'app.tasks.send', ...?`` naming up to three registered tasks close to ``name`` (those
+    whose name ends in ``.name`` first); ``""`` when none is close."""
     names = registry.names()
     close = [n for n in names if n.endswith("." + name)]
     close += [n for n in difflib.get_close_matches(name, names, n=3, cutoff=0.6) if n not in close]
-    advice = f" Did you mean {', '.join(repr(n) for n in close[:3])}?" if close else ""
-    known = f" Registered tasks: {', '.join(names) if names else 'none'}." if listing else ""
-    raise CommandError(f"unknown task {name!r}.{advice}{known}")
+    return f" Did you mean {', '.join(repr(n) for n in close[:3])}?" if close else ""
+
+
+def unknown_task_warning(name: str | None, what: str) -> str | None:
+    """For a ``--task`` filter that matched nothing (``what``: ``"failed jobs"``): a warning naming close
+    registered tasks when ``name`` is no registered task either, so a typo does not pass for "none";
+    None when it is one, or when no name was given. A name that is not registered is still a valid filter
+    (jobs of a task this process does not know, such as an old one), so this is never an error."""
+    if name is None or registry.get(name) is not None:
+        return None
+    return f"no task {name!r} is registered in this process and no {what} matched.{did_you_mean(name)}"
 
 
 def load_config() -> QueueMaxConfig:
@@ -88,6 +109,27 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise ValueError(text)
     return value
+
+
+MAX_JOB_ID = (1 << 64) - 1
+"""Job ids are unsigned 64-bit integers (``sequence << 8 | shard``)."""
+
+
+def job_id(text: str) -> int:
+    """A job id as the commands take it: its digits, also in the double quotes that ``--json`` output
+    writes around it (``"459766814235994624"``, as ``jq`` prints it without ``-r``), white space around
+    it allowed. Anything else is an ``argparse.ArgumentTypeError`` saying what a job id is."""
+    digits = text.strip()
+    if len(digits) >= 2 and digits[0] == digits[-1] == '"':
+        digits = digits[1:-1]
+    if digits.isascii() and digits.isdigit() and len(digits) <= len(str(MAX_JOB_ID)):
+        value = int(digits)
+        if 0 < value <= MAX_JOB_ID:
+            return value
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a job id: a job id is a whole number from 1 to {MAX_JOB_ID} (as queue_list "
+        f"prints it; the double quotes of --json output may stay)"
+    )
 
 
 def non_negative_int(text: str) -> int:
@@ -163,9 +205,17 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def id_text(job_id: int | None) -> str | None:
+    """A job id as JSON output writes it: a string, because ids pass 2**53 and JavaScript and ``jq`` read
+    every JSON number as a double (``459766814235994627`` comes back as ``459766814235994600``)."""
+    return None if job_id is None else str(job_id)
+
+
 def job_dict(job: Job) -> dict[str, Any]:
-    """A job as JSON-ready data: every field of ``Job`` plus its ``shard``; the name is its ``task``."""
+    """A job as JSON-ready data: every field of ``Job`` plus its ``shard``; the name is its ``task``, the
+    id a string (``id_text``)."""
     data = {field.name: getattr(job, field.name) for field in dataclasses.fields(job)}
+    data["job_id"] = id_text(job.job_id)
     data["task"] = data.pop("name")
     data["state"] = job.state.value
     data["shard"] = job.shard

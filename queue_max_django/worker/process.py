@@ -6,7 +6,10 @@ past ``CONN_MAX_AGE``, or that a task left broken or out of autocommit, is close
 fresh one); and a thread that ends closes its Django connections and its store connection.
 
 The main thread renews the leases of running jobs (heartbeats), reports this process to the store's worker
-registry, stops a job that overran its timeout, and decides when the process ends:
+registry, stops a job that overran its timeout, and decides when the process ends. Its last line says how
+many jobs it ran and how many of their outcomes the store refused because the job had been taken back (a
+lease that expired while this process was stalled or cut off from the store: another worker holds the job
+now, and this process's late acknowledgement changes nothing):
 
 - stop requested (SIGTERM, or the supervisor's stop event): stop claiming, let running jobs finish within the
   shutdown timeout, release the rest (back to waiting, no attempt counted), exit ``DONE``; a second SIGTERM
@@ -33,9 +36,11 @@ from typing import Any
 from django.db import close_old_connections, connections
 
 from ..engine import Queue, QueueCorrupted, QueueEmpty, QueueError, Record, State
-from ..runner import Outcome, run_job, use_event_loop
+from ..runner import Outcome, TaskNotRegistered, run_job, use_event_loop
 from ..signals import job_signals_connected, record_run
+from .logs import Throttle, summary
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
+from .tally import Tally
 
 logger = logging.getLogger("queue_max_django.worker")
 
@@ -56,6 +61,7 @@ STORE_RETRY = 1.0  # seconds a worker thread waits after the store failed before
 # CLAIM_LOG_EVERY seconds while it goes on, with how often it came back.
 CLAIM_BACKOFF_MIN = 0.01
 CLAIM_LOG_EVERY = 300.0
+UNKNOWN_TASK_LOG_EVERY = 60.0  # seconds between the log lines about the jobs of one task this worker lacks
 
 
 class ClaimTrouble:
@@ -121,7 +127,14 @@ def rss_anon_mb() -> float | None:
 
 class WorkerProcess:
     def __init__(
-        self, queue: Queue, options: WorkerOptions, index: int, *, stop_event: Any = None, parent_pid: int = 0
+        self,
+        queue: Queue,
+        options: WorkerOptions,
+        index: int,
+        *,
+        stop_event: Any = None,
+        parent_pid: int = 0,
+        tally: Tally | None = None,
     ) -> None:
         self.queue = queue
         self.options = options
@@ -141,9 +154,12 @@ class WorkerProcess:
         self._signals = 0
         self.processed = 0
         self.failed = 0
+        self.refused = 0  # outcomes the store refused: the job had been taken back (its lease expired)
         self._started = time.time()
         self._heartbeat = options.heartbeat_every(queue.lease_time)
         self._trouble = ClaimTrouble()  # what failed claims ran into (_claim)
+        self._tally = tally  # the supervisor's count of what its processes did (its closing line)
+        self._unknown = Throttle(UNKNOWN_TASK_LOG_EVERY)  # log lines about jobs of tasks this worker lacks
 
     # ------------------------------------------------------------------ signals
 
@@ -254,6 +270,7 @@ class WorkerProcess:
             except QueueCorrupted:
                 continue  # it finished just now
             self.failed += 1
+            self._add("dead" if state is State.FAILED else "retried")
             logger.error("worker %s: %s; it is now %s. This process is replaced, since a thread cannot be "
                          "stopped.", self.worker_id, error, state.value)  # fmt: skip
             self.stop(TIMED_OUT)
@@ -286,6 +303,10 @@ class WorkerProcess:
             logger.warning(
                 "worker %s: released %d unfinished job(s) back to waiting", self.worker_id, released
             )
+        log = logger.warning if self.refused else logger.info
+        log("worker %s: exiting: ran %d job(s), %d failed; %d late outcome(s) refused (the job had been "
+            "taken back: its lease expired)", self.worker_id, self.processed, self.failed,
+            self.refused)  # fmt: skip
         return code
 
     # ------------------------------------------------------------------ registry
@@ -394,6 +415,9 @@ class WorkerProcess:
                 logger.warning(
                     "worker %s: job %s finished but was not acknowledged: %s", self.worker_id, job_id, why
                 )
+            if skipped:
+                with self._lock:
+                    self.refused += len(skipped)
             acks.clear()
         with self._lock:
             held[:] = [record for record in held if not record.finished and id(record) not in abandoned]
@@ -439,6 +463,8 @@ class WorkerProcess:
             if not slot.timed_out:
                 logger.warning("worker %s: job %s was taken back while it ran (its lease expired)",
                                self.worker_id, record.job_id)  # fmt: skip
+                with self._lock:
+                    self.refused += 1
         except Exception:
             logger.exception("worker %s: job %s could not be finished", self.worker_id, record.job_id)
         finally:
@@ -451,24 +477,69 @@ class WorkerProcess:
             record_run(record.name, seconds, "succeeded" if len(acks) > waiting else None)
         self._count(outcome, seconds, record)
 
+    def _add(self, kind: str) -> None:
+        if self._tally is not None:
+            self._tally.add(kind)
+
     def _count(self, outcome: Outcome, seconds: float, record: Record) -> None:
+        if outcome.state is not State.FAILED and isinstance(outcome.error, TaskNotRegistered):
+            self._add("waiting")  # given back, not run: neither processed nor failed
+            self._log_waiting(record, outcome)
+            return
         with self._lock:
             self.processed += 1
             if outcome.state is not State.DONE:
                 self.failed += 1
             done = self.processed
-        if outcome.state is not State.DONE and isinstance(outcome.error, BaseException):
-            logger.warning("job %s (%s) failed, now %s: %s", record.job_id, record.name, outcome.state.value,
-                           outcome.error, exc_info=outcome.error)  # fmt: skip
-        elif outcome.state is not State.DONE:
-            logger.warning("job %s (%s) failed, now %s: %s", record.job_id, record.name, outcome.state.value,
-                           outcome.error)  # fmt: skip
+        if outcome.state is State.DONE:
+            self._add("done")
+        else:
+            self._add("dead" if outcome.state is State.FAILED else "retried")
+            self._log_failure(record, outcome)
         if self.options.verbosity >= 2:
             logger.info("job %s %s -> %s in %.3fs", record.job_id, record.name, outcome.state.value, seconds)
         max_jobs = self.options.max_jobs
         if max_jobs is not None and done >= max_jobs:
             logger.info("worker %s: ran %d jobs (--max-jobs); recycling", self.worker_id, done)
             self.stop(RECYCLE)
+
+    def _log_failure(self, record: Record, outcome: Outcome) -> None:
+        """A failed attempt: one line (``logs.summary``) if the job runs again; if it is a dead letter now,
+        the full traceback as well. Both say which attempt of how many it was, read back from the store."""
+        try:
+            job = self.queue.job(record.job_id)
+        except QueueError:
+            job = None
+        attempt = record.retries + 1
+        allowed = "" if job is None else f" of {job.max_retries + 1}"
+        error = outcome.error
+        raised = error if isinstance(error, BaseException) and error.__traceback__ is not None else None
+        if outcome.state is State.FAILED:
+            if job is not None and job.retries > job.max_retries:
+                why = "no retries left"
+            else:
+                why = f"not retried ({outcome.reason})" if outcome.reason else "not retried"
+            logger.error("job %s (%s) failed (attempt %d%s), %s: now a dead letter: %s", record.job_id,
+                         record.name, attempt, allowed, why, summary(error),
+                         exc_info=raised)  # fmt: skip
+            return
+        when = "now"
+        if job is not None and job.state is State.SCHEDULED and job.eta is not None:
+            when = f"in {max(0.0, job.eta - time.time()):.1f} s"
+        logger.warning("job %s (%s) failed (attempt %d%s), retrying %s: %s", record.job_id, record.name,
+                       attempt, allowed, when, summary(error))  # fmt: skip
+
+    def _log_waiting(self, record: Record, outcome: Outcome) -> None:
+        held = self._unknown.due(str(record.name))
+        if held is None:
+            return
+        since = f" ({held} more job(s) of it since the last such line)" if held else ""
+        logger.warning(
+            "job %s: no task named %r is registered in this worker: restart or update your workers (the "
+            "code that enqueued it is newer than this worker's?). The job is given back, not counted as an "
+            "attempt, and %s; it is a dead letter once QUEUE_MAX['UNKNOWN_TASK_GRACE'] seconds have passed "
+            "since it was enqueued%s.", record.job_id, record.name, outcome.reason, since,
+        )  # fmt: skip
 
     def _nothing_left(self) -> bool:
         """--burst: nothing waiting or running, and nothing scheduled within --burst-wait seconds."""
@@ -492,7 +563,9 @@ class WorkerProcess:
         return True
 
 
-def main(options: WorkerOptions, index: int, stop_event: Any, parent_pid: int) -> None:
+def main(
+    options: WorkerOptions, index: int, stop_event: Any, parent_pid: int, tally: Tally | None = None
+) -> None:
     """The entry point of a worker process (started with spawn by the supervisor)."""
     import django
 
@@ -502,7 +575,7 @@ def main(options: WorkerOptions, index: int, stop_event: Any, parent_pid: int) -
 
     configure_logging(options.verbosity)
     queue = get_queue()
-    worker = WorkerProcess(queue, options, index, stop_event=stop_event, parent_pid=parent_pid)
+    worker = WorkerProcess(queue, options, index, stop_event=stop_event, parent_pid=parent_pid, tally=tally)
     worker.install_signal_handlers()
     code = worker.run()
     try:

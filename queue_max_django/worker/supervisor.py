@@ -1,6 +1,7 @@
 """The supervisor: starts the worker processes (spawn: no LMDB handle crosses a fork), replaces any that
 dies, runs the periodic scheduler, prunes dead workers from the registry, logs throughput, and turns
-SIGTERM/SIGINT into a graceful stop (a second signal: immediate)."""
+SIGTERM/SIGINT into a graceful stop (a second signal: immediate). It logs a banner when it starts (the
+store, the options, the tasks it will run) and a closing line when it ends (what its processes did)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from typing import Any
 from ..engine import Queue, QueueError
 from ..tasks import registry
 from . import process
+from .banner import django_task_names
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
 from .scheduler import Scheduler
+from .tally import Tally, closing_line
 
 logger = logging.getLogger("queue_max_django.worker")
 
@@ -39,6 +42,7 @@ class Supervisor:
         self.options = options
         self._context = multiprocessing.get_context("spawn")
         self._stop_event = self._context.Event()
+        self.tally = Tally(self._context)  # what the worker processes did, for the closing line
         self._children: dict[int, Child] = {}
         self._restart_at: dict[int, tuple[float, int]] = {}  # index -> (when, quick deaths so far)
         self._finished: set[int] = set()  # --burst: processes that found nothing more to do
@@ -100,6 +104,7 @@ class Supervisor:
             if self._scheduler is not None:
                 self._scheduler.stop()
         self._prune()
+        logger.info("queue_worker %s: %s", self.options.worker_id, closing_line(self.tally.counts()))
         if self._signals > 1:
             return 1
         return 0
@@ -107,7 +112,7 @@ class Supervisor:
     def _start(self, index: int) -> None:
         proc = self._context.Process(
             target=process.main,
-            args=(self.options, index, self._stop_event, os.getpid()),
+            args=(self.options, index, self._stop_event, os.getpid(), self.tally),
             name=f"queue_worker-{index}",
         )
         proc.start()
@@ -182,6 +187,9 @@ class Supervisor:
             "; burst" if options.burst else "", "" if self._scheduler else "; no scheduler",
         )  # fmt: skip
         logger.info("registered tasks (%d): %s", len(registry.names()), ", ".join(registry.names()) or "none")
+        django_tasks = django_task_names()
+        if django_tasks is not None:
+            logger.info("django.tasks tasks (%d): %s", len(django_tasks), ", ".join(django_tasks) or "none")
         logger.info(
             "waiting %d, scheduled %d, running %d, done %d, dead letters %d",
             *(stats[state] for state in ("pending", "scheduled", "running", "done", "failed")),

@@ -161,6 +161,58 @@ def test_a_failure_is_failed_with_the_exception_class_and_traceback(store: None)
 
 
 @needs_tasks
+def test_the_backend_and_job_result_give_one_class_path_for_each_error(store: None) -> None:
+    from queue_max_django.results import JobResult
+
+    failed = dt_tasks.fail.enqueue("boom")
+    run_queued()
+    by_hand = dt_tasks.add.enqueue(1, 2)
+    get_queue().get(0).nack("given up by hand", permanent=True)  # no exception: no type stored
+    for result, path in ((failed, "builtins.ValueError"), (by_hand, "builtins.Exception")):
+        fresh = task_backends["default"].get_result(result.id)
+        handle = JobResult.load(result.id)  # the same stored job through this app's own handle
+        assert {e.exception_class_path for e in fresh.errors} == {path}
+        paths = [e.exception_class_path for e in fresh.errors]
+        assert [e.exception_class_path for e in handle.errors] == paths
+    stored = get_queue().job(int(failed.id))
+    assert stored is not None and stored.error_type == "ValueError"  # stored bare; read with its module
+
+
+@needs_tasks
+def test_the_async_api_aenqueue_arefresh_aget_result_runs_in_an_event_loop(store: None) -> None:
+    """Django's async names on this backend; the loop keeps running other coroutines while a coroutine
+    polls ``arefresh()``, and the job runs only after they made progress."""
+
+    async def scenario() -> tuple[Any, Any, list[int]]:
+        result = await dt_tasks.add.aenqueue(2, 3)
+        assert result.status == TaskResultStatus.READY
+
+        async def poll() -> None:
+            while not result.is_finished:
+                await result.arefresh()
+                await asyncio.sleep(0.005)
+
+        waiting = asyncio.create_task(asyncio.wait_for(poll(), 10))
+        progress = []
+        for step in range(3):
+            await asyncio.sleep(0.01)
+            assert not waiting.done()
+            progress.append(step)
+        await asyncio.to_thread(run_queued)
+        await waiting
+        return result, await dt_tasks.add.aget_result(result.id), progress
+
+    result, got, progress = asyncio.run(scenario())
+    assert progress == [0, 1, 2]
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
+    assert (got.id, got.status, got.return_value) == (result.id, TaskResultStatus.SUCCESSFUL, 5)
+    job = get_queue().job(int(result.id))
+    assert job is not None and (job.state, job.result) == (State.DONE, 5)
+    with pytest.raises(TaskResultDoesNotExist):
+        asyncio.run(task_backends["default"].aget_result("0"))
+
+
+@needs_tasks
 def test_a_job_waiting_for_a_retry_is_ready_with_the_last_error(store: None) -> None:
     result = dt_tasks.fail.enqueue("boom")
     (outcome,) = run_queued(retry_delay=None)  # keep the backoff: the retry waits

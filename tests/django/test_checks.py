@@ -70,6 +70,7 @@ def test_valid_settings_give_no_message(queue_max: Configure) -> None:
         "TIMEOUT": 300,
         "IMMEDIATE": True,
         "ENQUEUE_ON_COMMIT": True,
+        "UNKNOWN_TASK_GRACE": 0,
         "WORKER": {
             "PROCESSES": 2,
             "THREADS": 8,
@@ -135,6 +136,10 @@ RATE_OR_NONE = 'a rate such as "160/m" or an int per minute, or None'
         ({"SHARDS": "4"}, e003("QUEUE_MAX['SHARDS']", "'4' (str)", "an int or None", "None")),
         ({"TIMEOUT": [1]}, e003("QUEUE_MAX['TIMEOUT']", "[1] (list)", "a number of seconds or None", "None")),
         ({"SYNC": "yes"}, e003("QUEUE_MAX['SYNC']", "'yes' (str)", "True or False", "False")),
+        (
+            {"UNKNOWN_TASK_GRACE": None},
+            e003("QUEUE_MAX['UNKNOWN_TASK_GRACE']", "None (NoneType)", "a number of seconds", "3600.0"),
+        ),
         ({"IMMEDIATE": 1}, e003("QUEUE_MAX['IMMEDIATE']", "1 (int)", "True or False", "False")),
         (
             {"QUEUES": "default"},
@@ -246,6 +251,10 @@ CENTURY = "3155760000"
         ),
         ({"ALERT_THRESHOLD": -1}, e004("QUEUE_MAX['ALERT_THRESHOLD']", "at least 0", "-1", "None")),
         ({"TIMEOUT": 0}, e004("QUEUE_MAX['TIMEOUT']", f"from 0.001 to {CENTURY}", "0", "None")),
+        (
+            {"UNKNOWN_TASK_GRACE": -1},
+            e004("QUEUE_MAX['UNKNOWN_TASK_GRACE']", f"from 0 to {CENTURY}", "-1", "3600.0"),
+        ),
         (
             {"WORKER": {"PROCESSES": 0}},
             e004("QUEUE_MAX['WORKER']['PROCESSES']", "from 1 to 1024", "0", "None"),

@@ -23,7 +23,18 @@ from queue_max_django.engine import Queue, State
 from tests.testapp import tasks as t
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("queue_stats", "queue_list", "queue_retry", "queue_purge", "queue_enqueue", "queue_check")
+COMMANDS = (
+    "queue_stats",
+    "queue_list",
+    "queue_show",
+    "queue_retry",
+    "queue_delete",
+    "queue_purge",
+    "queue_enqueue",
+    "queue_check",
+    "queue_compact",
+    "queue_worker",
+)
 TIMEOUT = 60.0  # seconds a command may take, Django's start-up included
 
 
@@ -35,8 +46,13 @@ def environment(tmp_path: Path) -> dict[str, str]:
 
 
 def django(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return python(tmp_path, "-m", "django", *argv)
+
+
+def python(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """This Python, with ``argv``, in the test's environment (``environment``); its output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "django", *argv],
+        [sys.executable, *argv],
         cwd=ROOT,
         env=environment(tmp_path),
         stdin=subprocess.DEVNULL,
@@ -90,7 +106,7 @@ def test_enqueue_then_check_in_real_processes(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr) == (0, "")
     (job_id,) = json.loads(done.stdout)["job_ids"]
     with Queue(store_of(tmp_path, _pid_of(tmp_path))) as q:
-        job = q.job(job_id)
+        job = q.job(int(job_id))
         assert job is not None
         assert (job.state, job.name, job.payload) == (
             State.PENDING,
@@ -107,7 +123,7 @@ def _pid_of(tmp_path: Path) -> int:
 
 def test_stats_watch_ends_with_status_0_on_ctrl_c(tmp_path: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "django", "queue_stats", "--watch", "0.05"],
+        [sys.executable, "-m", "django", "queue_stats", "--watch", "0.5"],
         cwd=ROOT,
         env={**environment(tmp_path), "PYTHONUNBUFFERED": "1"},
         stdin=subprocess.DEVNULL,
@@ -141,3 +157,106 @@ def test_every_command_has_help(name: str) -> None:
     text = command.create_parser("manage.py", name).format_help()
     assert command.help and " ".join(command.help.split()[:4]) in " ".join(text.split())
     assert "--iterations" not in text  # queue_stats' option for tests stays hidden
+
+
+@pytest.mark.parametrize(
+    ("name", "required"),
+    [
+        ("queue_list", "--status STATE"),
+        ("queue_purge", "--status STATE"),
+        ("queue_retry", "(--job-id ID | --all)"),
+        ("queue_show", "JOB_ID"),
+        ("queue_delete", "JOB_ID [JOB_ID ...]"),
+        ("queue_enqueue", "queue_enqueue --task NAME [--args JSON]"),
+        ("queue_enqueue", "queue_enqueue --file PATH [--task NAME]"),
+    ],
+)
+def test_the_usage_line_shows_required_options_as_required(name: str, required: str) -> None:
+    command = load_command_class("queue_max_django", name)
+    usage = " ".join(command.create_parser("manage.py", name).format_usage().split())
+    assert required in usage and f"[{required}" not in usage, usage
+
+
+CLOSED_PIPES = """
+import json, os, sys, tempfile
+
+import django
+
+django.setup()
+from django.core.management import execute_from_command_line
+
+from queue_max_django import conf
+from queue_max_django.conf import get_queue
+from tests.testapp import tasks as t
+
+queue = get_queue()
+ids = [str(t.add.delay(n, n).job_id) for n in range(3)]
+failed = []
+for n in range(2):
+    job_id = queue.put({"args": ["x"], "kwargs": {}}, name=t.fail_always.name)
+    queue.claim(job_id).nack(ValueError("boom"), permanent=True)
+    failed.append(str(job_id))
+done = queue.claim(int(ids[2]))
+done.ack(4)
+conf.reset()  # closed: queue_compact wants the store to itself
+commands = [
+    ["queue_compact", "--output", os.path.join(sys.argv[1], "compacted")],
+    ["queue_stats"],
+    ["queue_stats", "--json"],
+    ["queue_stats", "--watch", "0.5", "--iterations", "3"],
+    ["queue_list", "--status", "pending"],
+    ["queue_list", "--status", "pending", "--json"],
+    ["queue_show", ids[0]],
+    ["queue_show", ids[0], "--json"],
+    ["queue_check"],
+    ["queue_enqueue", "--task", t.add.name, "--args", "[5, 5]", "--json"],
+    ["queue_retry", "--job-id", failed[0]],
+    ["queue_delete", failed[1]],
+    ["queue_purge", "--status", "done", "--yes"],
+    ["queue_stats"],  # the last one leaves its closed pipe as standard output, for the interpreter's exit
+]
+results = []
+real_stdout, real_stderr = os.dup(1), os.dup(2)
+for number, argv in enumerate(commands):
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone (| head), before the command writes a line
+    os.dup2(write, 1)
+    os.close(write)
+    errors = tempfile.TemporaryFile()
+    os.dup2(errors.fileno(), 2)
+    try:
+        execute_from_command_line(["manage.py", *argv])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException as exc:
+        code = repr(exc)
+    if number < len(commands) - 1:
+        try:
+            sys.stdout.flush()  # nothing is left buffered for the closed pipe
+        except BaseException as exc:
+            code = f"left in the buffer: {exc!r}"
+        os.dup2(real_stdout, 1)
+    sys.stderr.flush()
+    os.dup2(real_stderr, 2)
+    errors.seek(0)
+    results.append([argv[0], code, errors.read().decode()])
+with open(os.path.join(sys.argv[1], "results.json"), "w") as out:
+    json.dump({"results": results, "failed": failed}, out)
+"""
+
+
+def test_every_command_ends_quietly_when_its_output_pipe_is_closed(tmp_path: Path) -> None:
+    """``queue_stats | head``: each command in turn writes to a pipe whose reader has gone, and ends with
+    status 0 and nothing on standard error (no BrokenPipeError traceback, no "Exception ignored" at exit);
+    the commands that change the store have changed it all the same."""
+    done = python(tmp_path, "-c", CLOSED_PIPES, str(tmp_path))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert [code for _, code, _ in report["results"]] == [0] * 14, report["results"]
+    assert [err for _, _, err in report["results"]] == [""] * 14
+    assert (tmp_path / "compacted").is_dir()
+    with Queue(store_of(tmp_path, _pid_of(tmp_path))) as q:
+        retried, deleted = (int(i) for i in report["failed"])
+        assert q.stats()["total"] == 6 and q.stats()["pending"] == 4  # 3 + the one queue_enqueue added
+        assert (q.job(retried).state, q.job(deleted), q.stats()["done"]) == (State.PENDING, None, 0)  # type: ignore[union-attr]

@@ -104,7 +104,7 @@ def test_retry_all_dead_letters_of_one_task(q: Queue) -> None:
 
 
 def test_retry_all_reads_past_one_page(q: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("queue_max_django.management.commands.queue_retry.PAGE", 2)
+    monkeypatch.setattr("queue_max_django.management.jobs.PAGE", 2)
     ids = [dead_letter(q) for _ in range(5)]
     assert call("queue_retry", "--all") == "Retried 5 failed jobs.\n"
     assert {on_disk(i).state for i in ids} == {State.PENDING}
@@ -113,7 +113,7 @@ def test_retry_all_reads_past_one_page(q: Queue, monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ((), r"^say which jobs to retry: --job-id ID, or --all\.$"),
+        ((), r"^Error: say which jobs to retry: --job-id ID, or --all\.$"),
         (("--job-id", "5", "--all"), r"argument --all: not allowed with argument --job-id"),
         (("--job-id", "5", "--task", FAIL), r"^--shard and --task go with --all, not with --job-id\.$"),
         pytest.param(
@@ -122,11 +122,52 @@ def test_retry_all_reads_past_one_page(q: Queue, monkeypatch: pytest.MonkeyPatch
             marks=pytest.mark.lmdb,  # two shards
         ),
         (("--job-id", "999999"), r"^no job 999999: it never existed, or was purged or vacuumed\.$"),
+        (
+            ("--shard", "0"),
+            r"^Error: --all is missing: --shard only narrows down --all\. Add it to retry every failed job "
+            r"in shard 0 \(queue_retry --all --shard 0\), or give --job-id ID alone\.$",
+        ),
+        (
+            ("--task", "app.tasks.send mail", "--shard", "0"),
+            r"^Error: --all is missing: --shard and --task only narrow down --all\. Add it to retry every "
+            r"failed job of task 'app\.tasks\.send mail' in shard 0 \(queue_retry --all --shard 0 --task "
+            r"'app\.tasks\.send mail'\), or give --job-id ID alone\.$",
+        ),
     ],
 )
 def test_retry_errors(q: Queue, argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         call("queue_retry", *argv)
+
+
+def run(*argv: str) -> tuple[str, str]:
+    """Run a command; -> its stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    call_command(*argv, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_retry_of_an_unknown_task_that_matches_nothing_warns_with_close_names(q: Queue) -> None:
+    job_id = dead_letter(q)
+    out, err = run("queue_retry", "--all", "--task", "tests.testapp.tasks.fail_alway")
+    assert out == "Retried 0 failed jobs.\n"
+    assert err.startswith(
+        "Warning: no task 'tests.testapp.tasks.fail_alway' is registered in this process and no failed jobs "
+        f"matched. Did you mean '{FAIL}', "
+    )
+    assert run("queue_retry", "--all", "--task", "nothing.like.it") == (
+        "Retried 0 failed jobs.\n",
+        "Warning: no task 'nothing.like.it' is registered in this process and no failed jobs matched.\n",
+    )
+    assert run("queue_retry", "--all", "--task", ADD) == ("Retried 0 failed jobs.\n", "")  # registered
+    assert on_disk(job_id).state is State.FAILED
+
+
+def test_retry_of_a_task_this_process_does_not_know_retries_its_jobs(q: Queue) -> None:
+    gone = dead_letter(q, name="old.tasks.removed")  # a task since removed from the code, say
+    other = dead_letter(q)
+    assert run("queue_retry", "--all", "--task", "old.tasks.removed") == ("Retried 1 failed job.\n", "")
+    assert (on_disk(gone).state, on_disk(other).state) == (State.PENDING, State.FAILED)
 
 
 def test_retry_of_a_job_that_is_not_failed_is_refused(q: Queue) -> None:
@@ -240,7 +281,10 @@ def test_purge_of_one_queue_takes_dead_letters_too(q: Queue) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ((), r"^--status is required: a job state: one of pending, scheduled, running, done, failed\.$"),
+        (
+            (),
+            r"^Error: --status is required: a job state: one of pending, scheduled, running, done, failed\.$",
+        ),
         (
             ("--status", "dead"),
             r"^unknown status 'dead': use one of pending, scheduled, running, done, failed",
@@ -272,8 +316,8 @@ def test_enqueue_with_options_and_json(q: Queue) -> None:
     argv = ["--task", MAIL, "--kwargs", '{"to": "ann@example.com", "subject": "hi"}', "--priority", "-5"]
     data = json.loads(call("queue_enqueue", *argv, "--queue", "urgent", "--delay", "60", "--json"))
     (job_id,) = data["job_ids"]
-    assert data == {"count": 1, "job_ids": [job_id]}
-    job = on_disk(job_id)
+    assert data == {"count": 1, "job_ids": [job_id]} and isinstance(job_id, str)  # a string, as every id
+    job = on_disk(int(job_id))
     assert (job.state, job.queue, job.priority, job.max_retries, job.timeout) == (
         State.SCHEDULED,
         "urgent",
@@ -288,7 +332,7 @@ def test_enqueue_with_options_and_json(q: Queue) -> None:
 def test_enqueue_in_immediate_mode_runs_the_job(queue_max: Configure) -> None:
     with queue_max(IMMEDIATE=True):
         job_id = json.loads(call("queue_enqueue", "--task", ADD, "--args", "[2, 3]", "--json"))["job_ids"][0]
-        job = on_disk(job_id)
+        job = on_disk(int(job_id))
         assert (job.state, job.result) == (State.DONE, 5)
 
 
@@ -368,11 +412,13 @@ def test_enqueue_a_file_in_large_transactions(q: Queue, tmp_path: Path) -> None:
     lines.append({"args": [7, 8], "delay": 3600})  # the task from --task
     path = write_lines(tmp_path / "jobs.jsonl", *lines[:4], "", *lines[4:])
     text = call("queue_enqueue", "--file", path, "--task", ADD, "--batch-size", "2")
-    # groups: add (5 jobs: 3 transactions), send_mail at priority 3 (2: 1), add with a delay (1: 1)
-    assert text == f"Enqueued 8 jobs from {path} in 5 transactions.\n"
+    # groups: add (5 jobs: 3 transactions of 2 at most), send_mail at priority 3 (2 jobs: one transaction a
+    # shard), add with a delay (1: 1)
+    transactions = 6 if q.shard_count == 2 else 5  # PostgreSQL: one shard, so send_mail's 2 in one
+    assert text == f"Enqueued 8 jobs from {path} in {transactions} transactions.\n"
     data = json.loads(call("queue_enqueue", "--file", path, "--task", ADD, "--json"))
     assert data["count"] == 8 and len(set(data["job_ids"])) == 8
-    jobs = [on_disk(i) for i in data["job_ids"]]  # in the lines' order
+    jobs = [on_disk(int(i)) for i in data["job_ids"]]  # in the lines' order
     assert [(j.name, j.payload, j.priority, j.queue) for j in jobs] == [
         (ADD, {"args": [0, 0], "kwargs": {}}, 0, "default"),
         (ADD, {"args": [1, 1], "kwargs": {}}, 0, "default"),
@@ -385,6 +431,21 @@ def test_enqueue_a_file_in_large_transactions(q: Queue, tmp_path: Path) -> None:
     ]
     assert [j.state for j in jobs] == [State.PENDING] * 7 + [State.SCHEDULED]
     assert get_queue().stats()["total"] == 16 and get_queue().verify() == []
+
+
+@pytest.mark.lmdb  # four shards
+def test_enqueue_a_file_spreads_its_jobs_over_the_shards(queue_max: Configure, tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "jobs.jsonl", *({"args": [n, n]} for n in range(2000)))
+    with queue_max(SHARDS=4):
+        data = json.loads(call("queue_enqueue", "--task", ADD, "--file", path, "--json"))
+        q = get_queue()
+        # as .map() puts them: one transaction a shard, so that four workers drain them in parallel
+        assert [counts["pending"] for counts in q.shard_stats()] == [500, 500, 500, 500]
+        jobs = [q.job(int(i)) for i in data["job_ids"][::250]]  # in the lines' order
+        assert [(job.payload["args"][0], job.state) for job in jobs if job] == [
+            (n, State.PENDING) for n in range(0, 2000, 250)
+        ]
+        assert sorted({job.shard for job in jobs if job}) == [0, 1, 2, 3] and q.verify() == []
 
 
 def test_a_file_with_bad_lines_enqueues_nothing_and_names_each_line(

@@ -6,13 +6,15 @@ import datetime as dt
 import os
 import socket
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 from django.test import override_settings
+from django.utils.module_loading import import_string
 
 from queue_max_django.conf import get_queue
-from queue_max_django.results import JobNotFound, JobResult, JobStatus
+from queue_max_django.results import JobNotFound, JobResult, JobStatus, exception_class_path
 from queue_max_django.runner import run_job
 from tests.testapp import tasks as t
 
@@ -111,3 +113,43 @@ def test_load_reads_a_job_by_id_and_refresh_fails_once_it_is_gone() -> None:
         loaded.refresh()
     with pytest.raises(JobNotFound):
         JobResult.load(result.id)
+
+
+def test_exception_class_path_is_the_full_dotted_path_of_a_builtin() -> None:
+    result = t.flaky.delay(f"class-path-{uuid.uuid4()}", 1)  # a key of its own: ATTEMPTS is per process
+    run_one()  # ConnectionError: retried (READY), one error recorded
+    stored = get_queue().job(result.job_id)
+    assert stored is not None and stored.error_type == "ConnectionError"  # the engine stores builtins bare
+    result.refresh()
+    (error,) = result.errors
+    assert error.exception_class_path == "builtins.ConnectionError"  # as django.tasks' TaskError has it
+    assert import_string(error.exception_class_path) is ConnectionError
+
+
+def test_an_error_stored_as_text_only_is_builtins_exception() -> None:
+    result = t.add.delay(1, 2)
+    record = get_queue().get(0)
+    record.nack("gave up by hand", permanent=True)  # no exception: the engine stores no type
+    stored = get_queue().job(result.job_id)
+    assert stored is not None and stored.error_type is None
+    result.refresh()
+    assert [(e.exception_class_path, e.message) for e in result.errors] == [
+        ("builtins.Exception", "gave up by hand")
+    ]
+
+
+@pytest.mark.store_neutral  # a pure mapping; the stored types it maps come from both stores above
+def test_every_class_path_the_rule_gives_imports_as_an_exception_class() -> None:
+    paths = {
+        "ValueError": "builtins.ValueError",
+        "queue_max_django.engine.classify.Permanent": "queue_max_django.engine.classify.Permanent",
+        "LeaseExpired": "queue_max_django.results.LeaseExpired",
+        "Corrupted": "queue_max_django.results.Corrupted",
+        None: "builtins.Exception",
+        "": "builtins.Exception",
+    }
+    for stored, path in paths.items():
+        assert exception_class_path(stored) == path
+        found = import_string(path)
+        assert isinstance(found, type) and issubclass(found, BaseException), path
+    assert exception_class_path("NoSuchBuiltin") == "NoSuchBuiltin"  # no class to name: as stored

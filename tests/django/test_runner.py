@@ -10,7 +10,13 @@ from django.test import override_settings
 
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Job, State
-from queue_max_django.runner import run_job, unknown_task_message
+from queue_max_django.runner import (
+    UNKNOWN_TASK_WAIT_MAX,
+    TaskNotRegistered,
+    run_job,
+    unknown_task_message,
+    unknown_task_wait,
+)
 from queue_max_django.testing import run_queued, wait_until_empty
 from tests.testapp import tasks as t
 
@@ -43,22 +49,78 @@ def test_a_coroutine_task_is_run_to_completion() -> None:
     assert job(result.job_id).result == 5
 
 
-def test_a_job_naming_an_unknown_task_is_a_dead_letter_with_a_clear_error() -> None:
-    job_id = get_queue().put({"args": [], "kwargs": {}}, name="os.system")
-    outcome = run_job(get_queue().get(0))
-    assert outcome.state is State.FAILED
+UNKNOWN = "myapp.tasks.added_in_the_next_release"
+
+
+def put_unknown() -> tuple[int, float]:
+    """A job of a task no module of this process registers, as a newer web process would enqueue it."""
+    job_id = get_queue().put({"args": [], "kwargs": {}}, name=UNKNOWN)
     stored = job(job_id)
-    assert stored.state is State.FAILED
-    assert stored.retries == 1  # permanent: no retry
-    assert stored.error == unknown_task_message("os.system")
-    assert "no task named 'os.system' is registered in this process" in (stored.error or "")
+    return job_id, stored.enqueued_at
 
 
-def test_a_job_without_a_name_is_a_dead_letter() -> None:
-    job_id = get_queue().put({"args": [], "kwargs": {}})
-    run_job(get_queue().get(0))
-    assert job(job_id).state is State.FAILED
-    assert "no task named None" in (job(job_id).error or "")
+def test_a_job_of_a_task_this_process_lacks_waits_uncounted_for_a_worker_that_has_it(
+    queue_max: Configure,
+) -> None:
+    with queue_max(UNKNOWN_TASK_GRACE=3600):
+        job_id, enqueued_at = put_unknown()
+        outcome = run_job(get_queue().get(0), clock=lambda: enqueued_at + 10)
+        assert outcome.state is State.SCHEDULED
+        assert isinstance(outcome.error, TaskNotRegistered)
+        assert "restart or update your workers" in str(outcome.error)
+        stored = job(job_id)
+        # given back, not failed: no attempt counted, no error recorded; back in about the 10 s it waited
+        assert (stored.state, stored.retries, stored.attempts, stored.error) == (State.SCHEDULED, 0, 0, None)
+        assert stored.eta is not None and 9 < stored.eta - time.time() < 11
+
+
+def test_a_job_of_a_task_this_process_lacks_is_a_dead_letter_once_its_grace_period_is_over(
+    queue_max: Configure,
+) -> None:
+    with queue_max(UNKNOWN_TASK_GRACE=60):
+        job_id, enqueued_at = put_unknown()
+        outcome = run_job(get_queue().get(0), clock=lambda: enqueued_at + 60)
+        assert outcome.state is State.FAILED
+        stored = job(job_id)
+        assert (stored.state, stored.retries, stored.attempts) == (State.FAILED, 1, 1)
+        assert stored.error == (
+            unknown_task_message(UNKNOWN)
+            + " It waited QUEUE_MAX['UNKNOWN_TASK_GRACE'] (60 s) for a worker that has it."
+        )
+        assert stored.error_type == "queue_max_django.runner.TaskNotRegistered"
+        assert stored.traceback is None  # nothing was raised: the error and its type say it all
+
+
+@pytest.mark.parametrize(
+    ("grace", "name", "final"),
+    [(0, UNKNOWN, False), (3600, None, False), (3600, UNKNOWN, True)],
+    ids=["grace-0", "no-name", "immediate"],
+)
+def test_a_job_of_an_unknown_task_is_a_dead_letter_at_once_without_grace_name_or_retries(
+    queue_max: Configure, grace: float, name: str | None, final: bool
+) -> None:
+    with queue_max(UNKNOWN_TASK_GRACE=grace):
+        job_id = get_queue().put({"args": [], "kwargs": {}}, name=name)
+        outcome = run_job(get_queue().get(0), final=final)
+        assert outcome.state is State.FAILED and isinstance(outcome.error, TaskNotRegistered)
+        stored = job(job_id)
+        assert (stored.state, stored.retries) == (State.FAILED, 1)
+        assert stored.error == unknown_task_message(name)
+        assert f"no task named {name!r} is registered in this process" in (stored.error or "")
+        assert stored.error_type == "queue_max_django.runner.TaskNotRegistered"
+
+
+def test_the_wait_for_an_unknown_task_doubles_within_bounds_and_ends_with_the_grace_period() -> None:
+    assert [unknown_task_wait(age, 3600) for age in (0, 0.5, 1, 2, 4, 8)] == [1, 1, 1, 2, 4, 8]
+    assert unknown_task_wait(1000, 3600) == UNKNOWN_TASK_WAIT_MAX  # 5 minutes at most
+    assert unknown_task_wait(3500, 3600) == 100  # never past the end of the grace period
+    assert unknown_task_wait(3600, 3600) is None and unknown_task_wait(5000, 3600) is None
+    assert unknown_task_wait(0, 0) is None  # 0: a dead letter at once, as before the grace period
+    # waiting as long as it has waited: from 0 s, the tries of the default hour number about 19
+    age, tries = 0.0, 0
+    while (wait := unknown_task_wait(age, 3600)) is not None:
+        age, tries = age + wait, tries + 1
+    assert 15 <= tries <= 25
 
 
 def test_a_malformed_payload_is_a_dead_letter() -> None:

@@ -231,7 +231,7 @@ def test_immediate_failure_gives_a_failed_handle_and_nothing_propagates(queue_ma
         result = t.fail_always.delay("boom")
         assert result.status is JobStatus.FAILED
         assert result.attempts == 1  # one run, as Django's ImmediateBackend: a failure is final
-        assert result.errors[0].exception_class_path == "ValueError"
+        assert result.errors[0].exception_class_path == "builtins.ValueError"
         assert on_disk(result).state is State.FAILED
 
 

@@ -408,6 +408,37 @@ def test_release_after_retries_keeps_retry_count(queue: Queue) -> None:
     assert queue.get(0).retries == 1
 
 
+@pytest.mark.contract
+@pytest.mark.rule_release
+def test_release_with_delay_schedules_without_counting_attempt(queue: Queue, clock: FakeClock) -> None:
+    """rule_release: release(delay=) -> scheduled until then, retries and attempts as before the claim,
+    no error recorded; then it is claimed like any due job."""
+    job_id = queue.put("not yet", max_retries=0)
+    record = queue.get(0)
+    attempts = record.attempts
+
+    record.release(delay=60)
+
+    job = queue.job(job_id)
+    assert job.state is State.SCHEDULED
+    assert job.retries == 0 and job.error is None and job.lease_until is None
+    assert job.eta == pytest.approx(clock() + 60)
+    stats = queue.stats()
+    assert (stats["scheduled"], stats["running"], stats["pending"]) == (1, 0, 0)
+    assert queue.verify() == []
+    with pytest.raises(QueueEmpty):
+        queue.get(0)
+    clock.advance(61)
+    again = queue.get(0)
+    assert again.job_id == job_id and again.retries == 0 and again.attempts == attempts
+    assert again.nack("fails now") is State.FAILED  # max_retries=0 still allows its one attempt
+    queue.put("bad delay")
+    held = queue.get(0)
+    with pytest.raises(InvalidJob):
+        held.release(delay=-1)
+    assert queue.job(held.job_id).state is State.RUNNING
+
+
 # ------------------------------------------------------------------------------------------ management
 
 

@@ -109,7 +109,7 @@ def test_poll_only_mode_has_no_listener_and_still_serves(pg_url: str) -> None:
         assert q.get(timeout=1).job_id == job_id
         started = time.monotonic()
         hints.wait(1.0)  # a poll, not the whole timeout
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 0.9  # under the timeout: it polled (0.05 s) rather than waited
     finally:
         q.close()
 

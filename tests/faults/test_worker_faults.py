@@ -36,6 +36,7 @@ def burst(site: Site) -> subprocess.CompletedProcess[str]:
 
 
 def test_jobs_naming_unknown_tasks_are_dead_letters_and_the_worker_serves_the_rest(site: Site) -> None:
+    site.env["QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE"] = "0"  # no waiting for an updated worker: at once
     unknown = {
         "misspelt": TASKS + "finsh",
         "module-only": TASKS.rstrip("."),
@@ -62,8 +63,10 @@ def test_jobs_naming_unknown_tasks_are_dead_letters_and_the_worker_serves_the_re
             assert job.error == (
                 f"no task named {name!r} is registered in this process: is the module that defines it "
                 f"imported (an installed app's tasks.py), and is the task name unchanged since the job was "
-                f"enqueued?"
+                f"enqueued? If the code that enqueued it is newer than this worker's, restart or update your "
+                f"workers."
             ), label
+            assert job.error_type == "queue_max_django.runner.TaskNotRegistered", label
             assert job.attempts == 1, f"{label}: an unknown task is not retried"
         assert all(queue.job(job_id).state is State.DONE for job_id in good)
         stats = queue.stats()

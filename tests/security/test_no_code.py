@@ -19,6 +19,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from django.test import override_settings
 
 from queue_max_django.engine import Queue, State
 from queue_max_django.runner import DJANGO_TASK_KEY, run_job
@@ -102,9 +103,11 @@ def canary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 @pytest.mark.inv_6
 def test_a_crafted_job_runs_nothing_outside_the_registry_in_process(tmp_path: Path, canary: Path) -> None:
-    """The runner every worker thread uses, in this process: sys.modules can be watched directly."""
+    """The runner every worker thread uses, in this process: sys.modules can be watched directly. With no
+    grace period for jobs of unknown tasks, they are dead letters at once."""
     marker = tmp_path / "os-system-ran"
-    with Queue(tmp_path / "store", do_recover=False, do_vacuum=False) as q:
+    no_grace = override_settings(QUEUE_MAX={"UNKNOWN_TASK_GRACE": 0})
+    with no_grace, Queue(tmp_path / "store", do_recover=False, do_vacuum=False) as q:
         crafted = Crafted(q, marker)
         before = set(sys.modules)
         while q.stats()["pending"]:
@@ -128,6 +131,7 @@ def test_a_crafted_job_runs_nothing_outside_the_registry_in_a_real_worker(
 ) -> None:
     marker = tmp_path / "os-system-ran"
     site.env["QUEUE_MAX_CANARY"] = str(canary)
+    site.env["QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE"] = "0"  # jobs of unknown tasks: dead letters at once
     with site.queue() as q:
         crafted = Crafted(q, marker)
 

@@ -2,7 +2,9 @@
 
 The store (an LMDB ``DATA_DIR``, or with ``QUEUE_MAX_TEST_PG_URL`` the PostgreSQL store at that URL), the
 lease time and where the tasks write their marks come from the environment, which each test sets for its
-own subprocesses (``tests/worker/conftest.py``).
+own subprocesses (``tests/worker/conftest.py``); so do, when set, ``UNKNOWN_TASK_GRACE``
+(``$QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE``) and a ``TASKS`` setting that runs ``django.tasks`` tasks on this
+store (``$QUEUE_MAX_TEST_DJANGO_TASKS``, Django >= 6.0).
 """
 
 from __future__ import annotations
@@ -26,3 +28,12 @@ QUEUE_MAX: dict[str, Any] = {  # type: ignore[no-redef]
     "LEASE_TIME": float(os.environ.get("QUEUE_MAX_TEST_LEASE_TIME", "30")),
     "RETRY_BACKOFF": 0.0,
 }
+if "QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE" in os.environ:
+    QUEUE_MAX["UNKNOWN_TASK_GRACE"] = float(os.environ["QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE"])
+if os.environ.get("QUEUE_MAX_TEST_DJANGO_TASKS"):
+    TASKS = {
+        "default": {
+            "BACKEND": "queue_max_django.backend.QueueMaxBackend",
+            "OPTIONS": {"MODULES": ["tests.worker.workapp.django_tasks"]},
+        }
+    }

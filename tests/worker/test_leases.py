@@ -1,20 +1,25 @@
 """A worker renews the leases of its running jobs at least three times per lease time, on its main loop's
 tick; a lease time too short for that is refused before anything runs (the system checks refuse it as
-LEASE_TIME, run_worker and the options refuse it for an engine Queue)."""
+LEASE_TIME, run_worker and the options refuse it for an engine Queue). A process stalled past its lease loses
+the job, and its late outcome is refused and counted."""
 
 from __future__ import annotations
 
 import math
+import os
+import signal
+import time
+from typing import Any
 
 import pytest
 
 from queue_max_django.conf import MIN_LEASE_TIME
-from queue_max_django.engine import State
+from queue_max_django.engine import QueueEmpty, Record, State
 from queue_max_django.worker import WorkerOptionError, process, run_worker
 from queue_max_django.worker import options as options_module
 from queue_max_django.worker.options import RENEWALS, WATCH_EVERY, WorkerOptions
 
-from .conftest import Site
+from .conftest import Site, wait_for
 
 
 def test_the_tick_the_heartbeat_counts_on_is_the_main_loops() -> None:
@@ -92,3 +97,53 @@ def test_a_job_three_lease_times_long_runs_once_at_the_minimum_lease(site: Site)
         assert job is not None and (job.state, job.result) == (State.DONE, 5)
         assert (job.attempts, job.errors) == (1, ())
     assert [value for value, _ in site.marks("started")] == ["5"]
+
+
+def test_a_stalled_processs_late_outcome_is_refused_changes_nothing_and_is_counted(site: Site) -> None:
+    """A worker process stalled (SIGSTOP) for longer than its lease loses its job, which another holder
+    claims; when the process goes on, its task finishes, but the store refuses the acknowledgement: the job
+    stays the new holder's, and the process's last line counts the refused outcome."""
+    site.env["QUEUE_MAX_TEST_LEASE_TIME"] = "0.5"
+    job_id = site.put("slow", 7, 1.0)
+    worker = site.start("--processes", "1", "--no-scheduler", "--worker-id", "stalled")
+    victim = wait_for(lambda: site.marks("started"), what="the job to start")[0][1]
+    with site.queue(lease_time=60.0) as queue:
+        record = None
+        for _try in range(3):  # stopped inside a transaction (rare), it holds the job's row: let it finish
+            os.kill(victim, signal.SIGSTOP)
+            deadline = time.monotonic() + 10
+            while record is None and time.monotonic() < deadline:
+                record = _take_back(queue, job_id)
+            if record is not None:
+                break
+            os.kill(victim, signal.SIGCONT)
+            time.sleep(0.05)
+        assert record is not None, worker.output()
+        os.kill(victim, signal.SIGCONT)
+
+        wait_for(lambda: site.marks("finished"), what="the stalled task to finish")
+        wait_for(lambda: "not acknowledged" in worker.output(), what="the refused acknowledgement")
+        job = queue.job(job_id)
+        assert job is not None and (job.state, job.attempts, job.result) == (State.RUNNING, 2, None)
+        assert job.worker_ids[0] == "stalled/0"
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0, worker.output()
+        record.ack("the new holder's")
+        job = queue.job(job_id)
+        assert job is not None and (job.state, job.result) == (State.DONE, "the new holder's")
+    log = worker.output()
+    assert f"job {job_id} finished but was not acknowledged" in log
+    assert "worker stalled/0: exiting: ran 1 job(s), 0 failed; 1 late outcome(s) refused" in log
+    assert [value for value, _ in site.marks("finished")] == ["7"]
+
+
+def _take_back(queue: Any, job_id: int) -> Record | None:
+    """Claim ``job_id`` once its lease has expired (recovering it if nobody has yet), or None for now."""
+    queue.recover()
+    try:
+        record: Record = queue.get(timeout=0)
+    except QueueEmpty:
+        time.sleep(0.05)
+        return None
+    assert record.job_id == job_id
+    return record

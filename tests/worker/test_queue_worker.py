@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
+import re
 import signal
 from collections import Counter
 
@@ -13,8 +15,11 @@ from queue_max_django.engine import State
 
 from .conftest import TASKS, Site, probe, wait_for
 
+HAS_DJANGO_TASKS = importlib.util.find_spec("django.tasks") is not None
+
 
 def test_burst_drains_the_store_and_exits_zero(site: Site) -> None:
+    site.env["QUEUE_MAX_TEST_DJANGO_TASKS"] = "1"  # QueueMaxBackend in TASKS (Django >= 6.0)
     with site.queue() as queue:
         for value in range(300):
             queue.put({"args": [value], "kwargs": {}}, name=TASKS + "finish")
@@ -37,6 +42,22 @@ def test_burst_drains_the_store_and_exits_zero(site: Site) -> None:
         assert all(worker.startswith("drain/") for worker in job.worker_ids) and len(job.worker_ids) == 2
         assert queue.workers(include_dead=True) == []  # each process took itself off the registry
     assert "queue_worker drain" in done.stderr and "2 process(es) x 2 thread(s)" in done.stderr
+    if HAS_DJANGO_TASKS:  # the banner lists the django.tasks tasks it will run beside the @task ones
+        assert "django.tasks tasks (1): tests.worker.workapp.django_tasks.double\n" in done.stderr
+    else:
+        assert "django.tasks tasks" not in done.stderr
+    # the failed attempt that was retried is one line; the dead letter's is logged with its traceback
+    assert re.search(
+        rf"job {dead} \({TASKS}boom\) failed \(attempt 1 of 2\), retrying now: ValueError: boom "
+        r"\(at tests/worker/workapp/tasks\.py:\d+ in boom\)\n",
+        done.stderr,
+    ), done.stderr
+    assert (
+        f"job {dead} ({TASKS}boom) failed (attempt 2 of 2), no retries left: now a dead letter" in done.stderr
+    )
+    assert done.stderr.count("Traceback (most recent call last)") == 1
+    closing = "queue_worker drain: stopped after 303 jobs (301 done, 1 failed and retried, 1 dead letter)\n"
+    assert done.stderr.endswith(closing), done.stderr[-500:]
 
 
 def test_sigterm_lets_running_jobs_finish_and_loses_nothing(site: Site) -> None:
@@ -49,6 +70,9 @@ def test_sigterm_lets_running_jobs_finish_and_loses_nothing(site: Site) -> None:
     worker.signal(signal.SIGTERM)
 
     assert worker.wait() == 0, worker.output()
+    assert re.search(
+        r"stopped after \d+ jobs \(\d+ done, 0 failed and retried, 0 dead letters\)\n$", worker.output()
+    )
     assert sorted(value for value, _ in site.marks("finished") if value in ("1", "2")) == ["1", "2"]
     with site.queue() as queue:
         states = {job_id: queue.job(job_id).state for job_id in [*slow, *quick]}  # type: ignore[union-attr]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...conf import store_class
+from ..base import QueueCommand
 from ..common import STATES, engine_errors, load_config, open_queue, printable, to_json
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Check the job store: every record, index and counter of every shard must agree (the engine's "
         "verify(); reads only, O(jobs)); on the PostgreSQL store, the counters must match the job rows and "

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...conf import store_class
 from ...engine.stores.lmdb.compact import CompactReport, compact_store
+from ..base import QueueCommand
 from ..common import engine_errors, load_config, table, to_json
 
 MIB = 1024 * 1024
@@ -17,7 +18,7 @@ def _mib(size: int) -> str:
     return f"{size / MIB:,.2f}"
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Compact the LMDB store offline: copy every LMDB environment without its free pages and swap the "
         "copy in (LMDB reuses freed pages but never shrinks its files), keeping the owner, group and mode of "

@@ -11,17 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...conf import QueueMaxConfig
 from ...engine import Queue
 from ...engine.codec import MAX_DEPTH, check_reads_back, pack_value
 from ...engine.validate import check_put
 from ...tasks import Task
+from ..base import QueueCommand
 from ..common import (
     ProgressBar,
     engine_errors,
     find_task,
+    id_text,
     load_config,
     open_queue,
     positive_int,
@@ -120,8 +122,9 @@ class Checker:
 
 
 def put(queue: Queue, calls: list[Call], batch: int, progress: ProgressBar) -> tuple[list[int], int]:
-    """Store ``calls``: each group of equal options in transactions of ``batch`` jobs, spread over the
-    store (``Queue.put_parts``). -> (job ids in the calls' order, transactions)."""
+    """Store ``calls`` as ``.map()`` does: each group of equal options in as many transactions as the store
+    has shards (more when a part would pass ``batch`` jobs), on the shards in turn (``Queue.put_parts``), so
+    that the workers drain them in parallel. -> (job ids in the calls' order, transactions)."""
     groups: dict[tuple[str, int, str, float | None], list[int]] = {}
     for index, call in enumerate(calls):
         groups.setdefault(call.group, []).append(index)
@@ -131,10 +134,11 @@ def put(queue: Queue, calls: list[Call], batch: int, progress: ProgressBar) -> t
         task = calls[indexes[0]].task
         task._prepare(queue)  # the task's rate limit and breaker, as .delay() applies them
         options = task._put_options()
-        for start in range(0, len(indexes), batch):  # one part a call: the next shard in turn each time
-            part = indexes[start : start + batch]
+        size = min(batch, -(-len(indexes) // queue.shard_count))
+        for start in range(0, len(indexes), size):  # one part a call: the next shard in turn each time
+            part = indexes[start : start + size]
             payloads = [task._payload(tuple(calls[i].args), calls[i].kwargs) for i in part]
-            stored = queue.put_parts(payloads, part_size=batch, **options)
+            stored = queue.put_parts(payloads, part_size=size, **options)
             transactions += 1
             for index, job_id in zip(part, stored, strict=True):
                 ids[index] = job_id
@@ -143,7 +147,7 @@ def put(queue: Queue, calls: list[Call], batch: int, progress: ProgressBar) -> t
     return ids, transactions
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Enqueue jobs of a registered task: one from --task/--args/--kwargs, or many from --file, a "
         'JSON-lines file of objects such as {"task": "app.tasks.send", "args": [1], "kwargs": {}, '
@@ -152,8 +156,17 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        # one of --task and --file is required, or both: argparse has no group for that, so the usage says it
+        parser.usage = (
+            "%(prog)s --task NAME [--args JSON] [--kwargs JSON] [--priority P] [--delay SECONDS]\n"
+            "       [--queue QUEUE] [--json]\n"
+            "       %(prog)s --file PATH [--task NAME] [--priority P] [--delay SECONDS] [--queue QUEUE]\n"
+            "       [--batch-size N] [--json]"
+        )
         parser.add_argument(
-            "--task", help="The task's registered name (module.function unless name= was given)."
+            "--task",
+            metavar="NAME",
+            help="The task's registered name (module.function unless name= was given).",
         )
         parser.add_argument(
             "--args",
@@ -168,12 +181,14 @@ class Command(BaseCommand):
             help='The keyword arguments as a JSON object, e.g. \'{"to": "x"}\'.',
         )
         parser.add_argument(
-            "--priority", type=int, help="-100 to 100, higher runs first (default: the task's)."
+            "--priority", type=int, metavar="P", help="-100 to 100, higher runs first (default: the task's)."
         )
         parser.add_argument(
             "--delay", type=float, metavar="SECONDS", help="Run no sooner than this from now."
         )
-        parser.add_argument("--queue", help="The queue to put the jobs in (default: the task's).")
+        parser.add_argument(
+            "--queue", metavar="QUEUE", help="The queue to put the jobs in (default: the task's)."
+        )
         parser.add_argument(
             "--file",
             metavar="PATH",
@@ -215,7 +230,7 @@ class Command(BaseCommand):
                 progress = ProgressBar(self.stderr, len(calls))
                 ids, transactions = put(queue, calls, options["batch_size"], progress)
         if options["json"]:
-            self.stdout.write(to_json({"count": len(ids), "job_ids": ids}))
+            self.stdout.write(to_json({"count": len(ids), "job_ids": [id_text(each) for each in ids]}))
         elif path is None:
             variant = calls[0].task
             self.stdout.write(f"Enqueued job {ids[0]}: {printable(variant.name)} on queue {variant.queue!r}.")

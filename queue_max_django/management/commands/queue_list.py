@@ -4,25 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from ...engine import Job, State
+from ..base import QueueCommand
 from ..common import (
     STATUS_HELP,
     engine_errors,
+    id_text,
     job_dict,
+    job_id,
     open_queue,
     parse_status,
     positive_int,
+    status_missing,
     table,
     to_json,
+    unknown_task_warning,
     when,
 )
 
 ERROR_WIDTH = 60  # characters of a failed job's error shown in the table
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "List the jobs in one state (claim order for pending, ETA order for scheduled, finish order for "
         'done, enqueue order for running and failed). --json prints one JSON object with a "jobs" list.'
@@ -30,7 +35,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--status", metavar="STATE", help=f"Which jobs to list (required): {STATUS_HELP}."
+            "--status", metavar="STATE", required=True, help=f"Which jobs to list: {STATUS_HELP}."
         )
         parser.add_argument("--queue", help="Only jobs of this queue.")
         parser.add_argument("--task", help="Only jobs of this task (its registered name).")
@@ -39,12 +44,15 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--after",
-            type=positive_int,
+            type=job_id,
             metavar="JOB_ID",
-            help="The next page: the jobs after this one (the previous page's last id).",
+            help="The next page: the jobs after this one (the last id of the previous page).",
         )
         parser.add_argument("--newest-first", action="store_true", help="Reverse the order.")
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
+
+    def missing(self, options: dict[str, Any]) -> str | None:
+        return status_missing(options)
 
     def handle(self, *args: Any, **options: Any) -> None:
         state = parse_status(options["status"])
@@ -59,8 +67,11 @@ class Command(BaseCommand):
                 newest_first=options["newest_first"],
             )
         more = len(jobs) == options["limit"]
+        warning = None if jobs else unknown_task_warning(options["task"], f"{state.value} jobs")
+        if warning is not None:
+            self.stderr.write(f"Warning: {warning}")
         if options["json"]:
-            next_after = jobs[-1].job_id if more else None
+            next_after = id_text(jobs[-1].job_id) if more else None
             data = {"status": state.value, "count": len(jobs), "next_after": next_after}
             self.stdout.write(to_json({**data, "jobs": [job_dict(job) for job in jobs]}))
             return

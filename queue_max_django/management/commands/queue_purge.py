@@ -6,12 +6,13 @@ import sys
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...engine import Job, Queue, State
-from ..common import engine_errors, non_negative_float, open_queue, parse_status
+from ..base import QueueCommand
+from ..common import engine_errors, non_negative_float, open_queue, parse_status, status_missing
+from ..jobs import job_ids
 
-PAGE = 1000
 DAY = 86400.0  # seconds
 
 
@@ -19,14 +20,9 @@ def matching(queue: Queue, state: State, older_than: float | None, name: str | N
     """The ids of the jobs ``purge``/``cancel`` would remove: in ``state`` (of queue ``name``), finished
     (done/failed) or enqueued (pending/scheduled) at least ``older_than`` seconds ago."""
     cutoff = None if older_than is None else time.time() - older_than
-    ids: list[int] = []
-    after = None
-    while True:
-        page = queue.jobs(state, queue=name, after=after, limit=PAGE)
-        ids += [job.job_id for job in page if cutoff is None or _stamp(job) <= cutoff]
-        if len(page) < PAGE:
-            return ids
-        after = page[-1].job_id
+    return job_ids(
+        queue, state, queue_name=name, keep=None if cutoff is None else lambda j: _stamp(j) <= cutoff
+    )
 
 
 def _stamp(job: Job) -> float:
@@ -34,7 +30,7 @@ def _stamp(job: Job) -> float:
     return job.enqueued_at if finished is None else finished
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Delete the jobs in one state (not running ones), optionally only those older than --days and of one "
         "--queue. Asks for confirmation on a terminal unless --yes; refuses without --yes elsewhere."
@@ -44,7 +40,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--status",
             metavar="STATE",
-            help="Which jobs to delete (required): pending, scheduled, done or failed.",
+            required=True,
+            help="Which jobs to delete: pending, scheduled, done or failed.",
         )
         parser.add_argument(
             "--days",
@@ -58,6 +55,9 @@ class Command(BaseCommand):
             "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
         )
         parser.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
+
+    def missing(self, options: dict[str, Any]) -> str | None:
+        return status_missing(options)
 
     def handle(self, *args: Any, **options: Any) -> None:
         state = parse_status(options["status"])

@@ -1,38 +1,27 @@
-"""``manage.py queue_retry``: dead letters (failed jobs) back to waiting, their retries reset."""
+"""``manage.py queue_retry``: dead letters back to waiting, one by id or all (of a shard, of a task)."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...engine import Queue, State
-from ..common import check_shard, engine_errors, open_queue, positive_int
-
-PAGE = 1000
-
-
-def failed_ids(queue: Queue, *, shard: int | None, task: str | None) -> list[int]:
-    """The ids of every failed job (of ``task``, in ``shard``), read a page at a time before any changes."""
-    ids: list[int] = []
-    after = None
-    while True:
-        page = queue.jobs(State.FAILED, name=task, after=after, limit=PAGE)
-        ids += [job.job_id for job in page if shard is None or job.shard == shard]
-        if len(page) < PAGE:
-            return ids
-        after = page[-1].job_id
+from ..base import QueueCommand
+from ..common import check_shard, engine_errors, job_id, open_queue, unknown_task_warning
+from ..jobs import job_ids, not_failed
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Put dead letters (failed jobs) back to waiting with their retries reset: one job with --job-id, "
         "or every failed job with --all (of one shard with --shard, of one task with --task)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        which = parser.add_mutually_exclusive_group()
-        which.add_argument("--job-id", type=positive_int, metavar="ID", help="Retry this failed job.")
+        which = parser.add_mutually_exclusive_group(required=True)
+        which.add_argument("--job-id", type=job_id, metavar="ID", help="Retry this failed job.")
         which.add_argument("--all", action="store_true", help="Retry every failed job (see --shard, --task).")
         parser.add_argument(
             "--shard", type=int, metavar="N", help="With --all: only the failed jobs of this shard."
@@ -41,10 +30,25 @@ class Command(BaseCommand):
             "--task", help="With --all: only the failed jobs of this task (its registered name)."
         )
 
+    def missing(self, options: dict[str, Any]) -> str | None:
+        if options["job_id"] is not None or options["all"]:
+            return None
+        shard, task = options["shard"], options["task"]
+        if shard is None and task is None:
+            return "say which jobs to retry: --job-id ID, or --all."
+        given = [name for name, value in (("--shard", shard), ("--task", task)) if value is not None]
+        what = "every failed job" + (f" of task {task!r}" if task is not None else "")
+        what += f" in shard {shard}" if shard is not None else ""
+        argv = (f" --shard {shard}" if shard is not None else "") + (
+            f" --task {shlex.quote(task)}" if task is not None else ""
+        )
+        return (
+            f"--all is missing: {' and '.join(given)} only narrow{'s' if len(given) == 1 else ''} down "
+            f"--all. Add it to retry {what} (queue_retry --all{argv}), or give --job-id ID alone."
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         job_id, shard, task = options["job_id"], options["shard"], options["task"]
-        if job_id is None and not options["all"]:
-            raise CommandError("say which jobs to retry: --job-id ID, or --all.")
         if job_id is not None and (shard is not None or task is not None):
             raise CommandError("--shard and --task go with --all, not with --job-id.")
         queue = open_queue()
@@ -53,17 +57,14 @@ class Command(BaseCommand):
                 self._retry_one(queue, job_id)
                 return
             check_shard(queue, shard)
-            ids = failed_ids(queue, shard=shard, task=task)
+            ids = job_ids(queue, State.FAILED, shard=shard, task=task)
             retried = sum(queue.requeue(each) for each in ids)  # False: someone else requeued or purged it
+        warning = None if ids else unknown_task_warning(task, "failed jobs")
+        if warning is not None:
+            self.stderr.write(f"Warning: {warning}")
         self.stdout.write(f"Retried {retried} failed job{'' if retried == 1 else 's'}.")
 
     def _retry_one(self, queue: Queue, job_id: int) -> None:
-        if queue.requeue(job_id):
-            self.stdout.write(f"Retried 1 failed job ({job_id}).")
-            return
-        job = queue.job(job_id)
-        if job is None:
-            raise CommandError(f"no job {job_id}: it never existed, or was purged or vacuumed.")
-        raise CommandError(
-            f"job {job_id} is {job.state.value}, not failed: only dead letters can be retried."
-        )
+        if not queue.requeue(job_id):
+            raise CommandError(not_failed(queue, job_id, "only dead letters can be retried"))
+        self.stdout.write(f"Retried 1 failed job ({job_id}).")

@@ -4,15 +4,33 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from ...engine import Queue
-from ..common import STATES, check_shard, non_negative_float, open_queue, positive_int, table, to_json, when
+from ..base import QueueCommand
+from ..common import STATES, check_shard, id_text, open_queue, positive_int, table, to_json, when
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
+MIN_WATCH = 0.5  # seconds: a shorter --watch redraws faster than anyone reads, and only burns CPU and output
+sleep = time.sleep  # the pause between two redraws (tests replace it)
+
+
+def watch_seconds(text: str) -> float:
+    """``--watch``: a finite number of seconds, ``MIN_WATCH`` at least."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not MIN_WATCH <= value < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an interval to redraw at: give a number of seconds from {MIN_WATCH:g} up "
+            f"(a shorter one redraws faster than anyone can read)"
+        )
+    return value
 
 
 def collect(queue: Queue, shard: int | None) -> dict[str, Any]:
@@ -27,7 +45,10 @@ def collect(queue: Queue, shard: int | None) -> dict[str, Any]:
         out["shard"] = shard
     out["shards"] = rows
     out["queues"] = queue.queue_counts()
-    out["workers"] = [dataclasses.asdict(worker) for worker in queue.workers()]
+    out["workers"] = [
+        {**dataclasses.asdict(worker), "current_jobs": [id_text(job) for job in worker.current_jobs]}
+        for worker in queue.workers()
+    ]
     out["circuit_breakers"] = queue.circuit_breakers()
     out["rate_limits"] = {
         key: {"rate": str(rate), "remaining": queue.remaining(key)}
@@ -56,7 +77,8 @@ def render(stats: dict[str, Any]) -> str:
         row[4], row[5] = ",".join(row[4] or ["*"]), len(row[5])
     headers = ["WORKER", "PID", "HOST", "THREADS", "QUEUES", "RUNNING", "PROCESSED", "FAILED"]
     headers += ["STARTED (UTC)", "LAST HEARTBEAT (UTC)"]
-    parts.append(_section(f"Workers ({len(workers)} live)", headers, workers))
+    title = f"Workers ({len(workers)} live; figures as of each one's last heartbeat)"  # reports lag a beat
+    parts.append(_section(title, headers, workers))
     breakers = [
         (key, b["state"], b["failures"], b["threshold"], b["recovery_timeout"], b["seconds_to_trial"])
         for key, b in stats["circuit_breakers"].items()
@@ -72,7 +94,7 @@ def _section(title: str, headers: list[str], rows: list[Any]) -> str:
     return f"{title}\n{table(headers, rows) if rows else '(none)'}"
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Show the job queue's figures: jobs per state, per queue and per shard, live workers, circuit "
         "breakers and rate-limit tokens. --json prints one JSON object whose top level holds the state "
@@ -85,7 +107,10 @@ class Command(BaseCommand):
             "--shard", type=int, metavar="N", help="Count the jobs of this shard only (0-based)."
         )
         parser.add_argument(
-            "--watch", type=non_negative_float, metavar="SECONDS", help="Redraw every SECONDS until Ctrl-C."
+            "--watch",
+            type=watch_seconds,
+            metavar="SECONDS",
+            help=f"Redraw every SECONDS ({MIN_WATCH:g} at least) until Ctrl-C.",
         )
         parser.add_argument("--iterations", type=positive_int, help=argparse.SUPPRESS)  # bounds --watch
 
@@ -102,11 +127,12 @@ class Command(BaseCommand):
                 else:
                     clear = CLEAR_SCREEN if watch is not None and self.stdout.isatty() else ""
                     self.stdout.write(clear + render(stats))
+                self.stdout.flush()  # a redraw reaches a pipe (| grep, | jq) now, not when the buffer fills
                 drawn += 1
                 if watch is None or (iterations is not None and drawn >= iterations):
                     return
                 if not options["json"]:
                     self.stdout.write("")
-                time.sleep(watch)
+                sleep(watch)
         except KeyboardInterrupt:  # Ctrl-C ends --watch; that is not an error
             self.stdout.write("")

@@ -8,13 +8,14 @@ import threading
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...conf import get_config, get_queue
 from ...engine import Queue, QueueError, StoreUnavailable
 from ...worker import WorkerOptionError, run_worker
 from ...worker.logs import configure_logging
 from ...worker.options import from_config, parse_autoscale
+from ..base import QueueCommand
 from ..common import non_negative_float
 
 logger = logging.getLogger("queue_max_django.worker")
@@ -28,7 +29,7 @@ STORE_WAIT_DELAYS = (
 STORE_WAIT_LOG_EVERY = 60.0  # seconds: how often the same failure to reach it is logged again
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Run the queue's workers: a supervisor starts worker processes (each with threads that claim and run "
         "jobs) and replaces any that dies. SIGTERM or Ctrl-C finishes running jobs first; a second one stops "

@@ -83,6 +83,14 @@ def interrupts() -> None:
     raise KeyboardInterrupt
 
 
+if os.environ.get("QUEUE_MAX_TEST_NEW_CODE"):  # a release that adds a task: the worker has it once updated
+
+    @task
+    def added_later(value: int) -> int:
+        mark("added_later", value)
+        return value
+
+
 @task
 def poison() -> None:
     """Kills its worker process, as a segfault or the OOM killer would."""

@@ -43,10 +43,12 @@ from .layout import (
     F_ATTEMPTS,
     F_FINISHED_AT,
     F_LEASE_UNTIL,
+    F_READY_AT,
     F_RESULT,
     F_STATE,
     F_TOKEN,
     RUNNING,
+    SCHEDULED,
 )
 from .newrecords import NewRecords, encoded
 from .quarantine import Unreadable, quarantine_unreadable
@@ -358,14 +360,18 @@ class Shard:
 
         return self.env.write(txn_fn, durable=durable)
 
-    def release(self, now: float, job_id: int, token: bytes) -> None:
-        """Running -> pending without counting an attempt; it keeps its place at the front of its queue."""
+    def release(self, now: float, job_id: int, token: bytes, retry_at: float | None = None) -> None:
+        """Running -> pending without counting an attempt; it keeps its place at the front of its queue.
+        With ``retry_at`` after ``now``: scheduled until then instead (then at the back, as a retry)."""
 
         def txn_fn(txn: Any) -> None:
             record = self._held(txn, job_id, token)
             unindex_job(self, txn, job_id, record)
             mark_pending_uncharged(record)
             record[F_ATTEMPTS] = max((record[F_ATTEMPTS] or 1) - 1, 0)
+            if retry_at is not None and retry_at > now:
+                record[F_STATE] = SCHEDULED
+                record[F_READY_AT] = micros(retry_at)
             index_job(self, txn, job_id, record)
             store_record(self, txn, job_id, record)
 

@@ -337,10 +337,11 @@ class LmdbStore:
         self.hints.notify(one.index)
         return state
 
-    def release(self, now: float, job_id: int, token: bytes) -> None:
-        """Back to pending, not charged an attempt."""
+    def release(self, now: float, job_id: int, token: bytes, retry_at: float | None = None) -> None:
+        """Back to pending (scheduled until ``retry_at`` when that is after ``now``), not charged an
+        attempt."""
         one = self._shard(job_id)
-        one.release(now, job_id, token)
+        one.release(now, job_id, token, retry_at)
         self.hints.notify(one.index)
 
     # ------------------------------------------------------------------ management

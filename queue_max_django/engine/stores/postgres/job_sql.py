@@ -137,10 +137,11 @@ SELECT (SELECT id FROM ins)
 
 RELEASE = f"""
 WITH upd AS (
-    UPDATE qm_jobs j SET state = {PENDING}, token = NULL, lease_us = NULL, started_us = NULL,
-        attempts = greatest(coalesce(j.attempts, 1) - 1, 0)
+    UPDATE qm_jobs j SET state = %(state)s, token = NULL, lease_us = NULL, started_us = NULL,
+        attempts = greatest(coalesce(j.attempts, 1) - 1, 0),
+        ready_us = coalesce(%(ready)s::bigint, j.ready_us)
     WHERE j.id = %(id)s AND j.state = {RUNNING} AND j.token = %(token)s RETURNING j.id, j.queue),
-{tally(("upd", str(RUNNING), -1), ("upd", str(PENDING), 1))}
+{tally(("upd", str(RUNNING), -1), ("upd", "%(state)s", 1))}
 SELECT (SELECT id FROM upd), {notify_if("EXISTS (SELECT 1 FROM upd)")}
 """
 

@@ -408,8 +408,11 @@ class PostgresStore:
             raise self._not_held(job_id, token)
         return state
 
-    def release(self, now: float, job_id: int, token: bytes) -> None:
-        if self.one(job_sql.RELEASE, self.params(id=job_id, token=token))[0] is None:
+    def release(self, now: float, job_id: int, token: bytes, retry_at: float | None = None) -> None:
+        later = retry_at is not None and retry_at > now
+        params = self.params(id=job_id, token=token, state=SCHEDULED if later else PENDING,
+                             ready=micros(retry_at) if later and retry_at is not None else None)  # fmt: skip
+        if self.one(job_sql.RELEASE, params)[0] is None:
             raise self._not_held(job_id, token)
         self.hints.local()
 

@@ -1,0 +1,83 @@
+"""``manage.py queue_show``: one job by id, every field of its snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from ...engine import Job
+from ..base import QueueCommand
+from ..common import engine_errors, job_dict, job_id, open_queue, printable, to_json, when
+from ..jobs import get_job
+
+FIRST = (
+    "job_id",
+    "state",
+    "task",
+    "queue",
+    "shard",
+    "priority",
+)  # then the rest in the order of Job's fields
+TIMES = ("enqueued_at", "started_at", "finished_at", "eta", "lease_until")  # unix seconds, shown as UTC
+AS_JSON = ("payload", "result", "partition_key")  # any stored value: shown as JSON, bytes as base64
+
+
+def job_lines(job: Job) -> list[str]:
+    """Every field of ``job`` (as ``job_dict`` names them: its name is ``task``, and ``shard`` is added),
+    one a line, for people; the traceback last, under its own heading."""
+    fields = job_dict(job)
+    data = {key: fields.pop(key) for key in FIRST} | fields
+    traceback = data.pop("traceback")
+    width = max(len(key) for key in data)
+    lines = []
+    for key, value in data.items():
+        first, *more = _value(key, value).split("\n")  # only the errors take more than a line
+        lines += [f"{key:<{width}}  {first}", *(" " * (width + 2) + line for line in more)]
+    if traceback:
+        lines += ["", "traceback (of the last failed attempt):"]
+        lines += [f"  {printable(line)}" for line in traceback.rstrip("\n").split("\n")]
+    return lines
+
+
+def _value(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key in TIMES:
+        return f"{when(value)} UTC"
+    if key in AS_JSON:
+        return printable(to_json(value))
+    if key == "timeout":
+        return f"{value:g} s"
+    if key == "worker_ids":
+        return ", ".join(printable(worker) for worker in value) or "-"
+    if key == "errors":  # (type, text) of each failed attempt, oldest first
+        shown = [printable(f"{kind or 'Error'}: {text or ''}") for kind, text in value]
+        return "\n".join(f"{number}. {each}" for number, each in enumerate(shown, start=1)) or "-"
+    return printable(str(value))
+
+
+class Command(QueueCommand):
+    help = (
+        "Show one job by id: every field of its snapshot (state, task, queue, arguments, result, retries, "
+        "errors, times, workers), the traceback of its last failure last. --json prints them as one JSON "
+        "object, as queue_list --json prints each job."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "job_id",
+            type=job_id,
+            metavar="JOB_ID",
+            help='The job\'s id, as queue_list prints it (or "quoted", as --json writes it).',
+        )
+        parser.add_argument("--json", action="store_true", help="Print one JSON object instead.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queue = open_queue()
+        with engine_errors():
+            job = get_job(queue, options["job_id"])
+        if options["json"]:
+            self.stdout.write(to_json(job_dict(job)))
+        else:
+            self.stdout.write("\n".join(job_lines(job)))

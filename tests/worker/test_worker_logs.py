@@ -1,0 +1,140 @@
+"""What a worker process logs about the jobs it runs, and what it counts for its supervisor's closing line:
+run in this process (a worker process's threads, in burst mode) over a store in ``tmp_path``.
+
+A failed attempt that runs again is one line (which attempt of how many, when it runs again, the exception
+and the frame of the task's own code that raised it); a dead letter is logged with its full traceback; jobs
+of a task the worker lacks are one line per task, not one per job."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+
+from queue_max_django import conf
+from queue_max_django.engine import State
+from queue_max_django.worker.logs import summary
+from queue_max_django.worker.options import WorkerOptions
+from queue_max_django.worker.process import WorkerProcess
+from queue_max_django.worker.tally import Tally, closing_line
+from tests.testapp import tasks as t
+
+FAIL = "tests.testapp.tasks.fail_always"
+AT = r"\(at tests/testapp/tasks\.py:\d+ in fail_always\)"  # the task's own frame, relative to the cwd
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[None]:
+    settings = {
+        "DATA_DIR": tmp_path / "store",
+        "MAX_RETRIES": 1,
+        "RETRY_BACKOFF": 30,
+        "UNKNOWN_TASK_GRACE": 60,
+    }
+    with override_settings(QUEUE_MAX=settings):
+        conf.reset()
+        yield
+        conf.reset()
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def matching(self, pattern: str) -> list[logging.LogRecord]:
+        return [record for record in self.records if re.search(pattern, record.getMessage())]
+
+
+@pytest.fixture
+def lines() -> Iterator[Lines]:
+    logger = logging.getLogger("queue_max_django.worker")
+    handler, level = Lines(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+@pytest.mark.usefixtures("store")
+def test_retries_are_one_line_dead_letters_have_their_traceback_and_the_tally_counts_each(
+    lines: Lines,
+) -> None:
+    queue = conf.get_queue()
+    retried = t.fail_always.delay("first try").job_id
+    dead = queue.put({"args": ["last try"], "kwargs": {}}, name=FAIL, max_retries=0)
+    permanent = t.fail_permanent.delay().job_id
+    t.add.delay(1, 2)
+    waiting = [queue.put({"args": [], "kwargs": {}}, name="shop.tasks.new_in_this_release") for _ in range(3)]
+    tally = Tally(multiprocessing.get_context("spawn"))
+    options = WorkerOptions(processes=1, threads=1, burst=True, scheduler=False, verbosity=1)
+
+    assert WorkerProcess(queue, options, 0, tally=tally).run() == 0
+
+    [retry] = lines.matching(f"job {retried} ")
+    assert re.fullmatch(
+        rf"job {retried} \({FAIL}\) failed \(attempt 1 of 2\), retrying in (2[4-9]|3[0-6])\.\d s: "
+        rf"ValueError: first try {AT}",
+        retry.getMessage(),
+    ), retry.getMessage()
+    assert (retry.levelno, retry.exc_info) == (logging.WARNING, None)  # no traceback for an attempt retried
+    [last] = lines.matching(f"job {dead} ")
+    assert re.fullmatch(
+        rf"job {dead} \({FAIL}\) failed \(attempt 1 of 1\), no retries left: now a dead letter: "
+        rf"ValueError: last try {AT}",
+        last.getMessage(),
+    ), last.getMessage()
+    assert last.levelno == logging.ERROR and last.exc_info is not None  # the full traceback, once
+    [refused] = lines.matching(f"job {permanent} ")
+    assert "failed (attempt 1 of 2), not retried (Permanent raised" in refused.getMessage()
+    assert refused.exc_info is not None
+    [unknown] = lines.matching("shop.tasks.new_in_this_release")  # one line for the three jobs
+    assert "restart or update your workers" in unknown.getMessage()
+    assert unknown.levelno == logging.WARNING
+    for job_id in waiting:
+        job = queue.job(job_id)
+        assert job is not None and (job.state, job.retries, job.attempts) == (State.SCHEDULED, 0, 0)
+
+    counts = tally.counts()
+    assert counts == {"done": 1, "retried": 1, "dead": 2, "waiting": 3}
+    assert closing_line(counts) == (
+        "stopped after 7 jobs (1 done, 1 failed and retried, 2 dead letters, "
+        "3 given back to wait for their task)"
+    )
+
+
+def test_the_closing_line_names_jobs_that_waited_only_when_there_were_some() -> None:
+    assert closing_line({"done": 1, "retried": 0, "dead": 1, "waiting": 0}) == (
+        "stopped after 2 jobs (1 done, 0 failed and retried, 1 dead letter)"
+    )
+    assert closing_line({"done": 0, "retried": 0, "dead": 0, "waiting": 0}) == (
+        "stopped after 0 jobs (0 done, 0 failed and retried, 0 dead letters)"
+    )
+
+
+def _parse(text: str) -> object:
+    return json.loads(text)  # raises inside the standard library's json package
+
+
+def test_the_summary_names_the_innermost_frame_of_the_projects_own_code() -> None:
+    try:
+        _parse("{")
+    except ValueError as exc:
+        line = summary(exc)
+    assert re.fullmatch(
+        r"json\.decoder\.JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 "
+        r"\(char 1\) \(at tests/worker/test_worker_logs\.py:\d+ in _parse\)",
+        line,
+    ), line
+    assert summary(RuntimeError("not raised")) == "RuntimeError: not raised"  # no traceback: no frame
+    assert summary("a message the runner recorded") == "a message the runner recorded"
