@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from ..engine import Job, LockHolder, Queue, State
 from ..periodic import periodic_tasks, unscheduled_periodic_tasks
-from ..worker.scheduler import LOCK
 
 
 @dataclass(frozen=True)
@@ -60,4 +59,6 @@ def last_run(queue: Queue, name: str) -> Job | None:
 
 def leader(queue: Queue) -> LockHolder | None:
     """The worker whose scheduler enqueues the ticks now (its worker id is the lock's owner), or None."""
+    from ..worker.scheduler import LOCK  # here: a web process need not import the worker runtime otherwise
+
     return queue.lock_holder(LOCK)
