@@ -130,9 +130,10 @@ def snapshot(queue: Queue, now: float) -> dict[str, Any]:
         for info in sorted(queue.workers(), key=lambda info: (info.host, info.pid, info.worker_id))
     ]
     queue_counts = queue.queue_counts()
-    holder = periodic.leader(queue)
+    periodic_rows = periodic.rows(queue, now)
+    holder = periodic.leader(queue) if periodic_rows else None  # shown only with the periodic tasks
     return {
-        "periodic": periodic.rows(queue, now),
+        "periodic": periodic_rows,
         "scheduler_leader": holder,
         "scheduler_since": None if holder is None else when(holder.since),
         "unserved": unserved(queue_counts, [row.info for row in workers]),
