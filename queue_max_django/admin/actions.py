@@ -1,4 +1,5 @@
-"""What the admin's buttons do to jobs: retry, cancel and delete, one job or many, with what happened counted.
+"""What the admin's buttons do to jobs: retry, cancel and delete, one job or many, with what happened counted;
+and "enqueue again" of a done job (a new job with the same task, arguments and options).
 
 Each action runs one engine call per job (each its own LMDB transaction), and a job no longer in a state the
 action fits is skipped and counted, never an error: other processes change the store between the page that
@@ -10,20 +11,25 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..engine import Queue, State
+from ..engine import Job, Queue, State
 
-RETRY, CANCEL, DELETE = "retry", "cancel", "delete"
+RETRY, CANCEL, DELETE, ENQUEUE, RUN = "retry", "cancel", "delete", "enqueue", "run"
 
 # The actions that fit the jobs of each state, and the permission each one needs.
 STATE_ACTIONS: dict[State, tuple[str, ...]] = {
     State.PENDING: (CANCEL,),
-    State.SCHEDULED: (CANCEL,),
+    State.SCHEDULED: (RUN, CANCEL),
     State.RUNNING: (),
     State.DONE: (),
     State.FAILED: (RETRY, DELETE),
 }
-PERMISSION = {RETRY: "change", CANCEL: "change", DELETE: "delete"}
-VERBS = {RETRY: ("Retry", "Retried"), CANCEL: ("Cancel", "Cancelled"), DELETE: ("Delete", "Deleted")}
+PERMISSION = {RETRY: "change", CANCEL: "change", DELETE: "delete", ENQUEUE: "change", RUN: "change"}
+VERBS = {
+    RETRY: ("Retry", "Retried"),
+    CANCEL: ("Cancel", "Cancelled"),
+    DELETE: ("Delete", "Deleted"),
+    RUN: ("Run now", "Moved to the waiting jobs, to run now:"),
+}
 
 
 def _operation(queue: Queue, action: str) -> Callable[[int], bool]:
@@ -33,6 +39,8 @@ def _operation(queue: Queue, action: str) -> Callable[[int], bool]:
         return queue.cancel
     if action == DELETE:
         return queue.delete
+    if action == RUN:
+        return lambda job_id: run_now(queue, job_id)
     raise ValueError(f"unknown action {action!r}")
 
 
@@ -74,3 +82,31 @@ def purge_failed(queue: Queue, *, failed_before: float, now: float) -> Outcome:
 
 def _jobs(count: int) -> str:
     return f"{count:,} job" if count == 1 else f"{count:,} jobs"
+
+
+def enqueue_again(queue: Queue, job: Job) -> int:
+    """A new job, waiting now, with ``job``'s payload, task name, queue, priority, retries allowed, timeout
+    and partition key (a done job run once more: django-rq's and django-q2's "requeue"). -> its id. The
+    engine's ``InvalidJob`` when its queue is no longer allowed (nothing is written then)."""
+    return queue.put(
+        job.payload,
+        name=job.name,
+        queue=job.queue,
+        priority=job.priority,
+        max_retries=job.max_retries,
+        timeout=job.timeout,
+        partition_key=job.partition_key,
+    )
+
+
+def run_now(queue: Queue, job_id: int) -> bool:
+    """A scheduled job waits from now on instead of its due time (django-rq's and django-q2's "enqueue now"):
+    the engine's ``claim`` then ``release``, which gives a job back to pending without counting an attempt,
+    and clears its due time. -> False if it was not scheduled (or waiting) any more. Two transactions: should
+    this process die between them, the job's lease runs out and it counts one failed attempt ("lease
+    expired"), as for any holder that dies."""
+    record = queue.claim(job_id)
+    if record is None:
+        return False
+    record.release()
+    return True

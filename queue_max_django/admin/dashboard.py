@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine import Queue, State, WorkerInfo
+from . import periodic
+from .display import duration, when
 from .listing import LABELS, Count, Filters, Scan, matching
 
 RECENT_LIMIT = 5_000  # finished jobs looked at, at most, per state, to count the last minute/hour
@@ -40,6 +42,23 @@ class WorkerRow:
     heartbeat_age: float  # seconds since its last report
     uptime: float
 
+    @property
+    def heartbeat_age_text(self) -> str:
+        return duration(self.heartbeat_age)
+
+    @property
+    def uptime_text(self) -> str:
+        return duration(self.uptime)
+
+
+@dataclass(frozen=True)
+class Unserved:
+    """A queue that holds waiting or scheduled jobs and that no live worker takes jobs from."""
+
+    queue: str
+    waiting: Count
+    scheduled: Count
+
 
 @dataclass(frozen=True)
 class BreakerRow:
@@ -50,6 +69,14 @@ class BreakerRow:
     recovery_timeout: float
     seconds_to_trial: float | None
 
+    @property
+    def state_text(self) -> str:
+        return self.state.replace("_", " ")  # "half open"
+
+    @property
+    def trial_text(self) -> str:
+        return "" if self.seconds_to_trial is None else duration(self.seconds_to_trial)
+
 
 @dataclass(frozen=True)
 class LimitRow:
@@ -57,6 +84,10 @@ class LimitRow:
     rate: str
     remaining: float | None
     retry_after: float
+
+    @property
+    def retry_after_text(self) -> str:
+        return duration(self.retry_after)
 
 
 def recent(queue: Queue, state: State, now: float, *, limit: int | None = None) -> Recent:
@@ -98,12 +129,19 @@ def snapshot(queue: Queue, now: float) -> dict[str, Any]:
         WorkerRow(info, max(0.0, now - info.last_heartbeat), max(0.0, now - info.started_at))
         for info in sorted(queue.workers(), key=lambda info: (info.host, info.pid, info.worker_id))
     ]
+    queue_counts = queue.queue_counts()
+    periodic_rows = periodic.rows(queue, now)
+    holder = periodic.leader(queue) if periodic_rows else None  # shown only with the periodic tasks
     return {
+        "periodic": periodic_rows,
+        "scheduler_leader": holder,
+        "scheduler_since": None if holder is None else when(holder.since),
+        "unserved": unserved(queue_counts, [row.info for row in workers]),
         "states": [StateCount(state.value, LABELS[state], Count(stats[state.value])) for state in State],
         "total": Count(stats["total"]),
         "queues": {
             name: {state: Count(value) for state, value in counts.items()}
-            for name, counts in queue.queue_counts().items()
+            for name, counts in queue_counts.items()
         },
         "shards": [
             [Count(shard_counts.get(state.value, 0)) for state in State]
@@ -116,3 +154,14 @@ def snapshot(queue: Queue, now: float) -> dict[str, Any]:
         "limits": limits,
         "labels": [LABELS[state] for state in State],
     }
+
+
+def unserved(queue_counts: dict[str, dict[str, int]], workers: list[WorkerInfo]) -> list[Unserved]:
+    """The queues with waiting or scheduled jobs that none of the live ``workers`` takes jobs from (a worker
+    whose ``queues`` is None takes every queue)."""
+    return [
+        Unserved(name, Count(counts.get("pending", 0)), Count(counts.get("scheduled", 0)))
+        for name, counts in sorted(queue_counts.items())
+        if counts.get("pending", 0) + counts.get("scheduled", 0) > 0
+        and not any(info.queues is None or name in info.queues for info in workers)
+    ]

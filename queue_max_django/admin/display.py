@@ -1,14 +1,19 @@
-"""Jobs as people read them: arguments and results pretty-printed, times as aware datetimes, attempts with
-the worker and the error of each. Text only: the templates escape all of it."""
+"""Jobs as people read them: arguments by parameter name as JSON, results pretty-printed, times as aware
+datetimes, attempts with the worker and the error of each. Text only: the templates escape all of it."""
 
 from __future__ import annotations
 
 import datetime as dt
+import inspect
+import json
 import pprint
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..engine import Job, State
+from ..outcome import DJANGO_TASK_KEY
+from ..registry import registry
 from ..runner import _arguments as task_arguments
 
 WIDTH = 100  # characters per line of pretty-printed values
@@ -18,6 +23,22 @@ def pretty(value: Any) -> str:
     return pprint.pformat(value, width=WIDTH, sort_dicts=False)
 
 
+def duration(seconds: float) -> str:
+    """A length of time for people: "4.2 s", "38 s", "3 min 5 s", "2 h 10 min", "1 day 4 h", "3 days 0 h"."""
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    days = whole // 86400
+    return f"{days} day{'' if days == 1 else 's'} {whole % 86400 // 3600} h"
+
+
 def when(seconds: float | None) -> dt.datetime | None:
     """Unix seconds -> an aware datetime (templates show it in the current time zone)."""
     return None if seconds is None else dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
@@ -25,32 +46,112 @@ def when(seconds: float | None) -> dt.datetime | None:
 
 @dataclass(frozen=True)
 class Arguments:
-    """A job's payload: the positional and keyword arguments of a task's job, else the raw payload."""
+    """A job's arguments as people read them: each value as JSON, labelled by its parameter's name where
+    this process knows the task (else by position, keyword arguments by their keyword); a payload that is
+    no task's call is shown whole, as stored."""
 
-    args: list[str]  # each argument pretty-printed
-    kwargs: list[tuple[str, str]]  # (name, pretty-printed value)
-    raw: str | None  # the whole payload pretty-printed, when it is not a task's {"args", "kwargs"}
+    values: list[tuple[str, str]]  # (label, the value as JSON)
+    by_name: bool  # the labels are the task's parameter names
+    django_task: str | None  # the backend alias of a job of Django's Tasks framework (django.tasks)
+    raw: str | None  # the whole payload pretty-printed, when it is no task's call
 
 
-def arguments(payload: Any) -> Arguments:
-    unpacked = task_arguments(payload)
+def arguments(payload: Any, name: str | None) -> Arguments:
+    """The arguments of a job of task ``name`` with this ``payload``: an ``@task`` job's ``{"args",
+    "kwargs"}``, or a ``django.tasks`` job's (backend.py's payload), else the raw payload."""
+    django_alias = _django_alias(payload)
+    unpacked = task_arguments(_call_part(payload) if django_alias is not None else payload)
     if unpacked is None:
-        return Arguments([], [], pretty(payload))
+        return Arguments([], False, django_alias, pretty(payload))
     args, kwargs = unpacked
-    return Arguments(
-        [pretty(arg) for arg in args], [(key, pretty(value)) for key, value in kwargs.items()], None
-    )
+    function, skip = _function(name, payload, django_alias)
+    named = _by_parameter(function, skip, args, kwargs)
+    if named is not None:
+        return Arguments([(label, as_json(value)) for label, value in named], True, django_alias, None)
+    values = [(str(index), as_json(arg)) for index, arg in enumerate(args)]
+    values += [(f"{key}=", as_json(value)) for key, value in kwargs.items()]
+    return Arguments(values, False, django_alias, None)
+
+
+def as_json(value: Any, *, indent: int | None = 2) -> str:
+    """``value`` as JSON (what the payload is: msgpack data), bytes and other non-JSON values by their repr;
+    a value JSON cannot hold at all (a dict with non-text keys) pretty-printed instead."""
+    try:
+        return json.dumps(value, indent=indent, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        return pretty(value)
 
 
 def short(payload: Any, limit: int = 80) -> str:
-    """A one-line summary of the arguments for lists: ``(1, 2, to='a@b')``."""
-    unpacked = task_arguments(payload)
+    """A one-line summary of the arguments for lists: ``1, 2, to="a@b"`` (values as JSON)."""
+    django_alias = _django_alias(payload)
+    unpacked = task_arguments(_call_part(payload) if django_alias is not None else payload)
     if unpacked is None:
-        text = repr(payload)
+        text = as_json(payload, indent=None)
     else:
         args, kwargs = unpacked
-        text = ", ".join([repr(arg) for arg in args] + [f"{key}={value!r}" for key, value in kwargs.items()])
+        text = ", ".join(
+            [as_json(arg, indent=None) for arg in args]
+            + [f"{key}={as_json(value, indent=None)}" for key, value in kwargs.items()]
+        )
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _django_alias(payload: Any) -> str | None:
+    """The backend alias of a ``django.tasks`` job's payload (its ``DJANGO_TASK_KEY`` form), else None."""
+    if type(payload) is not dict or DJANGO_TASK_KEY not in payload:
+        return None
+    return str(payload.get("backend"))
+
+
+def _call_part(payload: dict[str, Any]) -> dict[str, Any]:
+    return {key: payload[key] for key in ("args", "kwargs") if key in payload}
+
+
+def _function(
+    name: str | None, payload: Any, django_alias: str | None
+) -> tuple[Callable[..., Any] | None, int]:
+    """The function this process runs for the job, and how many leading parameters the call does not
+    fill (a ``django.tasks`` task that takes its context). Only tasks registered here: nothing is imported
+    from a job's data."""
+    if django_alias is None:
+        found = registry.get(name) if name else None
+        return (None if found is None else found.func), 0
+    try:
+        from ..backend import lookup
+    except ImportError:  # Django < 6: no django.tasks here
+        return None, 0
+    django_task = lookup(payload.get("task"), django_alias)
+    if django_task is None:
+        return None, 0
+    return django_task.func, 1 if django_task.takes_context else 0
+
+
+def _by_parameter(
+    function: Callable[..., Any] | None, skip: int, args: list[Any], kwargs: dict[str, Any]
+) -> list[tuple[str, Any]] | None:
+    """The call's values by the function's parameter names (``*args`` and ``**kwargs`` as one value each),
+    or None when the function is unknown or the call does not fit its signature (it will fail)."""
+    if function is None:
+        return None
+    try:
+        signature = inspect.signature(function)
+        parameters = list(signature.parameters.values())[skip:]
+        bound = signature.replace(parameters=parameters).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return None
+    labels = {
+        parameter.name: f"*{parameter.name}"
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL
+        else f"**{parameter.name}"
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD
+        else parameter.name
+        for parameter in parameters
+    }
+    return [
+        (labels[key], list(value) if isinstance(value, tuple) else value)
+        for key, value in bound.arguments.items()
+    ]
 
 
 @dataclass(frozen=True)
@@ -75,3 +176,37 @@ def attempts(job: Job) -> list[Attempt]:
         Attempt(number, workers.get(number), *errors.get(number, (None, None)))
         for number in range(1, count + 1)
     ]
+
+
+def allowed_attempts(job: Job) -> int:
+    """How many attempts the job may have: its first and ``max_retries`` more."""
+    return job.max_retries + 1
+
+
+@dataclass(frozen=True)
+class ErrorBox:
+    """How a job's page heads the error it carries: a dead letter's error is the job's; any other job's is
+    that of an earlier attempt (the job succeeded since, or will be tried again)."""
+
+    heading: str
+    note: str
+    earlier: bool
+
+
+def error_box(job: Job) -> ErrorBox:
+    allowed = allowed_attempts(job)
+    if job.state is State.FAILED:
+        note = f"The job failed for good after {job.attempts} of {allowed} attempts."
+        return ErrorBox("Error", note, False)
+    if job.state is State.DONE:
+        return ErrorBox(
+            "An earlier attempt failed",
+            f"The job succeeded at attempt {job.attempts} of {allowed}: this is the error of an earlier "
+            f"attempt, not of the job.",
+            True,
+        )
+    if job.state is State.RUNNING:
+        note = f"Attempt {job.attempts} of {allowed} is running now: this is the error of the one before."
+    else:
+        note = f"It will be tried again: attempt {job.attempts + 1} of {allowed}."
+    return ErrorBox("The last attempt failed", note, True)

@@ -10,7 +10,8 @@ lists them by job id, so that order needs one bounded scan of (failed-at, id) pa
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ PAGE_SIZE = 50
 PAGE_SCAN_LIMIT = 25_000  # jobs a list page examines at most (to fill itself, or to sort by failed-at)
 SCAN_LIMIT = 100_000  # jobs a count or an "all matching" action examines at most
 BATCH = 500  # jobs asked of the engine at a time while scanning
+FACET_SCAN_LIMIT = 2_000  # jobs a list's sidebar counts by task, queue and error type, at most (the newest)
 MAX_JOB_ID = 2**64 - 1  # ids are stored as unsigned 64-bit keys; anything larger names no job
 
 # How people call the states; URLs and data use the State values.
@@ -29,6 +31,24 @@ LABELS: dict[State, str] = {
     State.RUNNING: "running",
     State.DONE: "done",
     State.FAILED: "dead letters",
+}
+# What one job and several of a state are called in sentences ("1 dead letter", "No waiting jobs match").
+NOUNS: dict[State, tuple[str, str]] = {
+    State.PENDING: ("waiting job", "waiting jobs"),
+    State.SCHEDULED: ("scheduled job", "scheduled jobs"),
+    State.RUNNING: ("running job", "running jobs"),
+    State.DONE: ("done job", "done jobs"),
+    State.FAILED: ("dead letter", "dead letters"),
+}
+# What one job's page calls its state.
+JOB_LABELS: dict[State, str] = {**LABELS, State.FAILED: "dead letter"}
+# A job of each state, in "job 12 is ...".
+IS: dict[State, str] = {
+    State.PENDING: "waiting",
+    State.SCHEDULED: "scheduled",
+    State.RUNNING: "running",
+    State.DONE: "done",
+    State.FAILED: "a dead letter",
 }
 # The order each state's index lists jobs in (engine/stores/lmdb/reads.py list_jobs).
 INDEX_ORDER: dict[State, str] = {
@@ -270,3 +290,75 @@ def count(queue: Queue, state: State, filters: Filters, *, limit: int | None = N
     scan = Scan() if limit is None else Scan(limit=limit)
     found = sum(1 for _job in matching(queue, state, filters, scan=scan))
     return Count(found, exact=scan.stopped_after is None)
+
+
+def noun(state: State, how_many: Count) -> str:
+    """What ``how_many`` jobs of ``state`` are called: "dead letter" for exactly one, else "dead letters"."""
+    one, many = NOUNS[state]
+    return one if how_many.exact and how_many.value == 1 else many
+
+
+def counted(state: State, how_many: Count) -> str:
+    """``how_many`` jobs of ``state`` in words: "1 dead letter", "12 waiting jobs", "25,000+ done jobs"."""
+    return f"{how_many} {noun(state, how_many)}"
+
+
+def count_for_page(queue: Queue, state: State, filters: Filters, shown: Page, *, first: bool) -> Count:
+    """How many jobs match ``filters``, for a list page that shows ``shown``: from the counters when they
+    tell; from the page itself when it is the first and holds every match; else a scan of at most
+    ``PAGE_SCAN_LIMIT`` jobs (shown as "25,000+" when it stopped there)."""
+    counted_now = count_without_scan(queue, state, filters)
+    if counted_now is not None:
+        return counted_now
+    if first and shown.next_after is None and not shown.cut_short:
+        return Count(len(shown.jobs))
+    return count(queue, state, filters, limit=PAGE_SCAN_LIMIT)
+
+
+@dataclass(frozen=True)
+class Facet:
+    """One value a list's sidebar offers for a filter, with how many jobs have it (None: not counted)."""
+
+    value: str
+    count: int | None
+
+
+@dataclass(frozen=True)
+class Facets:
+    """The sidebar's values for the task, queue and error type filters of one state's list. ``exact``: the
+    counts cover every job of the state, not only the newest ``FACET_SCAN_LIMIT``."""
+
+    tasks: list[Facet]
+    queues: list[Facet]
+    error_types: list[Facet]
+    exact: bool
+
+
+def facets(
+    queue: Queue, state: State, *, known_tasks: Iterable[str] = (), limit: int | None = None
+) -> Facets:
+    """Count the newest jobs of ``state`` (``FACET_SCAN_LIMIT`` at most) by task, queue and error type, in one
+    bounded walk, most frequent first. When the walk stopped at its limit, the ``known_tasks`` it did not
+    meet are offered too, uncounted: they may be among the older jobs."""
+    scan = Scan(limit=FACET_SCAN_LIMIT if limit is None else limit)
+    tasks: Counter[str] = Counter()
+    queues: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    for job in matching(queue, state, Filters(), newest_first=True, scan=scan):
+        if job.name:
+            tasks[job.name] += 1
+        queues[job.queue] += 1
+        if job.error_type:
+            errors[job.error_type] += 1
+    exact = scan.stopped_after is None
+
+    def ranked(counter: Counter[str]) -> list[Facet]:
+        return [
+            Facet(value, count)
+            for value, count in sorted(counter.items(), key=lambda item: (-item[1], item[0]))
+        ]
+
+    offered = ranked(tasks)
+    if not exact:
+        offered += [Facet(name, None) for name in sorted(set(known_tasks) - set(tasks))]
+    return Facets(offered, ranked(queues), ranked(errors), exact)

@@ -24,8 +24,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, re_path, reverse
 
-from ..conf import get_config, get_queue
-from ..engine import Job, QueueCorrupted, State
+from ..conf import get_queue
+from ..engine import InvalidJob, Job, Queue, QueueCorrupted, State
 from ..models import Job as JobModel
 from ..tasks import registry
 from . import actions, dashboard, display, listing
@@ -63,7 +63,7 @@ class JobAdmin(ModelAdmin):
             re_path(rf"^(?P<state>{STATE_PATTERN})/action/$", wrap(self.action_view), name=f"{name}_action"),
             path("<int:job_id>/", wrap(self.job_view), name=f"{name}_job"),
             re_path(
-                r"^(?P<job_id>[0-9]+)/(?P<action>retry|cancel)/$",
+                r"^(?P<job_id>[0-9]+)/(?P<action>retry|cancel|enqueue|run)/$",
                 wrap(self.job_action_view),
                 name=f"{name}_job_action",
             ),
@@ -151,6 +151,8 @@ class JobAdmin(ModelAdmin):
         id_order = listing.INDEX_LAST if order == listing.INDEX_FIRST else listing.INDEX_FIRST
         failed_order = listing.FAILED_OLDEST if order == listing.FAILED_NEWEST else listing.FAILED_NEWEST
         label = listing.LABELS[current]
+        count = listing.count_for_page(queue, current, filters, page, first=after is None)
+        now = time.time()
         context = self._context(
             request,
             label.capitalize(),
@@ -160,26 +162,61 @@ class JobAdmin(ModelAdmin):
             order=order,
             index_order=listing.INDEX_ORDER[current],
             page=page,
-            rows=[(job, display.short(job.payload), _list_times(current, job)) for job in page.jobs],
+            rows=[
+                (job, display.short(job.payload), _list_times(current, job), _running_for(job, now))
+                for job in page.jobs
+            ],
             listed_by=_listed_by(current, order),
             id_sort_url=self._url("list", state, query={**filters.as_query(), "o": id_order}),
             failed_sort_url=self._url("list", state, query={**filters.as_query(), "o": failed_order}),
-            count=None if filters.active else listing.count_without_scan(queue, current, filters),
+            count=count,
+            total=listing.counted(current, listing.Count(queue.stats()[current.value])),
+            count_noun=listing.noun(current, count),
+            plural=listing.NOUNS[current][1],
             first_url=self._url("list", state, query=base) if after else None,
             next_url=self._url("list", state, query={**base, "after": page.next_after or ""}),
             has_next=page.next_after is not None,
             clear_url=self._url("list", state),
             action_url=self._url("action", state),
             actions=self._allowed_actions(request, current),
-            task_names=registry.names(),
-            queue_names=sorted(set(get_config().queues or ()) | {job.queue for job in page.jobs}),
+            sidebar=self._sidebar(queue, current, filters, order),
             shard_numbers=range(queue.shard_count),
             scan_limit=f"{listing.PAGE_SCAN_LIMIT:,}",
+            facet_limit=f"{listing.FACET_SCAN_LIMIT:,}",
             by_failed_at=by_failed_at,
             show_next=page.next_after is not None and (by_failed_at or not page.cut_short),
             page_size=listing.PAGE_SIZE,
         )
         return self._render(request, "job_list.html", context)
+
+    def _sidebar(self, queue: Queue, state: State, filters: listing.Filters, order: str) -> dict[str, Any]:
+        """The list's filters by task, queue and (dead letters) error type, as Django's changelist sidebar:
+        each value a link with its count, the chosen one marked; "All" drops that filter."""
+        facets = listing.facets(queue, state, known_tasks=registry.names())
+        groups = [("task", "task", facets.tasks), ("queue", "queue", facets.queues)]
+        if state is State.FAILED:
+            groups.append(("error type", "error_type", facets.error_types))
+        base = {**filters.as_query(), "o": order}
+        sidebar = []
+        for title, key, values in groups:
+            chosen = base.get(key, "")
+            choices = [{"label": "All", "url": self._url("list", state.value, query={**base, key: ""}),
+                        "selected": not chosen, "count": None}]  # fmt: skip
+            choices += [
+                {
+                    "label": facet.value,
+                    "url": self._url("list", state.value, query={**base, key: facet.value}),
+                    "selected": facet.value == chosen,
+                    "count": facet.count,
+                }
+                for facet in values
+            ]
+            if chosen and all(facet.value != chosen for facet in values):  # chosen by URL, none seen
+                choices.append(
+                    {"label": chosen, "url": "", "selected": True, "count": 0 if facets.exact else None}
+                )
+            sidebar.append({"title": title, "key": key, "choices": choices})
+        return {"groups": sidebar, "exact": facets.exact}
 
     # ------------------------------------------------------------------ bulk actions
 
@@ -190,7 +227,7 @@ class JobAdmin(ModelAdmin):
         current = State(state)
         action = request.POST.get("action", "")
         if action not in actions.STATE_ACTIONS[current]:
-            messages.error(request, f"No action {action!r} applies to {listing.LABELS[current]}.")
+            messages.error(request, f"No action {action!r} applies to {listing.NOUNS[current][1]}.")
             return HttpResponseRedirect(self._url("list", state))
         self._require(request, actions.PERMISSION[action])
         queue = get_queue()
@@ -242,12 +279,21 @@ class JobAdmin(ModelAdmin):
             ids=ids,
             preview=preview,
             as_of=repr(time.time()),
-            back_url=self._url("list", state.value, query=filters.as_query()),
+            back_url=self._back_url(request, state, filters),
             list_url=self._url("list", state.value),
+            plural=listing.NOUNS[state][1],
+            danger=action in (actions.DELETE, actions.CANCEL),  # jobs removed for good: the red button
             action_url=self._url("action", state.value),
             scan_limit=f"{listing.SCAN_LIMIT:,}",
         )
         return self._render(request, "confirm_action.html", context)
+
+    def _back_url(self, request: HttpRequest, state: State, filters: listing.Filters) -> str:
+        """Where "No, take me back" goes: the job's page if the action was asked for there, else the list."""
+        job_id = listing.parse_job_id(request.POST.get("from_job"))
+        if job_id is not None:
+            return self._url("job", job_id)
+        return self._url("list", state.value, query=filters.as_query())
 
     def _act_on_matching(
         self, request: HttpRequest, state: State, action: str, filters: listing.Filters
@@ -300,9 +346,12 @@ class JobAdmin(ModelAdmin):
             job=job,
             state=job.state.value,
             label=label,
-            arguments=display.arguments(job.payload),
+            state_label=listing.JOB_LABELS[job.state],
+            arguments=display.arguments(job.payload, job.name),
             result=display.pretty(job.result) if job.state is State.DONE else None,
             attempts=display.attempts(job),
+            error_box=display.error_box(job),
+            running_for=_running_for(job, time.time()),
             times=[
                 ("Enqueued", display.when(job.enqueued_at)),
                 ("Due" if job.state is State.SCHEDULED else "Ready at", display.when(job.eta)),
@@ -314,14 +363,18 @@ class JobAdmin(ModelAdmin):
             can_retry=job.state is State.FAILED and can_change,
             can_cancel=job.state in (State.PENDING, State.SCHEDULED) and can_change,
             can_delete=job.state is State.FAILED and self.has_delete_permission(request),
+            can_enqueue=job.state is State.DONE and can_change and not job.damage,
+            can_run=job.state is State.SCHEDULED and can_change,
+            run_url=self._url("job_action", job.job_id, "run"),
             retry_url=self._url("job_action", job.job_id, "retry"),
-            cancel_url=self._url("job_action", job.job_id, "cancel"),
-            delete_url=self._url("action", job.state.value),
+            enqueue_url=self._url("job_action", job.job_id, "enqueue"),
+            state_action_url=self._url("action", job.state.value),
         )
         return self._render(request, "job_detail.html", context)
 
     def job_action_view(self, request: HttpRequest, job_id: str, action: str) -> HttpResponse:
-        """Retry or cancel the job whose page the button was on; then back to that page (or its list)."""
+        """Retry, cancel, run now or enqueue again the job whose page the button was on; then back to that
+        page (or its list, or the new job's page)."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         self._require(request, actions.PERMISSION[action])
@@ -334,11 +387,14 @@ class JobAdmin(ModelAdmin):
         if job is None:
             messages.error(request, f"There is no job {job_id} (any more): nothing was done.")
             return HttpResponseRedirect(self._url("changelist"))
-        outcome = actions.apply(get_queue(), action, [job.job_id], state=job.state)
+        if action == actions.ENQUEUE:
+            return self._enqueue_again(request, job)
+        fits = action in actions.STATE_ACTIONS[job.state]
+        outcome = actions.apply(get_queue(), action, [job.job_id] if fits else [], state=job.state)
         if not outcome.done:
             messages.warning(
                 request,
-                f"Job {job.job_id} is {listing.LABELS[job.state]}: "
+                f"Job {job.job_id} is {listing.IS[job.state]}: "
                 f"{actions.VERBS[action][0].lower()} does not apply to it, nothing was done.",
             )
             return HttpResponseRedirect(self._url("job", job.job_id))
@@ -346,6 +402,23 @@ class JobAdmin(ModelAdmin):
         if action == actions.CANCEL:  # the job is gone: back to the list it was on
             return HttpResponseRedirect(self._url("list", job.state.value))
         return HttpResponseRedirect(self._url("job", job.job_id))
+
+    def _enqueue_again(self, request: HttpRequest, job: Job) -> HttpResponse:
+        """A done job's "Enqueue again": a new waiting job like it; then that job's page."""
+        if job.state is not State.DONE or job.damage:
+            messages.warning(
+                request,
+                f"Job {job.job_id} is {listing.IS[job.state]}: only a done job can be enqueued again, "
+                f"nothing was done.",
+            )
+            return HttpResponseRedirect(self._url("job", job.job_id))
+        try:
+            new_id = actions.enqueue_again(get_queue(), job)
+        except InvalidJob as exc:
+            messages.error(request, f"Job {job.job_id} cannot be enqueued again: {exc}. Nothing was done.")
+            return HttpResponseRedirect(self._url("job", job.job_id))
+        messages.success(request, f"Enqueued job {job.job_id} again as job {new_id}.")
+        return HttpResponseRedirect(self._url("job", new_id))
 
 
 def _list_times(state: State, job: Job) -> list[dt.datetime | None]:
@@ -359,6 +432,13 @@ def _list_times(state: State, job: Job) -> list[dt.datetime | None]:
         State.FAILED: [job.finished_at],
     }
     return [display.when(value) for value in columns[state]]
+
+
+def _running_for(job: Job, now: float) -> str | None:
+    """How long a running job's attempt has run, for people; None for a job in another state."""
+    if job.state is not State.RUNNING or job.started_at is None:
+        return None
+    return display.duration(now - job.started_at)
 
 
 def _listed_by(state: State, order: str) -> str:

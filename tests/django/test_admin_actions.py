@@ -197,7 +197,9 @@ def test_retry_all_matching_acts_on_the_filter_only(admin_client: Client, store:
     filters = {"task": "t.fetch", "error_type": "TimeoutError"}
     confirm = post(admin_client, "failed", action="retry", scope="matching", **filters)
     html = confirm.content.decode()
-    assert 'data-testid="how-many">3<' in html and "matching the filter" in html
+    assert (
+        'data-testid="how-many">3<' in html and "every one of the dead letters that match the filters" in html
+    )
     as_of = html.split('name="as_of" value="')[1].split('"')[0]
     done = post(
         admin_client, "failed", action="retry", scope="matching", confirmed="yes", as_of=as_of, **filters
@@ -276,6 +278,11 @@ def test_retry_from_a_jobs_page(admin_client: Client, store: Queue) -> None:
     assert state(store, job_id) is State.PENDING
     again = admin_client.post(f"{BASE}{job_id}/retry/")
     assert messages_of(again) == [f"Job {job_id} is waiting: retry does not apply to it, nothing was done."]
+    dead = fail(store, "b")
+    cancelled = admin_client.post(f"{BASE}{dead}/cancel/")
+    assert messages_of(cancelled) == [
+        f"Job {dead} is a dead letter: cancel does not apply to it, nothing was done."
+    ]
 
 
 def test_cancel_from_a_jobs_page_goes_back_to_its_list(admin_client: Client, store: Queue) -> None:
@@ -286,12 +293,132 @@ def test_cancel_from_a_jobs_page_goes_back_to_its_list(admin_client: Client, sto
     assert store.job(job_id) is None
 
 
+def test_cancel_on_a_jobs_page_asks_first_and_no_goes_back_to_the_job(
+    admin_client: Client, store: Queue
+) -> None:
+    job_id = store.put(1, delay=60)
+    html = admin_client.get(f"{BASE}{job_id}/").content.decode()
+    assert 'value="Cancel job…"' in html and f'action="{BASE}scheduled/action/"' in html
+    assert f'name="from_job" value="{job_id}"' in html
+    confirm = post(
+        admin_client, "scheduled", action="cancel", scope="selected", ids=[job_id], from_job=job_id
+    )
+    html = confirm.content.decode()
+    assert "Cancel 1 job?" in html and state(store, job_id) is State.SCHEDULED  # nothing yet
+    assert f'href="{BASE}{job_id}/" class="button cancel-link" data-testid="back"' in html  # No: the job
+    assert "delete-confirmation" in html and 'class="qm-danger" data-testid="confirm"' in html  # removes it
+    done = post(admin_client, "scheduled", action="cancel", scope="selected", ids=[job_id], confirmed="yes")
+    assert done["Location"] == f"{BASE}scheduled/"
+    assert messages_of(done) == ["Cancelled 1 job."] and store.job(job_id) is None
+
+
+def test_a_retry_confirmation_is_not_styled_as_a_deletion(admin_client: Client, store: Queue) -> None:
+    job_id = fail(store, "a")
+    html = post(admin_client, "failed", action="retry", scope="selected", ids=[job_id]).content.decode()
+    assert "Retry 1 job?" in html
+    assert "delete-confirmation" not in html and "qm-danger" not in html
+    assert 'class="default" data-testid="confirm"' in html
+    assert (
+        f'href="{BASE}failed/" class="button cancel-link"' in html
+    )  # asked from the list: No goes back there
+
+
 def test_delete_from_a_jobs_page_goes_through_the_confirmation(admin_client: Client, store: Queue) -> None:
     job_id = fail(store, "a")
     html = admin_client.get(f"{BASE}{job_id}/").content.decode()
     assert f'action="{BASE}failed/action/"' in html and f'name="ids" value="{job_id}"' in html
     confirm = post(admin_client, "failed", action="delete", scope="selected", ids=[job_id])
     assert "Delete 1 job?" in confirm.content.decode()
+    assert "delete-confirmation" in confirm.content.decode()
+
+
+def test_enqueue_again_puts_a_new_waiting_job_like_a_done_one(admin_client: Client, store: Queue) -> None:
+    payload = {"args": [1, "x"], "kwargs": {"k": [2]}}
+    old = store.put(payload, name="t.again", queue="mail", priority=5, max_retries=2, timeout=7.0,
+                    partition_key="p-1")  # fmt: skip
+    store.get(0).ack("first result")
+    total = store.stats()["total"]
+    assert 'value="Enqueue again"' in admin_client.get(f"{BASE}{old}/").content.decode()
+    assert admin_client.get(f"{BASE}{old}/enqueue/").status_code == 405  # POST only
+    response = admin_client.post(f"{BASE}{old}/enqueue/")
+    assert store.stats()["total"] == total + 1
+    new = int(response["Location"].rstrip("/").rsplit("/", 1)[1])
+    assert response["Location"] == f"{BASE}{new}/" and new != old
+    assert messages_of(response) == [f"Enqueued job {old} again as job {new}."]
+    fresh, before = store.job(new), store.job(old)
+    assert fresh is not None and before is not None
+    assert (fresh.state, fresh.payload, fresh.name, fresh.queue, fresh.priority, fresh.max_retries) == (
+        State.PENDING, payload, "t.again", "mail", 5, 2)  # fmt: skip
+    assert (fresh.timeout, fresh.partition_key, fresh.attempts, fresh.result) == (7.0, "p-1", 0, None)
+    assert (before.state, before.result) == (State.DONE, "first result")  # the done job stays as it was
+
+
+def test_run_now_makes_a_scheduled_job_wait_without_counting_an_attempt(
+    admin_client: Client, store: Queue
+) -> None:
+    later = store.put({"args": [1], "kwargs": {}}, name="t.x", delay=3600, max_retries=2)
+    html = admin_client.get(f"{BASE}{later}/").content.decode()
+    assert 'value="Run now"' in html and f'action="{BASE}{later}/run/"' in html
+    assert admin_client.get(f"{BASE}{later}/run/").status_code == 405  # POST only
+    response = admin_client.post(f"{BASE}{later}/run/")
+    assert response["Location"] == f"{BASE}{later}/"
+    assert messages_of(response) == [f"Moved to the waiting jobs, to run now: job {later}."]
+    job = store.job(later)
+    assert job is not None and (job.state, job.attempts, job.retries, job.eta) == (State.PENDING, 0, 0, None)
+    assert store.get(0).job_id == later  # a worker takes it now
+    again = admin_client.post(f"{BASE}{later}/run/")  # running by now: nothing to do
+    assert messages_of(again) == [f"Job {later} is running: run now does not apply to it, nothing was done."]
+    waiting = store.put(2)
+    assert messages_of(admin_client.post(f"{BASE}{waiting}/run/")) == [
+        f"Job {waiting} is waiting: run now does not apply to it, nothing was done."
+    ]
+
+
+def test_run_now_on_every_matching_scheduled_job_asks_first_and_needs_change(store: Queue) -> None:
+    mail = [store.put(n, queue="mail", delay=3600) for n in range(2)]
+    other = store.put(9, queue="default", delay=3600)
+    viewer = staff("view_job")
+    assert viewer.post(f"{BASE}{mail[0]}/run/").status_code == 403
+    assert post(viewer, "scheduled", action="run", scope="matching", queue="mail").status_code == 403
+    changer = staff("view_job", "change_job")
+    confirm = post(changer, "scheduled", action="run", scope="matching", queue="mail")
+    html = confirm.content.decode()
+    assert 'data-testid="how-many">2<' in html and "qm-danger" not in html and "ahead of its due time" in html
+    assert [state(store, i) for i in mail] == [State.SCHEDULED] * 2  # nothing yet
+    done = post(changer, "scheduled", action="run", scope="matching", queue="mail", confirmed="yes",
+                as_of=str(time.time() + 1))  # fmt: skip
+    assert messages_of(done) == ["Moved to the waiting jobs, to run now: 2 jobs."]
+    assert [state(store, i) for i in mail] == [State.PENDING] * 2
+    assert state(store, other) is State.SCHEDULED
+
+
+def test_enqueue_again_needs_the_csrf_token(admin_user: User, store: Queue) -> None:
+    done = store.put({"args": [], "kwargs": {}}, name="t.x")
+    store.get(0).ack(None)
+    total = store.stats()["total"]
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(admin_user)
+    assert strict.post(f"{BASE}{done}/enqueue/").status_code == 403
+    assert store.stats()["total"] == total
+
+
+def test_enqueue_again_needs_change_and_a_done_job(store: Queue) -> None:
+    done = store.put({"args": [], "kwargs": {}}, name="t.x")
+    store.get(0).ack(None)
+    dead = fail(store, "a")
+    total = store.stats()["total"]
+    viewer = staff("view_job")
+    assert 'value="Enqueue again"' not in viewer.get(f"{BASE}{done}/").content.decode()
+    assert viewer.post(f"{BASE}{done}/enqueue/").status_code == 403
+    changer = staff("view_job", "change_job")
+    assert 'value="Enqueue again"' not in changer.get(f"{BASE}{dead}/").content.decode()
+    response = changer.post(f"{BASE}{dead}/enqueue/")
+    assert messages_of(response) == [
+        f"Job {dead} is a dead letter: only a done job can be enqueued again, nothing was done."
+    ]
+    assert store.stats()["total"] == total  # nothing was put
+    assert changer.post(f"{BASE}{done}/enqueue/").status_code == 302
+    assert store.stats()["total"] == total + 1
 
 
 def test_a_button_for_a_job_that_is_gone_says_so(admin_client: Client, store: Queue) -> None:

@@ -3,16 +3,20 @@ jobs carry, and answers 403 without the permission, 404 for a job that is not th
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Callable, Iterator
+from html import unescape
 from pathlib import Path
 
 import pytest
 from django.test import Client, override_settings
 
-from queue_max_django.admin import dashboard, listing
+from queue_max_django.admin import dashboard, display, listing
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, State, parse_rate
+from queue_max_django.periodic import periodic_task
+from queue_max_django.tasks import registry
 from tests.admin_clients import logged_in
 from tests.dead_letters import fail
 
@@ -21,6 +25,9 @@ BASE = "/admin/queue_max_django/job/"
 XSS = "<script>alert(1)</script>"
 
 pytestmark = pytest.mark.django_db
+needs_django_tasks = pytest.mark.skipif(
+    importlib.util.find_spec("django.tasks") is None, reason="django.tasks needs Django >= 6.0"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -103,11 +110,67 @@ def test_the_dashboard_shows_workers_breakers_and_rate_limits(admin_client: Clie
     record.nack("down", permanent=True)
     store.set_rate_limit("queue:mail", parse_rate("10/m"))
     html = page(admin_client, BASE)
-    assert "<td>box</td><td>4242</td>" in html
+    assert '<td><code>w-1</code></td><td>box</td><td class="qm-number">4242</td>' in html
+    assert "lag by up to one heartbeat" in html
     assert f'href="{BASE}77/"' in html
     assert "name:flaky.task" in html and "qm-breaker-open" in html
-    assert re.search(r"1 / 1</td>\s*<td>(29\d|300)\.\d s</td>", html)  # the next trial, in seconds
+    assert re.search(r"1 / 1</td>\s*<td>(4 min 5\d s|5 min 0 s)</td>", html)  # the next trial
+    assert re.search(r"<td>\d+ days \d+ h</td></tr>", html)  # up since 1970
     assert "queue:mail" in html and re.search(r"<td class=\"qm-number\">10\.0</td>", html)
+
+
+def test_the_dashboard_warns_of_queues_no_live_worker_serves(admin_client: Client, store: Queue) -> None:
+    store.put(1, queue="mail")
+    store.put(2, queue="default", delay=60)
+    html = page(admin_client, BASE)
+    assert "No live worker takes jobs from the queue <code>mail</code> (1 waiting, 0 scheduled)" in html
+    assert "<code>default</code> (0 waiting, 1 scheduled)" in html and "no worker is running at all" in html
+    store.report_worker("w-1", stale_after=60.0, pid=1, host="box", queues=("mail",), threads=1)
+    html = page(admin_client, BASE)
+    assert "the queue <code>mail</code>" not in html and "the queue <code>default</code>" in html
+    assert "no worker is running at all" not in html
+    store.report_worker("w-2", stale_after=60.0, pid=2, host="box", queues=None, threads=1)
+    assert 'data-testid="unserved"' not in page(admin_client, BASE)
+
+
+def test_the_dashboard_lists_periodic_tasks_their_runs_and_the_leading_scheduler(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "_tasks", dict(registry._tasks))  # the tasks below leave with the test
+    monkeypatch.setattr(registry, "_conflicts", list(registry._conflicts))
+
+    @periodic_task(interval=300, name="admin.periodic.cleanup")
+    def cleanup() -> None: ...
+
+    @periodic_task(cron="not a cron", name="admin.periodic.broken")
+    def broken() -> None: ...
+
+    html = page(admin_client, BASE)
+    table = html.split('data-testid="periodic">')[1].split("</table>")[0]
+    assert "<td>admin.periodic.cleanup</td><td><code>every 300s</code></td>" in table
+    assert '<td>admin.periodic.broken</td><td><span class="qm-error">invalid: ' in table
+    assert table.count("<td>—</td>") == 2 and "never</td>" in table  # nothing ran; broken never runs
+    assert "No worker's scheduler leads now: no tick is enqueued" in html
+    done = store.put({"args": [], "kwargs": {}}, name="admin.periodic.cleanup")
+    store.get(0).ack(None)
+    assert store.acquire_lock("periodic-scheduler", "web-1:77:abc", ttl=60.0)
+    html = page(admin_client, BASE)
+    assert f'(<a href="{BASE}{done}/">job {done}</a>)' in html
+    assert "Ticks are enqueued by the scheduler of worker <code>web-1:77:abc</code>" in html
+
+
+def test_without_periodic_tasks_the_dashboard_has_no_such_panel(admin_client: Client) -> None:
+    assert 'data-testid="periodic"' not in page(admin_client, BASE)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.04, "0.0 s"), (4.25, "4.2 s"), (38.9, "38 s"), (185, "3 min 5 s"), (7800, "2 h 10 min"),
+     (86400 + 4 * 3600, "1 day 4 h"), (3 * 86400, "3 days 0 h"), (-1, "0.0 s")],
+)  # fmt: skip
+@pytest.mark.store_neutral
+def test_durations_read_as_people_say_them(seconds: float, text: str) -> None:
+    assert display.duration(seconds) == text
 
 
 def test_the_panels_endpoint_renders_the_numbers_alone(admin_client: Client, store: Queue) -> None:
@@ -139,7 +202,7 @@ def test_the_dead_letter_list_shows_task_queue_shard_error_attempts(
     job = store.job(job_id)
     assert job is not None
     row = html[html.index(f'data-job-id="{job_id}"') :].split("</tr>")[0]
-    for text in ("tests.testapp.tasks.add", "<td>mail</td>", "ValueError", "boom 5"):
+    for text in ("tests.testapp.tasks.add", "<td>mail</td>", "ValueError", "boom 5", ">1/1</td>"):
         assert text in row
     sharded = store.shard_count > 1  # the PostgreSQL store has one shard: no shard column
     assert (f"<td>{job.shard}</td>" in row, '<th scope="col">Shard</th>' in html) == (sharded, sharded)
@@ -159,6 +222,19 @@ def test_each_state_has_its_list(admin_client: Client, store: Queue, state: str)
     assert ids_listed(html) == [job_id]
     assert ("Cancel" in html) == (state in ("pending", "scheduled"))
     assert 'name="ids"' in html if state in ("pending", "scheduled") else 'name="ids"' not in html
+
+
+def test_a_running_job_says_how_long_it_has_run(admin_client: Client, store: Queue) -> None:
+    job_id = store.put({"args": [], "kwargs": {}}, name="t.x")
+    assert store.claim(job_id) is not None
+    listed = page(admin_client, f"{BASE}running/")
+    assert re.search(r'<th scope="col">Running for</th>', listed)
+    assert re.search(r'data-testid="running-for">\d+\.\d s<', listed)
+    assert re.search(
+        r'<dt>Running for</dt><dd data-testid="running-for">\d+\.\d s<',
+        page(admin_client, f"{BASE}{job_id}/"),
+    )
+    assert "Running for" not in page(admin_client, f"{BASE}pending/")
 
 
 def test_keyset_pages_walk_every_dead_letter_once(
@@ -198,6 +274,85 @@ def test_filters_by_task_queue_error_type_shard_and_search(admin_client: Client,
     assert all(store.job(i).shard == shard_of_b for i in listed(f"shard={shard_of_b}"))  # type: ignore[union-attr]
     assert listed("task=t.alpha&queue=mail") == set()
     assert "No dead letters match these filters." in page(admin_client, f"{BASE}failed/?task=nothing")
+
+
+def summary(html: str) -> str:
+    """The sentence above a list, tags and runs of white space taken out."""
+    found = re.search(r'<p class="qm-summary">(.*?)</p>', html, re.S)
+    assert found is not None
+    return " ".join(re.sub(r"<[^>]+>", "", found.group(1)).split())
+
+
+def test_a_filtered_list_counts_its_matches_against_the_total(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listing, "PAGE_SIZE", 2)
+    for n in range(3):
+        fail(store, n, name="t.alpha")
+    for n in range(2):
+        fail(store, n, name="t.beta")
+    html = page(admin_client, f"{BASE}failed/")
+    assert summary(html).startswith("5 dead letters.")
+    # by task (the engine filters, a scan counts), by search (tested here): more than one page either way
+    for query in ("task=t.alpha", "q=ALPHA"):
+        html = page(admin_client, f"{BASE}failed/?{query}")
+        assert summary(html).startswith("3 match the filters (5 dead letters in all)."), query
+        assert "Select all 3 dead letters that match" in html, query
+    html = page(admin_client, f"{BASE}failed/?task=t.beta")  # one page holds them all: counted from it
+    assert summary(html).startswith("2 match the filters (5 dead letters in all).")
+    assert "data-select-matching" not in html  # the page's own box selects them all
+    html = page(admin_client, f"{BASE}failed/?task=t.alpha&q=2")
+    assert summary(html).startswith("1 matches the filters (5 dead letters in all).")
+    assert "Select all 5 dead letters<" in page(admin_client, f"{BASE}failed/")  # no filter: the whole list
+    assert ">0 of 1 selected<" in html  # the counter, before a script updates it
+
+
+def sidebar(html: str) -> dict[str, list[str]]:
+    """The sidebar's choices by filter, tags taken out: {"task": ["All", "t.alpha (3)", ...], ...}."""
+    found = {}
+    for key, body in re.findall(r'<details data-filter-title="(\w+)" open>(.*?)</details>', html, re.S):
+        items = re.findall(r"<li[^>]*>(.*?)</li>", body, re.S)
+        found[key] = [" ".join(re.sub(r"<[^>]+>", "", item).split()) for item in items]
+    return found
+
+
+def test_the_sidebar_filters_by_task_queue_and_error_type_with_counts(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(3):
+        fail(store, n, name="t.alpha")
+    for n in range(2):
+        job_id = store.put({"args": [n], "kwargs": {}}, name="t.beta", queue="mail", max_retries=0)
+        store.claim(job_id).nack(KeyError("k"))  # type: ignore[union-attr]
+    html = page(admin_client, f"{BASE}failed/")
+    assert sidebar(html) == {
+        "task": ["All", "t.alpha (3)", "t.beta (2)"],
+        "queue": ["All", "default (3)", "mail (2)"],
+        "error_type": ["All", "ValueError (3)", "KeyError (2)"],
+    }
+    assert "Counted among all dead letters." in html
+    link = re.search(r'<a href="([^"]+)">mail <span', html)
+    assert link is not None and "queue=mail" in link.group(1)
+    html = page(admin_client, link.group(1).replace("&amp;", "&"))
+    assert len(ids_listed(html)) == 2 and '<li class="selected"><a href="' in html
+    assert re.search(r'<li class="selected"><a href="[^"]+">mail <span', html)
+    assert "Clear all filters" in html
+    assert "error_type" not in sidebar(page(admin_client, f"{BASE}pending/"))  # dead letters only
+    monkeypatch.setattr(listing, "FACET_SCAN_LIMIT", 2)  # only the newest two (t.beta) are counted
+    html = page(admin_client, f"{BASE}failed/")
+    tasks = sidebar(html)["task"]
+    assert tasks[:2] == ["All", "t.beta (2)"] and "tests.testapp.tasks.add" in tasks  # registered, uncounted
+    assert "Counted among the newest 2 dead letters" in html
+
+
+def test_counts_and_empty_lists_speak_of_jobs_of_a_state(admin_client: Client, store: Queue) -> None:
+    fail(store, 1)
+    assert summary(page(admin_client, f"{BASE}failed/")).startswith("1 dead letter.")
+    assert summary(page(admin_client, f"{BASE}pending/")).startswith("0 waiting jobs.")
+    html = page(admin_client, f"{BASE}pending/?task=nothing")
+    assert "No waiting jobs match these filters." in html
+    assert summary(html).startswith("0 match the filters (0 waiting jobs in all).")
+    assert "No done jobs." in page(admin_client, f"{BASE}done/")
 
 
 def test_a_search_that_stops_at_its_limit_offers_to_search_further(
@@ -271,9 +426,14 @@ def test_a_dead_letters_page_shows_arguments_error_traceback_attempts(
             record.nack(exc, delay=0)
     html = page(admin_client, f"{BASE}{job_id}/")
     assert f"<h1>Job {job_id}</h1>" in html
-    assert 'data-testid="state">dead letters<' in html
-    assert "{&#x27;deep&#x27;: [1, 2]}" in html  # pretty-printed, escaped
-    assert 'to=</th><td><pre class="qm-pre">&#x27;a@b&#x27;</pre>' in html
+    assert 'data-testid="state">dead letter<' in html
+    assert '<code>1</code></th><td><pre class="qm-pre">{\n  &quot;deep&quot;: [\n    1,' in html  # JSON
+    assert '<code>to=</code></th><td><pre class="qm-pre">&quot;a@b&quot;</pre>' in html  # t.x: unknown here
+    assert "By position (the task is not registered in this process" in html
+    assert "<h2>Error</h2>" in html and "failed for good after 2 of 2 attempts" in html
+    no_retry = page(admin_client, f"{BASE}{fail(store, 1)}/")
+    assert 'data-testid="attempts">1 of 1 allowed <span class="qm-quiet">(no retries)' in no_retry
+    assert 'data-testid="attempts">2 of 2 allowed <span class="qm-quiet">(the first and 1 retry)' in html
     assert 'data-testid="traceback">Traceback (most recent call last)' in html
     assert "attempt 0 broke" in html and "attempt 1 broke" in html  # the error of each attempt
     assert "Retry" in html and "Delete" in html and "Cancel job" not in html
@@ -294,12 +454,77 @@ def test_payloads_results_errors_and_tracebacks_are_escaped(admin_client: Client
         assert "<script>alert" not in html
 
 
-def test_a_done_jobs_page_shows_its_result_and_no_action(admin_client: Client, store: Queue) -> None:
+def test_a_done_jobs_page_shows_its_result_and_only_enqueue_again(admin_client: Client, store: Queue) -> None:
     job_id = store.put({"args": [], "kwargs": {}}, name="t.x")
     store.get(0).ack({"sum": 3})
     html = page(admin_client, f"{BASE}{job_id}/")
     assert 'data-testid="result">{&#x27;sum&#x27;: 3}<' in html
-    assert 'type="submit"' not in html.split('id="content-main"')[1]
+    assert re.findall(r'type="submit" value="([^"]+)"', html.split('id="content-main"')[1]) == [
+        "Enqueue again"
+    ]
+
+
+def arguments_shown(html: str) -> list[tuple[str, str]]:
+    """(label, value) of each row of a job page's arguments, unescaped."""
+    table = html.split('data-testid="arguments">')[1].split("</table>")[0]
+    rows = re.findall(
+        r'<th scope="row"><code>(.*?)</code></th><td><pre class="qm-pre">(.*?)</pre>', table, re.S
+    )
+    return [(label, unescape(value)) for label, value in rows]
+
+
+def test_arguments_are_shown_by_the_tasks_parameter_names_as_json(admin_client: Client, store: Queue) -> None:
+    mail = store.put(
+        {"args": ["a@b.test"], "kwargs": {"subject": "hi"}}, name="tests.testapp.tasks.send_mail"
+    )
+    echo = store.put({"args": [1, b"\x00"], "kwargs": {"k": None}}, name="tests.testapp.tasks.echo")
+    misfit = store.put({"args": [1, 2, 3], "kwargs": {}}, name="tests.testapp.tasks.add")  # will fail: 3 args
+    html = page(admin_client, f"{BASE}{mail}/")
+    assert arguments_shown(html) == [("to", '"a@b.test"'), ("subject", '"hi"')]
+    assert "By the task's parameter names; values as JSON." in html
+    assert arguments_shown(page(admin_client, f"{BASE}{echo}/")) == [
+        ("*args", "[\n  1,\n  \"b'\\\\x00'\"\n]"),
+        ("**kwargs", '{\n  "k": null\n}'),
+    ]
+    assert arguments_shown(page(admin_client, f"{BASE}{misfit}/")) == [("0", "1"), ("1", "2"), ("2", "3")]
+    assert "<td><code>&quot;a@b.test&quot;, subject=&quot;hi&quot;</code></td>" in page(
+        admin_client, f"{BASE}pending/"
+    )
+
+
+@needs_django_tasks
+def test_a_django_tasks_job_is_shown_as_a_task_call(
+    admin_client: Client, store: Queue, queue_max: Configure
+) -> None:
+    from tests.testapp import django_tasks as dt_tasks
+
+    backend = {"default": {"BACKEND": "queue_max_django.backend.QueueMaxBackend"}}
+    with override_settings(TASKS=backend):
+        plain = dt_tasks.add.enqueue(2, b=3)
+        with_context = dt_tasks.with_context.enqueue(7)
+        plain_html = page(admin_client, f"{BASE}{plain.id}/")
+        context_html = page(admin_client, f"{BASE}{with_context.id}/")
+    assert "Not a task" not in plain_html and 'data-testid="payload"' not in plain_html
+    assert "through the backend <code>default</code>" in plain_html
+    assert arguments_shown(plain_html) == [("a", "2"), ("b", "3")]
+    assert arguments_shown(context_html) == [("value", "7")]  # the context is the framework's, not stored
+    assert ">2, b=3</code>" in page(admin_client, f"{BASE}pending/")
+
+
+def test_an_error_of_an_earlier_attempt_is_labelled_so(admin_client: Client, store: Queue) -> None:
+    job_id = store.put({"args": [], "kwargs": {}}, name="t.x", max_retries=3)
+    store.get(0).nack(ValueError("first try"))
+    html = page(admin_client, f"{BASE}{job_id}/")
+    assert "<h2>The last attempt failed</h2>" in html and "attempt 2 of 4" in html
+    assert 'data-testid="attempts">1 of 4 allowed <span class="qm-quiet">(the first and 3 retries)' in html
+    assert "<h2>Error</h2>" not in html
+    store.get(0).ack("fine")
+    html = page(admin_client, f"{BASE}{job_id}/")
+    assert "<h2>Error</h2>" not in html and "first try" in html  # in the attempts table at least
+    if store.job(job_id).error is not None:  # type: ignore[union-attr]  # LMDB keeps it; PostgreSQL clears it
+        assert "<h2>An earlier attempt failed</h2>" in html
+        assert "succeeded at attempt 2 of 4: this is the error of an earlier attempt, not of the job" in html
+        assert 'data-testid="error">first try<' in html
 
 
 def test_a_raw_engine_payload_is_shown_as_stored(admin_client: Client, store: Queue) -> None:
