@@ -20,17 +20,31 @@ from ..engine import Job, Queue, QueueError, State
 from ..tasks import Task, registry
 
 STATES = tuple(state.value for state in State)
-STATUS_HELP = f"a job state: one of {', '.join(STATES)}"
+# The words the admin's pages call states by, which --status takes too (in any case; "-", "_" or a space
+# between words): "waiting" jobs are pending ones, "dead letters" failed ones.
+SCREEN_WORDS: dict[str, State] = {
+    "waiting": State.PENDING,
+    "dead letters": State.FAILED,
+    "dead letter": State.FAILED,
+}
+STATUS_HELP = f"a job state: one of {', '.join(STATES)} (or as the admin says them: waiting, dead-letters)"
 
 
 def parse_status(value: str | None, *, option: str = "--status") -> State:
-    """``--status`` as a ``State``; a ``CommandError`` naming the valid values otherwise."""
+    """``--status`` as a ``State`` (its value, or the admin's word for it); a ``CommandError`` naming the
+    valid values otherwise."""
     if value is None:
         raise CommandError(f"{option} is required: {STATUS_HELP}.")
+    word = " ".join(value.strip().lower().replace("-", " ").replace("_", " ").split())
+    state = SCREEN_WORDS.get(word)
+    if state is not None:
+        return state
     try:
-        return State(value)
+        return State(word)
     except ValueError:
-        raise CommandError(f"unknown status {value!r}: use one of {', '.join(STATES)}.") from None
+        raise CommandError(
+            f"unknown status {value!r}: use one of {', '.join(STATES)} (or waiting, dead-letters)."
+        ) from None
 
 
 def status_missing(options: dict[str, Any]) -> str | None:

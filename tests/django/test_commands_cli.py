@@ -75,8 +75,8 @@ def store_of(tmp_path: Path, pid: int) -> Path:
             "CommandError: unknown task 'add'. Did you mean 'tests.testapp.tasks",
         ),
         (
-            ("queue_list", "--status", "waiting"),
-            "CommandError: unknown status 'waiting': use one of pending, ",
+            ("queue_list", "--status", "queued"),
+            "CommandError: unknown status 'queued': use one of pending, ",
         ),
         (
             ("queue_purge", "--status", "failed"),

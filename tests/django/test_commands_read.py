@@ -269,10 +269,10 @@ def test_list_prints_a_table_of_the_jobs_in_one_state(store: Store) -> None:
     assert (
         call("queue_list", "--status", "pending")
         == _table(
-            ["ID", "QUEUE", "TASK", "PRIORITY", "RETRIES", "ENQUEUED (UTC)"],
+            ["ID", "QUEUE", "TASK", "PRIORITY", "ATTEMPTS", "ENQUEUED (UTC)"],
             [
-                [str(m.job_id), "mail", MAIL, "10", "0/0", when(m.enqueued_at)],  # priority 10 comes first
-                [str(a.job_id), "default", ADD, "0", "0/3", when(a.enqueued_at)],
+                [str(m.job_id), "mail", MAIL, "10", "0/1", when(m.enqueued_at)],  # priority 10 comes first
+                [str(a.job_id), "default", ADD, "0", "0/4", when(a.enqueued_at)],
             ],
             right=(0, 3),
         )
@@ -300,12 +300,23 @@ def test_list_shows_the_column_of_each_state(store: Store) -> None:
     assert text.splitlines()[0].endswith("ENQUEUED (UTC)       ERROR")
     assert text.splitlines()[1].endswith(f"{when(failed.enqueued_at)}  ValueError: boom")
     assert text.endswith("\n1 failed job.\n")
+    attempts = text.splitlines()[0].index("ATTEMPTS")  # made / allowed: a dead letter out of tries shows n/n
+    assert text.splitlines()[1][attempts:].split()[0] == f"{failed.attempts}/{failed.max_retries + 1}"
     scheduled = job(q, store.scheduled)
     assert call("queue_list", "--status", "scheduled").splitlines()[1].endswith(when(scheduled.eta))
     running = job(q, store.running.job_id)
     assert call("queue_list", "--status", "running").splitlines()[1].endswith(when(running.started_at))
     done = job(q, store.done)
     assert call("queue_list", "--status", "done").splitlines()[1].endswith(when(done.finished_at))
+
+
+@pytest.mark.parametrize(
+    ("word", "state"),
+    [("waiting", "pending"), ("dead-letters", "failed"), ("Dead letters", "failed"), ("DONE", "done")],
+)
+def test_list_takes_the_admin_s_words_for_states(store: Store, word: str, state: str) -> None:
+    assert call("queue_list", "--status", word, "--json") == call("queue_list", "--status", state, "--json")
+    assert json.loads(call("queue_list", "--status", word, "--json"))["status"] == state
 
 
 def test_list_filters_by_queue_and_task_and_says_when_there_are_none(store: Store) -> None:
@@ -387,11 +398,12 @@ def test_list_json_writes_ids_as_strings_that_read_back(queue_max: Configure, st
     [
         (
             (),
-            r"^Error: --status is required: a job state: one of pending, scheduled, running, done, failed\.$",
+            r"^Error: --status is required: a job state: one of pending, scheduled, running, done, failed "
+            r"\(or as the admin says them: waiting, dead-letters\)\.$",
         ),
         (
-            ("--status", "waiting"),
-            r"^unknown status 'waiting': use one of pending, scheduled, running, done, ",
+            ("--status", "queued"),
+            r"^unknown status 'queued': use one of pending, scheduled, running, done, ",
         ),
         (("--status", "failed", "--limit", "0"), r"argument --limit: invalid positive_int value: '0'"),
         (("--status", "failed", "--after", "12.0"), r"^Error: argument --after: '12\.0' is not a job id: "),

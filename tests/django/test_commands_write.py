@@ -283,7 +283,8 @@ def test_purge_of_one_queue_takes_dead_letters_too(q: Queue) -> None:
     [
         (
             (),
-            r"^Error: --status is required: a job state: one of pending, scheduled, running, done, failed\.$",
+            r"^Error: --status is required: a job state: one of pending, scheduled, running, done, failed "
+            r"\(or as the admin says them: waiting, dead-letters\)\.$",
         ),
         (
             ("--status", "dead"),

@@ -86,14 +86,14 @@ class Command(QueueCommand):
 
 
 def _columns(state: State, jobs: list[Job]) -> tuple[list[str], list[list[Any]]]:
-    headers = ["ID", "QUEUE", "TASK", "PRIORITY", "RETRIES", "ENQUEUED (UTC)"]
+    headers = ["ID", "QUEUE", "TASK", "PRIORITY", "ATTEMPTS", "ENQUEUED (UTC)"]
     rows: list[list[Any]] = [
         [
             job.job_id,
             job.queue,
             job.name,
             job.priority,
-            f"{job.retries}/{job.max_retries}",
+            f"{job.attempts}/{job.max_retries + 1}",  # attempts made / allowed, as the admin shows them
             when(job.enqueued_at),
         ]
         for job in jobs
