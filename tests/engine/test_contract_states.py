@@ -588,6 +588,25 @@ def test_processing_acks_on_success(queue: Queue) -> None:
 
 
 @pytest.mark.contract
+@pytest.mark.rule_results
+def test_a_job_done_after_a_failed_attempt_keeps_that_attempt_s_error(queue: Queue) -> None:
+    """rule_results: a job that succeeds after a failed attempt is done with its result, and keeps the last
+    failed attempt's error, type and traceback (the admin shows them as an earlier attempt's), on every
+    store alike."""
+    job_id = queue.put("flaky")
+    try:
+        raise ConnectionError("upstream reset")
+    except ConnectionError as exc:
+        queue.get(0).nack(exc)
+    queue.get(0).ack("fine")
+    job = queue.job(job_id)
+    assert (job.state, job.result, job.attempts, job.retries) == (State.DONE, "fine", 2, 1)
+    assert job.error == "upstream reset" and job.error_type == "ConnectionError"
+    assert 'raise ConnectionError("upstream reset")' in job.traceback
+    assert job.errors == (("ConnectionError", "upstream reset"),)
+
+
+@pytest.mark.contract
 @pytest.mark.rule_processing
 def test_processing_nacks_and_reraises_on_exception(queue: Queue) -> None:
     """rule_processing: an exception nacks the job with that error, then propagates unchanged."""

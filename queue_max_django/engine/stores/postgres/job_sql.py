@@ -101,7 +101,7 @@ ins AS (
         error_msgs, error, error_type, traceback)
     SELECT id, {DONE}, queue, name, priority, retries, max_retries, attempts, enqueued_us, started_us,
         %(now)s, timeout, partition_key, payload, result, worker_ids, error_types, error_msgs,
-        NULL, NULL, NULL
+        error, error_type, traceback  -- the last failed attempt's, kept as the LMDB store keeps them
     FROM gone RETURNING id, queue),
 {tally(("ins", str(RUNNING), -1), ("ins", str(DONE), 1))}
 SELECT array_agg(id) FROM ins
