@@ -89,7 +89,8 @@ registered = _Registered()
 def unknown_django_task_message(module_path: Any) -> str:
     return (
         f"no django.tasks task {module_path!r} is registered in this process: is the module that defines "
-        f"it imported (an installed app's tasks.py, or listed in the backend's OPTIONS['MODULES'])?"
+        f"it imported (an installed app's tasks.py, or listed in the backend's OPTIONS['MODULES'])? If the "
+        f"code that enqueued it is newer than this worker's, restart or update your workers."
     )
 
 

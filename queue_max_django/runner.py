@@ -121,14 +121,18 @@ def run_job(
     letter). ``clock``: now, in unix seconds (tests pass a fake one)."""
     if isinstance(record.payload, dict) and DJANGO_TASK_KEY in record.payload:
         try:
-            from .backend import run_django_task_job
+            from .backend import lookup, run_django_task_job, unknown_django_task_message
         except ImportError as exc:  # Django < 6.0: the job cannot run in this process
             message = f"job {record.job_id} is a django.tasks job: {exc}"
             return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
+        module_path = record.payload.get("task")
+        if lookup(module_path, record.payload.get("backend")) is None:
+            named = isinstance(module_path, str)
+            return _unknown_task(record, final, clock, unknown_django_task_message(module_path), named)
         return run_django_task_job(record, retry_delay=retry_delay, final=final)
     task = registry.get(record.name) if record.name is not None else None
     if task is None:
-        return _unknown_task(record, final, clock)
+        return _unknown_task(record, final, clock, unknown_task_message(record.name), record.name is not None)
     arguments = _arguments(record.payload)
     if arguments is None:
         message = (
@@ -158,17 +162,19 @@ def run_job(
     return Outcome(record.job_id, State.DONE, result=result)
 
 
-def _unknown_task(record: Record, final: bool, clock: Callable[[], float]) -> Outcome:
-    """The job names no task of this process: give it back to wait for a worker that has the task, or, a
-    job without a name, out of its grace period or run ``final``, a dead letter."""
+def _unknown_task(
+    record: Record, final: bool, clock: Callable[[], float], message: str, named: bool
+) -> Outcome:
+    """The job names no task of this process (an ``@task`` one, or a ``django.tasks`` one: ``message`` says
+    which): give it back to wait for a worker that has the task, or, a job that names no task at all
+    (``named`` false), out of its grace period or run ``final``, a dead letter."""
     grace = get_config().unknown_task_grace
     wait = None
-    if record.name is not None and not final:
+    if named and not final:
         wait = unknown_task_wait(clock() - record.enqueued_at, grace)
-    message = unknown_task_message(record.name)
     if wait is None:
         reason = "its task is not registered in this process"
-        if grace and record.name is not None and not final:
+        if grace and named and not final:
             message += f" It waited QUEUE_MAX['UNKNOWN_TASK_GRACE'] ({grace:g} s) for a worker that has it."
             reason = "no worker had its task within QUEUE_MAX['UNKNOWN_TASK_GRACE']"
         error = TaskNotRegistered(message)

@@ -289,14 +289,28 @@ def test_enqueued_started_and_finished_signals_are_sent(store: None) -> None:
 
 @pytest.mark.inv_6
 @needs_tasks
-def test_a_job_naming_an_unregistered_task_is_a_dead_letter_and_nothing_is_imported(store: None) -> None:
+def test_a_job_naming_an_unregistered_task_waits_then_is_a_dead_letter_and_nothing_is_imported(
+    queue_max: Configure,
+) -> None:
+    """A django.tasks job of a task this process lacks waits out UNKNOWN_TASK_GRACE (a rolling deploy) as
+    an @task job does, uncounted, then is a dead letter; nothing is ever imported from the job's data."""
     payload = {"django_task": 1, "task": "os.system", "backend": "default", "args": ["true"], "kwargs": {}}
-    job_id = get_queue().put(payload, name="os.system")
-    (outcome,) = run_queued()
-    assert outcome.state is State.FAILED
-    job = get_queue().job(job_id)
-    assert job is not None and job.error == unknown_django_task_message("os.system")
-    assert job.retries == 1  # permanent: not retried
+    with override_settings(TASKS=tasks_setting()):
+        with queue_max(UNKNOWN_TASK_GRACE=3600):
+            job_id = get_queue().put(payload, name="os.system")
+            (outcome,) = run_queued()
+            assert outcome.state is State.SCHEDULED
+            assert "restart or update your workers" in str(outcome.error)
+            job = get_queue().job(job_id)
+            assert job is not None and (job.state, job.attempts, job.retries) == (State.SCHEDULED, 0, 0)
+        with queue_max(UNKNOWN_TASK_GRACE=0):
+            job_id = get_queue().put(payload, name="os.system")
+            (outcome,) = run_queued()
+            assert outcome.state is State.FAILED
+            job = get_queue().job(job_id)
+            assert job is not None and job.error == unknown_django_task_message("os.system")
+            assert job.error_type == "queue_max_django.runner.TaskNotRegistered"
+            assert job.retries == 1  # permanent: not retried
 
 
 @needs_tasks
