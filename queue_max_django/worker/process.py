@@ -510,7 +510,7 @@ class WorkerProcess:
             job = self.queue.job(record.job_id)
         except QueueError:
             job = None
-        attempt = record.retries + 1
+        attempt = record.attempts  # this one included, as Job.attempts counts them (queue_list, the admin)
         allowed = "" if job is None else f" of {job.max_retries + 1}"
         error = outcome.error
         raised = error if isinstance(error, BaseException) and error.__traceback__ is not None else None

@@ -26,14 +26,16 @@ class Tally:
 
 
 def closing_line(counts: dict[str, int]) -> str:
-    """``"stopped after 12 jobs (9 done, 2 failed and retried, 1 dead letter)"``; jobs that waited for
-    their task are named only when there were some."""
-    total = sum(counts.values())
+    """``"stopped after 12 jobs (9 done, 2 failed and retried, 1 dead letter)"``: the jobs it ran. Jobs
+    given back to wait for their task ran nothing, so they are not among them: they follow, only when there
+    were some (``"; 3 given back to wait for their task"``)."""
+    total = counts["done"] + counts["retried"] + counts["dead"]
     parts = [
         f"{counts['done']} done",
         f"{counts['retried']} failed and retried",
         f"{counts['dead']} dead letter{'' if counts['dead'] == 1 else 's'}",
     ]
+    line = f"stopped after {total} job{'' if total == 1 else 's'} ({', '.join(parts)})"
     if counts["waiting"]:
-        parts.append(f"{counts['waiting']} given back to wait for their task")
-    return f"stopped after {total} job{'' if total == 1 else 's'} ({', '.join(parts)})"
+        line += f"; {counts['waiting']} given back to wait for their task"
+    return line

@@ -83,6 +83,9 @@ def posts(jobs: Jobs) -> list[tuple[str, str, dict[str, Any]]]:
         ("change", f"{BASE}{jobs.failed}/retry/", {}),
         ("change", f"{BASE}{jobs.pending}/cancel/", {}),
         ("change", f"{BASE}{jobs.scheduled}/cancel/", {}),
+        ("change", f"{BASE}scheduled/action/", {"action": "run", "ids": [jobs.scheduled], **selected}),
+        ("change", f"{BASE}{jobs.scheduled}/run/", {}),
+        ("change", f"{BASE}{jobs.done}/enqueue/", {}),
     ]
 
 

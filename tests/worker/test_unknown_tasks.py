@@ -25,8 +25,8 @@ def test_a_job_of_a_task_the_old_worker_lacks_waits_for_the_updated_worker(site:
         old.stderr
     )
     assert "update your workers" in old.stderr and "Traceback" not in old.stderr
-    closing = "queue_worker old: stopped after 1 job (0 done, 0 failed and retried, 0 dead letters, 1 given "
-    assert closing + "back to wait for their task)" in old.stderr
+    closing = "queue_worker old: stopped after 0 jobs (0 done, 0 failed and retried, 0 dead letters); "
+    assert closing + "1 given back to wait for their task" in old.stderr
     with site.queue() as queue:
         job = queue.job(job_id)
         assert job is not None and (job.state, job.retries, job.attempts) == (State.SCHEDULED, 0, 0)
