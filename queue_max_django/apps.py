@@ -17,6 +17,9 @@ class QueueMaxAppConfig(AppConfig):
 
     def ready(self) -> None:
         checks.register(check_settings, TAG)
+        from .metrics_checks import check_metrics_extra
+
+        checks.register(check_metrics_extra, TAG, checks.Tags.urls)
         from .postgres_tables import upgrade_after_migrate
 
         # migrate brings the PostgreSQL store's tables to this code's schema version (postgres_tables.py)

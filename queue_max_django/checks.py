@@ -312,7 +312,33 @@ def settings_problems(raw: Any, base_dir: Any) -> list[Problem]:
         found += _queue_name_problems(("WORKER", "QUEUES"), worker["QUEUES"])
         if listed is not None and isinstance(worker["QUEUES"], (list, tuple)):
             found += _unlisted_queue_problems(("WORKER", "QUEUES"), worker["QUEUES"], listed)
+    found += _metrics_token_problems(values["METRICS_TOKEN"])
     return found
+
+
+MIN_TOKEN_CHARS = 16  # METRICS_TOKEN: a shorter one is guessable
+
+
+def _metrics_token_problems(token: Any) -> list[Problem]:
+    """``METRICS_TOKEN``: None, or at least ``MIN_TOKEN_CHARS`` printable ASCII characters without spaces
+    (what an ``Authorization: Bearer`` header can carry)."""
+    if token is None:
+        return []
+    if isinstance(token, str) and len(token) >= MIN_TOKEN_CHARS and all("!" <= c <= "~" for c in token):
+        return []
+    # the value itself is never shown: it may be most of a real token
+    kind = type(token).__name__
+    shown = f"{len(token)} characters" if isinstance(token, str) else f"a value of type {kind}"
+    return [
+        Problem(
+            f"{PREFIX}.E026",
+            f"QUEUE_MAX['METRICS_TOKEN'] must be None or a string of at least {MIN_TOKEN_CHARS} printable "
+            f"ASCII characters without spaces, not {shown}.",
+            "Generate one with `python -c 'import secrets; print(secrets.token_urlsafe(32))'` and read it "
+            "from the environment, or remove the key (then only users with the view permission of the "
+            "jobs may read the metrics).",
+        )
+    ]
 
 
 def _store_problems(raw: Mapping[str, Any], values: Mapping[str, Any], base_dir: Any) -> list[Problem]:

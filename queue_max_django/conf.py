@@ -129,6 +129,7 @@ class QueueMaxConfig:
     store: str = "lmdb"
     postgres: PostgresConfig | None = None  # with store "postgresql"
     unknown_task_grace: float = DEFAULTS["UNKNOWN_TASK_GRACE"]  # seconds (runner.unknown_task_wait)
+    metrics_token: str | None = None  # METRICS_TOKEN: a bearer token that may read the metrics view
 
 
 def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
@@ -196,6 +197,7 @@ def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
         store=values["STORE"],
         postgres=postgres,
         unknown_task_grace=float(values["UNKNOWN_TASK_GRACE"]),
+        metrics_token=values["METRICS_TOKEN"],
     )
 
 

@@ -333,6 +333,18 @@ class Queue:
         first, once, with a walk of its waiting and running jobs."""
         return self._live().queue_counts(self._clock())
 
+    def now(self) -> float:
+        """The store's time (unix seconds): the clock every operation reads (the database server's on the
+        PostgreSQL store, a fake one in tests), to compare with the times the store returns."""
+        return self._clock()
+
+    def pending_ages(self) -> dict[str, float]:
+        """Per queue with pending jobs, sorted by name: how many seconds its longest-waiting pending job has
+        been ready to claim (the queue's lag; 0 for a ready time ahead of the clock). Scheduled jobs are not
+        waiting yet. O(shards x queues x priorities in use), whatever the number of jobs."""
+        now = self._clock()
+        return {queue: max(0.0, now - ready) for queue, ready in self._live().oldest_pending(now).items()}
+
     def shard_stats(self) -> list[dict[str, int]]:
         """``stats()`` of each shard, in shard order."""
         store = self._live()

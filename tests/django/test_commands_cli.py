@@ -32,6 +32,7 @@ COMMANDS = (
     "queue_purge",
     "queue_enqueue",
     "queue_check",
+    "queue_health",
     "queue_compact",
     "queue_worker",
 )

@@ -38,6 +38,7 @@ from .keys import (
     queue_prefix,
     ready_key,
     ready_key_parts,
+    ready_prefix,
     time_key,
     time_key_parts,
 )
@@ -320,6 +321,30 @@ def queue_counts(shard: ShardDbs, *, now: float) -> dict[str, dict[str, int]]:
     if unreadable:
         quarantine_unreadable(shard, now, list(unreadable))
     return counts or {}
+
+
+def oldest_ready(shard: ShardDbs) -> dict[str, int]:
+    """queue -> the ready time (µs) of its longest-waiting pending job in this shard, in one read. The
+    ready index sorts each queue by (priority, ready time), so each priority's first key is its oldest
+    job: one seek per queue and priority in use, whatever the number of jobs."""
+
+    def txn_fn(txn: Any) -> dict[str, int]:
+        cursor = txn.cursor(db=shard.ready)
+        out: dict[str, int] = {}
+        for prefix in queue_prefixes(cursor):
+            queue = prefix[:-1]
+            found = cursor.set_range(prefix)
+            while found:
+                key = cursor.key()
+                if not key.startswith(prefix):
+                    break
+                _q, priority, ready_us, _id = ready_key_parts(key)
+                name = queue.decode()
+                out[name] = min(out.get(name, ready_us), ready_us)
+                found = cursor.set_range(ready_prefix(queue, priority - 1))  # the next priority down
+        return out
+
+    return shard.env.read(txn_fn)
 
 
 def rebuild_queue_counts(shard: ShardDbs, now: float) -> None:

@@ -442,6 +442,9 @@ class Shard:
     def queue_counts(self, *, now: float) -> dict[str, dict[str, int]]:
         return reads.queue_counts(self, now=now)
 
+    def oldest_ready(self) -> dict[str, int]:
+        return reads.oldest_ready(self)
+
     def rebuild_queue_counts(self, now: float) -> None:
         reads.rebuild_queue_counts(self, now)
 

@@ -464,6 +464,15 @@ class LmdbStore:
                     into[state] += count
         return dict(sorted(total.items()))
 
+    def oldest_pending(self, now: float) -> dict[str, float]:
+        """Per queue with pending jobs: when its longest-waiting one became ready to claim (unix seconds).
+        O(shards x queues x priorities in use): one seek each, whatever the number of jobs."""
+        oldest: dict[str, int] = {}
+        for one in self._shards:
+            for queue, ready_us in one.oldest_ready().items():
+                oldest[queue] = min(oldest.get(queue, ready_us), ready_us)
+        return {queue: oldest[queue] / 1_000_000 for queue in sorted(oldest)}
+
     def verify(self) -> list[str]:
         problems: list[str] = []
         for one in self._shards:

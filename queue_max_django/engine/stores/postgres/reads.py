@@ -127,6 +127,31 @@ def queue_counts(store: Statements) -> dict[str, dict[str, int]]:
     return dict(sorted(out.items()))
 
 
+# Per queue with pending jobs (from the counter rows), the priorities in use by a skip scan of the
+# (queue, priority DESC, ready_us, id) index, then each priority's first entry: one index probe per queue and
+# priority in use, whatever the number of jobs (a GROUP BY would read every pending job's entry).
+_OLDEST = f"""
+WITH RECURSIVE waiting AS (
+    SELECT queue FROM qm_counts WHERE state = {PENDING} GROUP BY queue HAVING sum(n) > 0),
+levels(queue, priority) AS (
+    SELECT w.queue, (SELECT j.priority FROM qm_jobs j WHERE j.state = {PENDING} AND j.queue = w.queue
+                     ORDER BY j.priority DESC LIMIT 1) FROM waiting w
+    UNION ALL
+    SELECT l.queue, (SELECT j.priority FROM qm_jobs j WHERE j.state = {PENDING} AND j.queue = l.queue
+                     AND j.priority < l.priority ORDER BY j.priority DESC LIMIT 1)
+    FROM levels l WHERE l.priority IS NOT NULL)
+SELECT l.queue, min((SELECT j.ready_us FROM qm_jobs j WHERE j.state = {PENDING} AND j.queue = l.queue
+                     AND j.priority = l.priority ORDER BY j.ready_us LIMIT 1))
+FROM levels l WHERE l.priority IS NOT NULL GROUP BY l.queue ORDER BY l.queue
+"""
+
+
+def oldest_pending(store: Statements) -> dict[str, float]:
+    """Per queue with pending jobs: its longest-waiting one's ready time (unix seconds)."""
+    rows = store.rows(_OLDEST, None)
+    return {queue: ready_us / 1_000_000 for queue, ready_us in rows if ready_us is not None}
+
+
 _CHECK = """
 WITH actual AS (
     SELECT queue, state, count(*) AS n FROM qm_jobs GROUP BY queue, state

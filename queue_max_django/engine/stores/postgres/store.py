@@ -479,5 +479,8 @@ class PostgresStore:
     def queue_counts(self, now: float) -> dict[str, dict[str, int]]:
         return reads.queue_counts(self)
 
+    def oldest_pending(self, now: float) -> dict[str, float]:
+        return reads.oldest_pending(self)
+
     def verify(self) -> list[str]:
         return reads.verify(self)

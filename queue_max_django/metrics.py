@@ -1,0 +1,127 @@
+"""The store's figures as Prometheus metrics: a ``prometheus_client`` Collector over a ``Queue``, read once
+per scrape from what the store itself counts (so every process and machine is counted once, whichever
+process serves the scrape), rendered in Prometheus's text format through a registry of its own.
+
+``prometheus_client`` is the optional extra ``queue-max-django[metrics]``: imported when a scrape is
+rendered, never when this module is imported (``MissingExtra`` says how to install it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .engine import Queue
+
+PREFIX = "queue_max"
+EXTRA_HINT = 'pip install "queue-max-django[metrics]"'
+BREAKER_STATES = ("closed", "open", "half_open")
+
+
+class MissingExtra(ImportError):
+    """``prometheus_client`` is not installed: install the ``metrics`` extra (``EXTRA_HINT``)."""
+
+
+def prometheus() -> Any:
+    """The ``prometheus_client`` module; ``MissingExtra`` naming the extra when it is not installed."""
+    try:
+        import prometheus_client
+        import prometheus_client.core  # (the metric families; a submodule the package does not import)
+    except ImportError as exc:
+        raise MissingExtra(
+            f"The queue metrics need the prometheus-client library: {EXTRA_HINT} (the 'metrics' extra)."
+        ) from exc
+    return prometheus_client
+
+
+class QueueCollector:
+    """One scrape's metrics of ``queue`` (a ``prometheus_client`` custom collector: ``collect()`` yields
+    metric families, read from the store at that moment)."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+
+    def describe(self) -> list[Any]:
+        return []  # no read of the store when the collector is registered
+
+    def collect(self) -> Iterator[Any]:
+        core = prometheus().core
+        gauge, counter = core.GaugeMetricFamily, core.CounterMetricFamily
+        q = self.queue
+        stats = q.stats()
+        now = q.now()
+
+        jobs = gauge(
+            f"{PREFIX}_jobs", "Jobs in the store per state (done ones until vacuumed).", labels=["state"]
+        )
+        for state in ("pending", "scheduled", "running", "done", "failed"):
+            jobs.add_metric([state], stats[state])
+        yield jobs
+
+        per_queue = gauge(
+            f"{PREFIX}_queue_jobs",
+            "Waiting, scheduled and running jobs per queue.",
+            labels=["queue", "state"],
+        )
+        for name, counts in q.queue_counts().items():
+            for state, count in counts.items():
+                per_queue.add_metric([name, state], count)
+        yield per_queue
+
+        yield counter(f"{PREFIX}_enqueued", "Jobs ever put into the store.", value=stats["total"])
+
+        lag = gauge(
+            f"{PREFIX}_oldest_pending_age_seconds",
+            "Seconds the oldest waiting job of each queue (with waiting jobs) has been ready to run.",
+            labels=["queue"],
+        )
+        for name, age in q.pending_ages().items():
+            lag.add_metric([name], age)
+        yield lag
+
+        workers = [w for w in q.workers() if w.alive(now)]
+        yield gauge(f"{PREFIX}_workers", "Worker processes with a recent heartbeat.", value=len(workers))
+        done = counter(
+            f"{PREFIX}_worker_processed",
+            "Jobs each live worker process has finished since it started, as of its last heartbeat.",
+            labels=["worker"],
+        )
+        failed = counter(
+            f"{PREFIX}_worker_failed",
+            "Failed attempts of each live worker process since it started, as of its last heartbeat.",
+            labels=["worker"],
+        )
+        running = gauge(
+            f"{PREFIX}_worker_running_jobs", "Jobs each live worker is running.", labels=["worker"]
+        )
+        for w in workers:
+            done.add_metric([w.worker_id], w.processed)
+            failed.add_metric([w.worker_id], w.failed)
+            running.add_metric([w.worker_id], len(w.current_jobs))
+        yield from (done, failed, running)
+
+        breakers = gauge(
+            f"{PREFIX}_circuit_breaker_state",
+            "1 for the state each circuit breaker is in (closed, open, half_open), 0 for the others.",
+            labels=["key", "state"],
+        )
+        for key, breaker in q.circuit_breakers().items():
+            for state in BREAKER_STATES:
+                breakers.add_metric([key, state], 1 if breaker["state"] == state else 0)
+        yield breakers
+
+        tokens = gauge(f"{PREFIX}_rate_limit_tokens", "Tokens left in each rate limit.", labels=["key"])
+        for key in q.rate_limits():
+            remaining = q.remaining(key)
+            if remaining is not None:
+                tokens.add_metric([key], remaining)
+        yield tokens
+
+
+def render(queue: Queue) -> tuple[bytes, str]:
+    """The metrics of ``queue`` in Prometheus's text format, through a registry of this scrape's own (the
+    process's global registry is left alone). -> (body, content type)."""
+    client = prometheus()
+    registry = client.CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(queue))
+    return client.generate_latest(registry), client.CONTENT_TYPE_LATEST

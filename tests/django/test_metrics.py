@@ -1,0 +1,153 @@
+"""The metrics view (``queue/metrics/`` through ``queue_max_django.urls``, tests/urls.py): Prometheus's text
+format that prometheus_client's own parser reads, with the numbers the store holds, on both stores; the guard
+(a bearer token, or the jobs' view permission); the settings check of the token and the check of the extra."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client, override_settings
+from prometheus_client.parser import text_string_to_metric_families
+
+from queue_max_django.conf import get_queue
+from queue_max_django.engine import Queue
+from tests.admin_clients import logged_in
+
+pytestmark = pytest.mark.django_db
+Configure = Callable[..., override_settings]
+TOKEN = "s3cret-token-for-the-scraper"
+URL = "/queue/metrics/"
+
+
+@pytest.fixture
+def store(queue_max: Configure) -> Iterator[Queue]:
+    with queue_max(METRICS_TOKEN=TOKEN):
+        yield get_queue()
+
+
+def scrape(client: Client | None = None, token: str | None = TOKEN) -> Any:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    return (client or Client()).get(URL, headers=headers)
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """(sample name, labels) -> value, every sample of every family as prometheus_client parses them."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return out
+
+
+def value(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
+    return found[(name, frozenset(labels.items()))]
+
+
+def test_the_metrics_are_what_the_store_holds(store: Queue) -> None:
+    q = store
+    q.put_many([1, 2, 3], queue="mail")
+    q.put(4, queue="reports", priority=5)
+    q.put(5, queue="reports", delay=600)
+    q.get(timeout=0, queues=["mail"]).ack(result=1)
+    q.get(timeout=0, queues=["mail"]).nack("boom", permanent=True)
+    running = q.get(timeout=0, queues=["reports"])
+    q.report_worker("w-1", stale_after=60.0, pid=7, host="box", threads=2, current_jobs=(running.job_id,),
+                    processed=12, failed=3)  # fmt: skip
+    q.set_circuit_breaker("payments", threshold=1)
+    q.circuit_breakers()  # (created closed)
+    q.set_rate_limit("api", "60/m")
+    assert q.try_acquire("api")
+
+    response = scrape()
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")  # the library's own
+    assert "no-cache" in response["Cache-Control"]
+    found = samples(response.content.decode())
+
+    stats = q.stats()
+    for state in ("pending", "scheduled", "running", "done", "failed"):
+        assert value(found, "queue_max_jobs", state=state) == stats[state]
+    assert (stats["pending"], stats["scheduled"], stats["running"], stats["done"], stats["failed"]) == (
+        1, 1, 1, 1, 1)  # fmt: skip
+    for name, counts in q.queue_counts().items():
+        for state, count in counts.items():
+            assert value(found, "queue_max_queue_jobs", queue=name, state=state) == count
+    assert value(found, "queue_max_enqueued_total") == stats["total"] == 5
+    ages = q.pending_ages()
+    assert set(ages) == {"mail"}
+    assert 0 <= value(found, "queue_max_oldest_pending_age_seconds", queue="mail") <= ages["mail"]
+    assert ("queue_max_oldest_pending_age_seconds", frozenset({("queue", "reports")})) not in found
+    assert value(found, "queue_max_workers") == 1
+    assert value(found, "queue_max_worker_processed_total", worker="w-1") == 12
+    assert value(found, "queue_max_worker_failed_total", worker="w-1") == 3
+    assert value(found, "queue_max_worker_running_jobs", worker="w-1") == 1
+    assert value(found, "queue_max_circuit_breaker_state", key="payments", state="closed") == 1
+    assert value(found, "queue_max_circuit_breaker_state", key="payments", state="open") == 0
+    assert 59 <= value(found, "queue_max_rate_limit_tokens", key="api") <= q.remaining("api") <= 60
+
+
+def test_an_open_breaker_and_an_empty_store(store: Queue) -> None:
+    found = samples(scrape().content.decode())
+    assert value(found, "queue_max_jobs", state="pending") == 0 and value(found, "queue_max_workers") == 0
+    assert not [key for key in found if key[0] == "queue_max_queue_jobs"]
+    store.set_circuit_breaker("name:payments", threshold=1)  # the breaker of the jobs named "payments"
+    store.put(1, name="payments")
+    store.get(timeout=0).nack("down", permanent=True)  # the breaker's one allowed failure
+    assert store.circuit_breakers()["name:payments"]["state"] == "open"
+    found = samples(scrape().content.decode())
+    assert value(found, "queue_max_circuit_breaker_state", key="name:payments", state="open") == 1
+    assert value(found, "queue_max_circuit_breaker_state", key="name:payments", state="closed") == 0
+
+
+@pytest.mark.store_neutral  # refused before the store is read
+@pytest.mark.parametrize(
+    "token", [None, "wrong-token-of-the-same-kind", TOKEN + "x", TOKEN[:-1], ""], ids=repr
+)
+def test_without_the_token_the_scrape_is_refused(store: Queue, token: str | None) -> None:
+    response = scrape(token=token)
+    assert response.status_code == 401 and response["WWW-Authenticate"].startswith("Bearer")
+    assert b"queue_max" not in response.content
+
+
+def test_a_user_needs_the_view_permission_of_the_jobs(store: Queue) -> None:
+    assert scrape(logged_in(username="nobody"), token=None).status_code == 401
+    response = scrape(logged_in("view_job", username="viewer", staff=False), token=None)
+    assert response.status_code == 200 and b"queue_max_jobs{" in response.content
+
+
+def test_without_a_token_setting_only_users_with_the_permission_may_read(queue_max: Configure) -> None:
+    with queue_max():
+        assert scrape().status_code == 401  # a bearer token is no use when none is configured
+        assert scrape(logged_in("view_job", username="viewer"), token=None).status_code == 200
+
+
+@pytest.mark.store_neutral  # refused before the store is read
+def test_only_get_and_head(store: Queue) -> None:
+    assert Client().post(URL, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 405
+
+
+@pytest.mark.store_neutral  # a settings check
+@pytest.mark.parametrize("token", ["short", 12345678901234567890, "has a space in it, sixteen+", "é" * 20])
+def test_a_bad_token_setting_is_check_error_e026(queue_max: Configure, token: Any) -> None:
+    with queue_max(METRICS_TOKEN=token):
+        errors = [m for m in checks.run_checks(tags=["queue_max_django"]) if m.id == "queue_max_django.E026"]
+    assert len(errors) == 1
+    assert errors[0].msg.startswith("QUEUE_MAX['METRICS_TOKEN'] must be None or a string of at least 16 ")
+    assert str(token) not in errors[0].msg or token == 12345678901234567890
+
+
+@pytest.mark.store_neutral  # the URLconf check, and the import before the store is read
+def test_without_the_extra_the_check_and_the_view_name_it(
+    store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert [m for m in checks.run_checks(tags=["urls"]) if m.id == "queue_max_django.E027"] == []
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if it were not installed
+    (error,) = [m for m in checks.run_checks(tags=["urls"]) if m.id == "queue_max_django.E027"]
+    assert "queue-max-django[metrics]" in error.hint
+    with pytest.raises(ImproperlyConfigured, match=r"queue-max-django\[metrics\]"):
+        scrape()
