@@ -514,6 +514,16 @@ class WorkerProcess:
         allowed = "" if job is None else f" of {job.max_retries + 1}"
         error = outcome.error
         raised = error if isinstance(error, BaseException) and error.__traceback__ is not None else None
+        # The same as structured fields of the record, for error trackers and JSON log formatters (Sentry's
+        # logging integration adds a record's extra fields to its event).
+        fields = {
+            "job_id": str(record.job_id),
+            "task": record.name,
+            "queue": record.queue,
+            "attempt": attempt,
+            "attempts_allowed": None if job is None else job.max_retries + 1,
+            "dead_letter": outcome.state is State.FAILED,
+        }
         if outcome.state is State.FAILED:
             if job is not None and job.retries > job.max_retries:
                 why = "no retries left"
@@ -521,13 +531,13 @@ class WorkerProcess:
                 why = f"not retried ({outcome.reason})" if outcome.reason else "not retried"
             logger.error("job %s (%s) failed (attempt %d%s), %s: now a dead letter: %s", record.job_id,
                          record.name, attempt, allowed, why, summary(error),
-                         exc_info=raised)  # fmt: skip
+                         exc_info=raised, extra=fields)  # fmt: skip
             return
         when = "now"
         if job is not None and job.state is State.SCHEDULED and job.eta is not None:
             when = f"in {max(0.0, job.eta - time.time()):.1f} s"
         logger.warning("job %s (%s) failed (attempt %d%s), retrying %s: %s", record.job_id, record.name,
-                       attempt, allowed, when, summary(error))  # fmt: skip
+                       attempt, allowed, when, summary(error), extra=fields)  # fmt: skip
 
     def _log_waiting(self, record: Record, outcome: Outcome) -> None:
         held = self._unknown.due(str(record.name))

@@ -95,6 +95,15 @@ def test_retries_are_one_line_dead_letters_have_their_traceback_and_the_tally_co
         last.getMessage(),
     ), last.getMessage()
     assert last.levelno == logging.ERROR and last.exc_info is not None  # the full traceback, once
+    # what error trackers and JSON formatters read: the job as structured fields of each record
+    assert {k: getattr(last, k) for k in ("job_id", "task", "queue", "attempt", "attempts_allowed")} == {
+        "job_id": str(dead),
+        "task": FAIL,
+        "queue": "default",
+        "attempt": 1,
+        "attempts_allowed": 1,
+    }
+    assert (last.dead_letter, retry.dead_letter, retry.attempt, retry.attempts_allowed) == (True, False, 1, 2)
     [refused] = lines.matching(f"job {permanent} ")
     assert "failed (attempt 1 of 2), not retried (Permanent raised" in refused.getMessage()
     assert refused.exc_info is not None
