@@ -28,8 +28,8 @@ class Owner:
         self.calls.append(("nack", record, error, delay, permanent))
         return State.SCHEDULED
 
-    def _release(self, record: Record) -> None:
-        self.calls.append(("release", record))
+    def _release(self, record: Record, delay: float | None = None) -> None:
+        self.calls.append(("release", record, delay))
 
     def _touch(self, record: Record) -> float:
         self.calls.append(("touch", record))
@@ -75,13 +75,15 @@ def test_each_completion_is_one_call_to_the_owner() -> None:
     record.ack({"ok": 1})
     assert record.nack("boom", delay=3.0, permanent=True) is State.SCHEDULED
     record.release()
+    record.release(delay=2.5)
     assert record.touch() == 1234.5 and record.lease_until == 1234.5
     assert record.pack_result(None) is None  # nothing to check, nothing asked
     assert record.pack_result([1]) == b"packed"
     assert owner.calls == [
         ("ack", record, {"ok": 1}),
         ("nack", record, "boom", 3.0, True),
-        ("release", record),
+        ("release", record, None),
+        ("release", record, 2.5),
         ("touch", record),
         ("pack", [1]),
     ]

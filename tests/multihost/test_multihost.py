@@ -36,8 +36,12 @@ def test_a_cut_link_and_a_killed_host_lose_nothing_and_duplicate_only_what_they_
         unavailable(
             "the server binaries (initdb, pg_ctl) are not installed: this test starts a server of its own"
         )
+    # The producers are paced (2 x 500 jobs/s): on a quiet machine the workers drain 3,000 jobs/s, and the
+    # other host then finished every job during the cut (3 s) and the lease after it, before the kill could
+    # come. At 1,000 jobs/s the run lasts 10 s at least, the kill comes ~4 s after the cut with work left.
     config = Config(
         folder=tmp_path, jobs=JOBS, lease_time=1.0, cut_at=0.1, kill_at=0.3, time_limit=240.0, prefix=PREFIX,
+        produce_rate=500.0,
     )  # fmt: skip
 
     report = run_multihost(config)

@@ -306,7 +306,7 @@ class PostgresStore:
         if broken is not None:
             upkeep.quarantine(self, micros(now), *broken)
             for job_id in back:
-                self.one(job_sql.RELEASE, self.params(id=job_id, token=token))
+                self.one(job_sql.RELEASE, self.params(id=job_id, token=token, state=PENDING, ready=None))
             if back:
                 self.hints.local()
             if not claimed:
