@@ -552,25 +552,32 @@ class WorkerProcess:
         )  # fmt: skip
 
     def _nothing_left(self) -> bool:
-        """--burst: nothing waiting or running, and nothing scheduled within --burst-wait seconds."""
-        queue = self.queue
-        stats = queue.stats()
-        if self._queues is not None:
-            counts = queue.queue_counts()
-            pending = sum(counts.get(name, {}).get("pending", 0) for name in self._queues)
-            running = sum(counts.get(name, {}).get("running", 0) for name in self._queues)
-        else:
-            pending, running = stats["pending"], stats["running"]
-        if pending or running:
+        """--burst: nothing waiting or running, and nothing scheduled within --burst-wait seconds.
+
+        The counts and the listing of scheduled jobs are two reads: a job that became due and was claimed
+        (here or elsewhere) between them is in neither the first read's running count nor the listing. So
+        when the listing found nothing that keeps the worker, the counts are read again: a claim that came
+        between the reads shows there as running (and one after the listing was in it, due)."""
+        if self._busy():
             return False
-        if stats["scheduled"]:
-            for job in queue.jobs(State.SCHEDULED, limit=50):
+        if self.queue.stats()["scheduled"]:
+            for job in self.queue.jobs(State.SCHEDULED, limit=50):
                 if self._queues is not None and job.queue not in self._queues:
                     continue
                 if job.eta is None or job.eta - time.time() <= self.options.burst_wait:
                     return False
                 break
-        return True
+        return not self._busy()
+
+    def _busy(self) -> bool:
+        """Jobs waiting or running, in this worker's queues."""
+        if self._queues is None:
+            stats = self.queue.stats()
+            return bool(stats["pending"] or stats["running"])
+        counts = self.queue.queue_counts()
+        return any(
+            counts.get(name, {}).get(state, 0) for name in self._queues for state in ("pending", "running")
+        )
 
 
 def main(
