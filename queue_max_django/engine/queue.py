@@ -38,6 +38,7 @@ from .record import Record
 from .stores.base import Store
 from .stores.opening import DEFAULT_MAP_SIZE, open_store
 from .stores.types import LockHolder, WorkerInfo
+from .tokens import new_token
 from .validate import check_filter, check_number, check_queue_arguments, parse_state, put_defaults
 
 Clock = Callable[[], float]
@@ -398,9 +399,7 @@ class Queue:
         -> its record, or None if it is running, finished or gone."""
         _check_id(job_id)
         store = self._live()
-        claimed = store.claim_job(
-            self._clock(), job_id, self.lease_time, os.urandom(16), self.worker_id, True
-        )
+        claimed = store.claim_job(self._clock(), job_id, self.lease_time, new_token(), self.worker_id, True)
         return None if claimed is None else Record(self._consumer, claimed)
 
     def requeue(self, job_id: int) -> bool:
