@@ -17,6 +17,7 @@ from typing import Any
 from .conf import get_config
 from .context import running
 from .engine import (
+    InvalidMetadata,
     PayloadNotSerializable,
     PayloadTooLarge,
     Queue,
@@ -156,9 +157,9 @@ def run_job(
             context.save_at_end()
             return _failed(record, task, exc, retry_delay, final)
         problem = context.save_at_end()
-    if problem is not None:
-        message = f"task {task.name!r} left metadata that cannot be stored: {problem}"
-        return Outcome(record.job_id, record.nack(message, permanent=True), error=problem)
+    if problem is not None:  # the attempt fails for good: the same code would fail the same way again
+        error = InvalidMetadata(f"task {task.name!r} left metadata that cannot be stored: {problem}")
+        return Outcome(record.job_id, record.nack(error, permanent=True), error=error)
     try:
         if acks is None:
             record.ack(result)
