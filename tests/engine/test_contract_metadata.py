@@ -168,3 +168,33 @@ def test_a_job_stored_before_metadata_reads_as_none_and_can_get_some(queue: Queu
     record.ack()
     assert queue.job(waiting).metadata == {"new": 1}  # type: ignore[union-attr]
     assert queue.verify() == []
+
+
+def test_create_upgrades_a_version_1_postgresql_database(pg_url: str) -> None:
+    """Schema version 2 added the metadata column: ``schema.create`` (what ``migrate`` runs) brings a
+    version 1 database up, its jobs kept and read as having no metadata; until then the store refuses to
+    open."""
+    from queue_max_django.engine import SchemaError
+    from queue_max_django.engine.stores.postgres import schema
+    from tests import pgserver
+    from tests.engine.locations import StoreLocation
+
+    location = StoreLocation("postgres", pg_url)
+    with location.open_queue() as queue:
+        job_id = queue.put("old")
+    with pgserver.connect(pg_url) as conn:  # as a version 1 database is
+        conn.execute("ALTER TABLE qm_jobs DROP COLUMN metadata")
+        conn.execute("ALTER TABLE qm_finished DROP COLUMN metadata")
+        conn.execute("UPDATE qm_meta SET value = '1' WHERE key = 'schema_version'")
+        with pytest.raises(
+            SchemaError, match="schema version 1; this version of queue_max_django needs version 2"
+        ):
+            location.open_queue()
+        schema.create(conn)
+        assert schema.version(conn) == 2
+    with location.open_queue() as queue:
+        assert queue.job(job_id).metadata == {}  # type: ignore[union-attr]
+        record = queue.get(0)
+        record.save_metadata({"upgraded": True})
+        record.ack()
+        assert queue.job(job_id).metadata == {"upgraded": True}  # type: ignore[union-attr]
