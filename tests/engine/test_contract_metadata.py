@@ -5,6 +5,7 @@ running job's metadata only while that record holds it; a record stored before m
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from queue_max_django.engine import (
     State,
 )
 from tests.engine.conftest import FakeClock
+from tests.engine.locations import StoreLocation
 from tests.engine.probes import StoreProbe
 
 Probe = Callable[[Queue], StoreProbe]
@@ -198,3 +200,18 @@ def test_create_upgrades_a_version_1_postgresql_database(pg_url: str) -> None:
         record.save_metadata({"upgraded": True})
         record.ack()
         assert queue.job(job_id).metadata == {"upgraded": True}  # type: ignore[union-attr]
+
+
+@pytest.mark.contract
+@pytest.mark.rule_async
+def test_async_put_and_save_metadata(location: StoreLocation, clock: FakeClock) -> None:
+    async def main() -> None:
+        async with location.open_async(clock=clock) as aq:
+            job_id = await aq.put("x", metadata={"of": 2})
+            record = await aq.get(0)
+            assert record.metadata == {"of": 2}
+            await record.save_metadata({"of": 2, "done": 1})
+            assert (await aq.job(job_id)).metadata == {"of": 2, "done": 1}
+            await record.ack()
+
+    asyncio.run(main())
