@@ -215,3 +215,25 @@ def test_async_put_and_save_metadata(location: StoreLocation, clock: FakeClock) 
             await record.ack()
 
     asyncio.run(main())
+
+
+@pytest.mark.lmdb
+def test_stored_metadata_that_does_not_decode_is_damage_not_an_error(queue: Queue, probe: Probe) -> None:
+    """LMDB keeps metadata as bytes: bytes that are not the JSON of an object read as ``{}``, and the
+    snapshot's ``damage`` says why; the job is still claimed, run and completed (its metadata can be saved
+    again)."""
+    from queue_max_django.engine.stores.lmdb import keys, layout
+
+    job_id = queue.put("x", metadata={"a": 1})
+    lmdb_probe: Any = probe(queue)
+    with lmdb_probe._txn(job_id, write=True) as (txn, dbs):
+        record = layout.unpack_record(txn.get(keys.id_key(job_id), db=dbs["jobs"]), job_id)
+        record[layout.F_METADATA] = b"\xff not json"
+        txn.put(keys.id_key(job_id), layout.pack_record(record), db=dbs["jobs"])
+    job = queue.job(job_id)
+    assert job is not None and job.metadata == {} and "metadata does not decode" in (job.damage or "")
+    record = queue.get(0)
+    assert record.metadata == {}
+    record.save_metadata({"fixed": True})
+    record.ack()
+    assert queue.job(job_id).metadata == {"fixed": True}  # type: ignore[union-attr]
