@@ -93,9 +93,12 @@ class JobContext:
 
     def save_raw(self, raw: dict[str, Any]) -> None:
         """Store ``raw`` as the job's whole metadata, reserved keys too (the django.tasks backend's
-        ``save_metadata``, which Django's ``TaskContext`` calls with them)."""
+        ``save_metadata``, which Django's ``TaskContext`` calls with them). ``metadata`` (the same dict)
+        then holds what was stored, as it reads back (tuples as lists)."""
         self._record.save_metadata(raw)
         self._raw = self._record.metadata
+        self.metadata.clear()
+        self.metadata.update(copy.deepcopy(user_metadata(self._raw)))
 
     def save_at_end(self) -> InvalidMetadata | None:
         """The runner's save when the task returned or raised: ``metadata`` if it changed. -> the error if

@@ -245,3 +245,11 @@ def test_django_context_changes_are_saved_on_success_and_failure(backend: None) 
     assert (explicit.return_value, explicit.metadata) == ({"a": 1}, {"a": 1})  # type: ignore[attr-defined]
     assert invalid.status == "FAILED" and invalid.errors[-1].exception_class is TypeError
     assert invalid.metadata == {}  # type: ignore[attr-defined]
+
+
+def test_after_a_save_the_context_holds_what_was_stored() -> None:
+    result = mt.save_tuple_then_read.delay()
+    run_queued()
+    result.refresh()
+    assert result.return_value == [{"pair": [1, 2]}, False, True]
+    assert result.metadata == {"pair": [1, 2]}

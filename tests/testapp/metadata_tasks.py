@@ -60,3 +60,15 @@ async def save_progress_async(step: int) -> str:
     await job.asave_metadata()
     await asyncio.sleep(0)
     return job.id
+
+
+@task
+def save_tuple_then_read() -> list[Any]:
+    """A saved tuple reads back as a list, in the same dict the task holds; a later save of the context by
+    another path (the django.tasks backend's) must not be undone by the runner's save at the end."""
+    job = current_job()
+    held = job.metadata
+    held["pair"] = (1, 2)
+    job.save_metadata()
+    job.save_raw({**job.raw_metadata})  # as the django.tasks backend saves
+    return [held, job.metadata_modified, held is job.metadata]
