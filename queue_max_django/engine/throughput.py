@@ -15,10 +15,12 @@ Nothing here is on the hot path: a put or an ack writes nothing for it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .errors import QueueError
 from .stores.types import Sample
 
 if TYPE_CHECKING:
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 WINDOW = 60  # minutes the history covers
 KEEP = 2 * WINDOW  # minutes of samples the store keeps (older ones are dropped as new ones come)
 MINUTE = 60.0
+
+logger = logging.getLogger("queue_max_django.engine")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +90,8 @@ def _difference(now: int, before: int) -> int | None:
 
 class Sampler:
     """What a worker's supervisor calls from its loop (``tick()``, as often as it likes): a sample at most
-    once a minute of the store's clock. A store error is the caller's to log; the next minute tries again."""
+    once a minute of the store's clock. A store error is logged, never raised (the chart is not worth a
+    worker); the next minute tries again."""
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
@@ -98,5 +103,8 @@ class Sampler:
         if minute == self._last:
             return False
         self._last = minute
-        take_sample(self.queue)
+        try:
+            take_sample(self.queue)
+        except QueueError:
+            logger.warning("the throughput sample of this minute could not be saved", exc_info=True)
         return True

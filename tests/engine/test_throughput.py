@@ -5,7 +5,10 @@ per-minute differences, with gaps where no sample was taken."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+
+import pytest
 
 from queue_max_django.engine import Queue, State
 from queue_max_django.engine.stores.types import Sample
@@ -118,3 +121,15 @@ def test_per_minute_with_zero_data_one_sample_and_a_reset() -> None:
         Point(99, None, None, 0.0),  # the totals fell: a store emptied or replaced, not -9 jobs
         Point(100, 1, 0, 2.0),
     ]
+
+
+def test_a_sample_that_fails_is_logged_not_raised(
+    clock: FakeClock, make_queue: Callable[..., Queue], caplog: pytest.LogCaptureFixture
+) -> None:
+    q = make_queue()
+    sampler = Sampler(q)
+    q.close()  # every store operation now raises QueueClosed
+    with caplog.at_level(logging.WARNING, logger="queue_max_django.engine"):
+        assert sampler.tick()
+    assert "throughput sample" in caplog.text
+    assert not sampler.tick()  # the next try is the next minute's
