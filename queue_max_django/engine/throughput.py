@@ -60,6 +60,12 @@ def take_sample(queue: Queue) -> bool:
     return store.save_sample(Sample(minute_of(now), done, failed, lag), KEEP)
 
 
+def finished_totals(queue: Queue) -> tuple[int, int]:
+    """(jobs ever done, jobs ever dead-lettered) in the whole store: they only grow
+    (``Store.finished_totals``), so they are counters (the Prometheus view exports them)."""
+    return queue._live().finished_totals()
+
+
 def history(queue: Queue, minutes: int = WINDOW) -> list[Point]:
     """The last ``minutes`` minutes, the current one last: ``minutes`` points, gaps included."""
     end = minute_of(queue._clock())
