@@ -26,7 +26,7 @@ LEFT, RIGHT = 52, 12  # room for the value labels on the left
 JOBS_TOP, JOBS_BOTTOM = 24, 150
 LAG_TOP, LAG_BOTTOM = 196, 252
 HEIGHT = 276
-NICE = (1, 2, 2.5, 5, 10)
+NICE = (2, 4, 10)  # scales whose half is a whole number too
 
 
 @dataclass(frozen=True)
@@ -51,16 +51,26 @@ def utc_label(minute: int) -> str:
     return dt.datetime.fromtimestamp(minute * 60, tz=dt.UTC).strftime("%H:%M")
 
 
-def nice_ceiling(value: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``value`` (1 for nothing)."""
-    if value <= 1:
-        return 1
-    scale = 1.0
+def nice_ceiling(value: float) -> int:
+    """The smallest of 2, 4, 10 times a power of ten that is at least ``value`` (2 for nothing)."""
+    scale = 1
     while True:
         for step in NICE:
             if step * scale >= value:
                 return step * scale
         scale *= 10
+
+
+LAG_STEPS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 4 * 3600, 12 * 3600, 86400)
+
+
+def nice_seconds(value: float) -> float:
+    """The smallest round length of time (seconds, minutes, hours, days) that is at least ``value``, and
+    whose half is round too."""
+    for step in LAG_STEPS:
+        if step >= value:
+            return step
+    return 86400 * nice_ceiling(value / 86400)
 
 
 def _number(value: float) -> str:
@@ -76,7 +86,7 @@ def render(points: Sequence[Point], label: Callable[[int], str] = utc_label) -> 
     lags = [v for v in lag if v is not None]
     has_data = bool(known or lags)
     jobs_max = nice_ceiling(max(known, default=0))
-    lag_max = nice_ceiling(max(lags, default=0))
+    lag_max = nice_seconds(max(lags, default=0))
     summary = _summary(points, label, has_data)
     count = len(points)
 
@@ -120,6 +130,8 @@ def _cell(value: int | None) -> str:
 
 
 def _short_duration(seconds: float) -> str:
+    if seconds >= 86400:
+        return f"{_number(seconds / 86400)} d"
     if seconds >= 3600:
         return f"{_number(seconds / 3600)} h"
     if seconds >= 60:

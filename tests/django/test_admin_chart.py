@@ -95,7 +95,12 @@ def test_labels_are_escaped_and_scales_are_round() -> None:
     assert "<b>" not in drawn.svg and "&lt;b&gt;&amp;" in drawn.svg
     parse(drawn.svg)
     assert [chart.nice_ceiling(v) for v in (0, 1, 3, 7, 11, 24, 26, 999, 1001)] == [
-        1, 1, 5, 10, 20, 25, 50, 1000, 2000]  # fmt: skip
+        2, 2, 4, 10, 20, 40, 40, 1000, 2000]  # fmt: skip
+    assert [chart.nice_seconds(v) for v in (0, 0.4, 42, 90, 61 * 60, 30 * 3600, 9 * 86400)] == [
+        1, 1, 60, 120, 7200, 2 * 86400, 10 * 86400]  # fmt: skip
+    svg = parse(chart.render([Point(START, None, None, 90.0)]).svg)
+    labels = [t.text for t in svg.iter(f"{SVG}text")]
+    assert "2 min" in labels and "1 min" in labels  # the lag axis: 0, 1 min, 2 min
 
 
 # ---------------------------------------------------------------------------- the dashboard page
