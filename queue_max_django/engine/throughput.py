@@ -66,6 +66,11 @@ def finished_totals(queue: Queue) -> tuple[int, int]:
     return queue._live().finished_totals()
 
 
+def enqueued_totals(queue: Queue) -> dict[str, int]:
+    """Per queue, sorted by name: jobs ever put into it (``Store.enqueued_totals``; a counter too)."""
+    return queue._live().enqueued_totals()
+
+
 def history(queue: Queue, minutes: int = WINDOW) -> list[Point]:
     """The last ``minutes`` minutes, the current one last: ``minutes`` points, gaps included."""
     end = minute_of(queue._clock())

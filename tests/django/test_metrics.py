@@ -79,6 +79,8 @@ def test_the_metrics_are_what_the_store_holds(store: Queue) -> None:
             assert value(found, "queue_max_queue_jobs", queue=name, state=state) == count
     assert value(found, "queue_max_enqueued_total") == stats["total"] == 5
     assert value(found, "queue_max_done_total") == 1 and value(found, "queue_max_failed_total") == 1
+    assert value(found, "queue_max_queue_enqueued_total", queue="mail") == 3
+    assert value(found, "queue_max_queue_enqueued_total", queue="reports") == 2
     ages = q.pending_ages()
     assert set(ages) == {"mail"}
     assert 0 <= value(found, "queue_max_oldest_pending_age_seconds", queue="mail") <= ages["mail"]
@@ -167,3 +169,5 @@ def test_the_done_and_failed_totals_are_counters_that_outlive_the_jobs(store: Qu
     assert value(found, "queue_max_done_total") == 2 and value(found, "queue_max_failed_total") == 2
     kinds = {family.name: family.type for family in text_string_to_metric_families(scrape().content.decode())}
     assert kinds["queue_max_done"] == kinds["queue_max_failed"] == kinds["queue_max_enqueued"] == "counter"
+    assert kinds["queue_max_queue_enqueued"] == "counter"
+    assert value(found, "queue_max_queue_enqueued_total", queue="default") == 4

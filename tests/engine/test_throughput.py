@@ -17,6 +17,7 @@ from queue_max_django.engine.throughput import (
     WINDOW,
     Point,
     Sampler,
+    enqueued_totals,
     history,
     minute_of,
     per_minute,
@@ -133,3 +134,17 @@ def test_a_sample_that_fails_is_logged_not_raised(
         assert sampler.tick()
     assert "throughput sample" in caplog.text
     assert not sampler.tick()  # the next try is the next minute's
+
+
+def test_jobs_ever_put_into_each_queue(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
+    with make_queue(shards=3) as q:
+        assert enqueued_totals(q) == {}
+        q.put(1, queue="mail")
+        q.put(2, queue="mail", delay=60)  # scheduled: put all the same
+        q.put_many(list(range(5)), queue="reports")  # one shard
+        for n in range(4):  # one shard after another
+            q.put(n, queue="reports")
+        finish(q, done=3, failed=1)
+        assert q.purge(State.PENDING) > 0  # removing jobs takes nothing back
+        assert enqueued_totals(q) == {"mail": 2, "reports": 9}
+        assert sum(enqueued_totals(q).values()) == q.stats()["total"] == 11

@@ -278,6 +278,11 @@ class Store(Protocol):
         that remove such jobs, never by ``complete`` or ``fail``: no write on the hot path. O(shards)."""
         ...
 
+    def enqueued_totals(self) -> dict[str, int]:
+        """Per queue that ever had one, sorted by name: jobs ever put into it (its share of ``counts()``'s
+        ``total``), counted by the put's own transaction. O(shards x queues)."""
+        ...
+
     # -- the throughput history (a ring of per-minute samples, written by ``engine/throughput.py``)
     def save_sample(self, sample: Sample, keep: int) -> bool:
         """Store ``sample`` unless its minute already has one (several samplers of one store: the first

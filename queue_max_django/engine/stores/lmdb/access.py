@@ -103,6 +103,11 @@ COUNTED = {PENDING: 0, SCHEDULED: 1}  # state code -> its place in a queue's cou
 # or a failure writes nothing more for them.
 FINISHED_LEFT_KEY = COUNTERS_KEY + b"r"
 FINISHED_LEFT = struct.Struct(">QQ")
+# And before them all, per queue: ENQUEUED_KEY + queue name -> jobs ever put into that queue in this shard,
+# counted by the put's own transaction, beside the other counters it writes anyway (a store written before
+# them counts from its first put since).
+ENQUEUED_KEY = COUNTERS_KEY + b"e"
+ENQUEUED = struct.Struct(">Q")
 UNIQUE = struct.Struct(">QQ")  # a unique key's value: (job id, when the key was used, µs)
 
 
@@ -185,6 +190,13 @@ def tally(shard: ShardDbs, txn: Any, queue: bytes, place: int, change: int) -> N
         txn.put(key, QUEUE_COUNTS.pack(pending, scheduled), db=jobs)
     elif raw is not None:
         txn.delete(key, db=jobs)
+
+
+def count_enqueued(shard: ShardDbs, txn: Any, queue: bytes, count: int) -> None:
+    """``count`` more jobs were put into ``queue`` (``ENQUEUED_KEY``)."""
+    key = ENQUEUED_KEY + queue
+    raw = txn.get(key, db=shard.jobs)
+    txn.put(key, ENQUEUED.pack((ENQUEUED.unpack(raw)[0] if raw is not None else 0) + count), db=shard.jobs)
 
 
 def counts_inexact(shard: ShardDbs, txn: Any) -> None:

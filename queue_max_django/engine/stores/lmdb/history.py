@@ -1,5 +1,6 @@
 """The LMDB store's throughput history: the jobs ever done and ever dead-lettered (per shard: the entries of
-the done and failed indexes plus ``FINISHED_LEFT_KEY``), and the ring of per-minute samples, which lives in
+the done and failed indexes plus ``FINISHED_LEFT_KEY``), the jobs ever put into each queue
+(``ENQUEUED_KEY``), and the ring of per-minute samples, which lives in
 the control environment (database ``samples``: the minute as 8 big-endian bytes -> msgpack [done, failed,
 lag]), beside the limits, breakers and locks, so that a sample never contends with the jobs' transactions.
 """
@@ -12,7 +13,7 @@ from typing import Any
 import msgpack
 
 from ..types import Sample
-from .access import FINISHED_LEFT, FINISHED_LEFT_KEY, ShardDbs, entry_count
+from .access import ENQUEUED, ENQUEUED_KEY, FINISHED_LEFT, FINISHED_LEFT_KEY, ShardDbs, entry_count
 from .env import Env
 
 MINUTE_KEY = struct.Struct(">Q")
@@ -25,6 +26,22 @@ def finished_totals(shard: ShardDbs) -> tuple[int, int]:
         raw = txn.get(FINISHED_LEFT_KEY, db=shard.jobs)
         done_left, failed_left = FINISHED_LEFT.unpack(raw) if raw is not None else (0, 0)
         return entry_count(txn, shard.done_at) + done_left, entry_count(txn, shard.failed) + failed_left
+
+    return shard.env.read(txn_fn)
+
+
+def enqueued_by_queue(shard: ShardDbs) -> dict[str, int]:
+    """Jobs ever put into each queue of ``shard`` (``ENQUEUED_KEY``): one read, O(queues)."""
+
+    def txn_fn(txn: Any) -> dict[str, int]:
+        cursor = txn.cursor(db=shard.jobs)
+        found: dict[str, int] = {}
+        if cursor.set_range(ENQUEUED_KEY):
+            for key, value in cursor:
+                if not key.startswith(ENQUEUED_KEY):
+                    break
+                found[bytes(key[len(ENQUEUED_KEY) :]).decode()] = ENQUEUED.unpack(value)[0]
+        return found
 
     return shard.env.read(txn_fn)
 

@@ -25,7 +25,7 @@ from .control import Control
 from .coordination import Coordination
 from .env import CONTROL_DB_NAMES, REGISTRY, EnvOptions
 from .groupcommit import GroupCommitter
-from .history import History, finished_totals
+from .history import History, enqueued_by_queue, finished_totals
 from .meta import CONTROL_DIR, LAYOUT_VERSION, WAKE_FILE, open_store_meta, read_store_meta, shard_dir
 from .reads import Listed
 from .shard import Shard
@@ -482,6 +482,14 @@ class LmdbStore:
             shard_done, shard_failed = finished_totals(one)
             done, failed = done + shard_done, failed + shard_failed
         return done, failed
+
+    def enqueued_totals(self) -> dict[str, int]:
+        """Per queue, sorted by name: jobs ever put into it. O(shards x queues)."""
+        total: dict[str, int] = {}
+        for one in self._shards:
+            for queue, count in enqueued_by_queue(one).items():
+                total[queue] = total.get(queue, 0) + count
+        return dict(sorted(total.items()))
 
     def save_sample(self, sample: Sample, keep: int) -> bool:
         return self._history.save_sample(sample, keep)

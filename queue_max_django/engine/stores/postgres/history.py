@@ -1,12 +1,12 @@
 """The PostgreSQL store's throughput history: the jobs ever done and ever dead-lettered, from the counter
 rows (the done and failed counts plus ``DONE_LEFT`` and ``FAILED_LEFT``, which the removing operations of
-``upkeep.py`` count), and the per-minute samples in ``qm_samples`` (``schema.py``), with the LMDB store's
-semantics (``stores/lmdb/history.py``)."""
+``upkeep.py`` count), the jobs ever put into each queue (its ``TOTAL`` rows), and the per-minute samples in
+``qm_samples`` (``schema.py``), with the LMDB store's semantics (``stores/lmdb/history.py``)."""
 
 from __future__ import annotations
 
 from ..types import Sample
-from .schema import DONE, DONE_LEFT, FAILED, FAILED_LEFT
+from .schema import DONE, DONE_LEFT, FAILED, FAILED_LEFT, TOTAL
 from .sql import Statements
 
 _TOTALS = f"""
@@ -14,6 +14,7 @@ SELECT coalesce(sum(n) FILTER (WHERE state IN ({DONE}, {DONE_LEFT})), 0)::bigint
        coalesce(sum(n) FILTER (WHERE state IN ({FAILED}, {FAILED_LEFT})), 0)::bigint
 FROM qm_counts WHERE state IN ({DONE}, {DONE_LEFT}, {FAILED}, {FAILED_LEFT})
 """
+_ENQUEUED = f"SELECT queue, sum(n)::bigint FROM qm_counts WHERE state = {TOTAL} GROUP BY queue ORDER BY queue"
 _SAVE = """
 WITH ins AS (INSERT INTO qm_samples (minute, done, failed, lag) VALUES (%s, %s, %s, %s)
              ON CONFLICT (minute) DO NOTHING RETURNING minute),
@@ -26,6 +27,10 @@ _SAMPLES = "SELECT minute, done, failed, lag FROM qm_samples WHERE minute >= %s 
 def finished_totals(store: Statements) -> tuple[int, int]:
     done, failed = store.one(_TOTALS, None)
     return int(done), int(failed)
+
+
+def enqueued_totals(store: Statements) -> dict[str, int]:
+    return {queue: int(count) for queue, count in store.rows(_ENQUEUED, None) if count}
 
 
 def save_sample(store: Statements, sample: Sample, keep: int) -> bool:

@@ -486,6 +486,9 @@ class PostgresStore:
     def finished_totals(self) -> tuple[int, int]:
         return history.finished_totals(self)
 
+    def enqueued_totals(self) -> dict[str, int]:
+        return history.enqueued_totals(self)
+
     def save_sample(self, sample: Sample, keep: int) -> bool:
         return history.save_sample(self, sample, keep)
 
