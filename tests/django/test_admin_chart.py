@@ -133,3 +133,14 @@ def test_the_dashboard_draws_the_chart_and_its_table(admin_client: Client, store
 
     panels = admin_client.get("/admin/queue_max_django/job/panels/").content.decode()
     assert 'data-testid="throughput-chart"' in panels  # the refresh redraws it
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("store_kind", ["postgres"])  # the LMDB store makes its samples database on opening
+def test_a_store_without_its_samples_table_draws_no_samples(admin_client: Client, store: Queue) -> None:
+    """A PostgreSQL database not migrated since the samples came: the dashboard still renders."""
+    assert store._live().kind == "postgresql"
+    with store._live().db.transaction() as conn:
+        conn.execute("DROP TABLE qm_samples")
+    html = admin_client.get("/admin/queue_max_django/job/").content.decode()
+    assert "No samples yet" in html and "Per minute, newest first" in html
