@@ -102,11 +102,13 @@ def _difference(now: int, before: int) -> int | None:
 class Sampler:
     """What a worker's supervisor calls from its loop (``tick()``, as often as it likes): a sample at most
     once a minute of the store's clock. A store error is logged, never raised (the chart is not worth a
-    worker); the next minute tries again."""
+    worker): a warning when sampling starts to fail (a PostgreSQL database not migrated yet, say), not again
+    every minute while it goes on failing; the next minute tries again."""
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
         self._last: int | None = None
+        self._failing = False
 
     def tick(self) -> bool:
         """Sample if this minute was not sampled by this sampler yet. -> whether it sampled (or tried)."""
@@ -117,5 +119,10 @@ class Sampler:
         try:
             take_sample(self.queue)
         except QueueError:
-            logger.warning("the throughput sample of this minute could not be saved", exc_info=True)
+            if not self._failing:
+                logger.warning("the throughput sample of this minute could not be saved (the admin's chart "
+                               "will have gaps until one can)", exc_info=True)  # fmt: skip
+            self._failing = True
+        else:
+            self._failing = False
         return True

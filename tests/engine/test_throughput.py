@@ -134,6 +134,11 @@ def test_a_sample_that_fails_is_logged_not_raised(
         assert sampler.tick()
     assert "throughput sample" in caplog.text
     assert not sampler.tick()  # the next try is the next minute's
+    caplog.clear()
+    clock.advance(60)
+    with caplog.at_level(logging.WARNING, logger="queue_max_django.engine"):
+        assert sampler.tick()
+    assert caplog.text == ""  # still failing: said once
 
 
 def test_jobs_ever_put_into_each_queue(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:
