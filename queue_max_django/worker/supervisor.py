@@ -52,9 +52,7 @@ class Supervisor:
         self.replaced = 0
         use_scheduler = options.scheduler and not options.burst
         self._scheduler = Scheduler(queue, options.worker_id) if use_scheduler else None
-        self._sampler = Sampler(
-            queue
-        )  # the admin's throughput chart: a sample a minute (engine/throughput.py)
+        self._sampler = Sampler(queue)  # the admin's throughput chart: a sample a minute
 
     # ------------------------------------------------------------------ signals
 
