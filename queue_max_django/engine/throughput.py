@@ -112,11 +112,11 @@ class Sampler:
 
     def tick(self) -> bool:
         """Sample if this minute was not sampled by this sampler yet. -> whether it sampled (or tried)."""
-        minute = minute_of(self.queue.now())
-        if minute == self._last:
-            return False
-        self._last = minute
         try:
+            minute = minute_of(self.queue.now())  # (the PostgreSQL store's clock may ask the server)
+            if minute == self._last:
+                return False
+            self._last = minute
             take_sample(self.queue)
         except QueueError:
             if not self._failing:
