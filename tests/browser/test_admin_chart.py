@@ -1,7 +1,7 @@
 """The dashboard's throughput chart in headless Chromium, in light and dark mode: the inline SVG is drawn (its
 lines have a size on the page), is one image with a name for assistive technology, its lines take the
-admin's own colours of each scheme, and the table of its numbers is there beside it. Saves the dark
-dashboard's screenshot (docs/img/admin-dashboard-dark.png)."""
+admin's own colours of each scheme (the browser's, or the admin's theme toggle), and the table of its
+numbers is there beside it. Saves the dark dashboard's screenshot (docs/img/admin-dashboard-dark.png)."""
 
 from __future__ import annotations
 
@@ -72,6 +72,12 @@ def test_the_chart_renders_in_light_and_dark_mode(
     assert colours["light"]["body"] != colours["dark"]["body"]
     assert colours["light"]["done"] != colours["dark"]["done"]  # the line follows the theme
     page.screenshot(path=str(screenshots / "admin-dashboard-dark.png"), full_page=True)
+
+    # The admin's own theme toggle (data-theme on <html>) wins over the browser's scheme, the chart's too.
+    page.emulate_media(color_scheme="light")
+    page.evaluate("document.documentElement.dataset.theme = 'dark'")
+    toggled = page.evaluate(COLOURS_JS)
+    assert (toggled["done"], toggled["body"]) == (colours["dark"]["done"], colours["dark"]["body"])
 
 
 @pytest.mark.store_neutral
