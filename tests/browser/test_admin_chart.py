@@ -65,7 +65,8 @@ def test_the_chart_renders_in_light_and_dark_mode(
         table = page.locator("[data-testid=throughput-table]")
         assert table.locator("caption").text_content() == "Per minute, newest first"
         assert table.locator("tbody tr").count() == 60
-        assert table.locator("tbody tr td:first-of-type", has_text="—").count() == len(GAP) + 1
+        gaps = table.locator("tbody tr td:first-of-type", has_text="—").count()
+        assert gaps - len(GAP) in (1, 2)  # and the minute after; 2: a new minute began since the samples
     for scheme in schemes:
         seen = colours[scheme]
         assert (seen["done"], seen["failed"], seen["lag"]) == (seen["link"], seen["error"], seen["text"])
