@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .engine import Queue
+from .engine.throughput import enqueued_totals, finished_totals
 
 PREFIX = "queue_max"
 EXTRA_HINT = 'pip install "queue-max-django[metrics]"'
@@ -69,6 +70,21 @@ class QueueCollector:
         yield per_queue
 
         yield counter(f"{PREFIX}_enqueued", "Jobs ever put into the store.", value=stats["total"])
+        per_queue_puts = counter(
+            f"{PREFIX}_queue_enqueued", "Jobs ever put into each queue.", labels=["queue"]
+        )
+        for name, count in enqueued_totals(q).items():
+            per_queue_puts.add_metric([name], count)
+        yield per_queue_puts
+        done_ever, failed_ever = finished_totals(q)
+        yield counter(
+            f"{PREFIX}_done", "Jobs ever finished successfully (vacuumed ones included).", value=done_ever
+        )
+        yield counter(
+            f"{PREFIX}_failed",
+            "Jobs ever dead-lettered (failed for good; purged, deleted and requeued ones included).",
+            value=failed_ever,
+        )
 
         lag = gauge(
             f"{PREFIX}_oldest_pending_age_seconds",

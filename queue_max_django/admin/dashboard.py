@@ -1,5 +1,5 @@
 """What the dashboard shows, read from the engine in one go: counts per state, queue and shard, jobs finished
-and failed lately, live workers, circuit breakers and rate limits.
+and failed lately, the last hour's throughput chart, live workers, circuit breakers and rate limits.
 
 Everything is O(shards + keys) but the recent-activity counts, which walk the newest finished jobs and stop
 at ``RECENT_LIMIT`` (shown as "5,000+"), so the page costs the same on a store of any size.
@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import Queue, State, WorkerInfo
-from . import periodic
+from django.utils import timezone
+
+from ..engine import Queue, QueueError, State, WorkerInfo
+from ..engine.throughput import history, minute_of, per_minute
+from . import chart, periodic
 from .display import duration, when
 from .listing import LABELS, Count, Filters, Scan, matching
 
@@ -133,6 +136,7 @@ def snapshot(queue: Queue, now: float) -> dict[str, Any]:
     periodic_rows = periodic.rows(queue, now)
     holder = periodic.leader(queue) if periodic_rows else None  # shown only with the periodic tasks
     return {
+        "chart": throughput_chart(queue, now),
         "periodic": periodic_rows,
         "scheduler_leader": holder,
         "scheduler_since": None if holder is None else when(holder.since),
@@ -154,6 +158,20 @@ def snapshot(queue: Queue, now: float) -> dict[str, Any]:
         "limits": limits,
         "labels": [LABELS[state] for state in State],
     }
+
+
+def throughput_chart(queue: Queue, now: float) -> chart.Chart:
+    """The last hour's throughput and lag (``engine/throughput.py``), minutes in the current time zone. A
+    store that cannot give its samples (a PostgreSQL database not migrated since they came) draws none."""
+    try:
+        points = history(queue)
+    except QueueError:
+        points = per_minute([], minute_of(now))
+    return chart.render(points, label=_local_minute)
+
+
+def _local_minute(minute: int) -> str:
+    return timezone.localtime(when(minute * 60.0)).strftime("%H:%M")
 
 
 def unserved(queue_counts: dict[str, dict[str, int]], workers: list[WorkerInfo]) -> list[Unserved]:

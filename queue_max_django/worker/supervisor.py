@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine import Queue, QueueError
+from ..engine.throughput import Sampler
 from ..tasks import registry
 from . import process
 from .banner import django_task_names
@@ -51,6 +52,7 @@ class Supervisor:
         self.replaced = 0
         use_scheduler = options.scheduler and not options.burst
         self._scheduler = Scheduler(queue, options.worker_id) if use_scheduler else None
+        self._sampler = Sampler(queue)  # the admin's throughput chart: a sample a minute
 
     # ------------------------------------------------------------------ signals
 
@@ -92,6 +94,7 @@ class Supervisor:
                 multiprocessing.connection.wait(sentinels, timeout=0.5)
                 self._reap()
                 self._restart_due()
+                self._sampler.tick()
                 if self._stopping_since is not None:
                     self._restart_at.clear()
                     self._kill_overdue()

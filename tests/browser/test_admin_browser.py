@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from queue_max_django.admin import listing
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, State, parse_rate
+from tests.browser.samples import fill_samples
 
 if TYPE_CHECKING:
     from playwright.sync_api import Dialog, Page
@@ -59,6 +60,7 @@ def fill_store(store: Queue) -> dict[str, Any]:
         assert record is not None
         record.nack("upstream down")
     store.set_rate_limit("queue:mail", parse_rate("60/m"))
+    fill_samples(store)  # the throughput chart's last hour
     return {"fetches": fetches, "mails": mails, "script": script}
 
 
@@ -97,6 +99,7 @@ def test_dashboard_dead_letters_bulk_retry_and_a_script_that_never_runs(
     assert page.text_content("[data-state=failed]") == "9"  # 6 dead letters + 3 that tripped the breaker
     assert page.text_content("[data-state=pending]") == "12"
     assert "web-1" in (page.text_content("#qm-panels") or "")
+    assert page.locator("svg.qm-chart polyline").count() > 0
     page.screenshot(path=str(screenshots / "admin-dashboard.png"), full_page=True)
 
     # The refresh control updates the numbers without reloading the page.

@@ -15,7 +15,7 @@ from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from queue_max_django.conf import get_queue
-from queue_max_django.engine import Queue
+from queue_max_django.engine import Queue, State
 from tests.admin_clients import logged_in
 
 pytestmark = pytest.mark.django_db
@@ -78,6 +78,9 @@ def test_the_metrics_are_what_the_store_holds(store: Queue) -> None:
         for state, count in counts.items():
             assert value(found, "queue_max_queue_jobs", queue=name, state=state) == count
     assert value(found, "queue_max_enqueued_total") == stats["total"] == 5
+    assert value(found, "queue_max_done_total") == 1 and value(found, "queue_max_failed_total") == 1
+    assert value(found, "queue_max_queue_enqueued_total", queue="mail") == 3
+    assert value(found, "queue_max_queue_enqueued_total", queue="reports") == 2
     ages = q.pending_ages()
     assert set(ages) == {"mail"}
     assert 0 <= value(found, "queue_max_oldest_pending_age_seconds", queue="mail") <= ages["mail"]
@@ -151,3 +154,20 @@ def test_without_the_extra_the_check_and_the_view_name_it(
     assert "queue-max-django[metrics]" in error.hint
     with pytest.raises(ImproperlyConfigured, match=r"queue-max-django\[metrics\]"):
         scrape()
+
+
+def test_the_done_and_failed_totals_are_counters_that_outlive_the_jobs(store: Queue) -> None:
+    q = store
+    q.put_many([1, 2, 3, 4])
+    q.get(timeout=0).ack()
+    q.get(timeout=0).ack()
+    for _ in range(2):
+        q.get(timeout=0).nack("boom", permanent=True)
+    assert q.purge(State.DONE) == 2 and q.purge(State.FAILED) == 2  # the jobs are gone, the counts stay
+    found = samples(scrape().content.decode())
+    assert value(found, "queue_max_jobs", state="done") == value(found, "queue_max_jobs", state="failed") == 0
+    assert value(found, "queue_max_done_total") == 2 and value(found, "queue_max_failed_total") == 2
+    kinds = {family.name: family.type for family in text_string_to_metric_families(scrape().content.decode())}
+    assert kinds["queue_max_done"] == kinds["queue_max_failed"] == kinds["queue_max_enqueued"] == "counter"
+    assert kinds["queue_max_queue_enqueued"] == "counter"
+    assert value(found, "queue_max_queue_enqueued_total", queue="default") == 4

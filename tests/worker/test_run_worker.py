@@ -1,5 +1,6 @@
 """``run_worker`` called in this process (as a test or an embedding program does): it leaves the signal
-handlers as it found them, whether it returns or raises."""
+handlers as it found them, whether it returns or raises; its supervisor samples the store for the admin's
+throughput chart."""
 
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ def test_a_burst_run_in_process_restores_the_signal_handlers(
     with site.queue() as queue:
         assert run_worker(queue, _options()) == 0
         job = queue.job(job_id)
+        samples = queue._live().samples(0)  # the supervisor's sample for the throughput chart
     assert job is not None and (job.state, job.result) == (State.DONE, 7)
+    assert 1 <= len(samples) <= 2  # one a minute: two if the run crossed a minute
     assert [signal.getsignal(signum) for signum in SIGNALS] == [_ours, _ours]
 
 

@@ -38,6 +38,7 @@ from .types import (
     LockHolder,
     NewJobs,
     Recovered,
+    Sample,
     StoreInfo,
     WorkerInfo,
 )
@@ -273,6 +274,28 @@ class Store(Protocol):
         """Per queue with pending jobs, sorted by name: when its longest-waiting pending job became ready
         to claim (unix seconds: its put, or the end of its delay or backoff). O(queues x priorities in
         use), never a walk of the jobs."""
+        ...
+
+    def finished_totals(self) -> tuple[int, int]:
+        """(jobs ever done, jobs ever dead-lettered), store-wide: the jobs in each state now plus those that
+        left it since (vacuumed, purged, deleted, requeued), so both only grow. Counted by the operations
+        that remove such jobs, never by ``complete`` or ``fail``: no write on the hot path. O(shards)."""
+        ...
+
+    def enqueued_totals(self) -> dict[str, int]:
+        """Per queue that ever had one, sorted by name: jobs ever put into it (its share of ``counts()``'s
+        ``total``), counted by the put's own transaction. O(shards x queues)."""
+        ...
+
+    # -- the throughput history (a ring of per-minute samples, written by ``engine/throughput.py``)
+    def save_sample(self, sample: Sample, keep: int) -> bool:
+        """Store ``sample`` unless its minute already has one (several samplers of one store: the first
+        wins), and drop the samples older than ``keep`` minutes before it. One transaction. -> whether it
+        was written."""
+        ...
+
+    def samples(self, since: int) -> list[Sample]:
+        """The samples of minute ``since`` and later, oldest first."""
         ...
 
     def verify(self) -> list[str]: ...

@@ -149,6 +149,18 @@ class WorkerInfo:
         return now - self.last_heartbeat <= self.stale_after
 
 
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One minute's reading of the store-wide counters (``Store.save_sample``), from which the throughput
+    chart draws the differences between consecutive minutes: jobs ever done and ever dead-lettered (both
+    only grow; a fall means a store that was replaced or emptied), and the age of the oldest waiting job."""
+
+    minute: int  # unix minutes: int(unix seconds // 60)
+    done: int  # jobs that ever finished successfully (``Store.finished_totals``)
+    failed: int  # jobs that ever became dead letters
+    lag: float  # seconds the oldest waiting job had been ready to claim (0: nothing waiting)
+
+
 MAX_ID = 200
 MAX_KEY_BYTES = 511  # LMDB's largest key
 

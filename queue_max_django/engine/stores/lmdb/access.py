@@ -97,6 +97,17 @@ QUEUE_COUNTS_KEY = COUNTERS_KEY + b"q"
 QUEUE_COUNTS = struct.Struct(">qq")
 QUEUE_COUNTS_EXACT = b"exact"
 COUNTED = {PENDING: 0, SCHEDULED: 1}  # state code -> its place in a queue's counts
+# And after those: (done jobs, dead letters) that ever left their state in this shard: vacuumed, purged,
+# deleted or requeued. The state counts plus these are the jobs ever done and ever dead-lettered
+# (``Store.finished_totals``), counted by the operations that remove such jobs (``unindex_job``), so an ack
+# or a failure writes nothing more for them.
+FINISHED_LEFT_KEY = COUNTERS_KEY + b"r"
+FINISHED_LEFT = struct.Struct(">QQ")
+# And before them all, per queue: ENQUEUED_KEY + queue name -> jobs ever put into that queue in this shard,
+# counted by the put's own transaction, beside the other counters it writes anyway (a store written before
+# them counts from its first put since).
+ENQUEUED_KEY = COUNTERS_KEY + b"e"
+ENQUEUED = struct.Struct(">Q")
 UNIQUE = struct.Struct(">QQ")  # a unique key's value: (job id, when the key was used, µs)
 
 
@@ -135,9 +146,23 @@ def unindex_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> No
     db, key = index_key_of(shard, job_id, record)
     if key is not None:
         txn.delete(key, db=db)
-    place = COUNTED.get(record[F_STATE])
+    state = record[F_STATE]
+    place = COUNTED.get(state)
     if place is not None:
         tally(shard, txn, record[F_QUEUE].encode(), place, -1)
+    elif state in (DONE, FAILED):
+        finished_left(shard, txn, state)
+
+
+def finished_left(shard: ShardDbs, txn: Any, state: int) -> None:
+    """One more job left the done (``DONE``) or the failed state of this shard (``FINISHED_LEFT_KEY``)."""
+    raw = txn.get(FINISHED_LEFT_KEY, db=shard.jobs)
+    done, failed = FINISHED_LEFT.unpack(raw) if raw is not None else (0, 0)
+    if state == DONE:
+        done += 1
+    else:
+        failed += 1
+    txn.put(FINISHED_LEFT_KEY, FINISHED_LEFT.pack(done, failed), db=shard.jobs)
 
 
 def index_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> None:
@@ -165,6 +190,13 @@ def tally(shard: ShardDbs, txn: Any, queue: bytes, place: int, change: int) -> N
         txn.put(key, QUEUE_COUNTS.pack(pending, scheduled), db=jobs)
     elif raw is not None:
         txn.delete(key, db=jobs)
+
+
+def count_enqueued(shard: ShardDbs, txn: Any, queue: bytes, count: int) -> None:
+    """``count`` more jobs were put into ``queue`` (``ENQUEUED_KEY``)."""
+    key = ENQUEUED_KEY + queue
+    raw = txn.get(key, db=shard.jobs)
+    txn.put(key, ENQUEUED.pack((ENQUEUED.unpack(raw)[0] if raw is not None else 0) + count), db=shard.jobs)
 
 
 def counts_inexact(shard: ShardDbs, txn: Any) -> None:

@@ -46,6 +46,7 @@ CONTROL_DB_NAMES = (
     "breakers",  # breaker key -> (policy, breaker state)
     "locks",  # lock name -> (owner, expiry, since): leases such as the periodic scheduler's leadership
     "workers",  # worker id -> its last report (see coordination.py)
+    "samples",  # unix minute -> a sample of the store-wide counters (see history.py)
 )
 
 T = TypeVar("T")

@@ -20,11 +20,12 @@ from ...forks import fork_generation
 from ...job import MAX_SHARDS, STATE_CODE, Job, State, shard_of
 from ...jobspec import JobSpec
 from ...validate import check_number
-from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, StoreInfo
+from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, Sample, StoreInfo
 from .control import Control
 from .coordination import Coordination
 from .env import CONTROL_DB_NAMES, REGISTRY, EnvOptions
 from .groupcommit import GroupCommitter
+from .history import History, enqueued_by_queue, finished_totals
 from .meta import CONTROL_DIR, LAYOUT_VERSION, WAKE_FILE, open_store_meta, read_store_meta, shard_dir
 from .reads import Listed
 from .shard import Shard
@@ -129,6 +130,7 @@ class LmdbStore:
         self._control_env = control_env
         self.control = Control(control_env, self.clock)
         self.locks = Coordination(control_env, self.clock)
+        self._history = History(control_env)
         self._envs = envs
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]
         self._committers = [GroupCommitter(self._durable_enqueue(shard)) for shard in self._shards]
@@ -476,6 +478,28 @@ class LmdbStore:
             for queue, ready_us in one.oldest_ready().items():
                 oldest[queue] = min(oldest.get(queue, ready_us), ready_us)
         return {queue: oldest[queue] / 1_000_000 for queue in sorted(oldest)}
+
+    def finished_totals(self) -> tuple[int, int]:
+        """(jobs ever done, jobs ever dead-lettered): O(shards), see ``history.py``."""
+        done = failed = 0
+        for one in self._shards:
+            shard_done, shard_failed = finished_totals(one)
+            done, failed = done + shard_done, failed + shard_failed
+        return done, failed
+
+    def enqueued_totals(self) -> dict[str, int]:
+        """Per queue, sorted by name: jobs ever put into it. O(shards x queues)."""
+        total: dict[str, int] = {}
+        for one in self._shards:
+            for queue, count in enqueued_by_queue(one).items():
+                total[queue] = total.get(queue, 0) + count
+        return dict(sorted(total.items()))
+
+    def save_sample(self, sample: Sample, keep: int) -> bool:
+        return self._history.save_sample(sample, keep)
+
+    def samples(self, since: int) -> list[Sample]:
+        return self._history.samples(since)
 
     def verify(self) -> list[str]:
         problems: list[str] = []

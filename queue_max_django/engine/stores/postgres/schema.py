@@ -35,13 +35,16 @@ SCHEMA_VERSION = 2  # 2: the metadata column of qm_jobs and qm_finished
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
+# Counter "states" of the done jobs and dead letters that ever left that state (vacuumed, purged, deleted,
+# requeued): with the state counts, the jobs ever done and ever dead-lettered (``finished_totals``).
+DONE_LEFT, FAILED_LEFT = -2, -3
 
 # State codes, as the LMDB store numbers them (job.STATES).
 PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 
 TABLES = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
-    "qm_locks", "qm_workers",
+    "qm_locks", "qm_workers", "qm_samples",
 )  # fmt: skip
 
 DDL = f"""
@@ -161,6 +164,14 @@ CREATE TABLE IF NOT EXISTS qm_workers (
     report bytea NOT NULL,
     last_heartbeat_us bigint NOT NULL,
     stale_after double precision NOT NULL
+);
+
+-- The throughput history: a sample of the store-wide counters per minute (engine/throughput.py).
+CREATE TABLE IF NOT EXISTS qm_samples (
+    minute bigint PRIMARY KEY,
+    done bigint NOT NULL,
+    failed bigint NOT NULL,
+    lag double precision NOT NULL
 );
 """
 

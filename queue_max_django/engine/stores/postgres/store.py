@@ -33,9 +33,10 @@ from ..types import (
     Head,
     NewJobs,
     Recovered,
+    Sample,
     StoreInfo,
 )
-from . import job_sql, reads, schema, upkeep
+from . import history, job_sql, reads, schema, upkeep
 from .clock import ServerClock
 from .connection import PREPARE_THRESHOLD, Connections, display_url
 from .control import PgControl
@@ -487,6 +488,18 @@ class PostgresStore:
 
     def oldest_pending(self, now: float) -> dict[str, float]:
         return reads.oldest_pending(self)
+
+    def finished_totals(self) -> tuple[int, int]:
+        return history.finished_totals(self)
+
+    def enqueued_totals(self) -> dict[str, int]:
+        return history.enqueued_totals(self)
+
+    def save_sample(self, sample: Sample, keep: int) -> bool:
+        return history.save_sample(self, sample, keep)
+
+    def samples(self, since: int) -> list[Sample]:
+        return history.samples(self, since)
 
     def verify(self) -> list[str]:
         return reads.verify(self)

@@ -12,7 +12,7 @@ from ...job import STATE_CODE, State
 from ...retry import decide
 from ..types import UNIQUE_KEY_MIN_TTL, Recovered
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, micros
-from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED
+from .schema import DONE, DONE_LEFT, FAILED, FAILED_LEFT, PENDING, RUNNING, SCHEDULED
 from .sql import appended, notify_if, tally
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ _VACUUM = f"""
 WITH old AS (SELECT id FROM qm_finished WHERE state = {DONE} AND finished_us <= %(cutoff)s
              ORDER BY finished_us, id LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
 gone AS (DELETE FROM qm_finished f USING old WHERE f.id = old.id RETURNING f.id, f.queue),
-{tally(("gone", str(DONE), -1))}
+{tally(("gone", str(DONE), -1), ("gone", str(DONE_LEFT), 1))}
 SELECT count(*) FROM gone
 """
 _FORGET = """
@@ -159,12 +159,13 @@ def _purge_sql(state: State) -> str:
     code = STATE_CODE[state]
     table = "qm_finished" if code in (DONE, FAILED) else "qm_jobs"
     stamp = "finished_us" if code in (DONE, FAILED) else "enqueued_us"
+    left = {DONE: [("gone", str(DONE_LEFT), 1)], FAILED: [("gone", str(FAILED_LEFT), 1)]}.get(code, [])
     return f"""
 WITH old AS (SELECT id FROM {table}
              WHERE state = {code} AND (%(cutoff)s::bigint IS NULL OR {stamp} <= %(cutoff)s)
              ORDER BY id LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
 gone AS (DELETE FROM {table} t USING old WHERE t.id = old.id RETURNING t.id, t.queue),
-{tally(("gone", str(code), -1))}
+{tally(("gone", str(code), -1), *left)}
 SELECT count(*) FROM gone
 """
 
@@ -191,7 +192,7 @@ ins AS (
     SELECT id, {PENDING}, queue, name, priority, %(now)s, 0, max_retries, attempts, enqueued_us, timeout,
         partition_key, payload, worker_ids, error_types, error_msgs, metadata
     FROM gone WHERE payload IS NOT NULL RETURNING id, queue),
-{tally(("ins", str(FAILED), -1), ("ins", str(PENDING), 1))}
+{tally(("ins", str(FAILED), -1), ("ins", str(FAILED_LEFT), 1), ("ins", str(PENDING), 1))}
 SELECT (SELECT id FROM ins), {notify_if("EXISTS (SELECT 1 FROM ins)")}
 """
 
@@ -205,6 +206,9 @@ def requeue(store: Statements, now: float, job_id: int) -> bool:
     return True
 
 
+_LEFT_OF_STATE = f"CASE state WHEN {DONE} THEN {DONE_LEFT} ELSE {FAILED_LEFT} END"  # (counted if done/failed)
+
+
 def delete(store: Statements, job_id: int, states: tuple[State, ...] | None) -> bool:
     """Delete the job if it is in one of ``states`` (None: any but running). False otherwise (or gone)."""
     codes = [
@@ -215,7 +219,7 @@ def delete(store: Statements, job_id: int, states: tuple[State, ...] | None) -> 
 WITH a AS (DELETE FROM qm_jobs WHERE id = %(id)s AND state = ANY(%(states)s) RETURNING id, queue, state),
 b AS (DELETE FROM qm_finished WHERE id = %(id)s AND state = ANY(%(states)s) RETURNING id, queue, state),
 gone AS (SELECT * FROM a UNION ALL SELECT * FROM b),
-{tally(("gone", "state", -1))}
+{tally(("gone", "state", -1), ("gone", _LEFT_OF_STATE, f"(state IN ({DONE}, {FAILED}))::int"))}
 SELECT count(*) FROM gone
 """
     return bool(store.one(sql, store.params(id=job_id, states=codes))[0])
