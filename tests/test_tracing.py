@@ -1,0 +1,110 @@
+"""OpenTelemetry spans (queue_max_django/tracing.py) with the SDK's in-memory exporter: the enqueue span is a
+PRODUCER child of the enqueuing code's span, its context travels in the job's metadata, and the run span is a
+CONSUMER child of it, in the same trace; a failed run is an error span. Without the API installed, nothing is
+imported and nothing is added to the metadata."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from queue_max_django import tracing
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The spans ended during the test (one SDK provider for the whole process: OpenTelemetry allows one)."""
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        trace.set_tracer_provider(provider)
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()
+
+
+def test_a_job_run_is_a_consumer_child_of_the_producer_span_that_enqueued_it(
+    spans: InMemorySpanExporter,
+) -> None:
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("GET /signup") as request:
+        with tracing.sending("app.send_mail", "mail") as sending:
+            sending.sent(4096)
+        metadata = tracing.metadata_with_trace({"user": 7}, sending)
+    assert metadata is not None and metadata["user"] == 7
+    assert set(metadata[tracing.TRACE_KEY]) >= {"traceparent"}
+
+    with tracing.processing("app.send_mail", "mail", 4096, 1, metadata):
+        pass  # another thread or machine in real life: only the metadata connects them
+
+    by_name = {span.name: span for span in spans.get_finished_spans()}
+    send, process = by_name["send mail"], by_name["process mail"]
+    assert send.kind is SpanKind.PRODUCER and process.kind is SpanKind.CONSUMER
+    assert send.parent is not None and send.parent.span_id == request.get_span_context().span_id
+    assert process.parent is not None and process.parent.span_id == send.context.span_id
+    assert process.context.trace_id == send.context.trace_id == request.get_span_context().trace_id
+    assert send.attributes["messaging.destination.name"] == "mail"
+    assert send.attributes["messaging.message.id"] == "4096"
+    assert dict(process.attributes) == {
+        "messaging.system": "queue_max_django",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": "mail",
+        "messaging.message.id": "4096",
+        "queue_max.task": "app.send_mail",
+        "queue_max.attempt": 1,
+    }
+    assert process.status.status_code is StatusCode.UNSET
+
+
+def test_a_failed_run_records_its_exception_and_an_error_status(spans: InMemorySpanExporter) -> None:
+    with tracing.processing("app.charge", "default", 512, 3, None) as run:
+        run.failed(ValueError("card declined"))
+    (span,) = spans.get_finished_spans()
+    assert span.parent is None  # nothing was stored: a root span
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "ValueError: card declined"
+    assert [event.name for event in span.events] == ["exception"]
+    assert span.attributes["queue_max.attempt"] == 3
+
+
+def test_an_exception_raised_inside_an_enqueue_span_is_recorded_and_propagates(
+    spans: InMemorySpanExporter,
+) -> None:
+    with pytest.raises(RuntimeError), tracing.sending("app.task", "default"):
+        raise RuntimeError("store unavailable")
+    (span,) = spans.get_finished_spans()
+    assert span.status.status_code is StatusCode.ERROR
+
+
+def test_without_the_api_nothing_is_imported_and_the_metadata_is_unchanged() -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
+        from queue_max_django import tracing
+        assert not tracing.enabled()
+        with tracing.sending("t", "default") as sending:
+            sending.sent(1)
+        assert sending.carrier == {}
+        assert tracing.metadata_with_trace(None, sending) is None
+        assert tracing.metadata_with_trace({"a": 1}, sending) == {"a": 1}
+        with tracing.processing("t", "default", 1, 1, {"_trace": {"traceparent": "x"}}) as run:
+            run.failed(ValueError("x"))
+        assert not any(name.startswith("opentelemetry.") for name in sys.modules)
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
