@@ -4,7 +4,8 @@
 Importing this package imports nothing else, Django included: the engine (``queue_max_django.engine``) runs
 without Django. The everyday names are loaded on first access: the decorators (``task``, ``retryable_task``,
 ``periodic_task``), what a task raises to steer its retries (``Permanent``, ``Retry``), and the handle of an
-enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``, ``JobMismatch``).
+enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``, ``JobMismatch``), and the running job's context
+(``current_job``, ``JobContext``, ``NoCurrentJob``).
 """
 
 from __future__ import annotations
@@ -12,18 +13,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .context import JobContext, NoCurrentJob, current_job
     from .engine import Permanent, Retry
     from .periodic import periodic_task
     from .results import JobMismatch, JobNotFound, JobResult, JobStatus
     from .tasks import retryable_task, task
 
 __all__ = [
+    "JobContext",
     "JobMismatch",
     "JobNotFound",
     "JobResult",
     "JobStatus",
+    "NoCurrentJob",
     "Permanent",
     "Retry",
+    "current_job",
     "periodic_task",
     "retryable_task",
     "task",
@@ -39,6 +44,9 @@ _LAZY = {
     "JobStatus": "results",
     "JobNotFound": "results",
     "JobMismatch": "results",
+    "current_job": "context",
+    "JobContext": "context",
+    "NoCurrentJob": "context",
 }
 
 

@@ -32,6 +32,7 @@ except ImportError as exc:  # Django < 6.0
     ) from exc
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import importlib
@@ -48,12 +49,17 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from .conf import caller_connection, get_config, get_queue
+from .context import JobContext, NoCurrentJob, running, running_context
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, is_interrupt
 from .engine.validate import validate_queue_name
 from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
 from .results import attempt_errors, attempt_workers, exception_class_path
 
 OPTION_KEYS = frozenset({"MODULES", "MAX_RETRIES"})
+# Django's Tasks metadata (``Task.using(metadata=)``, ``TaskResult.raw_metadata``, ``TaskContext.metadata``/
+# ``save_metadata()``), in Django releases that have it: feature-detected, so this backend uses it the day
+# the installed Django ships it, and works as before where it does not.
+HAS_METADATA = "raw_metadata" in {field.name for field in dataclasses.fields(TaskResult)}
 CHECK_PREFIX = "queue_max_django.backend"
 
 _STATUS = {
@@ -127,6 +133,7 @@ class QueueMaxBackend(BaseTaskBackend):
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
+    supports_metadata = True  # jobs keep metadata (a Django without the feature never asks)
 
     def validate_task(self, task: Task[..., Any]) -> None:
         super().validate_task(task)
@@ -152,6 +159,7 @@ class QueueMaxBackend(BaseTaskBackend):
             "name": task.module_path,
             "max_retries": self._max_retries(),
             "timeout": config.timeout,  # QUEUE_MAX["TIMEOUT"]: django.tasks has no per-task limit
+            "metadata": getattr(task, "metadata", None) or None,  # Django validated it, the engine again
         }
         # In a transaction on the PostgreSQL store's own alias the job is part of it (conf.caller_connection)
         joined = caller_connection()
@@ -170,6 +178,7 @@ class QueueMaxBackend(BaseTaskBackend):
             backend=self.alias,
             errors=[],
             worker_ids=[],
+            **_raw_metadata(dict(getattr(task, "metadata", None) or {})),
         )
         task_enqueued.send(type(self), task_result=result)
         if config.immediate:
@@ -205,6 +214,18 @@ class QueueMaxBackend(BaseTaskBackend):
         return result_of(
             job, stored_task(task, payload, priority=job.priority, queue_name=job.queue), payload
         )
+
+    def save_metadata(self, task_result: TaskResult[Any, Any], metadata: dict[str, Any]) -> None:
+        """Store ``metadata`` (reserved keys too: Django's ``TaskContext.save_metadata`` passes them) as the
+        job's, now. Only from inside the running job, in the worker that holds it (the store refuses a
+        holder whose lease expired: ``QueueCorrupted``)."""
+        context = running_context(int(task_result.id))
+        if context is None:
+            raise NoCurrentJob(
+                f"QueueMaxBackend saves the metadata of job {task_result.id} only from inside that job, "
+                f"while it runs (its worker holds it); read it anywhere with TaskResult.metadata"
+            )
+        context.save_raw(metadata)
 
     async def aget_result(self, result_id: str) -> TaskResult[Any, Any]:
         """``get_result`` from async code (``Task.aget_result``, ``TaskResult.arefresh``) on a thread of the
@@ -334,10 +355,16 @@ def result_of(job: Job, task: Task[Any, Any], payload: dict[str, Any]) -> TaskRe
         backend=str(payload.get("backend")),
         errors=errors,
         worker_ids=attempt_workers(job.attempts, job.worker_ids),
+        **_raw_metadata(job.metadata),
     )
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", job.result)
     return result
+
+
+def _raw_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``TaskResult``'s metadata argument, where the installed Django has one (``HAS_METADATA``)."""
+    return {"raw_metadata": metadata} if HAS_METADATA else {}
 
 
 # ---------------------------------------------------------------------------------------------- run side
@@ -380,22 +407,36 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
         backend=alias,
         errors=[],
         worker_ids=attempt_workers(record.attempts, record.worker_ids),
+        **_raw_metadata(record.metadata),
     )
     task_started.send(sender=sender, task_result=result)
-    try:
-        call_args = [TaskContext(task_result=result), *result.args] if task.takes_context else result.args
-        value = task.func(*call_args, **result.kwargs)
-        if inspect.iscoroutine(value):
-            value = _run_coroutine(value)
-    except BaseException as exc:  # SystemExit and KeyboardInterrupt too: as runner.run_job has it
-        if is_interrupt(exc):
-            if not record.finished:
-                record.release()
-            raise
-        decision = classify(exc, now=time.time())
-        delay = (decision.delay if retry_delay is None else retry_delay) if decision.retry else None
-        permanent = final or not decision.retry
-        return _finish_failed(record, result, exc, delay=delay, permanent=permanent, reason=decision.reason)
+    with running(record, task.module_path) as ours:  # current_job() works in django.tasks tasks too
+        django_context: TaskContext[Any, Any] | None = None
+        if task.takes_context:
+            django_context = TaskContext(task_result=result)
+        try:
+            call_args = [django_context, *result.args] if django_context is not None else result.args
+            value = task.func(*call_args, **result.kwargs)
+            if inspect.iscoroutine(value):
+                value = _run_coroutine(value)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: as runner.run_job has it
+            if is_interrupt(exc):
+                if not record.finished:
+                    record.release()
+                raise
+            with contextlib.suppress(Exception):  # changed metadata, saved; the task's own error wins
+                _save_at_end(django_context, ours)
+            decision = classify(exc, now=time.time())
+            delay = (decision.delay if retry_delay is None else retry_delay) if decision.retry else None
+            permanent = final or not decision.retry
+            return _finish_failed(
+                record, result, exc, delay=delay, permanent=permanent, reason=decision.reason
+            )
+        try:
+            _save_at_end(django_context, ours)
+        except Exception as exc:  # metadata that cannot be stored fails the attempt, as in Django
+            reason = "the metadata cannot be stored"
+            return _finish_failed(record, result, exc, delay=None, permanent=True, reason=reason)
     try:
         value = normalize_json(value)  # as Django requires: JSON data (which msgpack stores as is)
         record.ack(value)
@@ -407,6 +448,17 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
     object.__setattr__(result, "_return_value", value)
     task_finished.send(sender, task_result=result)
     return Outcome(record.job_id, State.DONE, result=value)
+
+
+def _save_at_end(django_context: TaskContext[Any, Any] | None, ours: JobContext) -> None:
+    """Metadata the task changed, saved as Django's ``ImmediateBackend`` does (``TaskContext.save_metadata``
+    where the installed Django has it), and what it changed through ``current_job()``. An error (metadata
+    that is not JSON: Django raises ``TypeError``) fails the attempt with it, as in Django."""
+    if django_context is not None and getattr(django_context, "metadata_modified", False):
+        django_context.save_metadata()  # type: ignore[attr-defined]  # -> QueueMaxBackend.save_metadata
+    problem = ours.save_at_end()
+    if problem is not None:
+        raise problem
 
 
 def _finish_failed(

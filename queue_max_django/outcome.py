@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -52,8 +53,8 @@ def _run_coroutine(coroutine: Coroutine[Any, Any, Any]) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:  # this context too (current_job())
+        return pool.submit(contextvars.copy_context().run, asyncio.run, coroutine).result()
 
 
 def claim_now(queue: Queue, job_id: int) -> Record | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import copy
 import datetime as dt
 import enum
 import time
@@ -209,6 +210,17 @@ class JobResult:
     @property
     def attempts(self) -> int:
         return self._job.attempts
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """A copy of the job's metadata as last read (``refresh()``), without the keys reserved for the
+        backend (``_`` first), as ``django.tasks.TaskResult.metadata``. ``{}`` when it has none."""
+        return {key: copy.deepcopy(value) for key, value in self._job.metadata.items() if key[:1] != "_"}
+
+    @property
+    def raw_metadata(self) -> dict[str, Any]:
+        """A copy of all of the job's metadata, reserved keys included."""
+        return copy.deepcopy(self._job.metadata)
 
     @property
     def retries(self) -> int:

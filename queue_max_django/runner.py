@@ -15,7 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .conf import get_config
+from .context import running
 from .engine import (
+    InvalidMetadata,
     PayloadNotSerializable,
     PayloadTooLarge,
     Queue,
@@ -118,7 +120,8 @@ def run_job(
     ``DJANGO_TASK_KEY``) is run by backend.py, which needs Django >= 6.0. A job whose task this process
     does not have is given back to wait (``unknown_task_wait``; not counted as an attempt; its ``Outcome``
     is scheduled, with a ``TaskNotRegistered`` error), unless ``final`` or its grace period is over (a dead
-    letter). ``clock``: now, in unix seconds (tests pass a fake one)."""
+    letter). ``clock``: now, in unix seconds (tests pass a fake one). While the task runs, ``current_job()``
+    is its job (context.py); metadata it changed is saved when it returns or raises, before the outcome."""
     if isinstance(record.payload, dict) and DJANGO_TASK_KEY in record.payload:
         try:
             from .backend import lookup, run_django_task_job, unknown_django_task_message
@@ -140,16 +143,23 @@ def run_job(
             f"{record.payload!r:.200}"
         )
         return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
-    try:
-        result = call_task(task, *arguments)
-    except Exception as exc:
-        return _failed(record, task, exc, retry_delay, final)
-    except BaseException as exc:
-        if is_interrupt(exc):
-            if not record.finished:
-                record.release()
-            raise
-        return _failed(record, task, exc, retry_delay, final)
+    with running(record, task.name) as context:  # current_job() inside the task
+        try:
+            result = call_task(task, *arguments)
+        except Exception as exc:
+            context.save_at_end()  # metadata the task changed, before the outcome (its own error wins)
+            return _failed(record, task, exc, retry_delay, final)
+        except BaseException as exc:
+            if is_interrupt(exc):
+                if not record.finished:
+                    record.release()
+                raise
+            context.save_at_end()
+            return _failed(record, task, exc, retry_delay, final)
+        problem = context.save_at_end()
+    if problem is not None:  # the attempt fails for good: the same code would fail the same way again
+        error = InvalidMetadata(f"task {task.name!r} left metadata that cannot be stored: {problem}")
+        return Outcome(record.job_id, record.nack(error, permanent=True), error=error)
     try:
         if acks is None:
             record.ack(result)

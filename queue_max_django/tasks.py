@@ -36,6 +36,7 @@ from .engine import (
     parse_rate,
 )
 from .engine.classify import exception_types
+from .engine.metadata import normalized as normalized_metadata
 from .engine.validate import validate_queue_name
 from .registry import Registry as Registry  # its name here too, as before registry.py
 from .registry import registry as _registry
@@ -142,6 +143,7 @@ class Task(Generic[P, R]):
         self.permanent_on = exception_types(permanent_on, name="permanent_on")
         self.delay_seconds: float | None = None
         self.eta: float | dt.datetime | None = None
+        self.metadata: dict[str, Any] = {}  # stored with each job (using(metadata=...))
         self.is_async = inspect.iscoroutinefunction(func)
         self._signature = inspect.signature(func)
         self._flow_applied: weakref.ref[Queue] | None = None
@@ -164,9 +166,16 @@ class Task(Generic[P, R]):
         eta: float | dt.datetime | None = None,
         max_retries: int | None = None,
         timeout: float | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Task[P, R]:
-        """A copy with other options (not registered: jobs still name this task)."""
+        """A copy with other options (not registered: jobs still name this task). ``metadata``: a small
+        JSON dict stored with each job (``JobResult.metadata``; ``current_job().metadata`` inside the
+        task); ``InvalidMetadata`` unless it is a dict of str keys that JSON encodes within 64 KiB. Keys
+        that start with ``_`` are reserved for the backend and libraries, as in Django's Tasks: stored,
+        but not in ``JobResult.metadata`` nor in what the task sees."""
         clone = copy.copy(self)
+        if metadata is not None:
+            clone.metadata = normalized_metadata(metadata)  # checked now: nothing is written if bad
         clone.priority = self.priority if priority is None else priority
         clone.queue = self.queue if queue is None else queue
         clone.max_retries = self.max_retries if max_retries is None else max_retries
@@ -347,6 +356,7 @@ class Task(Generic[P, R]):
             "timeout": timeout,
             "delay": self.delay_seconds,
             "eta": self.eta,
+            "metadata": self.metadata or None,
         }
 
     def _prepare(self, queue: Queue) -> Queue:

@@ -93,4 +93,7 @@ CONTRACTS: dict[str, str] = {
     "flow_breaker_shared": "a breaker's state is shared by every process of the store",
     "flow_events": "put/get/ack/nack/recovery fire their events with their fields; callbacks never break it",
     "flow_classify": "classify()'s decisions map onto nack(delay=, permanent=) as a worker applies them",
+    # job metadata (issue 20)
+    "rule_metadata": "put(metadata=) is stored with the job through every state; bad metadata writes nothing",
+    "rule_metadata_save": "only the record holding a running job saves its metadata; others change nothing",
 }

@@ -19,6 +19,9 @@ HOMES = {
     "JobStatus": "queue_max_django.results",
     "JobNotFound": "queue_max_django.results",
     "JobMismatch": "queue_max_django.results",
+    "current_job": "queue_max_django.context",
+    "JobContext": "queue_max_django.context",
+    "NoCurrentJob": "queue_max_django.context",
 }
 
 

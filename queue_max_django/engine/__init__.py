@@ -6,6 +6,7 @@ from .classify import Decision, Permanent, Retry, classify, is_interrupt
 from .errors import (
     ConfigurationError,
     InvalidJob,
+    InvalidMetadata,
     PayloadNotSerializable,
     PayloadTooLarge,
     QueueClosed,
@@ -23,6 +24,7 @@ from .errors import (
 from .events import ALERT, EVENTS, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .flowstate import GLOBAL_KEY, NAME_KEY_PREFIX, QUEUE_KEY_PREFIX, job_keys
 from .job import Job, State
+from .metadata import METADATA_MAX_BYTES
 from .queue import Queue
 from .ratelimit import InvalidRate, Rate, parse_rate
 from .record import Record
@@ -39,6 +41,7 @@ __all__ = [
     "JOB_RETRIED",
     "JOB_STARTED",
     "JOB_SUCCEEDED",
+    "METADATA_MAX_BYTES",
     "NAME_KEY_PREFIX",
     "QUEUE_KEY_PREFIX",
     "AsyncQueue",
@@ -50,6 +53,7 @@ __all__ = [
     "Events",
     "InvalidBreakerPolicy",
     "InvalidJob",
+    "InvalidMetadata",
     "InvalidRate",
     "Job",
     "LockHolder",

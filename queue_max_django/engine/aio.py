@@ -48,6 +48,9 @@ class AsyncRecord:
     async def touch(self) -> float:
         return await asyncio.to_thread(self._record.touch)
 
+    async def save_metadata(self, metadata: dict[str, Any]) -> None:
+        await asyncio.to_thread(self._record.save_metadata, metadata)
+
 
 class AsyncQueue:
     """``AsyncQueue(path, **same options as Queue)``; use ``async with`` or ``await q.close()``."""

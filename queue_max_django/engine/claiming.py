@@ -21,6 +21,7 @@ from typing import Any
 from .errors import QueueCorrupted
 from .job import PRIORITY_MAX
 from .stores.types import Claimed, CorruptedJobQuarantined
+from .tokens import new_token
 
 PREFERENCE_RUN = 32  # claims a consumer makes from its preferred shard before it moves to the next
 UNKNOWN = PRIORITY_MAX + 1  # a view's bound for a shard that was hinted and not read yet: above any job
@@ -130,7 +131,7 @@ class Claimer:
                 best = priorities.index(best_priority)
             known.remove(best_priority)
             runner_up = max(known) if known else None
-            token = os.urandom(16)
+            token = new_token()
             try:
                 outcome = store.claim(best, now, allowed, lease_time, token, runner_up, worker, limit)
             except CorruptedJobQuarantined as exc:

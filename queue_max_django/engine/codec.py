@@ -16,6 +16,7 @@ import msgpack
 
 from .errors import PayloadNotSerializable, PayloadTooLarge, QueueCorrupted
 from .job import Job, State
+from .metadata import unpack_metadata
 
 _unpacker_options: dict[str, Any] = {"raw": False, "strict_map_key": False, "timestamp": 0}
 _local = threading.local()
@@ -257,6 +258,7 @@ def job_from_stored(
     partition_key: Any,
     worker_ids: Iterable[str] | None,
     errors: tuple[tuple[str | None, str | None], ...],
+    metadata: bytes | str | None = None,
 ) -> Job:
     """A ``Job`` snapshot of a job's stored fields, in any store: times in integer µs (the ready time is
     the ETA only while scheduled, the lease only counts while running), payload and result as the msgpack
@@ -274,6 +276,11 @@ def job_from_stored(
             return bytes(raw)
 
     payload_value, result_value = decoded(payload, "payload"), decoded(result, "result")
+    try:
+        metadata_value = unpack_metadata(metadata)
+    except ValueError as exc:  # JSON that does not decode (a bad UTF-8 byte too): shown as none
+        damage.append(f"job {job_id}: the stored metadata does not decode ({exc})")
+        metadata_value = {}
     return Job(
         job_id=job_id,
         state=state,
@@ -298,6 +305,7 @@ def job_from_stored(
         worker_ids=tuple(worker_ids or ()),
         errors=errors,
         damage="; ".join(damage) or None,
+        metadata=metadata_value,
     )
 
 

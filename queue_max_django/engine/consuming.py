@@ -18,6 +18,7 @@ from . import codec
 from .errors import InvalidJob, QueueEmpty, UnknownQueue
 from .events import JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .job import State
+from .metadata import pack_metadata, unpack_metadata
 from .record import Record
 from .retry import decide
 from .stores.base import Store
@@ -203,6 +204,12 @@ class Consumer:
     def _touch(self, record: Record) -> float:
         owner = self._owner
         return owner._live().heartbeat(owner._clock(), record.job_id, record._token, owner.lease_time)
+
+    def _save_metadata(self, record: Record, metadata: dict[str, Any]) -> None:
+        packed = pack_metadata(metadata)
+        owner = self._owner
+        owner._live().save_metadata(owner._clock(), record.job_id, record._token, packed)
+        record.metadata = unpack_metadata(packed)
 
     def emit_failure(self, job_id: int, queue: str, name: str | None, state: State, error: str) -> None:
         """The event of a failed attempt: ``job_failed`` for a dead letter, ``job_retried`` otherwise."""

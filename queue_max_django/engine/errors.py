@@ -41,6 +41,12 @@ class PayloadTooLarge(InvalidJob):
     ``max_payload_bytes`` when you open the queue."""
 
 
+class InvalidMetadata(InvalidJob, TypeError):
+    """A job's metadata (``put(metadata=...)``, ``Record.save_metadata``) is not a dict of str keys whose
+    values JSON encodes, or is over ``METADATA_MAX_BYTES`` (64 KiB) encoded. Nothing was written. Keep
+    metadata small (progress, a trace id, a label); put large data elsewhere and store a reference."""
+
+
 class UnknownQueue(InvalidJob):
     """The named queue is not one of the ``queues=`` the ``Queue`` was opened with."""
 

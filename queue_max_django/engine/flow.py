@@ -14,7 +14,6 @@ Jobs held back stay pending, untouched; the consumer serves the others, as DESIG
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from .flowstate import (
 )
 from .ratelimit import Rate, parse_rate
 from .stores.base import FlowOps
+from .tokens import new_token
 
 if TYPE_CHECKING:
     from .stores.base import Store
@@ -273,7 +273,7 @@ class Flow:
             if not admitted:
                 state = self._control.state()  # someone else spent it; look again with fresh state
                 continue
-            claimed = store.claim_job(now, best.job_id, lease_time, os.urandom(16), worker_id, False)
+            claimed = store.claim_job(now, best.job_id, lease_time, new_token(), worker_id, False)
             if claimed is None:
                 self._control.give_back(job_keys_)
                 continue

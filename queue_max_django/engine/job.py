@@ -8,7 +8,7 @@ shards in (roughly) enqueue order."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 SHARD_BITS = 8
@@ -67,6 +67,7 @@ class Job:
     worker_ids: tuple[str, ...] = ()  # who claimed each attempt (the last 10), when workers said who they are
     errors: tuple[tuple[str | None, str | None], ...] = ()  # (error type, error) of each failed attempt
     damage: str | None = None  # why the payload or result on disk does not decode (they are the raw bytes)
+    metadata: dict[str, Any] = field(default_factory=dict)  # the stored metadata (engine/metadata.py)
 
     @property
     def shard(self) -> int:

@@ -16,6 +16,7 @@ class JobSpec:
     __slots__ = (
         "encoded",
         "max_retries",
+        "metadata",
         "name",
         "partition_key",
         "priority",
@@ -33,6 +34,7 @@ class JobSpec:
         max_retries: int,
         timeout: float | None,
         partition_key: Any,
+        metadata: bytes | None = None,
     ) -> None:
         self.queue = queue
         self.name = name
@@ -41,11 +43,12 @@ class JobSpec:
         self.max_retries = max_retries
         self.timeout = timeout
         self.partition_key = partition_key
+        self.metadata = metadata  # its JSON text (metadata.pack_metadata), None: none
         self.encoded: object = None  # the store's encoding of these options, made on first use
 
     def __repr__(self) -> str:
         return (
             f"JobSpec(queue={self.queue!r}, name={self.name!r}, priority={self.priority}, "
             f"ready_at={self.ready_at!r}, max_retries={self.max_retries}, timeout={self.timeout!r}, "
-            f"partition_key={self.partition_key!r})"
+            f"partition_key={self.partition_key!r}, metadata={self.metadata!r})"
         )

@@ -8,6 +8,7 @@ import datetime as _dt
 from typing import Any
 
 from .jobspec import JobSpec
+from .metadata import pack_metadata
 from .validate import check_put, ready_at
 
 SPEC_CACHE_MAX = 256  # JobSpecs kept for option sets used before (no delay, eta or partition key)
@@ -33,11 +34,12 @@ class PutOptions:
         timeout: float | None,
         partition_key: Any,
         now: float,
+        metadata: Any = None,
     ) -> JobSpec:
         """Validate everything but the payload. Raises ``InvalidJob``; runs on every put, so the common
         case (options used before, no delay) costs a few type checks and a dict lookup."""
         if (
-            delay is None and eta is None and timeout is None and partition_key is None
+            delay is None and eta is None and timeout is None and partition_key is None and metadata is None
             and type(priority) is int and (max_retries is None or type(max_retries) is int)
         ):  # fmt: skip
             # Options seen before: their JobSpec was validated then (the types checked here keep a bool
@@ -48,10 +50,11 @@ class PutOptions:
         check_put(priority=priority, queue=queue, name=name, max_retries=max_retries, timeout=timeout,
                   partition_key=partition_key, queues=self._served, now=now, valid_queues=self._valid_queues,
                   valid_names=self._valid_names)  # fmt: skip
+        packed = pack_metadata(metadata)  # InvalidMetadata before anything is written
         given_max_retries = max_retries  # None (the Queue's default) is its own cache entry
         if max_retries is None:
             max_retries = self._max_retries
-        if partition_key is None and delay is None and eta is None:
+        if partition_key is None and delay is None and eta is None and packed is None:
             # Validated values only: priority and max_retries ints (not bools; max_retries None for the
             # Queue's default: looked up as given, above), timeout a number, so equal keys mean equal
             # records (timeout 1 and 1.0 share one: both are stored as 1.0).
@@ -65,7 +68,7 @@ class PutOptions:
                 )
             return spec
         ready = None if delay is None and eta is None else ready_at(delay, eta, now)
-        return JobSpec(queue, name, priority, ready, max_retries, _seconds(timeout), partition_key)
+        return JobSpec(queue, name, priority, ready, max_retries, _seconds(timeout), partition_key, packed)
 
 
 def _seconds(timeout: float | None) -> float | None:

@@ -38,6 +38,7 @@ from .record import Record
 from .stores.base import Store
 from .stores.opening import DEFAULT_MAP_SIZE, open_store
 from .stores.types import LockHolder, WorkerInfo
+from .tokens import new_token
 from .validate import check_filter, check_number, check_queue_arguments, parse_state, put_defaults
 
 Clock = Callable[[], float]
@@ -135,7 +136,7 @@ class Queue:
         return self._store
 
     def close(self) -> None:
-        """Stop the background thread, wake waiting consumers, release the environments. Idempotent."""
+        """Stop the background thread, wake waiting consumers, release the store. Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -181,22 +182,23 @@ class Queue:
         partition_key: Any = None,
         unique_key: str | None = None,
         connection: Any = None,
+        metadata: dict[str, Any] | None = None,
     ) -> int:
-        """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input.
+        """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input. ``metadata``:
+        a small JSON dict kept with the job (``Job.metadata``; ``InvalidMetadata``: engine/metadata.py).
 
         ``unique_key``: put this job only if no put used the same key (``vacuum()`` forgets keys used more
         than ``result_ttl`` ago, and a day at least); otherwise write nothing and return the id of the job
         that key made (checked in the same transaction as the write, so it holds across processes and
         crashes; the periodic scheduler relies on it).
 
-        ``connection``: the caller's own database connection (psycopg 3) to the store's database, on a
-        store whose ``transactional_enqueue`` is true (PostgreSQL): the job is written through it, in the
-        caller's transaction, so it commits or rolls back with the caller's own writes. A store that
-        cannot (LMDB) raises ``ConfigurationError``."""
+        ``connection``: the caller's own psycopg 3 connection to the store's database (PostgreSQL, where
+        ``transactional_enqueue`` is true): the job is written in the caller's transaction and commits or
+        rolls back with it. A store that cannot (LMDB) raises ``ConfigurationError``."""
         store = self._live()
         now = self._clock()
         spec = self._put_options.check(
-            priority=priority, delay=delay, eta=eta, queue=queue, name=name,
+            priority=priority, delay=delay, eta=eta, queue=queue, name=name, metadata=metadata,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
         putter = self._putter
@@ -221,11 +223,11 @@ class Queue:
         timeout: float | None = None,
         partition_key: Any = None,
         connection: Any = None,
+        metadata: dict[str, Any] | None = None,
     ) -> list[int]:
-        """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing
-        (``connection``: the caller's, as for ``put``)."""
+        """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing."""
         spec = self._put_options.check(
-            priority=priority, delay=delay, eta=eta, queue=queue, name=name,
+            priority=priority, delay=delay, eta=eta, queue=queue, name=name, metadata=metadata,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
         putter = self._putter
@@ -244,6 +246,7 @@ class Queue:
         max_retries: int | None = None,
         timeout: float | None = None,
         partition_key: Any = None,
+        metadata: dict[str, Any] | None = None,
     ) -> list[int]:
         """Store many jobs with the same options in parts spread over the store, so that consumers drain
         them in parallel: ``part_size`` jobs a part (default: as many parts as the store has shards),
@@ -253,7 +256,7 @@ class Queue:
         if part_size is not None and (type(part_size) is not int or part_size < 1):
             raise InvalidJob(f"part_size must be None or an int >= 1, not {part_size!r}")
         spec = self._put_options.check(
-            priority=priority, delay=delay, eta=eta, queue=queue, name=name,
+            priority=priority, delay=delay, eta=eta, queue=queue, name=name, metadata=metadata,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
         return self._putter.put_parts(payloads, spec, part_size, partition_key)
@@ -351,8 +354,8 @@ class Queue:
         return [store.counts(index) for index in range(store.shards)]
 
     def job(self, job_id: int) -> Job | None:
-        """A snapshot of one job, or None if there is no such job (any more). A job whose record does not
-        decode is moved to the dead letters first: this is that dead letter (error type "Corrupted")."""
+        """A snapshot of one job, or None if there is none. A record that does not decode is moved to the
+        dead letters first: this is that dead letter (error type "Corrupted")."""
         if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 1 << 64:
             return None
         return self._live().job(self._clock(), job_id)
@@ -398,9 +401,7 @@ class Queue:
         -> its record, or None if it is running, finished or gone."""
         _check_id(job_id)
         store = self._live()
-        claimed = store.claim_job(
-            self._clock(), job_id, self.lease_time, os.urandom(16), self.worker_id, True
-        )
+        claimed = store.claim_job(self._clock(), job_id, self.lease_time, new_token(), self.worker_id, True)
         return None if claimed is None else Record(self._consumer, claimed)
 
     def requeue(self, job_id: int) -> bool:
@@ -463,7 +464,7 @@ class Queue:
         )
 
     def promote(self) -> int:
-        """Scheduled jobs whose ETA passed become pending now (``get()`` also does this as it goes)."""
+        """Scheduled jobs whose ETA passed become pending now (``get()`` does this too)."""
         return self._live().promote_due(None, self._clock())
 
     def wait_until_empty(self, timeout: float | None = None, *, poll_interval: float = 0.005) -> bool:
@@ -485,9 +486,8 @@ class Queue:
     # ------------------------------------------------------------------ rate limits and breakers (flow.py)
 
     def set_rate_limit(self, key: str, rate: Any, *, burst: int | None = None) -> Rate:
-        """Limit ``key`` to ``rate`` ("160/m", "10/s", "5000/h", ``(count, seconds)``, or an int per minute),
-        shared by every process; ``burst`` defaults to the count. Takes effect at once, also for running
-        workers; changing a limit keeps the tokens there are. -> the parsed ``Rate``."""
+        """Limit ``key`` to ``rate`` ("160/m", "10/s", ``(count, seconds)``, or an int per minute) in every
+        process, at once; ``burst`` defaults to the count; a change keeps the tokens. -> the ``Rate``."""
         self._live()
         return self._flow.set_rate_limit(key, rate, burst=burst)
 
@@ -510,8 +510,7 @@ class Queue:
         return self._flow.try_acquire(key)
 
     def acquire(self, key: str, timeout: float | None = None) -> None:
-        """Take one token from ``key``, waiting for it; ``RateLimited`` (with ``retry_after``) if it would
-        take longer than ``timeout`` seconds."""
+        """Take one token from ``key``, waiting; ``RateLimited`` if that would take over ``timeout`` s."""
         if timeout is not None:
             check_number("timeout", timeout, minimum=0, error=InvalidJob)
         self._live()

@@ -27,6 +27,8 @@ class RecordOwner(Protocol):
 
     def _touch(self, record: Record) -> float: ...
 
+    def _save_metadata(self, record: Record, metadata: dict[str, Any]) -> None: ...
+
     def _pack_result(self, result: Any) -> bytes: ...
 
 
@@ -42,6 +44,7 @@ class Record:
         "finished",
         "job_id",
         "lease_until",
+        "metadata",
         "name",
         "payload",
         "priority",
@@ -66,6 +69,7 @@ class Record:
         self.timeout: float | None = claimed.timeout
         self.lease_until: float = claimed.lease_until
         self.worker_ids: tuple[str, ...] = claimed.worker_ids  # per attempt, the last ten
+        self.metadata: dict[str, Any] = claimed.metadata  # as stored when claimed, then as last saved
         self.finished = False  # set once ack/nack/release succeeded through this object
 
     def __repr__(self) -> str:
@@ -90,6 +94,12 @@ class Record:
         """Give the job back unfinished (shutdown): pending again, not counted as an attempt. ``delay``:
         scheduled for that many seconds first (a job this process cannot run yet), still not counted."""
         self._owner._release(self, delay)
+
+    def save_metadata(self, metadata: dict[str, Any]) -> None:
+        """Store ``metadata`` (a small JSON dict, replacing the job's) now, while this record holds the job:
+        ``InvalidMetadata`` before anything is written, ``QueueCorrupted`` (nothing written) once it no
+        longer holds it. The job stays running; ``self.metadata`` becomes what was stored."""
+        self._owner._save_metadata(self, metadata)
 
     def touch(self) -> float:
         """Extend the lease by ``lease_time`` from now. -> the new expiry (unix seconds)."""

@@ -162,7 +162,17 @@ def parse_state(state: State | str) -> State:
         raise InvalidJob(f"unknown state {state!r}: use one of {[s.value for s in State]}") from None
 
 
-_PUT_OPTIONS = ("priority", "delay", "eta", "queue", "name", "max_retries", "timeout", "partition_key")
+_PUT_OPTIONS = (
+    "priority",
+    "delay",
+    "eta",
+    "queue",
+    "name",
+    "max_retries",
+    "timeout",
+    "partition_key",
+    "metadata",
+)
 
 
 def put_defaults(options: dict[str, Any]) -> dict[str, Any]:

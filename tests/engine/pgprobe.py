@@ -89,6 +89,7 @@ class PgProbe:
             workers=tuple(r["worker_ids"]) or None,
             errors=tuple(zip(r["error_types"], r["error_msgs"], strict=True)) or None,
             claim=_CLAIMS[r.get("claim")],
+            metadata=r["metadata"],  # jsonb, as psycopg reads it: a dict
         )
 
     def places(self, job_id: int) -> list[str]:
@@ -171,6 +172,10 @@ class PgProbe:
     def break_payload(self, job_id: int) -> None:
         for table in (_LIVE, _FINISHED):
             self.conn.execute(f"UPDATE {table} SET payload = %s WHERE id = %s", (_UNDECODABLE, job_id))
+
+    def as_before_metadata(self, job_id: int) -> None:
+        for table in (_LIVE, _FINISHED):
+            self.conn.execute(f"UPDATE {table} SET metadata = NULL WHERE id = %s", (job_id,))
 
     def break_result(self, job_id: int) -> None:
         self.conn.execute("UPDATE qm_finished SET result = %s WHERE id = %s", (_UNDECODABLE, job_id))

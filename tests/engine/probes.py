@@ -11,6 +11,7 @@ This is the one module of the engine tests that knows the LMDB layout (databases
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -56,6 +57,7 @@ class Stored:
     workers: tuple[str, ...] | None
     errors: tuple[tuple[Any, ...], ...] | None
     claim: Literal["batch", "alone-next"] | None  # how it was last claimed, when that matters to recovery
+    metadata: dict[str, Any] | None = None  # the stored metadata as a JSON reader sees it; None: none stored
 
 
 class StoreProbe(Protocol):
@@ -121,6 +123,10 @@ class StoreProbe(Protocol):
     def break_result(self, job_id: int) -> None:
         """Make the finished job's stored result undecodable, the rest of the record intact."""
 
+    def as_before_metadata(self, job_id: int) -> None:
+        """Make the job's stored form what a version before job metadata wrote (LMDB: a record of one field
+        less; PostgreSQL: a NULL in the column that upgrading a version 1 schema added)."""
+
 
 # ------------------------------------------------------------------------------------------------- LMDB
 
@@ -144,6 +150,12 @@ def _index_entry_id(db: str, key: bytes) -> int:
     if db == "failed":
         return keys.id_from_key(key)
     return keys.time_key_parts(key)[1]
+
+
+def _json(raw: Any) -> Any:
+    """Stored metadata (UTF-8 JSON bytes) as a JSON reader sees it; None for none."""
+    assert raw is None or type(raw) is bytes, f"metadata stored as {type(raw).__name__}, not bytes"
+    return None if raw is None else json.loads(raw)
 
 
 def _decode(raw: bytes) -> list[Any] | None:
@@ -242,6 +254,7 @@ class LmdbProbe:
             workers=None if r[layout.F_WORKERS] is None else tuple(r[layout.F_WORKERS]),
             errors=None if r[layout.F_ERRORS] is None else tuple(tuple(e) for e in r[layout.F_ERRORS]),
             claim=_CLAIMS[r[layout.F_CLAIM]],
+            metadata=_json(r[layout.F_METADATA]),
         )
 
     def snapshot(self) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
@@ -407,6 +420,12 @@ class LmdbProbe:
 
     def break_result(self, job_id: int) -> None:
         corrupt.garbage_result(self.queue, job_id)
+
+    def as_before_metadata(self, job_id: int) -> None:
+        with self._txn(job_id, write=True) as (txn, dbs):
+            record = msgpack.unpackb(txn.get(keys.id_key(job_id), db=dbs["jobs"]), raw=False)
+            assert len(record) == layout.F_METADATA + 1
+            txn.put(keys.id_key(job_id), msgpack.packb(record[: layout.F_METADATA]), db=dbs["jobs"])
 
 
 PROBES: dict[str, Callable[[Queue], StoreProbe]] = {"lmdb": LmdbProbe}

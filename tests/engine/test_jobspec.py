@@ -30,6 +30,7 @@ options = st.fixed_dictionaries({
     "partition_key": (
         st.none() | st.text(max_size=40) | st.integers(-(2**63), 2**64 - 1) | st.binary(max_size=40)
     ),
+    "metadata": st.none() | st.binary(min_size=2, max_size=300),  # JSON text (engine/metadata.py)
 })  # fmt: skip
 times = st.integers(0, 2**64 - 1)
 payloads = st.none() | st.binary(max_size=layout.INLINE_PAYLOAD_MAX)
@@ -51,6 +52,7 @@ def expected_record(
     record[layout.F_PARTITION_KEY] = spec["partition_key"]
     record[layout.F_ATTEMPTS] = 0
     record[layout.F_PAYLOAD] = payload
+    record[layout.F_METADATA] = spec["metadata"]
     return record
 
 
@@ -61,6 +63,8 @@ def test_new_records_decode_like_the_encoded_lists(
     made = NewRecords(JobSpec(**spec)).records(
         scheduled, enqueued, [r for r, _ in jobs], [p for _, p in jobs]
     )
+    one = NewRecords(JobSpec(**spec)).record(scheduled, enqueued, jobs[0][0], jobs[0][1])
+    assert one == made[0]  # the single put's path writes the same bytes
 
     assert len(made) == len(jobs)
     for data, (ready, payload) in zip(made, jobs, strict=True):

@@ -228,3 +228,27 @@ def test_an_idle_get_in_a_process_with_many_descriptors_waits_without_spinning(s
     finally:
         for fd in spare:
             os.close(fd)
+
+
+def test_a_hint_written_after_a_consumers_last_look_ends_its_wait_at_once(store_path: Path) -> None:
+    """A busy consumer reads the slots through a mapping and leaves the inotify events unread; before it
+    sleeps it drains them and compares the slots once more, so a hint that came after its last look (its
+    event among those drained) ends the wait instead of being lost until the wait's timeout."""
+    with open_queue(store_path, FakeClock()) as producer, open_queue(store_path, FakeClock()) as consumer:
+        waiter, writer = consumer._store.hints, producer._store.hints
+        assert waiter.changed()  # the first ask starts this thread's watch
+        assert not waiter.changed()
+        writer.notify(2)  # after the consumer's last look
+        returned = threading.Event()
+        thread = threading.Thread(target=lambda: (waiter.wait(60), returned.set()))
+        thread.start()
+        thread.join(10)
+        assert returned.is_set(), "the wait missed a hint written before it began"
+        assert waiter.changed()  # the next look sees the shard that was hinted
+
+
+def test_the_wake_file_is_sized_to_every_slot_when_first_opened(store_path: Path) -> None:
+    """The slots are mapped: the file is grown to hold all of them (zeros: never written) before."""
+    with open_queue(store_path, FakeClock()) as q:
+        q.put("x")
+        assert (store_path / WAKE_FILE).stat().st_size == SLOT * (q.shard_count + 1)

@@ -4,7 +4,7 @@ cursors or key layouts. What a store writes is its own affair (the LMDB store: `
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidJob
@@ -48,6 +48,7 @@ class Claimed:
     lease_until: float  # unix seconds
     worker_ids: tuple[str, ...]  # who claimed it, one per attempt, the last ten
     alone: bool = False  # a job whose lease once expired: its claim took no other job with it
+    metadata: dict[str, Any] = field(default_factory=dict)  # the job's, decoded (engine/metadata.py)
 
 
 @dataclass(frozen=True, slots=True)

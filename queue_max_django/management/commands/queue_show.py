@@ -20,7 +20,7 @@ FIRST = (
     "priority",
 )  # then the rest in the order of Job's fields
 TIMES = ("enqueued_at", "started_at", "finished_at", "eta", "lease_until")  # unix seconds, shown as UTC
-AS_JSON = ("payload", "result", "partition_key")  # any stored value: shown as JSON, bytes as base64
+AS_JSON = ("payload", "result", "partition_key", "metadata")  # stored values: shown as JSON (bytes: base64)
 
 
 def job_lines(job: Job) -> list[str]:

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from queue_max_django import periodic_task, task
+from queue_max_django import current_job, periodic_task, task
 
 
 def mark(kind: str, value: object) -> None:
@@ -44,6 +44,23 @@ async def async_finish(value: int) -> int:
     await asyncio.sleep(0.01)
     mark("finished", value)
     return value
+
+
+@task
+def progress(steps: int) -> int:
+    """Saves its progress (``{"done": n}``) after each of ``steps`` steps, marks "saved", waits (60 s at
+    most) for a file "go" in the marks folder, then sets ``finished`` (saved with the outcome)."""
+    job = current_job()
+    for step in range(1, steps + 1):
+        job.metadata["done"] = step
+        job.save_metadata()
+    mark("saved", job.id)
+    go = Path(os.environ["QUEUE_MAX_TEST_MARKS"]) / "go"
+    deadline = time.monotonic() + 60
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    job.metadata["finished"] = True
+    return steps
 
 
 @task(timeout=0.5, max_retries=1)

@@ -40,7 +40,8 @@ F_PAYLOAD = (
 F_WORKERS = 20  # ids of the workers that claimed the job, one per attempt (the last HISTORY_MAX), or None
 F_ERRORS = 21  # [error type, error] of each failed attempt (the last HISTORY_MAX), or None
 F_CLAIM = 22  # how the job was last claimed: None alone, CLAIM_BATCH with others, CLAIM_ALONE_NEXT (below)
-RECORD_FIELDS = 23
+F_METADATA = 23  # the job's metadata as JSON text (UTF-8 bytes, engine/metadata.py), or None: none
+RECORD_FIELDS = 24
 HISTORY_MAX = 10
 
 # F_STATE values: a state's code is its index in STATES (job.py).
@@ -155,6 +156,7 @@ _FIELDS: tuple[tuple[int, str, frozenset[type]], ...] = (
     (F_PAYLOAD, "payload", _OPTIONAL_BYTES),
     (F_WORKERS, "workers", _OPTIONAL_LIST),
     (F_ERRORS, "errors", _OPTIONAL_LIST),
+    (F_METADATA, "metadata", _OPTIONAL_BYTES),
 )  # F_PARTITION_KEY holds any msgpack value
 
 
@@ -177,6 +179,7 @@ def _well_typed(r: list[Any]) -> bool:
         and type(r[F_ATTEMPTS]) in _OPTIONAL_INT
         and type(r[F_PAYLOAD]) in _OPTIONAL_BYTES
         and type(r[F_WORKERS]) in _OPTIONAL_LIST
+        and type(r[F_METADATA]) in _OPTIONAL_BYTES
     ):
         return False
     errors = r[F_ERRORS]

@@ -29,7 +29,7 @@ _UINT64 = 0xCF
 _NIL = b"\xc0"
 _BIN8_HEADERS = [b"\xc4" + bytes([n]) for n in range(256)]  # msgpack bin 8 of n bytes
 _BIN16 = b"\xc5"
-_AFTER_PAYLOAD = _NIL * (RECORD_FIELDS - F_PAYLOAD - 1)
+_AFTER_PAYLOAD = _NIL * (RECORD_FIELDS - F_PAYLOAD - 1)  # workers, errors, claim, metadata: None
 
 
 def encoded(spec: JobSpec) -> NewRecords:
@@ -43,8 +43,8 @@ def encoded(spec: JobSpec) -> NewRecords:
 class NewRecords:
     """The constant parts of the stored record and ready index entry of new jobs of one ``JobSpec``."""
 
-    __slots__ = ("_head_pending", "_head_scheduled", "_middle", "_ready_key", "name_bytes", "queue_bytes",
-                 "ready_prefix")  # fmt: skip
+    __slots__ = ("_after", "_head_pending", "_head_scheduled", "_middle", "_ready_key", "name_bytes",
+                 "queue_bytes", "ready_prefix")  # fmt: skip
 
     def __init__(self, spec: JobSpec) -> None:
         self.queue_bytes = spec.queue.encode()
@@ -53,7 +53,8 @@ class NewRecords:
         self.ready_prefix = ready_prefix(self.queue_bytes, spec.priority)
         self._ready_key = struct.Struct(f">{len(self.ready_prefix)}sQQ")
         # The record of layout.F_*: [state, queue, name, priority, retries, max_retries] [enqueued, ready]
-        # [8 x None (started .. result), timeout, partition_key, attempts] [payload] [workers, errors].
+        # [8 x None (started .. result), timeout, partition_key, attempts] [payload] [workers, errors, claim,
+        # metadata].
         packer = msgpack.Packer(use_bin_type=True, datetime=False)
         fields = [spec.queue, spec.name, spec.priority, 0, spec.max_retries]
         after_state = b"".join(packer.pack(value) for value in fields)
@@ -61,6 +62,7 @@ class NewRecords:
         self._head_pending = header + packer.pack(_PENDING) + after_state
         self._head_scheduled = header + packer.pack(_SCHEDULED) + after_state
         self._middle = _NIL * 8 + packer.pack(spec.timeout) + packer.pack(spec.partition_key) + packer.pack(0)
+        self._after = _AFTER_PAYLOAD if spec.metadata is None else _NIL * 3 + packer.pack(spec.metadata)
 
     def record(self, scheduled: bool, enqueued_us: int, ready_us: int, payload: bytes | None) -> bytes:
         """``records`` of one job (the single put's path: no lists)."""
@@ -70,7 +72,7 @@ class NewRecords:
             self._middle,
             _bin_header(payload),
             payload or b"",
-            _AFTER_PAYLOAD,
+            self._after,
         ))  # fmt: skip
 
     def records(
@@ -81,7 +83,7 @@ class NewRecords:
         head = self._head_scheduled if scheduled else self._head_pending
         # Everything before the ready time is the same for the whole batch (uint64 markers: see _TIMES).
         before = head + _TIMES.pack(_UINT64, enqueued_us, _UINT64, 0)[:-8]
-        middle, join = self._middle, b"".join
+        middle, after, join = self._middle, self._after, b"".join
         if None in payloads:
             headers = [_bin_header(payload) for payload in payloads]
         else:
@@ -91,7 +93,7 @@ class NewRecords:
             else:  # the common case, small payloads: bin 8 headers from the table
                 headers = [_BIN8_HEADERS[size] for size in map(len, inline)]
         return [
-            join((before, ready.to_bytes(8, "big"), middle, header, payload or b"", _AFTER_PAYLOAD))
+            join((before, ready.to_bytes(8, "big"), middle, header, payload or b"", after))
             for ready, header, payload in zip(ready_us, headers, payloads, strict=True)
         ]
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ... import codec
 from ...job import SHARD_BITS, STATES, Job
+from ...metadata import unpack_metadata
 from ..types import Claimed
 from .layout import (
     F_ATTEMPTS,
@@ -20,6 +21,7 @@ from .layout import (
     F_FINISHED_AT,
     F_LEASE_UNTIL,
     F_MAX_RETRIES,
+    F_METADATA,
     F_NAME,
     F_PARTITION_KEY,
     F_PRIORITY,
@@ -67,6 +69,7 @@ def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
         partition_key=record[F_PARTITION_KEY],
         worker_ids=record[F_WORKERS],
         errors=tuple((error_type, error) for error_type, error in record[F_ERRORS] or ()),
+        metadata=record[F_METADATA],
     )
 
 
@@ -84,12 +87,24 @@ def mark_running(record: list[Any], now_us: int, lease_us: int, token: bytes, wo
 
 
 def as_claimed(job_id: int, record: list[Any], payload: Any, alone: bool) -> Claimed:
-    """The neutral ``Claimed`` of a record a claim just marked running."""
-    return Claimed(
+    """The neutral ``Claimed`` of a record a claim just marked running. Its metadata is the JSON of a dict
+    when it is there (``layout`` checked its type; a claim that decodes it reads what a put wrote)."""
+    claimed = Claimed(
         job_id, record[F_TOKEN], payload, record[F_RETRIES], record[F_MAX_RETRIES], record[F_ATTEMPTS],
         record[F_ENQUEUED_AT] / 1_000_000, record[F_PRIORITY], record[F_QUEUE], record[F_NAME],
         record[F_TIMEOUT], record[F_LEASE_UNTIL] / 1_000_000, tuple(record[F_WORKERS] or ()), alone,
     )  # fmt: skip
+    if record[F_METADATA] is not None:
+        claimed.metadata = metadata_of(record)
+    return claimed
+
+
+def metadata_of(record: list[Any]) -> dict[str, Any]:
+    """The record's metadata as a dict; ``{}`` for JSON that does not decode (``Job.damage`` says so)."""
+    try:
+        return unpack_metadata(record[F_METADATA])
+    except ValueError:
+        return {}
 
 
 def mark_pending_uncharged(record: list[Any]) -> None:

@@ -43,6 +43,7 @@ from .layout import (
     F_ATTEMPTS,
     F_FINISHED_AT,
     F_LEASE_UNTIL,
+    F_METADATA,
     F_READY_AT,
     F_RESULT,
     F_STATE,
@@ -304,6 +305,16 @@ class Shard:
             return lease_us / 1_000_000
 
         return self.env.write(txn_fn)
+
+    def save_metadata(self, job_id: int, token: bytes, metadata: bytes | None) -> None:
+        """Replace the metadata of the running job ``token`` holds; nothing else changes (no index)."""
+
+        def txn_fn(txn: Any) -> None:
+            record = self._held(txn, job_id, token, whole=False)
+            record[F_METADATA] = metadata
+            store_record(self, txn, job_id, record)
+
+        self.env.write(txn_fn)
 
     def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
         now_us = micros(now)

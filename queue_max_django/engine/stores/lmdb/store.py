@@ -344,6 +344,10 @@ class LmdbStore:
         one.release(now, job_id, token, retry_at)
         self.hints.notify(one.index)
 
+    def save_metadata(self, now: float, job_id: int, token: bytes, metadata: bytes | None) -> None:
+        """The running job ``token`` holds gets ``metadata``; ``QueueCorrupted`` if the token lost it."""
+        self._shard(job_id).save_metadata(job_id, token, metadata)
+
     # ------------------------------------------------------------------ management
 
     def requeue(self, now: float, job_id: int) -> bool:

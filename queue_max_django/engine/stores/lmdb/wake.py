@@ -11,6 +11,13 @@ is not available the waiter falls back to polling with backoff (0.5 ms doubling 
 Order matters, and both sides keep it: a producer writes its slot after its commit, and the write raises the
 inotify event; a consumer consumes the events first and reads the slots after. A slot read too early for a
 commit is followed by that commit's event, so the consumer looks again.
+
+A consumer reads the slots through a shared read-only mapping of the file (the page cache a ``pwrite`` fills
+is the page the mapping shows), so a busy consumer learns what changed without a system call: it compares
+the slots with what it saw when it last asked. Only a consumer about to sleep touches the inotify watch: it
+drains the events, compares the slots once more (a hint written after its last look is seen there), and
+then waits on the watch (a hint written after that comparison raises an event). The file is sized to all
+its slots when first opened, so the mapping never reaches past its end.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import itertools
+import mmap
 import os
 import select
 import struct
@@ -86,6 +94,17 @@ def changed_shards(old: bytes | None, new: bytes | None) -> list[int] | None:
     return [slot - 1 for slot in range(low, high + 1) if diff >> (slot * _SLOT_BITS) & _SLOT_MASK]
 
 
+def _map_slots(fd: int, size: int) -> mmap.mmap | None:
+    """A shared read-only mapping of the wake file's ``size`` bytes, the file first grown to that size
+    (zeros: a slot never written), or None where that fails (then the slots are read with ``pread``)."""
+    try:
+        if os.fstat(fd).st_size < size:
+            os.ftruncate(fd, size)  # only ever grows: another process's slots are never cut
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+    except (OSError, ValueError):
+        return None
+
+
 class Waker:
     """One per ``Queue``: ``notify(shard)`` after a commit; ``wait(timeout)`` in a consumer thread, and
     ``slots()`` to see which shards were notified since an earlier ``slots()``."""
@@ -97,6 +116,7 @@ class Waker:
         self._local = threading.local()
         self._fds: set[int] = set()
         self._write_fd: int | None = None
+        self._map: mmap.mmap | None = None  # the slots, read without a system call (None: pread them)
         self._closed = False
         self._pid = os.getpid()
         self._generation = fork_generation()
@@ -133,6 +153,12 @@ class Waker:
             fd = self._open_writer()
             if fd is None:
                 return None
+        mapped = self._map
+        if mapped is not None:
+            try:
+                return mapped[:]
+            except ValueError:  # closed by close() under us
+                return None
         try:
             return os.pread(fd, self._size, 0)
         except OSError:
@@ -149,9 +175,11 @@ class Waker:
                 self._reset_after_fork()
             if self._write_fd is None:
                 try:
-                    self._write_fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                    fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 except OSError:
                     return None
+                self._map = _map_slots(fd, self._size)
+                self._write_fd = fd
             return self._write_fd
 
     # -- consumer side
@@ -164,8 +192,17 @@ class Waker:
         if fd is None:
             self._poll_wait(timeout)
             return
+        local = self._local
+        if self._map is not None:
+            # The events of hints this thread already saw in the slots, then the slots once more: a hint
+            # since the last look ends the wait now; one after this comparison raises an event.
+            self._drain(fd)
+            now = self.slots()
+            if now is None or now != getattr(local, "seen", None):
+                local.seen = now
+                return
         try:  # poll, not select: a descriptor numbered above 1023 (a busy process) is fine
-            ready = self._local.poller.poll(timeout * 1000)
+            ready = local.poller.poll(timeout * 1000)
         except (OSError, ValueError):  # closed under us by close()
             return
         if ready:
@@ -178,6 +215,17 @@ class Waker:
         fd: int | None = getattr(local, "fd", None)
         if fd is None or local.generation != fork_generation():
             self._watch_fd()
+            local.seen = self.slots()
+            return True
+        mapped = self._map
+        if mapped is not None:  # no system call: the slots as they are, against what this thread saw
+            try:
+                now = mapped[:]
+            except ValueError:  # closed under us
+                return True
+            if now == local.seen:
+                return False
+            local.seen = now
             return True
         if not local.poller.poll(0):  # no syscall error path: cheaper than a read that fails with EAGAIN
             return False
@@ -232,6 +280,7 @@ class Waker:
         # might be reused) and start afresh in this process.
         self._fds = set()
         self._write_fd = None
+        self._map = None  # the parent's mapping is still valid here, but it is the parent's to close
         self._local = threading.local()
         self._pid = os.getpid()
         self._generation = fork_generation()
@@ -243,8 +292,12 @@ class Waker:
             self._closed = True
             fds, self._fds = self._fds, set()
             write_fd, self._write_fd = self._write_fd, None
+            mapped, self._map = self._map, None
         if self._generation != fork_generation():
             return
+        if mapped is not None:
+            with contextlib.suppress(BufferError, ValueError):
+                mapped.close()
         with contextlib.suppress(OSError):  # wake our own waiters so they see the close
             if write_fd is None:
                 write_fd = os.open(self._path, os.O_WRONLY | os.O_CLOEXEC)

@@ -22,9 +22,9 @@ lead AS (SELECT CASE WHEN %(state)s = {PENDING}
     ELSE NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {SCHEDULED} AND ready_us <= %(ready)s) END AS yes),
 ins AS (
     INSERT INTO qm_jobs (id, state, queue, name, priority, ready_us, max_retries, enqueued_us, timeout,
-                         partition_key, payload)
+                         partition_key, payload, metadata)
     SELECT r.id, %(state)s, %(queue)s, %(name)s, %(priority)s, %(ready)s, %(max_retries)s, %(now)s,
-           %(timeout)s, %(partition_key)s, p.payload
+           %(timeout)s, %(partition_key)s, p.payload, %(metadata)s::text::jsonb
     FROM p JOIN ranked r USING (n)
     RETURNING id, queue),
 {tally(("ins", "%(state)s", 1), ("ins", str(TOTAL), 1), journal=journal)}
@@ -98,14 +98,20 @@ gone AS (
 ins AS (
     INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
         started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
-        error_msgs, error, error_type, traceback)
+        error_msgs, error, error_type, traceback, metadata)
     SELECT id, {DONE}, queue, name, priority, retries, max_retries, attempts, enqueued_us, started_us,
         %(now)s, timeout, partition_key, payload, result, worker_ids, error_types, error_msgs,
-        error, error_type, traceback  -- the last failed attempt's, kept as the LMDB store keeps them
+        error, error_type, traceback,  -- the last failed attempt's, kept as the LMDB store keeps them
+        metadata
     FROM gone RETURNING id, queue),
 {tally(("ins", str(RUNNING), -1), ("ins", str(DONE), 1))}
 SELECT array_agg(id) FROM ins
 """
+
+SAVE_METADATA = (
+    f"UPDATE qm_jobs SET metadata = %s::text::jsonb WHERE id = %s AND state = {RUNNING} AND token = %s "
+    f"RETURNING id"
+)
 
 RETRY = f"""
 WITH upd AS (
@@ -125,11 +131,11 @@ WITH gone AS (
 ins AS (
     INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
         started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
-        error_msgs, error, error_type, traceback)
+        error_msgs, error, error_type, traceback, metadata)
     SELECT id, {FAILED}, queue, name, priority, retries + 1, max_retries, attempts, enqueued_us, started_us,
         %(now)s, timeout, partition_key, payload, NULL, worker_ids,
         {appended("error_types", "%(error_type)s")}, {appended("error_msgs", "%(error)s")},
-        %(error)s, %(error_type)s, %(traceback)s
+        %(error)s, %(error_type)s, %(traceback)s, metadata
     FROM gone RETURNING id, queue),
 {tally(("ins", str(RUNNING), -1), ("ins", str(FAILED), 1))}
 SELECT (SELECT id FROM ins)

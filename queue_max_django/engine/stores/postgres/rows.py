@@ -10,6 +10,7 @@ import msgpack
 
 from ... import codec
 from ...job import STATES, Job
+from ...metadata import unpack_metadata
 from ..types import Claimed
 
 HISTORY_MAX = 10  # the error and worker histories keep the last ten, as on LMDB
@@ -20,13 +21,13 @@ CLAIM_ALONE_NEXT = 2  # its lease once expired: the next claim takes it alone
 LIVE = (
     "id, state, queue, name, priority, ready_us, retries, max_retries, attempts, enqueued_us, started_us, "
     "lease_us, token, claim, timeout, partition_key, payload, worker_ids, error_types, error_msgs, error, "
-    "error_type, traceback"
+    "error_type, traceback, metadata::text"
 )
 # The same of a finished job (qm_finished): no ready time, lease, token or claim; a finish time and a result.
 FINISHED = (
     "id, state, queue, name, priority, NULL::bigint, retries, max_retries, attempts, enqueued_us, "
     "started_us, NULL::bigint, NULL::bytea, NULL::smallint, timeout, partition_key, payload, worker_ids, "
-    "error_types, error_msgs, error, error_type, traceback, finished_us, result"
+    "error_types, error_msgs, error, error_type, traceback, metadata::text, finished_us, result"
 )
 LIVE_AS_FINISHED = LIVE + ", NULL::bigint, NULL::bytea"  # a live row in FINISHED's shape
 
@@ -57,30 +58,34 @@ def as_job(row: tuple[Any, ...]) -> Job:
     says why)."""
     (job_id, state_code, queue, name, priority, ready_us, retries, max_retries, attempts, enqueued_us,
      started_us, lease_us, _token, _claim, timeout, partition_key, payload, worker_ids, error_types,
-     error_msgs, error, error_type, traceback, finished_us, result) = row  # fmt: skip
+     error_msgs, error, error_type, traceback, metadata, finished_us, result) = row  # fmt: skip
     return codec.job_from_stored(
         job_id, STATES[state_code], queue=queue, name=name, priority=priority, payload=payload,
         result=result, retries=retries, max_retries=max_retries, error=error, error_type=error_type,
         traceback=traceback, enqueued_us=enqueued_us, started_us=started_us, finished_us=finished_us,
         ready_us=ready_us, lease_us=lease_us, attempts=attempts, timeout=timeout,
         partition_key=unpack_key(partition_key), worker_ids=worker_ids,
-        errors=tuple(zip(error_types or (), error_msgs or (), strict=False)),
+        errors=tuple(zip(error_types or (), error_msgs or (), strict=False)), metadata=metadata,
     )  # fmt: skip
 
 
 # The columns a claim returns, in this order (``as_claimed``).
 CLAIMED = (
     "id, token, payload, retries, max_retries, attempts, enqueued_us, priority, queue, name, timeout, "
-    "lease_us, worker_ids, claim"
+    "lease_us, worker_ids, claim, metadata::text"
 )
+CLAIMED_COLUMNS = len(CLAIMED.split(","))
 
 
 def as_claimed(row: tuple[Any, ...], alone: bool) -> Claimed:
     """A claimed row (``CLAIMED``) as a ``Claimed``; ``QueueCorrupted`` if its payload does not decode."""
     (job_id, token, payload, retries, max_retries, attempts, enqueued_us, priority, queue, name, timeout,
-     lease_us, worker_ids, _claim) = row  # fmt: skip
+     lease_us, worker_ids, _claim, metadata) = row  # fmt: skip
     value = codec.unpack_stored(payload, job_id, "payload")
-    return Claimed(
+    claimed = Claimed(
         job_id, bytes(token), value, retries, max_retries, attempts, enqueued_us / 1_000_000, priority, queue,
         name, timeout, lease_us / 1_000_000, tuple(worker_ids or ()), alone,
     )  # fmt: skip
+    if metadata is not None:  # jsonb read as text: always the JSON of an object (put and save check it)
+        claimed.metadata = unpack_metadata(metadata)
+    return claimed

@@ -19,8 +19,10 @@ A put in the caller's own transaction (``put(connection=)``), which may stay ope
 shared counter row: its counts are a journal row of their own (a slot from ``qm_count_journal``), which no
 other writer touches, and the store's upkeep folds committed journal rows into the shared ones.
 
-``SCHEMA_VERSION`` is in ``qm_meta``; ``create(conn)`` makes the tables (idempotent) and ``version(conn)``
-reads what a database has, for the system checks and for opening the store.
+``SCHEMA_VERSION`` is in ``qm_meta``; ``create(conn)`` makes the tables (idempotent), brings an older
+schema up to this one (version 1 -> 2 adds the ``metadata`` column with ``ADD COLUMN IF NOT EXISTS``: a
+nullable column, so no row is rewritten), and ``version(conn)`` reads what a database has, for the system
+checks and for opening the store.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 
 from ...errors import SchemaError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the metadata column of qm_jobs and qm_finished
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -74,6 +76,7 @@ CREATE TABLE IF NOT EXISTS qm_jobs (
     error text,
     error_type text,
     traceback text,
+    metadata jsonb,
     CHECK (state <> {RUNNING} OR (lease_us IS NOT NULL AND token IS NOT NULL))
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0,
         autovacuum_analyze_scale_factor = 0.02);
@@ -104,8 +107,12 @@ CREATE TABLE IF NOT EXISTS qm_finished (
     error_msgs text[] NOT NULL DEFAULT '{{}}',
     error text,
     error_type text,
-    traceback text
+    traceback text,
+    metadata jsonb
 ) WITH (autovacuum_vacuum_scale_factor = 0.05);
+-- Version 2: a job's metadata (NULL: none). A version 1 database gains the column here.
+ALTER TABLE qm_jobs ADD COLUMN IF NOT EXISTS metadata jsonb;
+ALTER TABLE qm_finished ADD COLUMN IF NOT EXISTS metadata jsonb;
 CREATE INDEX IF NOT EXISTS qm_finished_done ON qm_finished (finished_us, id) WHERE state = {DONE};
 CREATE INDEX IF NOT EXISTS qm_finished_failed ON qm_finished (id) WHERE state = {FAILED};
 

@@ -41,7 +41,7 @@ from .connection import PREPARE_THRESHOLD, Connections, display_url
 from .control import PgControl
 from .coordination import PgCoordination
 from .hints import PgHints
-from .rows import as_claimed, micros, pack_key
+from .rows import CLAIMED_COLUMNS, as_claimed, micros, pack_key
 from .schema import PENDING, RUNNING, SCHEDULED
 from .sql import FOLD_JOURNAL, slot
 
@@ -213,6 +213,7 @@ class PostgresStore:
                 priority=spec.priority, ready=ready_us,
                 max_retries=spec.max_retries, now=now_us, timeout=spec.timeout,
                 partition_key=pack_key(spec.partition_key),
+                metadata=None if spec.metadata is None else spec.metadata.decode(),
             )  # fmt: skip
             statement = job_sql.ENQUEUE_JOINED if joined else job_sql.ENQUEUE
             new, _sent, lead = execute(statement, params).fetchone()
@@ -295,7 +296,7 @@ class PostgresStore:
         for row in rows:
             if row[3] is None:
                 continue
-            data = row[3:17]
+            data = row[3 : 3 + CLAIMED_COLUMNS]
             if broken is not None:
                 back.append(data[0])
                 continue
@@ -329,7 +330,7 @@ class PostgresStore:
         if row is None:
             return None
         try:
-            return as_claimed(row[:14], False)
+            return as_claimed(row[:CLAIMED_COLUMNS], False)
         except QueueCorrupted as exc:
             upkeep.quarantine(self, micros(now), job_id, str(exc))
             return None
@@ -415,6 +416,11 @@ class PostgresStore:
         if self.one(job_sql.RELEASE, params)[0] is None:
             raise self._not_held(job_id, token)
         self.hints.local()
+
+    def save_metadata(self, now: float, job_id: int, token: bytes, metadata: bytes | None) -> None:
+        text = None if metadata is None else metadata.decode()
+        if self.one(job_sql.SAVE_METADATA, (text, job_id, token)) is None:
+            raise self._not_held(job_id, token)
 
     def _not_held(self, job_id: int, token: bytes) -> QueueCorrupted:
         """Why ``token`` does not hold ``job_id`` (the LMDB store's words)."""

@@ -27,11 +27,11 @@ _LEASE_ERROR = "lease expired: the worker holding the job died or stalled"
 _TO_FINISHED = """
     INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
         started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
-        error_msgs, error, error_type, traceback)
+        error_msgs, error, error_type, traceback, metadata)
     SELECT id, {state}, queue, name, priority, retries + {charge}, max_retries, attempts, enqueued_us,
         started_us, %(now)s, timeout, partition_key, payload, NULL, worker_ids,
         {types}, {msgs},
-        %(error)s, %(error_type)s, %(traceback)s
+        %(error)s, %(error_type)s, %(traceback)s, metadata
     FROM gone RETURNING id, queue, name"""
 
 
@@ -187,9 +187,9 @@ _REQUEUE = f"""
 WITH gone AS (DELETE FROM qm_finished WHERE id = %(id)s AND state = {FAILED} RETURNING *),
 ins AS (
     INSERT INTO qm_jobs (id, state, queue, name, priority, ready_us, retries, max_retries, attempts,
-        enqueued_us, timeout, partition_key, payload, worker_ids, error_types, error_msgs)
+        enqueued_us, timeout, partition_key, payload, worker_ids, error_types, error_msgs, metadata)
     SELECT id, {PENDING}, queue, name, priority, %(now)s, 0, max_retries, attempts, enqueued_us, timeout,
-        partition_key, payload, worker_ids, error_types, error_msgs
+        partition_key, payload, worker_ids, error_types, error_msgs, metadata
     FROM gone WHERE payload IS NOT NULL RETURNING id, queue),
 {tally(("ins", str(FAILED), -1), ("ins", str(PENDING), 1))}
 SELECT (SELECT id FROM ins), {notify_if("EXISTS (SELECT 1 FROM ins)")}

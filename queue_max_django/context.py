@@ -1,0 +1,145 @@
+"""``current_job()``: the job this code runs in, as its task sees it: id, task name, attempt, and its
+metadata, which the task may change and save (progress: ``{"done": 40, "of": 100}``).
+
+The runner (runner.py for ``@task`` jobs, backend.py for ``django.tasks`` ones) makes a ``JobContext`` for
+each job it runs and makes it current for the task's call (a ``contextvars`` variable: each worker thread,
+and each coroutine task started from it, sees its own job). Outside a running job ``current_job()`` raises
+``NoCurrentJob``: calling a task function directly runs no job.
+
+Metadata follows Django's Tasks rules (``django.tasks.TaskContext``): keys that start with ``_`` are
+reserved for the backend and libraries. ``JobContext.metadata`` is a mutable copy without them; saving
+keeps the stored reserved keys as they are and drops any ``_`` key the task set. The runner saves metadata
+the task changed when the task returns or raises, before the job's outcome is stored (while the worker
+still holds the job); ``save_metadata()`` saves it at once, e.g. for progress that other processes read
+with ``JobResult.metadata``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+from .engine import InvalidMetadata, QueueCorrupted, Record
+from .engine.metadata import RESERVED_PREFIX
+
+__all__ = ["JobContext", "NoCurrentJob", "current_job", "user_metadata"]
+
+
+class NoCurrentJob(RuntimeError):
+    """``current_job()`` was called outside a running job: only code that a worker, the immediate mode or
+    ``run_queued()`` runs as a job's task has one (a task function called directly runs no job)."""
+
+
+def user_metadata(raw: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``raw`` a task sees and sets: all but the reserved ones (``_`` first)."""
+    return {key: value for key, value in raw.items() if not key.startswith(RESERVED_PREFIX)}
+
+
+class JobContext:
+    """The running job, for its task: ``current_job()`` returns it. ``metadata`` is a mutable copy of the
+    job's metadata without its reserved keys; ``save_metadata()`` stores it now."""
+
+    def __init__(self, record: Record, task_name: str | None) -> None:
+        self._record = record
+        self._raw: dict[str, Any] = record.metadata  # as stored, reserved keys too
+        self.task_name = task_name
+        self.metadata: dict[str, Any] = copy.deepcopy(user_metadata(self._raw))
+
+    def __repr__(self) -> str:
+        return f"<JobContext id={self.id} task={self.task_name!r} attempt={self.attempt}>"
+
+    @property
+    def id(self) -> str:
+        """The job's id as ``JobResult.id`` has it (a str)."""
+        return str(self._record.job_id)
+
+    @property
+    def job_id(self) -> int:
+        return self._record.job_id
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number: 1 the first time, 2 on the first retry, ..."""
+        return self._record.attempts
+
+    @property
+    def queue(self) -> str:
+        return self._record.queue
+
+    @property
+    def raw_metadata(self) -> dict[str, Any]:
+        """A copy of the metadata as last stored, reserved keys included."""
+        return copy.deepcopy(self._raw)
+
+    @property
+    def metadata_modified(self) -> bool:
+        """Has ``metadata`` changed since it was last stored?"""
+        return self.metadata != user_metadata(self._raw)
+
+    def save_metadata(self) -> None:
+        """Store ``metadata`` now (the stored reserved keys kept; ``_`` keys set here dropped).
+        ``InvalidMetadata`` (nothing stored) for metadata that is not JSON or over 64 KiB;
+        ``QueueCorrupted`` when this worker no longer holds the job (its lease expired)."""
+        reserved = {key: value for key, value in self._raw.items() if key.startswith(RESERVED_PREFIX)}
+        self.save_raw({**reserved, **user_metadata(self.metadata)})
+
+    async def asave_metadata(self) -> None:
+        """``save_metadata()`` from async code, on a thread: the event loop never waits for the store."""
+        await asyncio.to_thread(self.save_metadata)
+
+    def save_raw(self, raw: dict[str, Any]) -> None:
+        """Store ``raw`` as the job's whole metadata, reserved keys too (the django.tasks backend's
+        ``save_metadata``, which Django's ``TaskContext`` calls with them). ``metadata`` (the same dict)
+        then holds what was stored, as it reads back (tuples as lists)."""
+        self._record.save_metadata(raw)
+        self._raw = self._record.metadata
+        self.metadata.clear()
+        self.metadata.update(copy.deepcopy(user_metadata(self._raw)))
+
+    def save_at_end(self) -> InvalidMetadata | None:
+        """The runner's save when the task returned or raised: ``metadata`` if it changed. -> the error if
+        it cannot be stored (nothing is). A lost lease is left to the outcome's own store call to report."""
+        if not self.metadata_modified:
+            return None
+        try:
+            self.save_metadata()
+        except InvalidMetadata as exc:
+            return exc
+        except QueueCorrupted:
+            pass
+        return None
+
+
+_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("queue_max_job", default=None)
+
+
+def current_job() -> JobContext:
+    """The job this code runs in. ``NoCurrentJob`` outside one."""
+    context = _current.get()
+    if context is None:
+        raise NoCurrentJob(
+            "current_job() is only available inside a running job: in a task run by queue_worker, the "
+            "immediate mode (QUEUE_MAX['IMMEDIATE']) or testing.run_queued(), not in a direct call"
+        )
+    return context
+
+
+def running_context(job_id: int) -> JobContext | None:
+    """The current context if it is job ``job_id``'s (the django.tasks backend's ``save_metadata``)."""
+    context = _current.get()
+    return context if context is not None and context.job_id == job_id else None
+
+
+@contextlib.contextmanager
+def running(record: Record, task_name: str | None) -> Iterator[JobContext]:
+    """``record``'s ``JobContext``, current while the block runs (the runner calls the task inside)."""
+    context = JobContext(record, task_name)
+    token = _current.set(context)
+    try:
+        yield context
+    finally:
+        _current.reset(token)

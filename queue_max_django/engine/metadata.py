@@ -1,0 +1,66 @@
+"""A job's metadata: a small JSON dict stored with the job, set at put (``put(metadata=...)``) and saved
+again by the holder of a running job (``Record.save_metadata``). Both stores keep it as its JSON text (the
+LMDB record: UTF-8 bytes in one field; PostgreSQL: a ``jsonb`` column); no metadata is stored as nothing
+and reads back as ``{}``, as does a record written before metadata existed.
+
+The engine stores the whole dict. Keys that start with ``RESERVED_PREFIX`` are, by Django's Tasks rule,
+the backend's and libraries' (hidden from ``JobResult.metadata``, kept when a task saves its own): that
+rule is the Django layer's (``queue_max_django/context.py``), not the engine's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .errors import InvalidMetadata
+
+METADATA_MAX_BYTES = 64 * 1024  # the JSON text, UTF-8 encoded
+RESERVED_PREFIX = "_"
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # an escaped NUL character in JSON text
+
+
+def pack_metadata(metadata: Any) -> bytes | None:
+    """``metadata`` as stored: its compact JSON text, UTF-8 (None for None or an empty dict). Raises
+    ``InvalidMetadata`` for anything but a dict of str keys that JSON encodes (no NaN or infinity, which
+    PostgreSQL's ``jsonb`` refuses) within ``METADATA_MAX_BYTES``."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise InvalidMetadata(f"metadata must be a dict, not {type(metadata).__name__}")
+    if not metadata:
+        return None
+    for key in metadata:
+        if not isinstance(key, str):
+            raise InvalidMetadata(f"metadata keys must be strings, not {key!r}")
+    try:
+        text = json.dumps(metadata, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        data = text.encode()
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        raise InvalidMetadata(f"metadata must be JSON-serializable: {exc}") from None
+    if "\\u0000" in text and _NUL.search(text):
+        raise InvalidMetadata("metadata strings cannot hold NUL characters (PostgreSQL's jsonb refuses them)")
+    if len(data) > METADATA_MAX_BYTES:
+        raise InvalidMetadata(
+            f"metadata is {len(data):,} bytes as JSON, over the limit of {METADATA_MAX_BYTES:,} bytes: keep "
+            f"it small (progress, ids, labels) and store large data elsewhere"
+        )
+    return data
+
+
+def normalized(metadata: Any) -> dict[str, Any]:
+    """``metadata`` checked (``pack_metadata``) and as it reads back: a new dict of JSON values (tuples
+    are lists), shared with nothing the caller holds."""
+    return unpack_metadata(pack_metadata(metadata))
+
+
+def unpack_metadata(raw: bytes | str | None) -> dict[str, Any]:
+    """Stored metadata (JSON text as bytes or str; None: none) as a dict; ``ValueError`` if it is not
+    the JSON of a dict (``codec.job_from_stored`` reports that as damage)."""
+    if raw is None:
+        return {}
+    value = json.loads(raw)
+    if type(value) is not dict:
+        raise ValueError(f"stored metadata is not a JSON object: {raw[:80]!r}")
+    return value
