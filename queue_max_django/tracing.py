@@ -62,20 +62,27 @@ class Sending:
         if self._span is not None and job_id is not None:
             self._span.set_attribute("messaging.message.id", str(job_id))
 
+    def sent_many(self, job_ids: list[int]) -> None:
+        if self._span is not None:
+            self._span.set_attribute("messaging.batch.message_count", len(job_ids))
+
 
 _NOT_TRACED = Sending(None, {})
+_NULL_SEND = contextlib.nullcontext(_NOT_TRACED)  # reusable: what sending() is without the API
+
+
+def sending(task_name: str, queue: str) -> contextlib.AbstractContextManager[Sending]:
+    """Around one enqueue (or one batch of a ``.map()``): a PRODUCER span in the current context, and the
+    carrier of its context for the jobs' metadata. Without the API: a no-op context whose handle carries
+    nothing. An exception raised inside is recorded on the span and propagates."""
+    if not (_api or _load()):
+        return _NULL_SEND
+    return _sending(task_name, queue)
 
 
 @contextlib.contextmanager
-def sending(task_name: str, queue: str) -> Iterator[Sending]:
-    """Around one enqueue: a PRODUCER span in the current context, and the carrier of its context for the
-    job's metadata. Yields a handle that carries nothing when the API is not installed. An exception raised
-    inside is recorded on the span and propagates."""
-    api = _load()
-    if not api:
-        yield _NOT_TRACED
-        return
-    trace, propagate, _status, tracer = api
+def _sending(task_name: str, queue: str) -> Iterator[Sending]:
+    trace, propagate, _status, tracer = _api
     attributes = {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "send",
@@ -120,19 +127,25 @@ class Processing:
 
 
 _NOT_PROCESSED = Processing(None, None)
+_NULL_RUN = contextlib.nullcontext(_NOT_PROCESSED)
+
+
+def processing(
+    task_name: str | None, queue: str, job_id: int, attempt: int, metadata: Mapping[str, Any] | None
+) -> contextlib.AbstractContextManager[Processing]:
+    """Around one run of a job: a CONSUMER span whose parent is the context its enqueue stored in
+    ``metadata`` (none stored: a root span, or a child of the current context). Without the API: a no-op
+    context."""
+    if not (_api or _load()):
+        return _NULL_RUN
+    return _processing(task_name, queue, job_id, attempt, metadata)
 
 
 @contextlib.contextmanager
-def processing(
+def _processing(
     task_name: str | None, queue: str, job_id: int, attempt: int, metadata: Mapping[str, Any] | None
 ) -> Iterator[Processing]:
-    """Around one run of a job: a CONSUMER span whose parent is the context its enqueue stored in
-    ``metadata`` (none stored: a root span, or a child of the current context)."""
-    api = _load()
-    if not api:
-        yield _NOT_PROCESSED
-        return
-    trace, propagate, status, tracer = api
+    trace, propagate, status, tracer = _api
     carrier = metadata.get(TRACE_KEY) if metadata else None
     parent = propagate.extract(carrier) if isinstance(carrier, dict) else None
     attributes = {

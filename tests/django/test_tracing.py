@@ -1,7 +1,9 @@
 """OpenTelemetry spans (queue_max_django/tracing.py) with the SDK's in-memory exporter: the enqueue span is a
 PRODUCER child of the enqueuing code's span, its context travels in the job's metadata, and the run span is a
 CONSUMER child of it, in the same trace; a failed run is an error span. Without the API installed, nothing is
-imported and nothing is added to the metadata."""
+imported and nothing is added to the metadata. Through the Django layer: ``.delay()``, ``.map()`` and the
+django.tasks backend store the context under the reserved key ``_trace`` (not in ``JobResult.metadata``),
+and running the job (in-process, as the worker's runner does) makes the CONSUMER span in the same trace."""
 
 from __future__ import annotations
 
@@ -17,7 +19,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from queue_max_django import tracing
+from queue_max_django import JobResult, tracing
+from queue_max_django.conf import get_queue
+from queue_max_django.testing import run_queued
+from tests.testapp import tasks as t
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -108,3 +113,57 @@ def test_without_the_api_nothing_is_imported_and_the_metadata_is_unchanged() -> 
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+# ------------------------------------------------------------------------------------------ the Django layer
+
+
+def raw_metadata(result: JobResult) -> dict[str, object]:
+    job = get_queue().job(result.job_id)
+    assert job is not None
+    return job.metadata
+
+
+def test_a_delayed_task_runs_in_a_span_that_is_a_child_of_the_request_that_enqueued_it(
+    spans: InMemorySpanExporter, queue_max: object
+) -> None:
+    with queue_max():  # type: ignore[operator]
+        with trace.get_tracer("test").start_as_current_span("POST /orders") as request:
+            result = t.add.using(metadata={"order": 9}).delay(2, 3)
+        assert set(raw_metadata(result)) == {"order", tracing.TRACE_KEY}
+        assert result.metadata == {"order": 9}  # the reserved key is the backend's, not the user's
+        run_queued()
+        result.refresh()
+        assert result.return_value == 5
+    by_name = {span.name: span for span in spans.get_finished_spans()}
+    send, process = by_name["send default"], by_name["process default"]
+    assert send.parent is not None and send.parent.span_id == request.get_span_context().span_id
+    assert process.parent is not None and process.parent.span_id == send.context.span_id
+    assert process.context.trace_id == request.get_span_context().trace_id
+    assert send.attributes["messaging.message.id"] == str(result.job_id)
+    assert process.attributes["queue_max.task"] == t.add.name
+    assert process.attributes["queue_max.attempt"] == 1
+
+
+def test_a_failing_job_ends_its_span_with_the_error(spans: InMemorySpanExporter, queue_max: object) -> None:
+    with queue_max():  # type: ignore[operator]
+        t.fail_always.using(max_retries=0).delay("card declined")
+        run_queued()
+    (process,) = [span for span in spans.get_finished_spans() if span.name.startswith("process")]
+    assert process.status.status_code is StatusCode.ERROR
+    assert [event.name for event in process.events] == ["exception"]
+
+
+def test_a_map_is_one_send_span_whose_context_every_job_carries(
+    spans: InMemorySpanExporter, queue_max: object
+) -> None:
+    with queue_max():  # type: ignore[operator]
+        results = t.add.map([1, 2, 3], 10)
+        carriers = {str(raw_metadata(result)[tracing.TRACE_KEY]) for result in results}
+        run_queued()
+    sends = [span for span in spans.get_finished_spans() if span.name.startswith("send")]
+    processes = [span for span in spans.get_finished_spans() if span.name.startswith("process")]
+    assert len(sends) == 1 and len(carriers) == 1
+    assert sends[0].attributes["messaging.batch.message_count"] == 3
+    assert len(processes) == 3
+    assert {span.parent.span_id for span in processes if span.parent} == {sends[0].context.span_id}
