@@ -7,12 +7,14 @@ and running the job (in-process, as the worker's runner does) makes the CONSUMER
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 
 import pytest
+from django.test import override_settings
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -24,26 +26,31 @@ from queue_max_django.conf import get_queue
 from queue_max_django.testing import run_queued
 from tests.testapp import tasks as t
 
-_EXPORTER = InMemorySpanExporter()
-
 
 @pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The spans ended during the test (one SDK provider for the whole process: OpenTelemetry allows one)."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        trace.set_tracer_provider(provider)
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """The spans ended during the test, from an SDK provider of the test's own that tracing.py's tracer
+    comes from for the test (never the global provider: set once, it would trace every later test's jobs)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    assert tracing.enabled()
+    trace_api, propagate, status, _tracer = tracing._api
+    monkeypatch.setattr(
+        tracing, "_api", (trace_api, propagate, status, provider.get_tracer("queue_max_django"))
+    )
+    monkeypatch.setattr(sys.modules[__name__], "TEST_TRACER", provider.get_tracer("test"))
+    yield exporter
+    provider.shutdown()
+
+
+TEST_TRACER: trace.Tracer = trace.get_tracer("test")  # the fixture's provider's, during a test
 
 
 def test_a_job_run_is_a_consumer_child_of_the_producer_span_that_enqueued_it(
     spans: InMemorySpanExporter,
 ) -> None:
-    tracer = trace.get_tracer("test")
-    with tracer.start_as_current_span("GET /signup") as request:
+    with TEST_TRACER.start_as_current_span("GET /signup") as request:
         with tracing.sending("app.send_mail", "mail") as sending:
             sending.sent(4096)
         metadata = tracing.metadata_with_trace({"user": 7}, sending)
@@ -128,7 +135,7 @@ def test_a_delayed_task_runs_in_a_span_that_is_a_child_of_the_request_that_enque
     spans: InMemorySpanExporter, queue_max: object
 ) -> None:
     with queue_max():  # type: ignore[operator]
-        with trace.get_tracer("test").start_as_current_span("POST /orders") as request:
+        with TEST_TRACER.start_as_current_span("POST /orders") as request:
             result = t.add.using(metadata={"order": 9}).delay(2, 3)
         assert set(raw_metadata(result)) == {"order", tracing.TRACE_KEY}
         assert result.metadata == {"order": 9}  # the reserved key is the backend's, not the user's
@@ -167,3 +174,34 @@ def test_a_map_is_one_send_span_whose_context_every_job_carries(
     assert sends[0].attributes["messaging.batch.message_count"] == 3
     assert len(processes) == 3
     assert {span.parent.span_id for span in processes if span.parent} == {sends[0].context.span_id}
+
+
+def test_with_the_api_but_no_sdk_configured_nothing_is_added_to_a_job(queue_max: object) -> None:
+    """OpenTelemetry's default provider makes no-op spans: there is no context to carry."""
+    assert tracing.enabled()
+    with queue_max():  # type: ignore[operator]
+        result = t.add.delay(1, 2)
+        assert raw_metadata(result) == {}
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("django.tasks") is None, reason="django.tasks needs Django >= 6.0"
+)
+def test_a_django_tasks_job_is_traced_like_an_at_task_one(
+    spans: InMemorySpanExporter, queue_max: object
+) -> None:
+    from tests.testapp import metadata_django_tasks as dmt
+
+    with (
+        queue_max(),  # type: ignore[operator]
+        override_settings(TASKS={"default": {"BACKEND": "queue_max_django.backend.QueueMaxBackend"}}),
+    ):
+        with TEST_TRACER.start_as_current_span("GET /report") as request:
+            result = dmt.noop_task.enqueue()
+        assert tracing.TRACE_KEY in get_queue().job(int(result.id)).metadata  # type: ignore[union-attr]
+        run_queued()
+    by_kind = {span.kind: span for span in spans.get_finished_spans() if span.name != "GET /report"}
+    send, process = by_kind[SpanKind.PRODUCER], by_kind[SpanKind.CONSUMER]
+    assert send.parent is not None and send.parent.span_id == request.get_span_context().span_id
+    assert process.parent is not None and process.parent.span_id == send.context.span_id
+    assert process.attributes["queue_max.task"] == dmt.noop_task.module_path
