@@ -48,6 +48,7 @@ from django.core import checks
 from django.utils import timezone
 from django.utils.json import normalize_json
 
+from . import tracing
 from .conf import caller_connection, get_config, get_queue
 from .context import JobContext, NoCurrentJob, running, running_context
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, is_interrupt
@@ -163,7 +164,11 @@ class QueueMaxBackend(BaseTaskBackend):
         }
         # In a transaction on the PostgreSQL store's own alias the job is part of it (conf.caller_connection)
         joined = caller_connection()
-        job_id = queue.put(payload, connection=joined, **options)
+        with tracing.sending(task.module_path, task.queue_name) as sending:
+            if sending.carrier:  # the enqueue span's context, for the run's span (tracing.py)
+                options["metadata"] = tracing.metadata_with_trace(options["metadata"], sending)
+            job_id = queue.put(payload, connection=joined, **options)
+            sending.sent(job_id)
         job = queue.job(job_id) if joined is None else None  # not committed: the store cannot see it yet
         result: TaskResult[Any, Any] = TaskResult(
             task=task,
@@ -410,7 +415,12 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
         **_raw_metadata(record.metadata),
     )
     task_started.send(sender=sender, task_result=result)
-    with running(record, task.module_path) as ours:  # current_job() works in django.tasks tasks too
+    with (
+        running(record, task.module_path) as ours,  # current_job() works in django.tasks tasks too
+        tracing.processing(
+            task.module_path, record.queue, record.job_id, record.attempts, record.metadata
+        ) as span,
+    ):
         django_context: TaskContext[Any, Any] | None = None
         if task.takes_context:
             django_context = TaskContext(task_result=result)
@@ -424,6 +434,7 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
                 if not record.finished:
                     record.release()
                 raise
+            span.failed(exc)
             with contextlib.suppress(Exception):  # changed metadata, saved; the task's own error wins
                 _save_at_end(django_context, ours)
             decision = classify(exc, now=time.time())

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import tracing
 from .conf import get_config
 from .context import running
 from .engine import (
@@ -143,10 +144,14 @@ def run_job(
             f"{record.payload!r:.200}"
         )
         return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
-    with running(record, task.name) as context:  # current_job() inside the task
+    with (
+        running(record, task.name) as context,  # current_job() inside the task
+        tracing.processing(task.name, record.queue, record.job_id, record.attempts, record.metadata) as span,
+    ):
         try:
             result = call_task(task, *arguments)
         except Exception as exc:
+            span.failed(exc)
             context.save_at_end()  # metadata the task changed, before the outcome (its own error wins)
             return _failed(record, task, exc, retry_delay, final)
         except BaseException as exc:
@@ -154,6 +159,7 @@ def run_job(
                 if not record.finished:
                     record.release()
                 raise
+            span.failed(exc)
             context.save_at_end()
             return _failed(record, task, exc, retry_delay, final)
         problem = context.save_at_end()

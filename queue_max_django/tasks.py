@@ -23,6 +23,7 @@ import msgpack
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
+from . import tracing
 from .conf import caller_connection, get_config, get_queue
 from .engine import (
     NAME_KEY_PREFIX,
@@ -247,10 +248,15 @@ class Task(Generic[P, R]):
             return [self._run_now(payload) for payload in payloads]
         queue = self._prepare(get_queue())
         joined = caller_connection()
-        if joined is None:
-            ids = queue.put_parts(payloads, **self._put_options())
-        else:  # the PostgreSQL store has one shard: one put_many is what put_parts would do, in the caller's
-            ids = queue.put_many(payloads, connection=joined, **self._put_options())  # transaction
+        options = self._put_options()
+        with tracing.sending(self.name, self.queue) as sending:
+            if sending.carrier:
+                options["metadata"] = tracing.metadata_with_trace(options["metadata"], sending)
+            if joined is None:
+                ids = queue.put_parts(payloads, **options)
+            else:  # the PostgreSQL store has one shard: one put_many is what put_parts would do, in the
+                ids = queue.put_many(payloads, connection=joined, **options)  # caller's transaction
+            sending.sent_many(ids)
         return [JobResult(job_id, task_name=self.name) for job_id in ids]
 
     # ------------------------------------------------------------------ results
@@ -409,7 +415,12 @@ class Task(Generic[P, R]):
         if get_config().immediate:
             return self._run_now(payload)
         queue = self._prepare(get_queue())
-        job_id = queue.put(payload, connection=connection, **self._put_options())
+        options = self._put_options()
+        with tracing.sending(self.name, self.queue) as sending:
+            if sending.carrier:  # the enqueue span's context, for the run's span (tracing.py)
+                options["metadata"] = tracing.metadata_with_trace(options["metadata"], sending)
+            job_id = queue.put(payload, connection=connection, **options)
+            sending.sent(job_id)
         return JobResult(job_id, task_name=self.name)
 
     def _run_now(self, payload: dict[str, Any]) -> JobResult:
@@ -417,7 +428,11 @@ class Task(Generic[P, R]):
         (a failure is final, as with Django's ImmediateBackend)."""
         queue = self._prepare(get_queue())
         options = {**self._put_options(), "delay": None, "eta": None}
-        job_id = queue.put(payload, **options)
+        with tracing.sending(self.name, self.queue) as sending:
+            if sending.carrier:
+                options["metadata"] = tracing.metadata_with_trace(options["metadata"], sending)
+            job_id = queue.put(payload, **options)
+            sending.sent(job_id)
         run_now(queue, job_id)
         result = JobResult(job_id, task_name=self.name)
         result.refresh()
