@@ -3,8 +3,9 @@
 
 Importing this package imports nothing else, Django included: the engine (``queue_max_django.engine``) runs
 without Django. The everyday names are loaded on first access: the decorators (``task``, ``retryable_task``,
-``periodic_task``), what a task raises to steer its retries (``Permanent``, ``Retry``), and the handle of an
-enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``, ``JobMismatch``).
+``periodic_task``), what a task raises to steer its retries (``Permanent``, ``Retry``) or to stop when it was
+cancelled (``Cancelled``), and the handle of an enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``,
+``JobMismatch``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engine import Permanent, Retry
+    from .engine import Cancelled, Permanent, Retry
     from .periodic import periodic_task
     from .results import JobMismatch, JobNotFound, JobResult, JobStatus
     from .tasks import retryable_task, task
 
 __all__ = [
+    "Cancelled",
     "JobMismatch",
     "JobNotFound",
     "JobResult",
@@ -33,6 +35,7 @@ _LAZY = {
     "task": "tasks",
     "retryable_task": "tasks",
     "periodic_task": "periodic",
+    "Cancelled": "engine",
     "Permanent": "engine",
     "Retry": "engine",
     "JobResult": "results",

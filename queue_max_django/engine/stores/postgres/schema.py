@@ -158,6 +158,19 @@ CREATE TABLE IF NOT EXISTS qm_workers (
 """
 
 
+# -- cancel requests (issue 20): a running job marked "cancel requested", kept apart from its qm_jobs row;
+# its holder's heartbeat reads the mark (cancels.py). Dropped by requeue and by the vacuum.
+CANCEL_TABLES = ("qm_cancels",)
+CANCELS_DDL = """
+CREATE TABLE IF NOT EXISTS qm_cancels (
+    job_id bigint PRIMARY KEY,
+    requested_us bigint NOT NULL
+);
+"""
+DDL += CANCELS_DDL
+# -- end of cancel requests
+
+
 def create(conn: Any) -> None:
     """Create the store's tables in ``conn``'s database if they are not there (one transaction), and
     record the schema version. Refuses (``SchemaError``) a database whose schema is newer than this code."""
@@ -188,5 +201,5 @@ def version(conn: Any) -> int | None:
 def drop(conn: Any) -> None:
     """Remove every table of the store (``migrate queue_max_django zero``): its jobs are gone."""
     with conn.transaction():
-        conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES) + " CASCADE")
+        conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES + CANCEL_TABLES) + " CASCADE")
         conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal")
