@@ -2,24 +2,39 @@
 
 The main thread's heartbeat renews the leases of held jobs and learns in the same round trip which of them
 are marked "cancel requested" (``engine/cancels.py``): it adds them here (``request``). Task code asks
-``is_requested(job_id)`` and stops, by returning or by raising ``Cancelled``. Either way the job ends as a
+``requested()`` (the job this thread runs) or ``is_requested(job_id)`` and stops, by returning or by raising
+``Cancelled``. Either way the job ends as a
 dead letter with the error ``Cancelled`` (not retried): a job that returns after its cancel was requested
 keeps no result (``after_run``), and a job claimed but not yet started when the request arrived never starts
 (``before_start``). A task that does not stop within the worker's cancel grace period
 (``QUEUE_MAX["WORKER"]["CANCEL_GRACE"]``, ``queue_worker --cancel-grace``) is ended as a timed-out one is:
 the job is failed with ``Cancelled`` and its process is replaced (a thread cannot be stopped).
 
-The registry is per process and safe to read from any thread (a set of ints under the GIL).
+The registry is per process and safe to read from any thread (a set of ints under the GIL). Outside a
+worker (the immediate mode, tests, a shell) nothing is ever requested.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ..engine import Cancelled, Record, State
 from ..outcome import Outcome
 
 _requested: set[int] = set()
+_thread = threading.local()  # .job_id: the job this worker thread runs now
+
+
+def requested() -> bool:
+    """Was a cancel requested of the job that the calling thread runs (in a worker)? False elsewhere."""
+    job_id = getattr(_thread, "job_id", None)
+    return job_id is not None and job_id in _requested
+
+
+def running(job_id: int | None) -> None:
+    """The calling worker thread starts running job ``job_id`` (None: it finished it)."""
+    _thread.job_id = job_id
 
 
 def is_requested(job_id: int | str) -> bool:

@@ -441,10 +441,12 @@ class WorkerProcess:
         waiting = len(acks)
         try:
             close_old_connections()  # as Django does when a request starts and ends
+            cancels.running(record.job_id)
             try:
                 outcome = cancels.before_start(record) or run_job(record, acks=acks)
                 outcome = cancels.after_run(record, outcome, acks)
             finally:
+                cancels.running(None)
                 close_old_connections()
         except QueueCorrupted:
             if not slot.timed_out:

@@ -100,16 +100,15 @@ def poison() -> None:
 
 @task(max_retries=3)
 def cooperative(value: int) -> str:
-    """Works in small steps and stops when the worker says a cancel of its job was requested (this process
-    runs one job at a time, so any requested id is this job's)."""
+    """Works in small steps and stops when the worker says a cancel of its job was requested; marks the ids
+    the process had cancel requests for then (this process runs one job at a time: this job's)."""
     from queue_max_django.worker import cancels
 
     mark("started", value)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        requested = cancels.requested_ids()
-        if requested:
-            mark("stopped", ",".join(str(job_id) for job_id in sorted(requested)))
+        if cancels.requested():
+            mark("stopped", ",".join(str(job_id) for job_id in sorted(cancels.requested_ids())))
             return "stopped early"
         time.sleep(0.02)
     return "ran to the end"
