@@ -29,7 +29,7 @@ from typing import Any
 
 from ...errors import SchemaError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -37,7 +37,7 @@ TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats
 # State codes, as the LMDB store numbers them (job.STATES).
 PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 
-TABLES = (
+TABLES: tuple[str, ...] = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
     "qm_locks", "qm_workers",
 )  # fmt: skip
@@ -159,7 +159,8 @@ CREATE TABLE IF NOT EXISTS qm_workers (
 
 
 # -- cancel requests (issue 20): a running job marked "cancel requested", kept apart from its qm_jobs row;
-# its holder's heartbeat reads the mark (cancels.py). Dropped by requeue and by the vacuum.
+# its holder's heartbeat reads the mark (cancels.py). Dropped by requeue and by the vacuum. New in schema
+# version 2: ``create`` (run by every ``migrate``) adds it to a database at version 1.
 CANCEL_TABLES = ("qm_cancels",)
 CANCELS_DDL = """
 CREATE TABLE IF NOT EXISTS qm_cancels (
@@ -168,6 +169,7 @@ CREATE TABLE IF NOT EXISTS qm_cancels (
 );
 """
 DDL += CANCELS_DDL
+TABLES += CANCEL_TABLES
 # -- end of cancel requests
 
 
@@ -201,5 +203,5 @@ def version(conn: Any) -> int | None:
 def drop(conn: Any) -> None:
     """Remove every table of the store (``migrate queue_max_django zero``): its jobs are gone."""
     with conn.transaction():
-        conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES + CANCEL_TABLES) + " CASCADE")
+        conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES) + " CASCADE")
         conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal")
