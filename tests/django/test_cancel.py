@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,8 @@ from queue_max_django.engine import CancelOutcome, Queue, Record, State, classif
 from queue_max_django.results import JobStatus
 from queue_max_django.runner import run_job
 from queue_max_django.worker import cancels
+from queue_max_django.worker.options import DONE, TIMED_OUT, WorkerOptions
+from queue_max_django.worker.process import Slot, WorkerProcess
 from tests.admin_clients import logged_in
 from tests.testapp import tasks as t
 
@@ -195,3 +198,55 @@ def test_without_cancel_job_a_running_job_cannot_be_cancelled(store: Queue) -> N
     data = {"action": "cancel", "scope": "selected", "ids": str(waiting), "confirmed": "yes"}
     assert changer.post(f"{BASE}pending/action/", data).status_code == 302
     assert store.job(waiting) is None
+
+
+# ------------------------------------------------------------------------------ a worker process, in here
+
+
+def worker_holding(queue: Queue, record: Record) -> WorkerProcess:
+    """A worker process object (not started: no threads) that holds ``record`` and runs it on thread 0."""
+    worker = WorkerProcess(queue, WorkerOptions(threads=1, worker_id="here", cancel_grace=5.0), 0)
+    worker._claiming = False  # its heartbeat starts no threads
+    worker._held[0] = [record]
+    worker._running[0] = Slot(record, time.monotonic(), None)
+    return worker
+
+
+def test_the_heartbeat_tells_the_task_and_the_grace_period_ends_it(store: Queue) -> None:
+    job_id = store.put({"args": [1, 2], "kwargs": {}}, name=t.add.name, max_retries=3)
+    record = running(store)
+    worker = worker_holding(store, record)
+    worker._beat()
+    assert not cancels.is_requested(job_id) and worker._running[0].cancel_deadline is None
+    store.request_cancel(job_id)
+    try:
+        worker._beat()
+        assert cancels.is_requested(job_id)
+        deadline = worker._running[0].cancel_deadline
+        assert deadline is not None
+        worker._check_timeouts(deadline - 0.01)  # within the grace period: the task may still stop
+        assert store.job(job_id).state is State.RUNNING and worker._exit_code is None
+        worker._check_timeouts(deadline)
+    finally:
+        cancels.forget(job_id)
+    job = store.job(job_id)
+    assert job.state is State.FAILED and job.error_type == CANCELLED
+    assert "did not stop within 5 s" in (job.error or "") and job.retries == 1  # not retried
+    assert worker._exit_code == TIMED_OUT  # the process is replaced, as after a timeout
+
+
+def test_a_worker_stopping_fails_a_held_cancelled_job_instead_of_handing_it_back(store: Queue) -> None:
+    cancelled_id = store.put({"args": [1, 2], "kwargs": {}}, name=t.add.name)
+    other_id = store.put({"args": [3, 4], "kwargs": {}}, name=t.add.name)
+    first, second = running(store), running(store)
+    worker = worker_holding(store, first)
+    worker._held[0].append(second)
+    worker._running.clear()  # claimed, not started
+    store.request_cancel(cancelled_id)
+    worker._beat()
+    try:
+        assert worker._end(DONE, wait=False) == DONE
+    finally:
+        cancels.forget(cancelled_id)
+    assert store.job(cancelled_id).error_type == CANCELLED
+    assert store.job(other_id).state is State.PENDING  # handed back, as on any stop
