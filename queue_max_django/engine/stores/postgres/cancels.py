@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...cancels import CancelOutcome
+from ...errors import StoreError
 from .rows import micros
 from .schema import PENDING, RUNNING, SCHEDULED
 from .sql import tally
@@ -50,7 +51,7 @@ def cancel(store: Statements, now: float, job_id: int) -> CancelOutcome:
             return CancelOutcome.FINISHED if finished else CancelOutcome.MISSING
         # Live but neither removed nor marked: its state changed under the statement (a claim, a release):
         # run it again on a fresh snapshot.
-    raise AssertionError(f"job {job_id} changed state {TRIES} times while it was being cancelled")
+    raise StoreError(f"job {job_id} changed state {TRIES} times while it was being cancelled: try again")
 
 
 def forget_ended(store: Statements) -> int:
