@@ -34,8 +34,8 @@ def test_a_waiting_or_scheduled_job_is_removed(queue: Queue, probe: Probe) -> No
 def test_a_running_job_is_marked_apart_and_the_heartbeat_reports_it(queue: Queue, probe: Probe) -> None:
     job_id = queue.put("long")
     other = queue.put("other")
-    record, other_record = queue.get(0), queue.get(0)
-    assert record.job_id == job_id
+    claimed = {record.job_id: record for record in (queue.get(0), queue.get(0))}  # any order across shards
+    record, other_record = claimed[job_id], claimed[other]
     before = probe(queue).stored(job_id)
     assert queue.request_cancel(job_id) is CancelOutcome.REQUESTED
     assert probe(queue).cancel_marks() == {job_id}
@@ -47,7 +47,6 @@ def test_a_running_job_is_marked_apart_and_the_heartbeat_reports_it(queue: Queue
     assert record.cancel_requested is True and other_record.cancel_requested is False
     assert queue.request_cancel(job_id) is CancelOutcome.REQUESTED  # again: the same mark
     assert probe(queue).cancel_marks() == {job_id}
-    assert other == other_record.job_id
 
 
 @pytest.mark.contract
@@ -83,10 +82,9 @@ def test_cancelled_is_a_dead_letter_not_retried_and_requeue_brings_it_back(
 @pytest.mark.contract
 def test_a_released_job_keeps_its_mark_for_its_next_holder(queue: Queue, probe: Probe) -> None:
     job_id = queue.put("long")
-    queue.get(0).release()  # a worker stopping before it saw the mark... (marked first below)
     record = queue.get(0)
     queue.request_cancel(job_id)
-    record.release()
+    record.release()  # its worker stopped before a heartbeat told it
     assert queue.job(job_id).state is State.PENDING and probe(queue).cancel_marks() == {job_id}
     next_holder = queue.get(0)
     next_holder.touch()
