@@ -3,9 +3,9 @@
 
 Importing this package imports nothing else, Django included: the engine (``queue_max_django.engine``) runs
 without Django. The everyday names are loaded on first access: the decorators (``task``, ``retryable_task``,
-``periodic_task``), what a task raises to steer its retries (``Permanent``, ``Retry``), and the handle of an
-enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``, ``JobMismatch``), and the running job's context
-(``current_job``, ``JobContext``, ``NoCurrentJob``).
+``periodic_task``), what a task raises to steer its retries (``Permanent``, ``Retry``) or to stop when it was
+cancelled (``Cancelled``), and the handle of an enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``,
+``JobMismatch``), and the running job's context (``current_job``, ``JobContext``, ``NoCurrentJob``).
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .context import JobContext, NoCurrentJob, current_job
-    from .engine import Permanent, Retry
+    from .engine import Cancelled, Permanent, Retry
     from .periodic import periodic_task
     from .results import JobMismatch, JobNotFound, JobResult, JobStatus
     from .tasks import retryable_task, task
 
 __all__ = [
+    "Cancelled",
     "JobContext",
     "JobMismatch",
     "JobNotFound",
@@ -38,6 +39,7 @@ _LAZY = {
     "task": "tasks",
     "retryable_task": "tasks",
     "periodic_task": "periodic",
+    "Cancelled": "engine",
     "Permanent": "engine",
     "Retry": "engine",
     "JobResult": "results",

@@ -76,6 +76,7 @@ _WORKER_NUMBERS: Mapping[str, _Number] = {
     "MAX_JOBS": _Number("int", 1, None, optional=True),
     "MAX_MEMORY_MB": _Number("int", 1, None, optional=True),
     "BURST_WAIT": _Number("seconds", 0, MAX_SECONDS),
+    "CANCEL_GRACE": _Number("seconds", 0, MAX_SECONDS),
 }
 _BOOLS = ("SYNC", "IMMEDIATE", "ENQUEUE_ON_COMMIT")
 # The PostgreSQL store's waits: the longest poll-only sleep; above 1 s it would change nothing (every idle

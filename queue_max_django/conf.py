@@ -89,6 +89,7 @@ class WorkerConfig:
     max_jobs: int | None
     max_memory_mb: int | None
     burst_wait: float
+    cancel_grace: float = 10.0  # seconds a running job that was cancelled has to stop before it is ended
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
             max_jobs=worker["MAX_JOBS"],
             max_memory_mb=worker["MAX_MEMORY_MB"],
             burst_wait=float(worker["BURST_WAIT"]),
+            cancel_grace=float(worker["CANCEL_GRACE"]),
         ),
         store=values["STORE"],
         postgres=postgres,

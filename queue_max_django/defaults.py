@@ -29,6 +29,7 @@ WORKER_DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "MAX_JOBS": None,
         "MAX_MEMORY_MB": None,
         "BURST_WAIT": 0.0,
+        "CANCEL_GRACE": 10.0,
     }
 )
 STORES = ("lmdb", "postgresql")  # QUEUE_MAX["STORE"]: the embedded LMDB store (the default), or PostgreSQL

@@ -1,5 +1,6 @@
 """An unmanaged model with no table: it only gives the admin its index entry ("Queue Max", "Jobs") and
-Django's permissions over the queue (view, change = retry/cancel, delete = delete/purge).
+Django's permissions over the queue (view, change = retry/cancel a waiting job, delete = delete/purge, and
+``cancel_job`` = cancel a running job: ask its worker to stop it).
 
 Jobs live in the engine's store, never in the database; nothing ever queries this model.
 """
@@ -16,6 +17,7 @@ class Job(models.Model):
     class Meta:
         managed = False
         default_permissions = ("view", "change", "delete")
+        permissions = [("cancel_job", "Can cancel a running job (its worker stops it)")]
         verbose_name = "job"
         verbose_name_plural = "jobs"
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .conf import get_queue
-from .engine import Job, State
+from .engine import CancelOutcome, Job, State
 
 
 class JobStatus(enum.StrEnum):
@@ -243,6 +243,24 @@ class JobResult:
     @property
     def last_attempted_at(self) -> dt.datetime | None:
         return self.started_at
+
+    def cancel(self) -> CancelOutcome:
+        """Cancel the job, whatever its state. -> what happened (``CancelOutcome``, a str):
+
+        - ``"removed"``: it was waiting or scheduled; it is gone and never runs;
+        - ``"requested"``: it is running; its worker sees the request at its next heartbeat and stops it (the
+          task stops by itself when it checks, else its worker process is ended after the worker's cancel
+          grace period). It then fails with ``Cancelled``: ``status`` is ``FAILED`` (after ``refresh()``),
+          and it is kept with the dead letters, not retried;
+        - ``"finished"``: it already ended (successful or failed): nothing to cancel, nothing changed;
+        - ``"missing"``: the store no longer has it (purged, vacuumed, or cancelled before it ran).
+
+        The handle's snapshot is not read again: call ``refresh()`` to see the job's state."""
+        return get_queue().request_cancel(self.job_id)
+
+    async def acancel(self) -> CancelOutcome:
+        """``cancel()`` from async code, off the event loop."""
+        return await asyncio.to_thread(self.cancel)
 
     def refresh(self) -> None:
         """Read the job again from the store. ``JobNotFound`` once the store no longer has it."""

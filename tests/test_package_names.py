@@ -15,6 +15,7 @@ HOMES = {
     "periodic_task": "queue_max_django.periodic",
     "Permanent": "queue_max_django.engine",
     "Retry": "queue_max_django.engine",
+    "Cancelled": "queue_max_django.engine",
     "JobResult": "queue_max_django.results",
     "JobStatus": "queue_max_django.results",
     "JobNotFound": "queue_max_django.results",

@@ -1,5 +1,7 @@
 """What the admin's buttons do to jobs: retry, cancel and delete, one job or many, with what happened counted;
-and "enqueue again" of a done job (a new job with the same task, arguments and options).
+and "enqueue again" of a done job (a new job with the same task, arguments and options). Cancelling a
+waiting or scheduled job removes it (change permission); cancelling a running one marks it "cancel
+requested", for its worker to stop (the ``cancel_job`` permission: models.py).
 
 Each action runs one engine call per job (each its own LMDB transaction), and a job no longer in a state the
 action fits is skipped and counted, never an error: other processes change the store between the page that
@@ -11,24 +13,27 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..engine import Job, Queue, State
+from ..engine import CancelOutcome, Job, Queue, State
 
 RETRY, CANCEL, DELETE, ENQUEUE, RUN = "retry", "cancel", "delete", "enqueue", "run"
+CANCEL_RUNNING = "cancel_running"  # a running job: ask its worker to stop it
 
 # The actions that fit the jobs of each state, and the permission each one needs.
 STATE_ACTIONS: dict[State, tuple[str, ...]] = {
     State.PENDING: (CANCEL,),
     State.SCHEDULED: (RUN, CANCEL),
-    State.RUNNING: (),
+    State.RUNNING: (CANCEL_RUNNING,),
     State.DONE: (),
     State.FAILED: (RETRY, DELETE),
 }
-PERMISSION = {RETRY: "change", CANCEL: "change", DELETE: "delete", ENQUEUE: "change", RUN: "change"}
+PERMISSION = {RETRY: "change", CANCEL: "change", DELETE: "delete", ENQUEUE: "change", RUN: "change",
+              CANCEL_RUNNING: "cancel"}  # fmt: skip
 VERBS = {
     RETRY: ("Retry", "Retried"),
     CANCEL: ("Cancel", "Cancelled"),
     DELETE: ("Delete", "Deleted"),
     RUN: ("Run now", "Moved to the waiting jobs, to run now:"),
+    CANCEL_RUNNING: ("Cancel", "Cancel requested for"),
 }
 
 
@@ -41,6 +46,8 @@ def _operation(queue: Queue, action: str) -> Callable[[int], bool]:
         return queue.delete
     if action == RUN:
         return lambda job_id: run_now(queue, job_id)
+    if action == CANCEL_RUNNING:
+        return lambda job_id: queue.request_cancel(job_id) is CancelOutcome.REQUESTED
     raise ValueError(f"unknown action {action!r}")
 
 

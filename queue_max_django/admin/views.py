@@ -4,9 +4,9 @@
 views, each wrapped by ``admin_site.admin_view`` (staff login, CSRF, no caching) and checking Django's own
 permissions: view for every URL, actions included (a confirmation page lists jobs and a success message
 counts what a filter matched, so without view there is nothing, only 403), then change to retry or cancel
-and delete to delete; change counts as view, as everywhere in Django's admin. State changes are POST only, go
-through a confirmation page when they touch more than the one job on screen, and end in a redirect with a
-message.
+a waiting job, ``cancel_job`` to cancel a running one, and delete to delete; change counts as view, as
+everywhere in Django's admin. State changes are POST only, go through a confirmation page when they touch
+more than the one job on screen, and end in a redirect with a message.
 """
 
 from __future__ import annotations
@@ -83,9 +83,14 @@ class JobAdmin(ModelAdmin):
             "view": self.has_view_permission,
             "change": self.has_change_permission,
             "delete": self.has_delete_permission,
+            "cancel": self.has_cancel_permission,
         }[permission](request)
         if not allowed:
             raise PermissionDenied
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        """May cancel a running job (``queue_max_django.cancel_job``): its worker is asked to stop it."""
+        return request.user.has_perm(f"{self.opts.app_label}.cancel_job")
 
     def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
         return {
@@ -105,6 +110,7 @@ class JobAdmin(ModelAdmin):
         permitted = {
             "change": self.has_change_permission(request),
             "delete": self.has_delete_permission(request),
+            "cancel": self.has_cancel_permission(request),
         }
         return [
             {"name": action, "verb": actions.VERBS[action][0]}
@@ -282,7 +288,7 @@ class JobAdmin(ModelAdmin):
             back_url=self._back_url(request, state, filters),
             list_url=self._url("list", state.value),
             plural=listing.NOUNS[state][1],
-            danger=action in (actions.DELETE, actions.CANCEL),  # jobs removed for good: the red button
+            danger=action in (actions.DELETE, actions.CANCEL, actions.CANCEL_RUNNING),  # the red button
             action_url=self._url("action", state.value),
             scan_limit=f"{listing.SCAN_LIMIT:,}",
         )
@@ -363,6 +369,7 @@ class JobAdmin(ModelAdmin):
             list_url=self._url("list", job.state.value),
             can_retry=job.state is State.FAILED and can_change,
             can_cancel=job.state in (State.PENDING, State.SCHEDULED) and can_change,
+            can_cancel_running=job.state is State.RUNNING and self.has_cancel_permission(request),
             can_delete=job.state is State.FAILED and self.has_delete_permission(request),
             can_enqueue=job.state is State.DONE and can_change and not job.damage,
             can_run=job.state is State.SCHEDULED and can_change,

@@ -2,6 +2,7 @@
 
 from .aio import AsyncQueue, AsyncRecord
 from .breaker import BreakerPolicy, BreakerState, InvalidBreakerPolicy
+from .cancels import Cancelled, CancelOutcome
 from .classify import Decision, Permanent, Retry, classify, is_interrupt
 from .errors import (
     ConfigurationError,
@@ -48,6 +49,8 @@ __all__ = [
     "AsyncRecord",
     "BreakerPolicy",
     "BreakerState",
+    "CancelOutcome",
+    "Cancelled",
     "ConfigurationError",
     "Decision",
     "Events",

@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from .cancels import CancelOutcome
 from .errors import QueueEmpty
 from .job import Job, State
 from .queue import MAX_IDLE_WAIT, Queue
@@ -162,6 +163,9 @@ class AsyncQueue:
 
     async def cancel(self, job_id: int) -> bool:
         return await asyncio.to_thread(self.queue.cancel, job_id)
+
+    async def request_cancel(self, job_id: int) -> CancelOutcome:
+        return await asyncio.to_thread(self.queue.request_cancel, job_id)
 
     async def purge(self, state: State | str, *, older_than: float | None = None) -> int:
         return await asyncio.to_thread(lambda: self.queue.purge(state, older_than=older_than))

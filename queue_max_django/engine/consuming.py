@@ -201,7 +201,7 @@ class Consumer:
         owner._live().release(now, record.job_id, record._token, retry_at)
         record.finished = True
 
-    def _touch(self, record: Record) -> float:
+    def _touch(self, record: Record) -> tuple[float, bool]:
         owner = self._owner
         return owner._live().heartbeat(owner._clock(), record.job_id, record._token, owner.lease_time)
 

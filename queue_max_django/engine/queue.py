@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from .cancels import CancelOutcome
 from .claiming import Claimer
 from .consuming import MAX_IDLE_WAIT as MAX_IDLE_WAIT
 from .consuming import Consumer
@@ -330,21 +331,19 @@ class Queue:
 
     def queue_counts(self) -> dict[str, dict[str, int]]:
         """Per queue name: {"pending", "scheduled", "running"} jobs, over all shards, sorted by name (queues
-        with none left out). From counters kept in the same transactions as the states: O(shards x
-        queues), whatever the number of jobs. A shard whose counters are not known to be exact (a store
-        written by an older version, a record quarantined whose queue could not be read) rebuilds them
-        first, once, with a walk of its waiting and running jobs."""
+        with none left out), from counters kept with the states: O(shards x queues). Counters not known to
+        be exact (an older store, a quarantined record) are rebuilt first, once, by a walk of the jobs."""
         return self._live().queue_counts(self._clock())
 
     def now(self) -> float:
-        """The store's time (unix seconds): the clock every operation reads (the database server's on the
-        PostgreSQL store, a fake one in tests), to compare with the times the store returns."""
+        """The store's time (unix seconds), as every operation reads it (the database server's on the
+        PostgreSQL store, a fake one in tests)."""
         return self._clock()
 
     def pending_ages(self) -> dict[str, float]:
         """Per queue with pending jobs, sorted by name: how many seconds its longest-waiting pending job has
-        been ready to claim (the queue's lag; 0 for a ready time ahead of the clock). Scheduled jobs are not
-        waiting yet. O(shards x queues x priorities in use), whatever the number of jobs."""
+        been ready to claim (the queue's lag; 0 for a ready time ahead of the clock; scheduled jobs are not
+        waiting yet). O(shards x queues x priorities in use)."""
         now = self._clock()
         return {queue: max(0.0, now - ready) for queue, ready in self._live().oldest_pending(now).items()}
 
@@ -414,6 +413,11 @@ class Queue:
         _check_id(job_id)
         return self._live().delete(self._clock(), job_id, (State.PENDING, State.SCHEDULED))
 
+    def request_cancel(self, job_id: int) -> CancelOutcome:
+        """Cancel a job in any state: remove a waiting one, mark a running one (cancels.py)."""
+        _check_id(job_id)
+        return self._live().cancel(self._clock(), job_id)
+
     def delete(self, job_id: int, *, state: State | str | None = None) -> bool:
         """Remove a job in any state but running (a dead letter, a done job, a waiting one), with its
         payload and result; with ``state``, only if it is in that state. -> False if not removed (running,
@@ -431,9 +435,7 @@ class Queue:
         (if it was enqueued before the cutoff: the only time its id still tells)."""
         state = parse_state(state)
         if state is State.RUNNING:
-            raise InvalidJob(
-                "running jobs cannot be purged: they belong to a live worker (or recover() them)"
-            )
+            raise InvalidJob("running jobs cannot be purged: a live worker holds them (or recover() them)")
         if older_than is not None:
             check_number("older_than", older_than, minimum=0, error=InvalidJob)
         store = self._live()
@@ -457,11 +459,8 @@ class Queue:
         (default: ``result_ttl``). Failed jobs are kept. -> how many."""
         if older_than is not None:
             check_number("older_than", older_than, minimum=0, error=InvalidJob)
-        store = self._live()
-        now = self._clock()
-        return store.vacuum(
-            now, now - (self.result_ttl if older_than is None else older_than), self.result_ttl
-        )
+        store, now, ttl = self._live(), self._clock(), self.result_ttl if older_than is None else older_than
+        return store.vacuum(now, now - ttl, self.result_ttl)
 
     def promote(self) -> int:
         """Scheduled jobs whose ETA passed become pending now (``get()`` does this too)."""

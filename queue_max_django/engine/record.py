@@ -25,7 +25,7 @@ class RecordOwner(Protocol):
 
     def _release(self, record: Record, delay: float | None = None) -> None: ...
 
-    def _touch(self, record: Record) -> float: ...
+    def _touch(self, record: Record) -> tuple[float, bool]: ...
 
     def _save_metadata(self, record: Record, metadata: dict[str, Any]) -> None: ...
 
@@ -40,6 +40,7 @@ class Record:
         "_owner",
         "_token",
         "attempts",
+        "cancel_requested",
         "enqueued_at",
         "finished",
         "job_id",
@@ -71,6 +72,7 @@ class Record:
         self.worker_ids: tuple[str, ...] = claimed.worker_ids  # per attempt, the last ten
         self.metadata: dict[str, Any] = claimed.metadata  # as stored when claimed, then as last saved
         self.finished = False  # set once ack/nack/release succeeded through this object
+        self.cancel_requested = False  # the job is marked "cancel requested" (as of the last touch)
 
     def __repr__(self) -> str:
         return f"<Record job_id={self.job_id} queue={self.queue!r} name={self.name!r} retries={self.retries}>"
@@ -102,6 +104,8 @@ class Record:
         self._owner._save_metadata(self, metadata)
 
     def touch(self) -> float:
-        """Extend the lease by ``lease_time`` from now. -> the new expiry (unix seconds)."""
-        self.lease_until = lease_until = self._owner._touch(self)
-        return lease_until
+        """Extend the lease by ``lease_time`` from now. -> the new expiry (unix seconds). Sets
+        ``cancel_requested`` when the job was marked "cancel requested" (``Queue.request_cancel``)."""
+        self.lease_until, requested = self._owner._touch(self)
+        self.cancel_requested = self.cancel_requested or requested
+        return self.lease_until

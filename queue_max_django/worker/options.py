@@ -15,7 +15,7 @@ from ..engine.validate import MAX_SECONDS, bad_character, validate_queue_name
 # Exit codes of a worker process; the supervisor replaces a process unless it exited with DONE.
 DONE = 0  # stopped on request, or --burst found nothing more to do
 RECYCLE = 75  # --max-jobs or --max-memory reached: replace me
-TIMED_OUT = 76  # a job overran its timeout; its thread cannot be stopped: replace me
+TIMED_OUT = 76  # a job overran its timeout (or its cancel grace); its thread cannot be stopped: replace me
 
 # Leases. The main loop of a worker process ticks every WATCH_EVERY seconds (process.WATCH_EVERY; a test
 # keeps the two equal) and renews the leases of its jobs on a tick, every ``heartbeat_every()`` seconds: at
@@ -46,6 +46,7 @@ class WorkerOptions:
     verbosity: int = 1
     heartbeat: float | None = None  # seconds between heartbeats; None: see heartbeat_every()
     stats_interval: float = 60.0  # seconds between throughput lines in the log
+    cancel_grace: float = 10.0  # seconds a cancelled running job has to stop before its process is ended
 
     def __post_init__(self) -> None:
         _positive_int("processes", self.processes)
@@ -54,7 +55,7 @@ class WorkerOptions:
             _positive_int("max-jobs", self.max_jobs)
         if self.max_memory_mb is not None:
             _positive_int("max-memory", self.max_memory_mb)
-        for name in ("burst_wait", "shutdown_timeout"):
+        for name in ("burst_wait", "shutdown_timeout", "cancel_grace"):
             value = getattr(self, name)
             if not _seconds(value, minimum=0):
                 raise WorkerOptionError(
@@ -158,6 +159,7 @@ def from_config(config: WorkerConfig, **given: Any) -> WorkerOptions:
         "max_jobs": config.max_jobs,
         "max_memory_mb": config.max_memory_mb,
         "burst_wait": config.burst_wait,
+        "cancel_grace": config.cancel_grace,
     }
     values.update({key: value for key, value in given.items() if value is not None})
     return WorkerOptions(**values)

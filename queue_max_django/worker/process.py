@@ -18,7 +18,9 @@ now, and this process's late acknowledgement changes nothing):
 - ``--max-jobs``/``--max-memory`` reached: finish the running jobs, exit ``RECYCLE`` (the supervisor starts a
   fresh process);
 - a job overran its timeout: it is failed with ``JobTimeout`` (an attempt, retried as usual); a thread cannot
-  be stopped, so the other running jobs are released at once and the process exits ``TIMED_OUT``.
+  be stopped, so the other running jobs are released at once and the process exits ``TIMED_OUT``;
+- a job whose cancel was requested (the heartbeat reports the mark, ``cancels.py``) and that did not stop
+  within ``--cancel-grace``: the same, but it is failed with ``Cancelled`` (a dead letter, not retried).
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ from django.db import close_old_connections, connections
 from ..engine import Queue, QueueCorrupted, QueueEmpty, QueueError, Record, State
 from ..runner import Outcome, TaskNotRegistered, run_job, use_event_loop
 from ..signals import job_signals_connected, record_run
+from . import cancels
+from .claims import CLAIM_LOG_EVERY as CLAIM_LOG_EVERY
+from .claims import STORE_RETRY as STORE_RETRY
+from .claims import ClaimTrouble
 from .logs import Throttle, summary
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
 from .tally import Tally
@@ -54,49 +60,7 @@ BATCH_MAX = 64
 BATCH_SECONDS = 0.02
 ACK_EVERY = 0.05
 ACK_RETRY_DELAYS = (0.1, 0.5, 2.0)  # seconds before each new try of a batch of acknowledgements that failed
-STORE_RETRY = 1.0  # seconds a worker thread waits after the store failed before it claims again
-# A claim that failed (a store error, or QueueCorrupted: a broken record moved aside): the thread waits
-# CLAIM_BACKOFF_MIN, twice as long after each further failure in a row, at most STORE_RETRY, and from the
-# start again after a claim that works. Each distinct problem is logged once, then at most every
-# CLAIM_LOG_EVERY seconds while it goes on, with how often it came back.
-CLAIM_BACKOFF_MIN = 0.01
-CLAIM_LOG_EVERY = 300.0
 UNKNOWN_TASK_LOG_EVERY = 60.0  # seconds between the log lines about the jobs of one task this worker lacks
-
-
-class ClaimTrouble:
-    """What the claims of one worker process ran into (see CLAIM_BACKOFF_MIN): the wait of each thread
-    after a failed claim, and which problems were logged when, shared by the threads so that a store that
-    keeps failing is one log line, not one per claim per thread."""
-
-    def __init__(self, clock: Any = time.monotonic) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._logged: dict[str, list[float]] = {}  # problem -> [when last logged, repeats since]
-        self._local = threading.local()
-
-    def failed(self, problem: str) -> tuple[str | None, float]:
-        """A claim of this thread failed with ``problem``. -> (what to log now, or None; how many seconds
-        to wait before claiming again)."""
-        delay = getattr(self._local, "delay", 0.0)
-        delay = self._local.delay = CLAIM_BACKOFF_MIN if not delay else min(2 * delay, STORE_RETRY)
-        now = self._clock()
-        with self._lock:
-            seen = self._logged.get(problem)
-            if seen is None:
-                if len(self._logged) >= 1000:  # distinct problems by the thousand: never grow unbounded
-                    self._logged.clear()
-                self._logged[problem] = [now, 0]
-                return problem, delay
-            if now - seen[0] < CLAIM_LOG_EVERY:
-                seen[1] += 1
-                return None, delay
-            repeats, seen[0], seen[1] = seen[1], now, 0
-            return f"{problem} (still: {repeats:.0f} more time(s) since it was last logged)", delay
-
-    def worked(self) -> None:
-        """A claim of this thread worked (it may have found nothing): no wait before the next one."""
-        self._local.delay = 0.0
 
 
 class JobTimeout(Exception):
@@ -110,7 +74,8 @@ class Slot:
     record: Record
     started: float  # monotonic
     deadline: float | None  # monotonic, from the job's timeout
-    timed_out: bool = False
+    timed_out: bool = False  # ended by this process's main thread (timeout, or a cancel past its grace)
+    cancel_deadline: float | None = None  # monotonic: a cancel was requested, the task must stop by then
 
 
 def rss_anon_mb() -> float | None:
@@ -211,6 +176,8 @@ class WorkerProcess:
         for record in self._held_records():
             try:
                 record.touch()
+                if record.cancel_requested and not cancels.is_requested(record.job_id):
+                    self._cancel_seen(record)
             except QueueCorrupted:
                 pass  # it finished (or timed out) since we looked
             except QueueError:
@@ -256,17 +223,33 @@ class WorkerProcess:
         with self._lock:
             return [record for held in self._held.values() for record in held if not record.finished]
 
+    def _cancel_seen(self, record: Record) -> None:
+        """The heartbeat found ``record``'s job marked "cancel requested": tell the task (``cancels``), and
+        give it ``--cancel-grace`` seconds to stop (``_check_timeouts``)."""
+        cancels.request(record.job_id)
+        grace = self.options.cancel_grace
+        for slot in self._slots():
+            if slot.record is record:
+                slot.cancel_deadline = time.monotonic() + grace
+        if record.finished:  # it ended meanwhile: nothing to stop
+            cancels.forget(record.job_id)
+        logger.info("worker %s: job %s (%s): cancel requested; the task has %g s to stop",
+                    self.worker_id, record.job_id, record.name, grace)  # fmt: skip
+
     def _check_timeouts(self, now: float) -> None:
         for slot in self._slots():
-            if slot.deadline is None or slot.timed_out or now < slot.deadline:
+            cancelled = slot.cancel_deadline is not None and now >= slot.cancel_deadline
+            if slot.timed_out or not (cancelled or (slot.deadline is not None and now >= slot.deadline)):
                 continue
             record = slot.record
             slot.timed_out = True
-            error = JobTimeout(
+            error: Exception = JobTimeout(
                 f"job {record.job_id} ({record.name}) ran over its timeout of {record.timeout}s"
             )
+            if cancelled:
+                error = cancels.error(record, f" and did not stop within {self.options.cancel_grace:g} s")
             try:
-                state = record.nack(error)
+                state = record.nack(error, permanent=cancelled)
             except QueueCorrupted:
                 continue  # it finished just now
             self.failed += 1
@@ -295,8 +278,11 @@ class WorkerProcess:
             if record.job_id in timed_out:
                 continue
             try:
-                record.release()
-                released += 1
+                if cancels.is_requested(record.job_id):  # not to be run again: a dead letter, as asked
+                    record.nack(cancels.error(record), permanent=True)
+                else:
+                    record.release()
+                    released += 1
             except QueueCorrupted:
                 pass  # finished meanwhile
         if released:
@@ -455,9 +441,12 @@ class WorkerProcess:
         waiting = len(acks)
         try:
             close_old_connections()  # as Django does when a request starts and ends
+            cancels.running(record.job_id)
             try:
-                outcome = run_job(record, acks=acks)
+                outcome = cancels.before_start(record) or run_job(record, acks=acks)
+                outcome = cancels.after_run(record, outcome, acks)
             finally:
+                cancels.running(None)
                 close_old_connections()
         except QueueCorrupted:
             if not slot.timed_out:
@@ -470,6 +459,7 @@ class WorkerProcess:
         finally:
             with self._lock:
                 self._running.pop(number, None)
+            cancels.forget(record.job_id)
         if slot.timed_out or outcome is None:
             return
         seconds = time.monotonic() - started

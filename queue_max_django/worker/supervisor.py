@@ -144,7 +144,7 @@ class Supervisor:
         elif code == DONE:  # a SIGTERM sent to it alone; if the whole group got one, we stop before 1 s
             why, quick = "stopped", 2
         elif code == TIMED_OUT:
-            why = "replaced after a job timed out"
+            why = "replaced after a job timed out (or, cancelled, did not stop within --cancel-grace)"
         elif code is not None and code < 0:
             why = f"killed by {signal.Signals(-code).name}"
         else:

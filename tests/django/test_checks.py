@@ -276,6 +276,10 @@ CENTURY = "3155760000"
             {"WORKER": {"BURST_WAIT": -0.5}},
             e004("QUEUE_MAX['WORKER']['BURST_WAIT']", f"from 0 to {CENTURY}", "-0.5", "0.0"),
         ),
+        (
+            {"WORKER": {"CANCEL_GRACE": -1}},
+            e004("QUEUE_MAX['WORKER']['CANCEL_GRACE']", f"from 0 to {CENTURY}", "-1", "10.0"),
+        ),
     ],
 )
 def test_e004_out_of_range(queue_max: Configure, keys: dict[str, Any], expected: Error) -> None:

@@ -140,6 +140,9 @@ class PgProbe:
             *self.conn.execute("SELECT * FROM qm_workers ORDER BY worker_id").fetchall(),
         ]
 
+    def cancel_marks(self) -> set[int]:
+        return {row[0] for row in self.conn.execute("SELECT job_id FROM qm_cancels").fetchall()}
+
     def unique_keys(self) -> dict[str, int]:
         rows = self.conn.execute("SELECT key, job_id FROM qm_unique").fetchall()
         return {bytes(key).decode(): job_id for key, job_id in rows}

@@ -95,6 +95,9 @@ class StoreProbe(Protocol):
         """Every unique key the store remembers -> the id of the job it names (a key outlives its job
         until vacuum forgets it)."""
 
+    def cancel_marks(self) -> set[int]:
+        """The ids of the jobs marked "cancel requested" (kept apart from their records)."""
+
     def record_bytes(self, job_id: int) -> bytes | None:
         """The record's bytes, for a store that keeps a job's record as one msgpack value."""
 
@@ -274,6 +277,15 @@ class LmdbProbe:
                 for name in ("locks", "workers")
                 for k, v in txn.cursor(db=env.dbs[name])
             ]
+
+    def cancel_marks(self) -> set[int]:
+        """The ids of the jobs marked "cancel requested", from every shard's ``cancels`` database."""
+        marked: set[int] = set()
+        for shard in self._shards():
+            with shard.env.env.begin() as txn:
+                cursor = txn.cursor(db=shard.env.dbs["cancels"])
+                marked.update(keys.id_from_key(bytes(key)) for key, _ in cursor)
+        return marked
 
     def unique_keys(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -1,8 +1,8 @@
 """``Record`` is a handle: each way of ending a job (and ``touch``, and the result check) is one call to the
-queue that claimed it, with the record itself, and nothing else; ``touch`` keeps the new lease end. The
-record knows its owner only as the ``RecordOwner`` protocol, and flow control hands back what the shard
-claimed, not records: neither module imports the queue (tests/test_import_graph.py checks the whole
-engine for circles)."""
+queue that claimed it, with the record itself, and nothing else; ``touch`` keeps the new lease end and the
+cancel mark it reports. The record knows its owner only as the ``RecordOwner`` protocol, and flow control
+hands back what the shard claimed, not records: neither module imports the queue
+(tests/test_import_graph.py checks the whole engine for circles)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ class Owner:
     def _release(self, record: Record, delay: float | None = None) -> None:
         self.calls.append(("release", record, delay))
 
-    def _touch(self, record: Record) -> float:
+    def _touch(self, record: Record) -> tuple[float, bool]:
         self.calls.append(("touch", record))
-        return 1234.5
+        return 1234.5, True  # the new lease end, and the job is marked "cancel requested"
 
     def _pack_result(self, result: Any) -> bytes:
         self.calls.append(("pack", result))
@@ -76,7 +76,8 @@ def test_each_completion_is_one_call_to_the_owner() -> None:
     assert record.nack("boom", delay=3.0, permanent=True) is State.SCHEDULED
     record.release()
     record.release(delay=2.5)
-    assert record.touch() == 1234.5 and record.lease_until == 1234.5
+    assert not record.cancel_requested
+    assert record.touch() == 1234.5 and record.lease_until == 1234.5 and record.cancel_requested
     assert record.pack_result(None) is None  # nothing to check, nothing asked
     assert record.pack_result([1]) == b"packed"
     assert owner.calls == [

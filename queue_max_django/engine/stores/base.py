@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..breaker import BreakerPolicy
+from ..cancels import CancelOutcome
 from ..flowstate import FlowState
 from ..job import Job, State
 from ..jobspec import JobSpec
@@ -230,7 +231,11 @@ class Store(Protocol):
     def promote_due(self, shard: int | None, now: float) -> int: ...
 
     # -- a claimed job (each checks ``token``: ``QueueCorrupted`` when it no longer holds the job)
-    def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> float: ...
+    def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> tuple[float, bool]:
+        """Extend the lease to ``now + lease_time``. -> (the new expiry, whether the job is marked "cancel
+        requested"), in one round trip: the holder learns of a cancel at its next heartbeat."""
+        ...
+
     def complete(
         self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool
     ) -> None: ...
@@ -247,7 +252,16 @@ class Store(Protocol):
         ...
 
     # -- management and upkeep
-    def requeue(self, now: float, job_id: int) -> bool: ...
+    def requeue(self, now: float, job_id: int) -> bool:
+        """A dead letter back to pending, retries reset, its cancel mark (if any) dropped."""
+        ...
+
+    def cancel(self, now: float, job_id: int) -> CancelOutcome:
+        """In one transaction: remove the job if it is pending or scheduled; mark it "cancel requested" if
+        it is running (kept apart from its record, reported by ``heartbeat`` until the job is requeued or
+        vacuumed); else say it finished or is missing, changing nothing."""
+        ...
+
     def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool: ...
     def purge(self, now: float, state: State, cutoff: float | None) -> int: ...
     def recover_expired(self, now: float) -> list[Recovered]: ...

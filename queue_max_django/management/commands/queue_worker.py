@@ -72,6 +72,12 @@ class Command(QueueCommand):
             help="seconds running jobs get to finish on stop (default 30)",
         )
         parser.add_argument(
+            "--cancel-grace",
+            type=non_negative_float,
+            metavar="S",
+            help="seconds a cancelled running job gets to stop before its process is ended (default 10)",
+        )
+        parser.add_argument(
             "--worker-id", help="this command's id in the worker registry (default: host-pid)"
         )
         parser.add_argument(
@@ -96,6 +102,7 @@ class Command(QueueCommand):
                 max_jobs=options["max_jobs"],
                 max_memory_mb=options["max_memory_mb"],
                 shutdown_timeout=options["shutdown_timeout"],
+                cancel_grace=options["cancel_grace"],
                 worker_id=options["worker_id"],
                 scheduler=False if options["no_scheduler"] else None,
                 autoscale=parse_autoscale(options["autoscale"]) if options["autoscale"] else None,

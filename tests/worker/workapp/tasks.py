@@ -113,3 +113,26 @@ def poison() -> None:
     """Kills its worker process, as a segfault or the OOM killer would."""
     mark("poison", 0)
     os._exit(1)
+
+
+@task(max_retries=3)
+def cooperative(value: int) -> str:
+    """Works in small steps and stops when the worker says a cancel of its job was requested; marks the ids
+    the process had cancel requests for then (this process runs one job at a time: this job's)."""
+    from queue_max_django.worker import cancels
+
+    mark("started", value)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if cancels.requested():
+            mark("stopped", ",".join(str(job_id) for job_id in sorted(cancels.requested_ids())))
+            return "stopped early"
+        time.sleep(0.02)
+    return "ran to the end"
+
+
+@task(max_retries=3)
+def stubborn(value: int) -> None:
+    """Ignores cancel requests: the worker ends its process after the cancel grace period."""
+    mark("started", value)
+    time.sleep(3600)

@@ -60,6 +60,7 @@ class ShardDbs(Protocol):
     done_at: Any
     failed: Any
     unique: Any
+    cancels: Any
     indexes: dict[State, Any]  # one per state; its entry count is the state's count
 
 
@@ -211,6 +212,7 @@ def delete_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> Non
     txn.delete(key, db=shard.jobs)
     if record[F_PAYLOAD] is None:
         txn.delete(key, db=shard.payloads)
+    txn.delete(key, db=shard.cancels)  # a cancel request, if any, goes with the job
 
 
 def fail_record(

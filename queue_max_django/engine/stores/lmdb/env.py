@@ -40,6 +40,7 @@ DB_NAMES = (
     "done_at",  # done: (finished time, id)
     "failed",  # failed: id
     "unique",  # a put's unique key -> (job id, when): an enqueue that must happen once (periodic ticks)
+    "cancels",  # job id -> when a cancel was requested: a running job marked "cancel requested"
 )
 CONTROL_DB_NAMES = (
     "limits",  # limit key -> (rate, bucket state): token buckets shared by every process

@@ -6,11 +6,13 @@ becomes a dead letter that says so first (``quarantine.load_or_quarantine``).
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
+from ...cancels import CancelOutcome
 from ..types import CorruptedJobQuarantined
 from .access import ShardDbs, delete_job, index_job, store_record, unindex_job
-from .keys import micros
+from .keys import id_key, micros
 from .layout import (
     DONE,
     F_ERROR,
@@ -51,6 +53,7 @@ def requeue(shard: ShardDbs, now: float, job_id: int) -> bool:
         record[F_ERROR] = record[F_ERROR_TYPE] = record[F_TRACEBACK] = None
         index_job(shard, txn, job_id, record)
         store_record(shard, txn, job_id, record)
+        txn.delete(id_key(job_id), db=shard.cancels)  # a cancelled job requeued runs afresh
         return True
 
     requeued = shard.env.write(txn_fn)
@@ -79,3 +82,31 @@ def delete(shard: ShardDbs, job_id: int, states: tuple[int, ...] = NOT_RUNNING, 
     deleted = shard.env.write(txn_fn)
     report(shard, found)
     return deleted
+
+
+_WHEN = struct.Struct(">Q")
+
+
+def cancel(shard: ShardDbs, now: float, job_id: int) -> CancelOutcome:
+    """Remove the job if it is pending or scheduled; if it is running, mark it "cancel requested" in the
+    ``cancels`` database (its holder's next ``touch`` reports it); else change nothing. One transaction."""
+    now_us = micros(now)
+    found: list[CorruptedJobQuarantined] = []
+
+    def txn_fn(txn: Any) -> CancelOutcome:
+        found.clear()
+        record = load_or_quarantine(shard, txn, job_id, now_us, found)
+        if record is None:
+            return CancelOutcome.FINISHED if found else CancelOutcome.MISSING
+        state = record[F_STATE]
+        if state in (PENDING, SCHEDULED):
+            delete_job(shard, txn, job_id, record)
+            return CancelOutcome.REMOVED
+        if state == RUNNING:
+            txn.put(id_key(job_id), _WHEN.pack(now_us), db=shard.cancels)
+            return CancelOutcome.REQUESTED
+        return CancelOutcome.FINISHED
+
+    outcome: CancelOutcome = shard.env.write(txn_fn)
+    report(shard, found)
+    return outcome

@@ -6,7 +6,7 @@ expired, promote due, get, list, requeue/delete, counts, purge, vacuum, verify. 
 that mentions it change in the same write transaction (invariant 1).
 
 Here: putting and ending jobs (the hot paths). Claiming is ``claims.py``'s, the upkeep ``upkeep.py``'s, the
-reads ``reads.py``'s, requeue and delete ``manage.py``'s; what every transaction does to a job is
+reads ``reads.py``'s, requeue, delete and cancel ``manage.py``'s; what every transaction does to a job is
 ``access.py``'s.
 """
 
@@ -17,6 +17,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+from ...cancels import CancelOutcome
 from ...errors import QueueCorrupted, StoreFull
 from ...job import STATES, Job, State
 from ...jobspec import JobSpec
@@ -75,6 +76,7 @@ class Shard:
         self.done_at = dbs["done_at"]
         self.failed = dbs["failed"]
         self.unique = dbs["unique"]
+        self.cancels = dbs["cancels"]  # job id -> when a cancel was requested (manage.cancel)
         # One index per state; its entry count is the state's count.
         self.indexes = {State.PENDING: self.ready, State.SCHEDULED: self.sched, State.RUNNING: self.lease,
                         State.DONE: self.done_at, State.FAILED: self.failed}  # fmt: skip
@@ -294,10 +296,11 @@ class Shard:
 
     # ------------------------------------------------------------------ completion (through a record)
 
-    def touch(self, now: float, job_id: int, token: bytes, lease_time: float) -> float:
+    def touch(self, now: float, job_id: int, token: bytes, lease_time: float) -> tuple[float, bool]:
+        """Extend the lease. -> (the new expiry, whether the job is marked "cancel requested")."""
         lease_us = micros(now + lease_time)
 
-        def txn_fn(txn: Any) -> float:
+        def txn_fn(txn: Any) -> tuple[float, bool]:
             record = self._held(txn, job_id, token, whole=False)
             old = record[F_LEASE_UNTIL]
             if old is not None:
@@ -305,7 +308,7 @@ class Shard:
             record[F_LEASE_UNTIL] = lease_us
             txn.put(time_key(lease_us, job_id), b"", db=self.lease)  # still running: no count changes
             store_record(self, txn, job_id, record)
-            return lease_us / 1_000_000
+            return lease_us / 1_000_000, txn.get(id_key(job_id), db=self.cancels) is not None
 
         return self.env.write(txn_fn)
 
@@ -416,6 +419,9 @@ class Shard:
 
     def requeue(self, now: float, job_id: int) -> bool:
         return manage.requeue(self, now, job_id)
+
+    def cancel(self, now: float, job_id: int) -> CancelOutcome:
+        return manage.cancel(self, now, job_id)
 
     def delete(self, job_id: int, states: tuple[int, ...] = manage.NOT_RUNNING, *, now: float) -> bool:
         return manage.delete(self, job_id, states, now=now)

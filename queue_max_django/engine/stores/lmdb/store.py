@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...cancels import CancelOutcome
 from ...errors import ConfigurationError, InvalidJob, QueueCorrupted, QueueError
 from ...forks import fork_generation
 from ...job import MAX_SHARDS, STATE_CODE, Job, State, shard_of
@@ -304,8 +305,8 @@ class LmdbStore:
         index = shard_of(job_id)
         return self._shards[index] if index < self.shards else None
 
-    def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> float:
-        """Extend the lease ``token`` holds to ``now + lease_time``. -> the new expiry."""
+    def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> tuple[float, bool]:
+        """Extend the lease ``token`` holds to ``now + lease_time``. -> (the new expiry, cancel requested)."""
         return self._shard(job_id).touch(now, job_id, token, lease_time)
 
     def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
@@ -358,6 +359,11 @@ class LmdbStore:
             return False
         self.hints.notify(one.index)
         return True
+
+    def cancel(self, now: float, job_id: int) -> CancelOutcome:
+        """Remove a waiting job, mark a running one "cancel requested" (``manage.cancel``)."""
+        one = self._job_shard(job_id)
+        return CancelOutcome.MISSING if one is None else one.cancel(now, job_id)
 
     def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool:
         """Remove the job if it is in one of ``states`` (None: any but running)."""

@@ -85,10 +85,6 @@ upd AS (
 SELECT * FROM upd
 """
 
-HEARTBEAT = (
-    f"UPDATE qm_jobs SET lease_us = %s WHERE id = %s AND state = {RUNNING} AND token = %s RETURNING lease_us"
-)
-
 COMPLETE = f"""
 WITH items AS (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bytea[], %(results)s::bytea[])
                AS t(id, token, result)),

@@ -31,7 +31,7 @@ from typing import Any
 
 from ...errors import SchemaError
 
-SCHEMA_VERSION = 2  # 2: the metadata column of qm_jobs and qm_finished
+SCHEMA_VERSION = 2  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -42,9 +42,9 @@ DONE_LEFT, FAILED_LEFT = -2, -3
 # State codes, as the LMDB store numbers them (job.STATES).
 PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 
-TABLES = (
+TABLES: tuple[str, ...] = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
-    "qm_locks", "qm_workers", "qm_samples",
+    "qm_locks", "qm_workers", "qm_samples", "qm_cancels",
 )  # fmt: skip
 
 DDL = f"""
@@ -173,7 +173,15 @@ CREATE TABLE IF NOT EXISTS qm_samples (
     failed bigint NOT NULL,
     lag double precision NOT NULL
 );
+
+-- Running jobs marked "cancel requested", apart from their qm_jobs rows: the holder's heartbeat reads the
+-- mark (cancels.py); requeue and the vacuum drop marks.
+CREATE TABLE IF NOT EXISTS qm_cancels (
+    job_id bigint PRIMARY KEY,
+    requested_us bigint NOT NULL
+);
 """
+
 
 
 def create(conn: Any) -> None:

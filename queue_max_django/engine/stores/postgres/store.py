@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...cancels import CancelOutcome
 from ...errors import QueueCorrupted, SchemaError
 from ...job import STATES, Job, State
 from ...jobspec import JobSpec
@@ -36,7 +37,7 @@ from ..types import (
     Sample,
     StoreInfo,
 )
-from . import history, job_sql, reads, schema, upkeep
+from . import cancels, history, job_sql, reads, schema, upkeep
 from .clock import ServerClock
 from .connection import PREPARE_THRESHOLD, Connections, display_url
 from .control import PgControl
@@ -358,11 +359,11 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ a claimed job
 
-    def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> float:
-        lease_us = micros(now + lease_time)
-        if self.one(job_sql.HEARTBEAT, (lease_us, job_id, token)) is None:
+    def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> tuple[float, bool]:
+        row = self.one(cancels.HEARTBEAT, (micros(now + lease_time), job_id, token))
+        if row is None:
             raise self._not_held(job_id, token)
-        return lease_us / 1_000_000
+        return row[0] / 1_000_000, bool(row[1])
 
     def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
         skipped = self.complete_many(now, [(job_id, token, result)], durable)
@@ -444,6 +445,9 @@ class PostgresStore:
 
     def requeue(self, now: float, job_id: int) -> bool:
         return upkeep.requeue(self, now, job_id)
+
+    def cancel(self, now: float, job_id: int) -> CancelOutcome:
+        return cancels.cancel(self, now, job_id)
 
     def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool:
         return upkeep.delete(self, job_id, states)

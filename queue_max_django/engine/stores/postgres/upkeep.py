@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ...job import STATE_CODE, State
 from ...retry import decide
 from ..types import UNIQUE_KEY_MIN_TTL, Recovered
+from . import cancels
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, micros
 from .schema import DONE, DONE_LEFT, FAILED, FAILED_LEFT, PENDING, RUNNING, SCHEDULED
 from .sql import appended, notify_if, tally
@@ -147,6 +148,7 @@ def vacuum(store: Statements, now: float, cutoff: float, unique_ttl: float) -> i
         with store.db.guard(conn):
             if conn.execute(_FORGET, forget).rowcount < BATCH:
                 break
+    cancels.forget_ended(store)
     total = 0
     while True:
         removed: int = store.one(_VACUUM, store.params(cutoff=micros(cutoff), batch=BATCH))[0]
@@ -192,6 +194,7 @@ ins AS (
     SELECT id, {PENDING}, queue, name, priority, %(now)s, 0, max_retries, attempts, enqueued_us, timeout,
         partition_key, payload, worker_ids, error_types, error_msgs, metadata
     FROM gone WHERE payload IS NOT NULL RETURNING id, queue),
+unmark AS (DELETE FROM qm_cancels c USING ins WHERE c.job_id = ins.id),
 {tally(("ins", str(FAILED), -1), ("ins", str(FAILED_LEFT), 1), ("ins", str(PENDING), 1))}
 SELECT (SELECT id FROM ins), {notify_if("EXISTS (SELECT 1 FROM ins)")}
 """

@@ -1,0 +1,33 @@
+"""Cancelling a job in any state (``Queue.request_cancel``): what a cancel did, and the error it ends with.
+
+A waiting or scheduled job is removed (as ``Queue.cancel`` does). A running job cannot be taken from its
+holder, so it is marked "cancel requested": the mark is kept apart from the job's record (LMDB: the shard's
+``cancels`` database; PostgreSQL: the ``qm_cancels`` table), and the heartbeat that renews the job's lease
+reports it to the holder (``Record.cancel_requested``), which stops the job and fails it with ``Cancelled``:
+a dead letter, not retried (``Cancelled`` is ``Permanent``), that ``requeue`` brings back (and forgets the
+mark). A job released or retried while marked is still marked: its next holder sees the mark at its first
+heartbeat. Marks of jobs that ended are dropped by ``requeue`` and by the store's vacuum.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from .classify import Permanent
+
+
+class Cancelled(Permanent):
+    """The job was cancelled (``JobResult.cancel()``, ``manage.py queue_cancel``, the admin) while it ran.
+
+    A task may raise it itself when it sees the cancel request; the worker records it as the error of a job
+    that stopped after a cancel request, or that it ended after the grace period. A cancelled job is a dead
+    letter (not retried); requeue it to run it again."""
+
+
+class CancelOutcome(enum.StrEnum):
+    """What ``Queue.request_cancel`` did."""
+
+    REMOVED = "removed"  # it was waiting or scheduled: gone, it never runs
+    REQUESTED = "requested"  # it is running: marked; its holder stops it at its next heartbeat
+    FINISHED = "finished"  # it already ended (done or a dead letter): nothing to cancel, nothing changed
+    MISSING = "missing"  # no such job (never existed, or deleted, purged or vacuumed)

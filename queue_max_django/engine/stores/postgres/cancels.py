@@ -1,0 +1,61 @@
+"""The PostgreSQL store's cancel requests (``engine/cancels.py``): the ``qm_cancels`` table (schema.py) marks
+running jobs "cancel requested", apart from their rows in ``qm_jobs`` (a claim, a heartbeat and a completion
+never write it). ``CANCEL`` removes a waiting job or marks a running one in one statement; ``HEARTBEAT``
+renews a lease and reads the mark in one; ``requeue`` drops a job's mark (upkeep.py), and ``forget_ended``
+the marks of jobs that are no longer live (the vacuum's)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...cancels import CancelOutcome
+from ...errors import StoreError
+from .rows import micros
+from .schema import PENDING, RUNNING, SCHEDULED
+from .sql import tally
+
+if TYPE_CHECKING:
+    from .sql import Statements
+
+TRIES = 5  # a job claimed between the statement's snapshot and its DELETE: the statement runs again
+
+HEARTBEAT = f"""
+WITH upd AS (UPDATE qm_jobs SET lease_us = %s WHERE id = %s AND state = {RUNNING} AND token = %s
+             RETURNING id, lease_us)
+SELECT upd.lease_us, EXISTS (SELECT 1 FROM qm_cancels c WHERE c.job_id = upd.id) FROM upd
+"""
+
+CANCEL = f"""
+WITH del AS (DELETE FROM qm_jobs WHERE id = %(id)s AND state IN ({PENDING}, {SCHEDULED})
+             RETURNING id, queue, state),
+{tally(("del", "state", -1))},
+mark AS (INSERT INTO qm_cancels (job_id, requested_us)
+         SELECT id, %(now)s FROM qm_jobs WHERE id = %(id)s AND state = {RUNNING}
+         ON CONFLICT (job_id) DO UPDATE SET requested_us = EXCLUDED.requested_us RETURNING job_id)
+SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM mark),
+       (SELECT state FROM qm_jobs WHERE id = %(id)s), EXISTS (SELECT 1 FROM qm_finished WHERE id = %(id)s)
+"""
+
+FORGET_ENDED = "DELETE FROM qm_cancels c WHERE NOT EXISTS (SELECT 1 FROM qm_jobs j WHERE j.id = c.job_id)"
+
+
+def cancel(store: Statements, now: float, job_id: int) -> CancelOutcome:
+    """Remove the job if it is pending or scheduled, mark it if it is running, else change nothing."""
+    for _ in range(TRIES):
+        removed, marked, live_state, finished = store.one(CANCEL, store.params(id=job_id, now=micros(now)))
+        if removed:
+            return CancelOutcome.REMOVED
+        if marked:
+            return CancelOutcome.REQUESTED
+        if live_state is None:
+            return CancelOutcome.FINISHED if finished else CancelOutcome.MISSING
+        # Live but neither removed nor marked: its state changed under the statement (a claim, a release):
+        # run it again on a fresh snapshot.
+    raise StoreError(f"job {job_id} changed state {TRIES} times while it was being cancelled: try again")
+
+
+def forget_ended(store: Statements) -> int:
+    """Drop the marks of jobs that are no longer live (done, dead letters, deleted). -> how many."""
+    conn = store.db.connection()
+    with store.db.guard(conn):
+        return int(conn.execute(FORGET_ENDED).rowcount)
