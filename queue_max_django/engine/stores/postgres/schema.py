@@ -183,7 +183,6 @@ CREATE TABLE IF NOT EXISTS qm_cancels (
 """
 
 
-
 def create(conn: Any) -> None:
     """Create the store's tables in ``conn``'s database if they are not there (one transaction), and
     record the schema version. Refuses (``SchemaError``) a database whose schema is newer than this code."""
