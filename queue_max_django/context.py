@@ -23,7 +23,8 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-from .engine import InvalidMetadata, QueueCorrupted, Record
+from . import cancel_requests
+from .engine import Cancelled, InvalidMetadata, QueueCorrupted, Record
 from .engine.metadata import RESERVED_PREFIX
 
 __all__ = ["JobContext", "NoCurrentJob", "current_job", "user_metadata"]
@@ -71,6 +72,14 @@ class JobContext:
         return self._record.queue
 
     @property
+    def cancelled(self) -> bool:
+        """Was a cancel of this job requested (``JobResult.cancel()``, ``queue_cancel``, the admin)? The
+        worker learns it at its next heartbeat; a task that checks stops where it is safe to, by returning
+        or by raising ``Cancelled`` (either way a dead letter with ``Cancelled``, not retried). Always False
+        outside a worker (the immediate mode, ``run_queued()``)."""
+        return cancel_requests.is_requested(self._record.job_id)
+
+    @property
     def raw_metadata(self) -> dict[str, Any]:
         """A copy of the metadata as last stored, reserved keys included."""
         return copy.deepcopy(self._raw)
@@ -83,9 +92,13 @@ class JobContext:
     def save_metadata(self) -> None:
         """Store ``metadata`` now (the stored reserved keys kept; ``_`` keys set here dropped).
         ``InvalidMetadata`` (nothing stored) for metadata that is not JSON or over 64 KiB;
-        ``QueueCorrupted`` when this worker no longer holds the job (its lease expired)."""
+        ``QueueCorrupted`` when this worker no longer holds the job (its lease expired). Then ``Cancelled``
+        when a cancel of the job was requested (``cancelled``): the progress saved, the task stops there
+        unless it catches it."""
         reserved = {key: value for key, value in self._raw.items() if key.startswith(RESERVED_PREFIX)}
         self.save_raw({**reserved, **user_metadata(self.metadata)})
+        if self.cancelled:
+            raise Cancelled(f"job {self._record.job_id} ({self.task_name}) was cancelled")
 
     async def asave_metadata(self) -> None:
         """``save_metadata()`` from async code, on a thread: the event loop never waits for the store."""

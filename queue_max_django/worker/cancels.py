@@ -16,45 +16,18 @@ worker (the immediate mode, tests, a shell) nothing is ever requested.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
+# The registry itself is cancel_requests.py (outside this package, so that context.py's
+# ``current_job().cancelled`` can read it without importing the worker): its names, here too.
+from ..cancel_requests import forget, is_requested, request, requested, requested_ids, running
 from ..engine import Cancelled, Record, State
 from ..outcome import Outcome
 
-_requested: set[int] = set()
-_thread = threading.local()  # .job_id: the job this worker thread runs now
-
-
-def requested() -> bool:
-    """Was a cancel requested of the job that the calling thread runs (in a worker)? False elsewhere."""
-    job_id = getattr(_thread, "job_id", None)
-    return job_id is not None and job_id in _requested
-
-
-def running(job_id: int | None) -> None:
-    """The calling worker thread starts running job ``job_id`` (None: it finished it)."""
-    _thread.job_id = job_id
-
-
-def is_requested(job_id: int | str) -> bool:
-    """Was a cancel of job ``job_id`` (run by this process) requested? Task code polls it and stops."""
-    try:
-        return int(job_id) in _requested
-    except (TypeError, ValueError):
-        return False
-
-
-def request(job_id: int) -> None:
-    _requested.add(job_id)
-
-
-def forget(job_id: int) -> None:
-    _requested.discard(job_id)
-
-
-def requested_ids() -> frozenset[int]:
-    return frozenset(_requested)
+__all__ = [
+    "after_run", "before_start", "error", "forget", "is_requested", "request", "requested", "requested_ids",
+    "running",
+]  # fmt: skip
 
 
 def error(record: Record, why: str = "") -> Cancelled:
@@ -64,7 +37,7 @@ def error(record: Record, why: str = "") -> Cancelled:
 
 def before_start(record: Record) -> Outcome | None:
     """A job claimed but not started when its cancel was seen: a dead letter now, never run."""
-    if record.job_id not in _requested:
+    if not is_requested(record.job_id):
         return None
     cancelled = error(record, " before it started")
     return Outcome(record.job_id, record.nack(cancelled, permanent=True), error=cancelled, reason="cancelled")
@@ -74,7 +47,7 @@ def after_run(record: Record, outcome: Outcome, acks: list[tuple[Record, Any]] |
     """A job whose cancel was requested while it ran and that then returned: its success (still waiting in
     ``acks`` for the batched acknowledgement) becomes a dead letter with ``Cancelled``, its result dropped.
     Any other outcome stands (a task that raised ``Cancelled`` is already a dead letter)."""
-    if record.job_id not in _requested or outcome.state is not State.DONE or record.finished or acks is None:
+    if not is_requested(record.job_id) or outcome.state is not State.DONE or record.finished or acks is None:
         return outcome
     for index, (waiting, _result) in enumerate(acks):
         if waiting is record:

@@ -21,6 +21,7 @@ from queue_max_django.conf import get_queue
 from queue_max_django.engine import CancelOutcome, Queue, Record, State, classify
 from queue_max_django.results import JobStatus
 from queue_max_django.runner import run_job
+from queue_max_django.testing import run_queued
 from queue_max_django.worker import cancels
 from queue_max_django.worker.options import DONE, TIMED_OUT, WorkerOptions
 from queue_max_django.worker.process import Slot, WorkerProcess
@@ -250,3 +251,31 @@ def test_a_worker_stopping_fails_a_held_cancelled_job_instead_of_handing_it_back
         cancels.forget(cancelled_id)
     assert store.job(cancelled_id).error_type == CANCELLED
     assert store.job(other_id).state is State.PENDING  # handed back, as on any stop
+
+
+# ------------------------------------------------------------------------------------ current_job()
+
+
+def test_current_job_cancelled_reads_this_processs_cancel_requests(store: Queue) -> None:
+    from tests.testapp import metadata_tasks as mt
+
+    result = mt.sees_its_cancel.delay()
+    try:
+        run_queued()
+    finally:
+        cancels.forget(result.job_id)
+    result.refresh()
+    assert result.return_value == {"before": False, "after": True}
+
+
+def test_save_metadata_saves_then_raises_cancelled_once_a_cancel_was_requested(store: Queue) -> None:
+    from tests.testapp import metadata_tasks as mt
+
+    result = mt.saves_progress_until_cancelled.delay(5, 2)
+    try:
+        run_queued()
+    finally:
+        cancels.forget(result.job_id)
+    job = store.job(result.job_id)
+    assert job.state is State.FAILED and job.error_type == CANCELLED and job.retries == 1  # not retried
+    assert job.metadata == {"done": 3}  # step 3's progress saved, then Cancelled raised from the save

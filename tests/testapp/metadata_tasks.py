@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from queue_max_django import current_job, task
+from queue_max_django import cancel_requests, current_job, task
 
 
 @task
@@ -72,3 +72,26 @@ def save_tuple_then_read() -> list[Any]:
     job.save_metadata()
     job.save_raw({**job.raw_metadata})  # as the django.tasks backend saves
     return [held, job.metadata_modified, held is job.metadata]
+
+
+@task(max_retries=3)
+def sees_its_cancel() -> dict[str, bool]:
+    """Reads ``current_job().cancelled`` before and after its job is marked in this process's registry (what
+    a worker's heartbeat does when the store reports the job's cancel request)."""
+    job = current_job()
+    before = job.cancelled
+    cancel_requests.request(job.job_id)
+    return {"before": before, "after": job.cancelled}
+
+
+@task(max_retries=3)
+def saves_progress_until_cancelled(steps: int, cancel_at: int) -> int:
+    """Saves its progress each step; its cancel is requested (as a heartbeat would) after step ``cancel_at``,
+    so the next ``save_metadata()`` saves and then raises ``Cancelled``."""
+    job = current_job()
+    for step in range(1, steps + 1):
+        job.metadata["done"] = step
+        job.save_metadata()
+        if step == cancel_at:
+            cancel_requests.request(job.job_id)
+    return steps
