@@ -153,3 +153,29 @@ def test_jobs_ever_put_into_each_queue(clock: FakeClock, make_queue: Callable[..
         assert q.purge(State.PENDING) > 0  # removing jobs takes nothing back
         assert enqueued_totals(q) == {"mail": 2, "reports": 9}
         assert sum(enqueued_totals(q).values()) == q.stats()["total"] == 11
+        assert q.verify() == []
+
+
+@pytest.mark.lmdb
+def test_an_lmdb_queues_total_of_puts_lives_in_its_counts_and_survives_their_rebuild(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
+    """The LMDB store counts a queue's puts in the queue counts value its put writes anyway (no write of its
+    own on the put path): the value stays when nothing waits, a rebuild of the counts keeps it, and a value
+    written before the totals (two counts, no total) reads as a total of 0 and counts on from there."""
+    from queue_max_django.engine.stores.lmdb.access import QUEUE_COUNTS, QUEUE_COUNTS_KEY, counts_inexact
+
+    with make_queue(shards=1) as q:
+        q.put_many(["x"] * 3, queue="mail")
+        finish(q, done=3, failed=0)
+        assert q.queue_counts() == {} and enqueued_totals(q) == {"mail": 3}  # nothing waits: no counts row
+        shard = q._store._shards[0]
+        with shard.env.env.begin(write=True) as txn:
+            counts_inexact(shard, txn)  # as a quarantined record leaves them
+            txn.put(QUEUE_COUNTS_KEY + b"old", QUEUE_COUNTS.pack(0, 0), db=shard.jobs)  # a value from before
+        q.put("y", queue="mail")
+        assert q.queue_counts() == {"mail": {"pending": 1, "scheduled": 0, "running": 0}}  # rebuilt
+        assert enqueued_totals(q) == {"mail": 4}
+        q.put("z", queue="old")
+        assert enqueued_totals(q) == {"mail": 4, "old": 1}
+        assert q.verify() == []

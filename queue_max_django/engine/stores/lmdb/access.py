@@ -95,7 +95,12 @@ def put_counters(raw: bytes | None) -> tuple[int, int, int]:
 # indexes, in one write transaction. They sit on the last page of the jobs B-tree, with the newest records
 # and the shard's counters, which a put writes anyway.
 QUEUE_COUNTS_KEY = COUNTERS_KEY + b"q"
-QUEUE_COUNTS = struct.Struct(">qq")
+QUEUE_COUNTS = struct.Struct(">qq")  # (pending, scheduled): a queue's counts as first stored
+# Then (pending, scheduled, jobs ever put into the queue in this shard): the put's tally counts the put in
+# the same value it writes anyway (``Store.enqueued_totals``), so the key of a queue that ever had a job
+# stays (zeros and its total) and a rebuild of the counts keeps the totals. A store written before the
+# totals counts from its first put since.
+QUEUE_COUNTS_TOTAL = struct.Struct(">qqQ")
 QUEUE_COUNTS_EXACT = b"exact"
 COUNTED = {PENDING: 0, SCHEDULED: 1}  # state code -> its place in a queue's counts
 # And after those: (done jobs, dead letters) that ever left their state in this shard: vacuumed, purged,
@@ -104,11 +109,6 @@ COUNTED = {PENDING: 0, SCHEDULED: 1}  # state code -> its place in a queue's cou
 # or a failure writes nothing more for them.
 FINISHED_LEFT_KEY = COUNTERS_KEY + b"r"
 FINISHED_LEFT = struct.Struct(">QQ")
-# And before them all, per queue: ENQUEUED_KEY + queue name -> jobs ever put into that queue in this shard,
-# counted by the put's own transaction, beside the other counters it writes anyway (a store written before
-# them counts from its first put since).
-ENQUEUED_KEY = COUNTERS_KEY + b"e"
-ENQUEUED = struct.Struct(">Q")
 UNIQUE = struct.Struct(">QQ")  # a unique key's value: (job id, when the key was used, µs)
 
 
@@ -177,27 +177,30 @@ def index_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> None
         tally(shard, txn, record[F_QUEUE].encode(), place, 1)
 
 
-def tally(shard: ShardDbs, txn: Any, queue: bytes, place: int, change: int) -> None:
-    """Add ``change`` to the count of ``queue``'s jobs in state ``place`` (see ``COUNTED``)."""
+def queue_counts_of(raw: bytes) -> tuple[int, int, int]:
+    """A queue counts value: (pending, scheduled, jobs ever put; 0 in a value written before the totals)."""
+    if len(raw) == QUEUE_COUNTS_TOTAL.size:
+        return QUEUE_COUNTS_TOTAL.unpack(raw)
+    pending, scheduled = QUEUE_COUNTS.unpack(raw)
+    return pending, scheduled, 0
+
+
+def tally(shard: ShardDbs, txn: Any, queue: bytes, place: int, change: int, put: int = 0) -> None:
+    """Add ``change`` to the count of ``queue``'s jobs in state ``place`` (see ``COUNTED``), and ``put`` to
+    its jobs ever put (a put's tally)."""
     key = QUEUE_COUNTS_KEY + queue
     jobs = shard.jobs
     raw = txn.get(key, db=jobs)
-    pending, scheduled = QUEUE_COUNTS.unpack(raw) if raw is not None else (0, 0)
+    pending, scheduled, total = queue_counts_of(raw) if raw is not None else (0, 0, 0)
     if place:
         scheduled += change
     else:
         pending += change
-    if pending or scheduled:
-        txn.put(key, QUEUE_COUNTS.pack(pending, scheduled), db=jobs)
+    total += put
+    if pending or scheduled or total:
+        txn.put(key, QUEUE_COUNTS_TOTAL.pack(pending, scheduled, total), db=jobs)
     elif raw is not None:
         txn.delete(key, db=jobs)
-
-
-def count_enqueued(shard: ShardDbs, txn: Any, queue: bytes, count: int) -> None:
-    """``count`` more jobs were put into ``queue`` (``ENQUEUED_KEY``)."""
-    key = ENQUEUED_KEY + queue
-    raw = txn.get(key, db=shard.jobs)
-    txn.put(key, ENQUEUED.pack((ENQUEUED.unpack(raw)[0] if raw is not None else 0) + count), db=shard.jobs)
 
 
 def counts_inexact(shard: ShardDbs, txn: Any) -> None:

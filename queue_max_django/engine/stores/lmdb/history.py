@@ -1,6 +1,6 @@
 """The LMDB store's throughput history: the jobs ever done and ever dead-lettered (per shard: the entries of
 the done and failed indexes plus ``FINISHED_LEFT_KEY``), the jobs ever put into each queue
-(``ENQUEUED_KEY``), and the ring of per-minute samples, which lives in
+(the queue counts' totals), and the ring of per-minute samples, which lives in
 the control environment (database ``samples``: the minute as 8 big-endian bytes -> msgpack [done, failed,
 lag]), beside the limits, breakers and locks, so that a sample never contends with the jobs' transactions.
 """
@@ -13,7 +13,7 @@ from typing import Any
 import msgpack
 
 from ..types import Sample
-from .access import ENQUEUED, ENQUEUED_KEY, FINISHED_LEFT, FINISHED_LEFT_KEY, ShardDbs, entry_count
+from .access import FINISHED_LEFT, FINISHED_LEFT_KEY, QUEUE_COUNTS_KEY, ShardDbs, entry_count, queue_counts_of
 from .env import Env
 
 MINUTE_KEY = struct.Struct(">Q")
@@ -31,16 +31,19 @@ def finished_totals(shard: ShardDbs) -> tuple[int, int]:
 
 
 def enqueued_by_queue(shard: ShardDbs) -> dict[str, int]:
-    """Jobs ever put into each queue of ``shard`` (``ENQUEUED_KEY``): one read, O(queues)."""
+    """Jobs ever put into each queue of ``shard`` (the third of its queue counts): one read, O(queues)."""
 
     def txn_fn(txn: Any) -> dict[str, int]:
         cursor = txn.cursor(db=shard.jobs)
         found: dict[str, int] = {}
-        if cursor.set_range(ENQUEUED_KEY):
+        prefix = len(QUEUE_COUNTS_KEY)
+        if cursor.set_range(QUEUE_COUNTS_KEY + b"\x00"):
             for key, value in cursor:
-                if not key.startswith(ENQUEUED_KEY):
+                if not key.startswith(QUEUE_COUNTS_KEY):
                     break
-                found[bytes(key[len(ENQUEUED_KEY) :]).decode()] = ENQUEUED.unpack(value)[0]
+                total = queue_counts_of(value)[2]
+                if total:
+                    found[bytes(key[prefix:]).decode()] = total
         return found
 
     return shard.env.read(txn_fn)

@@ -20,14 +20,15 @@ from .access import (
     COUNTED,
     COUNTERS,
     COUNTERS_KEY,
-    QUEUE_COUNTS,
     QUEUE_COUNTS_EXACT,
     QUEUE_COUNTS_KEY,
+    QUEUE_COUNTS_TOTAL,
     ShardDbs,
     entry_count,
     index_key_of,
     load_payload,
     load_record,
+    queue_counts_of,
     queue_prefixes,
 )
 from .keys import (
@@ -298,8 +299,9 @@ def queue_counts(shard: ShardDbs, *, now: float) -> dict[str, dict[str, int]]:
             key, value = cursor.item()
             if not key.startswith(QUEUE_COUNTS_KEY):
                 break
-            pending, scheduled = QUEUE_COUNTS.unpack(value)
-            out[bytes(key[prefix:]).decode()] = {"pending": pending, "scheduled": scheduled, "running": 0}
+            pending, scheduled, _total = queue_counts_of(value)
+            if pending or scheduled:  # a queue with none waiting keeps its key for its total of puts
+                out[bytes(key[prefix:]).decode()] = {"pending": pending, "scheduled": scheduled, "running": 0}
         for key in txn.cursor(db=shard.lease).iternext(keys=True, values=False):
             job_id = time_key_parts(key)[1]
             try:
@@ -373,16 +375,20 @@ def rebuild_queue_counts(shard: ShardDbs, now: float) -> None:
         for job_id, key, reason in unreadable:
             found.append(quarantine_met(shard, txn, job_id, shard.sched, key, now_us, reason))
         cursor = txn.cursor(db=shard.jobs)
-        stale = []
+        totals: dict[bytes, int] = {}  # the queues' totals of puts: the rebuild keeps them
         if cursor.set_range(QUEUE_COUNTS_KEY):
-            for key in cursor.iternext(values=False):
+            for key, value in cursor:
                 if not key.startswith(QUEUE_COUNTS_KEY):
                     break
-                stale.append(bytes(key))
-        for key in stale:
-            txn.delete(key, db=shard.jobs)
-        for queue, (pending, scheduled) in counts.items():
-            txn.put(QUEUE_COUNTS_KEY + queue, QUEUE_COUNTS.pack(pending, scheduled), db=shard.jobs)
+                if len(key) > len(QUEUE_COUNTS_KEY):
+                    totals[bytes(key[len(QUEUE_COUNTS_KEY) :])] = queue_counts_of(value)[2]
+        for queue in totals:
+            txn.delete(QUEUE_COUNTS_KEY + queue, db=shard.jobs)
+        for queue in counts.keys() | totals.keys():
+            pending, scheduled = counts.get(queue, (0, 0))
+            if pending or scheduled or totals.get(queue):
+                value = QUEUE_COUNTS_TOTAL.pack(pending, scheduled, totals.get(queue, 0))
+                txn.put(QUEUE_COUNTS_KEY + queue, value, db=shard.jobs)
         txn.put(QUEUE_COUNTS_KEY, QUEUE_COUNTS_EXACT, db=shard.jobs)
 
     shard.env.write(txn_fn)
@@ -407,7 +413,7 @@ def verify(shard: ShardDbs) -> list[str]:
                 if key == QUEUE_COUNTS_KEY:
                     exact = True
                 elif key.startswith(QUEUE_COUNTS_KEY):
-                    stored_counts[bytes(key[len(QUEUE_COUNTS_KEY) :])] = list(QUEUE_COUNTS.unpack(raw))
+                    stored_counts[bytes(key[len(QUEUE_COUNTS_KEY) :])] = list(queue_counts_of(raw)[:2])
                 continue
             jobs += 1
             job_id = id_from_key(key)

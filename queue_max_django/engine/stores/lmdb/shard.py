@@ -29,7 +29,6 @@ from .access import (
     QUEUE_COUNTS_EXACT,
     QUEUE_COUNTS_KEY,
     UNIQUE,
-    count_enqueued,
     entry_count,
     fail_record,
     index_job,
@@ -154,8 +153,7 @@ class Shard:
                     ready_us = floor = floor if floor > now_us else now_us
                 if not wake:  # is the first job of this batch ahead of everything waiting? (the rest follow)
                     wake = self._would_lead(txn, parts, scheduled, ready_us)
-                tally(self, txn, parts.queue_bytes, 1 if scheduled else 0, count)
-                count_enqueued(self, txn, parts.queue_bytes, count)
+                tally(self, txn, parts.queue_bytes, 1 if scheduled else 0, count, count)
                 if count == 1:  # the same writes as below, without building lists
                     sequence = sequence + 1 if sequence >= now_us else now_us
                     payload = batch.payloads[0]
@@ -212,8 +210,7 @@ class Shard:
             wake = self._would_lead(txn, parts, scheduled, ready_us)
             sequence = sequence + 1 if sequence >= now_us else now_us
             job_id = self._write_one(txn, now_us, sequence, payload, parts, scheduled, ready_us)
-            tally(self, txn, parts.queue_bytes, 1 if scheduled else 0, 1)
-            count_enqueued(self, txn, parts.queue_bytes, 1)
+            tally(self, txn, parts.queue_bytes, 1 if scheduled else 0, 1, 1)
             self._count_puts(txn, sequence, total + 1, floor, 1)
             return job_id, wake
 
