@@ -578,25 +578,3 @@ class WorkerProcess:
         return any(
             counts.get(name, {}).get(state, 0) for name in self._queues for state in ("pending", "running")
         )
-
-
-def main(
-    options: WorkerOptions, index: int, stop_event: Any, parent_pid: int, tally: Tally | None = None
-) -> None:
-    """The entry point of a worker process (started with spawn by the supervisor)."""
-    import django
-
-    django.setup()
-    from ..conf import get_queue
-    from .logs import configure_logging
-
-    configure_logging(options.verbosity)
-    queue = get_queue()
-    worker = WorkerProcess(queue, options, index, stop_event=stop_event, parent_pid=parent_pid, tally=tally)
-    worker.install_signal_handlers()
-    code = worker.run()
-    try:
-        queue.close()
-    finally:
-        logging.shutdown()
-        os._exit(code)  # a timed-out job's thread may still run: don't wait for it
