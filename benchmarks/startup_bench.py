@@ -3,7 +3,7 @@ the command to the start of its first job, on the LMDB store and on the PostgreS
 
     uv run python benchmarks/startup_bench.py                       # both stores, 7 runs each
     uv run python benchmarks/startup_bench.py --store lmdb --runs 15
-    uv run python benchmarks/startup_bench.py --checkout /tmp/before   # another checkout's code, same venv
+    uv run python benchmarks/startup_bench.py --checkout /tmp/before --checkout .   # alternating runs
 
 Method (docs/benchmarks.md, "Start-up"): each run gets a fresh store (an LMDB folder, or a new PostgreSQL
 database with the queue's schema on a throwaway cluster the script starts, or on the server of ``--url``)
@@ -11,6 +11,8 @@ holding one waiting job of ``example_app.tasks.count_primes``. The clock starts 
 launched (``time.time()``) and stops at the job's ``started_at`` as the store recorded it when a worker
 process claimed it: the command started Python and Django, opened the store, started its processes, and one
 of them claimed the job. Then the command gets SIGTERM and must exit 0. Prints each run and the median.
+With several ``--checkout`` (another checkout's code, run with this one's virtualenv) their runs alternate,
+so that a machine whose load wanders treats them alike.
 
 Python's bytecode cache: a deployed project has its ``.pyc`` files (pip writes them; so do most images),
 while a checkout run with ``PYTHONDONTWRITEBYTECODE`` compiles every module on every start. By default the
@@ -113,21 +115,21 @@ def fresh_store(kind: str, folder: Path, base: RunStore | None, number: int) -> 
         run.close()
 
 
-def bench(kind: str, args: argparse.Namespace, folder: Path, pyc: Path | None) -> list[float]:
-    checkout = Path(args.checkout).resolve()
+def bench(kind: str, args: argparse.Namespace, folder: Path, pyc: Path | None) -> dict[Path, list[float]]:
+    checkouts = [Path(checkout).resolve() for checkout in args.checkout or [ROOT]]
     with contextlib.ExitStack() as stack:
         base = None
         if kind == "postgresql":
             base = stack.enter_context(open_store(kind, folder, args.url, fsync=False))
             base.admin_url = base.admin_url or admin_url(base)
-        if pyc is not None:  # fill the bytecode cache: untimed
-            with fresh_store(kind, folder, base, 0) as store:
-                one_run(checkout, folder, store, pyc)
-        seconds = []
-        for number in range(1, args.runs + 1):
-            with fresh_store(kind, folder, base, number) as store:
-                seconds.append(one_run(checkout, folder, store, pyc))
-            print(f"  {kind} run {number}: {seconds[-1]:.3f} s", flush=True)
+        seconds: dict[Path, list[float]] = {checkout: [] for checkout in checkouts}
+        for number in range(0 if pyc is not None else 1, args.runs + 1):  # run 0 fills the bytecode cache
+            for checkout in checkouts:
+                with fresh_store(kind, folder, base, number) as store:
+                    took = one_run(checkout, folder, store, pyc)
+                if number:
+                    seconds[checkout].append(took)
+                    print(f"  {kind} run {number} {checkout}: {took:.3f} s", flush=True)
         return seconds
 
 
@@ -146,20 +148,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--url", help="a PostgreSQL server URL whose user may create databases (default: a "
                         "throwaway cluster)")  # fmt: skip
-    parser.add_argument("--checkout", default=str(ROOT), help="the checkout whose code runs (default: this)")
+    parser.add_argument("--checkout", action="append", help="the checkout whose code runs (default: this "
+                        "one; repeat to alternate between several)")  # fmt: skip
     parser.add_argument("--no-pyc-cache", action="store_true", help="no bytecode cache of the runs' own")
     args = parser.parse_args()
     machine = f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}"
-    print(f"{machine}; checkout {Path(args.checkout).resolve()}; load {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"{machine}; load {os.getloadavg()[0]:.2f}", flush=True)
     kinds = KINDS if args.store == "both" else (args.store,)
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as name:
         folder = Path(name)
         pyc = None if args.no_pyc_cache else folder / "pycache"
         for kind in kinds:
-            seconds = bench(kind, args, folder, pyc)
-            median = statistics.median(seconds)
-            print(f"{kind}: launch -> first job started, median {median:.3f} s (min {min(seconds):.3f}, "
-                  f"max {max(seconds):.3f}, {len(seconds)} runs)", flush=True)  # fmt: skip
+            for checkout, seconds in bench(kind, args, folder, pyc).items():
+                median = statistics.median(seconds)
+                print(f"{kind} {checkout}: launch -> first job started, median {median:.3f} s "
+                      f"(min {min(seconds):.3f}, max {max(seconds):.3f}, {len(seconds)} runs)",
+                      flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
