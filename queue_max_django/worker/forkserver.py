@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Any, NoReturn
 
@@ -37,6 +38,8 @@ from .tally import Tally
 logger = logging.getLogger("queue_max_django.worker")
 
 CHECK_PARENT_EVERY = 1.0  # seconds: the server also looks at its parent pid this often
+ANSWER_WITHIN = 30.0  # seconds: a fork server that has not answered a request by then counts as gone
+END_WITHIN = 5.0  # seconds the server gets to exit when told to, before it is killed
 
 
 class ForkServerLost(QueueError):
@@ -111,6 +114,10 @@ class ForkServer:
         try:
             self.connection.send(("start", index, options))
             while True:
+                if not self.connection.poll(ANSWER_WITHIN):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.pid, signal.SIGKILL)  # stuck: its children then stop by themselves
+                    raise EOFError(f"no answer within {ANSWER_WITHIN:g} s")
                 message = self.connection.recv()
                 if message[0] == "started":
                     child = self._children[message[1]] = ForkedProcess(self, message[1])
@@ -144,8 +151,14 @@ class ForkServer:
                 self.connection.send(("end",))
         self.connection.close()
         self.lost = True
+        deadline = time.monotonic() + END_WITHIN
         with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)  # it exits at once: reap it
+            while not os.waitpid(self.pid, os.WNOHANG)[0]:  # it exits at once: reap it
+                if time.monotonic() > deadline:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                    break
+                time.sleep(0.01)
 
     def _handle(self, message: tuple[Any, ...]) -> None:
         if message[0] == "exited":

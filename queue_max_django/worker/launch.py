@@ -2,10 +2,11 @@
 Django up again: 1-4 s) or ``ForkLauncher`` (forked by the fork server from a set-up Django: milliseconds).
 
 ``queue_worker`` makes its launcher with ``make_launcher()`` right after Django is set up and before it opens
-the store: a ``ForkLauncher`` where ``os.fork`` exists and the process runs no other thread, else (Windows,
-or a thread started by the project's settings) a ``SpawnLauncher``. ``run_worker`` called without one (from
-a process that may already have a store open) spawns. Either way the supervisor's stop event and its
-``Tally`` are made here, before the fork server is forked, so that every worker process shares them.
+the store: a ``ForkLauncher`` where ``os.fork`` exists and the process has no store open and runs no other
+thread, else (Windows, or a store or a thread that the project's code opened while Django started) a
+``SpawnLauncher``. ``run_worker`` called without one (from a process that may already have a store open)
+spawns. Either way the supervisor's stop event and its ``Tally`` are made here, before the fork server is
+forked, so that every worker process shares them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import threading
 from typing import Any
 
+from ..engine.forks import open_stores
 from . import entry
 from .forkserver import ForkedProcess, ForkServer, ForkServerLost
 from .options import WorkerOptions
@@ -88,6 +90,11 @@ def make_launcher() -> SpawnLauncher:
     """The launcher of ``queue_worker``: call it after Django is set up, before any store is opened."""
     if not hasattr(os, "fork"):
         return SpawnLauncher()  # Windows
+    held = open_stores()
+    if held:  # a project's code opened the store while Django started: this process must not be forked
+        logger.warning("worker processes are started with spawn (slower), not forked: this process has a "
+                       "store open already (%s)", ", ".join(held))  # fmt: skip
+        return SpawnLauncher()
     if threading.active_count() > 1:
         names = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
         logger.warning("worker processes are started with spawn (slower), not forked: this process runs "

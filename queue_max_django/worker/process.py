@@ -199,7 +199,7 @@ class WorkerProcess:
                 if self._stop_event is not None and self._stop_event.is_set():
                     self.stop(DONE)
                 if self._parent_pid and os.getppid() != self._parent_pid:
-                    logger.warning("worker %s: the supervisor is gone; stopping", self.worker_id)
+                    logger.warning("worker %s: its parent process is gone; stopping", self.worker_id)
                     self.stop(DONE)
                 if now - last_beat >= self._heartbeat:
                     last_beat = now

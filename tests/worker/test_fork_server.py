@@ -99,3 +99,28 @@ def test_sigterm_while_the_store_is_awaited_exits_0_and_leaves_nothing(site: Sit
     assert worker.wait() == 0
     assert "stopped while waiting for the store" in worker.output()
     assert gone(server) and children_of(worker.proc.pid) == []
+
+
+@pytest.mark.store_neutral  # the supervisor's process handling
+def test_when_the_fork_server_dies_its_processes_stop_and_spawned_ones_replace_them(site: Site) -> None:
+    worker = site.start("--processes", "1", "--no-scheduler", "--worker-id", "fallback")
+    with site.queue() as queue:
+        (forked,) = wait_for(lambda: queue.workers(), what="a worker process")
+        server = fork_server_of(worker.proc.pid)
+
+        os.kill(server, signal.SIGKILL)
+
+        def spawned() -> list[int]:
+            return [w.pid for w in queue.workers() if w.pid != forked.pid]
+
+        (pid,) = wait_for(spawned, what="a spawned replacement")
+        assert parent_of(pid) == worker.proc.pid  # the supervisor's own child now
+        wait_for(lambda: gone(forked.pid), 15, "the forked process to stop")
+        job_id = site.put("finish", 3)
+        assert queue.wait_until_empty(60)
+        job = queue.job(job_id)
+        assert job is not None and job.state is State.DONE
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert f"the fork server (pid {server}) is gone" in worker.output()
+    assert "lost with the fork server; starting a new one" in worker.output()
