@@ -45,7 +45,7 @@ def preload() -> None:
     store's module (and psycopg for the PostgreSQL store) and the modules of the ``django.tasks`` tasks.
     Nothing is opened."""
     store_class(get_config())
-    django_task_names()
+    django_task_names(quiet=True)
 
 
 def open_waiting(stop: threading.Event) -> Queue | None:
