@@ -302,7 +302,7 @@ def test_the_graph_holds_the_imports_known_to_exist() -> None:
     """A reader that saw nothing would find no circle: check that it sees edges the code is known to have."""
     pairs = {(edge.source, edge.target) for edge in GRAPH.edges}
     assert (f"{PACKAGE}.tasks", f"{PACKAGE}.conf") in pairs
-    assert (f"{PACKAGE}.worker.supervisor", f"{PACKAGE}.worker.process") in pairs  # from . import process
+    assert (f"{PACKAGE}.worker.forkserver", f"{PACKAGE}.worker.entry") in pairs  # from . import entry
     assert (f"{ENGINE}.queue", f"{ENGINE}.record") in pairs
     lazy = {(edge.source, edge.target) for edge in GRAPH.edges if edge.lazy}
     assert (f"{PACKAGE}.runner", f"{PACKAGE}.backend") in lazy  # django.tasks exists from Django 6.0 only

@@ -26,9 +26,16 @@ from django.urls import URLPattern, path, re_path, reverse
 
 from ..conf import get_queue
 from ..engine import InvalidJob, Job, Queue, QueueCorrupted, State
+from ..lazy import lazy_module
 from ..models import Job as JobModel
 from ..tasks import registry
-from . import actions, dashboard, display, listing
+
+if TYPE_CHECKING:
+    from . import actions, dashboard, display, listing
+else:  # run on the first page served, not when Django starts (every process imports this module then)
+    actions, dashboard, display, listing = (
+        lazy_module(f"{__package__}.{name}") for name in ("actions", "dashboard", "display", "listing")
+    )
 
 STATE_PATTERN = "|".join(state.value for state in State)
 PREVIEW_SIZE = 20  # jobs listed on a confirmation page

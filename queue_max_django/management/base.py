@@ -10,7 +10,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
+from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandParser, OutputWrapper
+
+from ..checks import TAG
 
 
 class OutputClosed(Exception):
@@ -57,7 +60,14 @@ class QueueCommand(BaseCommand):
     (``| head``), the command stops where it is and ends with status 0, printing nothing more. A command
     that changes the store does so before it prints, so a closed pipe does not cut a change short.
 
-    A command whose required options depend on each other overrides ``missing``."""
+    A command whose required options depend on each other overrides ``missing``.
+
+    Before it runs it runs the system checks that concern it (``requires_system_checks``): the models' and
+    this app's own (``QUEUE_MAX``, the store, the metrics URL), not those of the admin, templates, URLs or
+    security settings, which cost a command's start-up more than all of its own work (``manage.py check``
+    runs every check)."""
+
+    requires_system_checks = [Tags.models, TAG]
 
     def __init__(
         self,

@@ -25,11 +25,12 @@ def _our_aliases() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-def django_task_names() -> list[str] | None:
+def django_task_names(*, quiet: bool = False) -> list[str] | None:
     """The module paths of the ``django.tasks`` tasks this process has registered with ``QueueMaxBackend``
     (the tasks its jobs may name), after importing the modules of each such backend's ``OPTIONS["MODULES"]``
     as a worker does on the first job of a task it lacks. None when no ``TASKS`` backend is
-    ``QueueMaxBackend`` or this Django has no ``django.tasks``."""
+    ``QueueMaxBackend`` or this Django has no ``django.tasks``. ``quiet``: a module that cannot be imported
+    is not logged (the banner, which comes next, logs it)."""
     aliases = _our_aliases()
     if not aliases:
         return None
@@ -42,6 +43,8 @@ def django_task_names() -> list[str] | None:
             try:
                 importlib.import_module(module)
             except Exception as exc:  # the job of such a task says so too: the worker still starts
+                if quiet:
+                    continue
                 logger.warning("TASKS[%r]['OPTIONS']['MODULES']: cannot import %r: %s: %s",
                                alias, module, type(exc).__name__, exc)  # fmt: skip
     return sorted(backend.registered._tasks)  # backend.py has no public listing of them (yet)

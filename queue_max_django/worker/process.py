@@ -164,7 +164,7 @@ class WorkerProcess:
                 if self._stop_event is not None and self._stop_event.is_set():
                     self.stop(DONE)
                 if self._parent_pid and os.getppid() != self._parent_pid:
-                    logger.warning("worker %s: the supervisor is gone; stopping", self.worker_id)
+                    logger.warning("worker %s: its parent process is gone; stopping", self.worker_id)
                     self.stop(DONE)
                 if now - last_beat >= self._heartbeat:
                     last_beat = now
@@ -568,25 +568,3 @@ class WorkerProcess:
         return any(
             counts.get(name, {}).get(state, 0) for name in self._queues for state in ("pending", "running")
         )
-
-
-def main(
-    options: WorkerOptions, index: int, stop_event: Any, parent_pid: int, tally: Tally | None = None
-) -> None:
-    """The entry point of a worker process (started with spawn by the supervisor)."""
-    import django
-
-    django.setup()
-    from ..conf import get_queue
-    from .logs import configure_logging
-
-    configure_logging(options.verbosity)
-    queue = get_queue()
-    worker = WorkerProcess(queue, options, index, stop_event=stop_event, parent_pid=parent_pid, tally=tally)
-    worker.install_signal_handlers()
-    code = worker.run()
-    try:
-        queue.close()
-    finally:
-        logging.shutdown()
-        os._exit(code)  # a timed-out job's thread may still run: don't wait for it

@@ -1,15 +1,15 @@
-"""The supervisor: starts the worker processes (spawn: no LMDB handle crosses a fork), replaces any that
-dies, runs the periodic scheduler, prunes dead workers from the registry, logs throughput, and turns
-SIGTERM/SIGINT into a graceful stop (a second signal: immediate). It logs a banner when it starts (the
-store, the options, the tasks it will run) and a closing line when it ends (what its processes did)."""
+"""The supervisor: starts the worker processes (forked by the fork server, or spawned: launch.py; no
+store handle ever crosses a fork), replaces any that dies, runs the periodic scheduler, prunes dead workers
+from the registry, logs throughput, and turns SIGTERM/SIGINT into a graceful stop (a second signal:
+immediate). It logs a banner when it starts (the store, the options, how processes start, the tasks it will
+run) and a closing line when it ends (what its processes did)."""
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import multiprocessing.connection
-import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,11 +17,11 @@ from typing import Any
 from ..engine import Queue, QueueError
 from ..engine.throughput import Sampler
 from ..tasks import registry
-from . import process
 from .banner import django_task_names
+from .launch import SpawnLauncher
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
 from .scheduler import Scheduler
-from .tally import Tally, closing_line
+from .tally import closing_line
 
 logger = logging.getLogger("queue_max_django.worker")
 
@@ -32,22 +32,23 @@ RESTART_BACKOFF_MAX = 30.0
 @dataclass
 class Child:
     index: int
-    process: Any  # multiprocessing.process.BaseProcess
+    process: Any  # multiprocessing.process.BaseProcess, or a forkserver.ForkedProcess
     started: float = field(default_factory=time.monotonic)
     quick_deaths: int = 0  # consecutive deaths soon after start: restarts back off
 
 
 class Supervisor:
-    def __init__(self, queue: Queue, options: WorkerOptions) -> None:
+    def __init__(self, queue: Queue, options: WorkerOptions, launcher: SpawnLauncher | None = None) -> None:
         self.queue = queue
         self.options = options
-        self._context = multiprocessing.get_context("spawn")
-        self._stop_event = self._context.Event()
-        self.tally = Tally(self._context)  # what the worker processes did, for the closing line
+        self.launcher = SpawnLauncher() if launcher is None else launcher
+        self._stop_event = self.launcher.stop_event
+        self.tally = self.launcher.tally  # what the worker processes did, for the closing line
         self._children: dict[int, Child] = {}
         self._restart_at: dict[int, tuple[float, int]] = {}  # index -> (when, quick deaths so far)
         self._finished: set[int] = set()  # --burst: processes that found nothing more to do
         self._signals = 0
+        self._kill_now = False  # a second signal: the main loop kills every process
         self._stopping_since: float | None = None
         self.replaced = 0
         use_scheduler = options.scheduler and not options.burst
@@ -68,9 +69,7 @@ class Supervisor:
             self.request_stop()
         else:
             logger.warning("stopping now: running jobs come back when their leases expire")
-            for child in self._children.values():
-                if child.process.is_alive():
-                    child.process.kill()
+            self._kill_now = True  # by the main loop: a fork server's socket is not for a signal handler
 
     def request_stop(self) -> None:
         if self._stopping_since is None:
@@ -83,15 +82,19 @@ class Supervisor:
         """Run until stopped (or, with --burst, until every process found nothing to do). -> exit code."""
         self._banner()
         for index in range(self.options.processes):
-            self._start(index)
-        if self._scheduler is not None:
+            if self._stopping_since is None:  # a signal while the first ones start: no more of them
+                self._start(index)
+        if self._scheduler is not None and self._stopping_since is None:
             self._scheduler.start()
         last_line = time.monotonic()
         last_counts = self._counts()
         try:
             while self._children or self._restart_at:
-                sentinels = [child.process.sentinel for child in self._children.values()]
-                multiprocessing.connection.wait(sentinels, timeout=0.5)
+                handles = [child.process for child in self._children.values()]
+                multiprocessing.connection.wait(self.launcher.waitables(handles), timeout=0.5)
+                self.launcher.poll()
+                if self._kill_now:
+                    self._kill_all()
                 self._reap()
                 self._restart_due()
                 self._sampler.tick()
@@ -113,13 +116,12 @@ class Supervisor:
         return 0
 
     def _start(self, index: int) -> None:
-        proc = self._context.Process(
-            target=process.main,
-            args=(self.options, index, self._stop_event, os.getpid(), self.tally),
-            name=f"queue_worker-{index}",
-        )
-        proc.start()
-        self._children[index] = Child(index, proc)
+        self._children[index] = Child(index, self.launcher.start(index, self.options))
+
+    def _kill_all(self) -> None:
+        for child in self._children.values():
+            if child.process.is_alive():
+                child.process.kill()
 
     def _reap(self) -> None:
         for index, child in list(self._children.items()):
@@ -147,6 +149,8 @@ class Supervisor:
             why = "replaced after a job timed out (or, cancelled, did not stop within --cancel-grace)"
         elif code is not None and code < 0:
             why = f"killed by {signal.Signals(-code).name}"
+        elif code is None:  # a forked process whose fork server died: it stops by itself
+            why = "lost with the fork server"
         else:
             why = f"exited with code {code}"
         delay = 0.0 if quick <= 1 else min(RESTART_BACKOFF_MAX, 0.5 * 2 ** (quick - 2))
@@ -184,10 +188,11 @@ class Supervisor:
         )
         stats = self.queue.stats()
         logger.info(
-            "queue_worker %s: store %s (%d shards); queues: %s; %d process(es) x %s thread(s)%s%s",
+            "queue_worker %s: store %s (%d shards); queues: %s; %d process(es) x %s thread(s) (%s)%s%s",
             options.worker_id, self.queue.path, self.queue.shard_count,
             ", ".join(options.queues) if options.queues else "all", options.processes, threads,
-            "; burst" if options.burst else "", "" if self._scheduler else "; no scheduler",
+            self.launcher.method, "; burst" if options.burst else "",
+            "" if self._scheduler else "; no scheduler",
         )  # fmt: skip
         logger.info("registered tasks (%d): %s", len(registry.names()), ", ".join(registry.names()) or "none")
         django_tasks = django_task_names()
@@ -219,16 +224,33 @@ class Supervisor:
             logger.exception("pruning the worker registry failed")
 
 
-def run_worker(queue: Queue, options: WorkerOptions) -> int:
+def run_worker(
+    queue: Queue,
+    options: WorkerOptions,
+    launcher: SpawnLauncher | None = None,
+    *,
+    stopped: threading.Event | None = None,
+) -> int:
     """What ``manage.py queue_worker`` does. -> the exit code. The SIGTERM and SIGINT handlers it installs
     are replaced by the previous ones when it returns or raises (it may run inside a longer process).
-    ``WorkerOptionError``, before anything starts, for a lease time too short for the worker to renew."""
+    ``WorkerOptionError``, before anything starts, for a lease time too short for the worker to renew.
+
+    ``launcher``: how worker processes start (launch.py); without one they are spawned. ``stopped``: an
+    event set by a signal before this was called (start-up): the run then stops at once, starting nothing."""
     options.heartbeat_every(queue.lease_time)
-    supervisor = Supervisor(queue, options)
+    supervisor = Supervisor(queue, options, launcher)
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     supervisor.install_signal_handlers()
+    if stopped is not None and stopped.is_set():  # after our handlers are in: no signal falls between
+        logger.warning("stopped during start-up")
+        return _restore(previous, 0)
     try:
         return supervisor.run()
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        _restore(previous, 0)
+
+
+def _restore(handlers: dict[signal.Signals, Any], code: int) -> int:
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    return code

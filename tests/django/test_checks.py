@@ -16,6 +16,7 @@ from django.core.checks import Error, Warning
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
+from django.test.utils import override_system_checks
 
 from queue_max_django import apps as app_module
 from queue_max_django.checks import TAG, check_settings
@@ -745,6 +746,18 @@ def test_store_checks_wait_for_valid_values(queue_max: Configure, tmp_path: Path
 def test_manage_py_check_fails_on_an_error(queue_max: Configure) -> None:
     with queue_max(LEASE_TIME=-1), pytest.raises(SystemCheckError, match=r"queue_max_django\.E004"):
         call_command("check")
+
+
+def test_a_queue_command_runs_this_apps_checks_and_not_every_other(queue_max: Configure) -> None:
+    def broken_templates(**kwargs: Any) -> list[checks.CheckMessage]:
+        return [Error("the templates are broken", id="tests.E001")]
+
+    broken_templates.tags = [checks.Tags.templates]  # type: ignore[attr-defined]
+    with override_system_checks([broken_templates, check_settings]):
+        with queue_max():
+            call_command("queue_stats", "--json", skip_checks=False)  # not its concern: it runs
+        with queue_max(LEASE_TIME=-1), pytest.raises(SystemCheckError, match=r"queue_max_django\.E004"):
+            call_command("queue_stats", "--json", skip_checks=False)
 
 
 def test_manage_py_check_passes_with_a_warning(

@@ -4,6 +4,7 @@ throughput chart."""
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from types import FrameType
@@ -12,7 +13,9 @@ import pytest
 
 from queue_max_django.engine import QueueClosed, State
 from queue_max_django.worker import run_worker
+from queue_max_django.worker.launch import SpawnLauncher
 from queue_max_django.worker.options import WorkerOptions
+from queue_max_django.worker.startup import startup_stop
 
 from .conftest import Site
 
@@ -76,3 +79,19 @@ def test_a_run_restores_default_handlers_too(site: Site) -> None:
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+class _NoStart(SpawnLauncher):
+    def start(self, index: int, options: WorkerOptions) -> None:
+        raise AssertionError("a worker process was started after the stop")
+
+
+def test_a_stop_during_start_up_ends_the_run_at_once_and_starts_nothing(
+    site: Site, own_handlers: None
+) -> None:
+    with startup_stop() as stopped:
+        os.kill(os.getpid(), signal.SIGTERM)  # during start-up: the event remembers it, nothing dies
+        assert stopped.wait(5)
+        with site.queue() as queue:
+            assert run_worker(queue, _options(), _NoStart(), stopped=stopped) == 0
+    assert [signal.getsignal(signum) for signum in SIGNALS] == [_ours, _ours]

@@ -3,30 +3,22 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
-import time
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ...conf import get_config, get_queue
-from ...engine import Queue, QueueError, StoreUnavailable
+from ...conf import get_config
+from ...engine import QueueError
 from ...worker import WorkerOptionError, run_worker
+from ...worker.launch import make_launcher
 from ...worker.logs import configure_logging
 from ...worker.options import from_config, parse_autoscale
+from ...worker.startup import open_waiting, preload, startup_stop
 from ..base import QueueCommand
 from ..common import non_negative_float
 
 logger = logging.getLogger("queue_max_django.worker")
-
-STORE_WAIT_DELAYS = (
-    0.5,
-    1.0,
-    2.0,
-    5.0,
-)  # seconds between tries to reach the store at start-up, then the last
-STORE_WAIT_LOG_EVERY = 60.0  # seconds: how often the same failure to reach it is logged again
 
 
 class Command(QueueCommand):
@@ -35,6 +27,11 @@ class Command(QueueCommand):
         "jobs) and replaces any that dies. SIGTERM or Ctrl-C finishes running jobs first; a second one stops "
         "at once. Defaults come from QUEUE_MAX['WORKER']."
     )
+    _stop = threading.Event()  # set by SIGTERM or SIGINT during start-up (worker/startup.py)
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        with startup_stop() as self._stop:  # before the system checks run: a stop then is graceful too
+            return super().execute(*args, **options)
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--processes", type=int, help="worker processes (default: CPUs)")
@@ -111,8 +108,13 @@ class Command(QueueCommand):
         except WorkerOptionError as exc:
             raise CommandError(str(exc)) from None
         configure_logging(verbosity)
+        if self._stop.is_set():
+            logger.warning("stopped during start-up")
+            return
+        preload()
+        launcher = make_launcher()  # the fork server is forked here: no store is open yet
         try:
-            queue = open_waiting()
+            queue = open_waiting(self._stop)
             if queue is None:
                 return  # stopped while waiting for the store
             if worker_options.queues is not None and queue.queues is not None:
@@ -122,40 +124,12 @@ class Command(QueueCommand):
                     raise CommandError(
                         f"unknown queue(s) {', '.join(unknown)}: QUEUE_MAX['QUEUES'] lists {served}"
                     )
-            code = run_worker(queue, worker_options)
+            code = run_worker(queue, worker_options, launcher, stopped=self._stop)
         except WorkerOptionError as exc:  # a lease time the worker cannot renew
             raise CommandError(str(exc)) from None
         except QueueError as exc:
             raise CommandError(f"the store cannot be used: {exc}") from None
+        finally:
+            launcher.close()
         if code:
             raise SystemExit(code)
-
-
-def open_waiting() -> Queue | None:
-    """The process's queue, waiting for a store that cannot be reached yet (a PostgreSQL server that is
-    starting, or a container started before its database): each try after a delay (``STORE_WAIT_DELAYS``),
-    the failure logged when it first happens, when it changes, and every ``STORE_WAIT_LOG_EVERY`` seconds.
-    SIGTERM or Ctrl-C while waiting stops the command (status 0): there is nothing to finish. -> None then.
-    Any other error of the store (its tables missing, a bad setting) is raised at once."""
-    stop = threading.Event()
-    handlers: dict[signal.Signals, Any] = {}
-    attempt, logged, logged_at = 0, "", 0.0
-    try:
-        while True:
-            try:
-                return get_queue()
-            except StoreUnavailable as exc:
-                if not handlers and threading.current_thread() is threading.main_thread():
-                    for signum in (signal.SIGTERM, signal.SIGINT):
-                        handlers[signum] = signal.signal(signum, lambda *_: stop.set())
-                delay = STORE_WAIT_DELAYS[min(attempt, len(STORE_WAIT_DELAYS) - 1)]
-                attempt += 1
-                if str(exc) != logged or time.monotonic() - logged_at >= STORE_WAIT_LOG_EVERY:
-                    logger.warning("waiting for the store: %s (trying again every %g s at most)", exc, delay)
-                    logged, logged_at = str(exc), time.monotonic()
-                if stop.wait(delay):
-                    logger.warning("stopped while waiting for the store")
-                    return None
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)

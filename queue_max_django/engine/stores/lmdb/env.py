@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from ...errors import QueueError, StoreError, StoreFull
+from ...forks import add_open_probe
 from .meta import OPEN_LOCK_FILE, private_dir
 from .metapages import MetaPages
 
@@ -394,3 +395,4 @@ class _Registry:
 
 REGISTRY = _Registry()
 os.register_at_fork(after_in_child=REGISTRY._after_fork_in_child)
+add_open_probe(lambda: [f"the LMDB environment {path}" for path in list(REGISTRY.envs)])

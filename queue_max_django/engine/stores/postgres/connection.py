@@ -39,7 +39,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from ...errors import ConfigurationError, QueueClosed, StoreError, StoreUnavailable
-from ...forks import fork_generation
+from ...forks import add_open_probe, fork_generation
 
 RECONNECT_DELAYS = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)  # seconds before each try to reconnect, then the last
 CONNECT_TIMEOUT = 10  # seconds
@@ -48,6 +48,10 @@ ENDING_STATES = ("08", "57P")
 administrator's or a crash's shutdown): the operation may have committed before it came, and the connection
 is gone, however psycopg marks it."""
 PREPARE_THRESHOLD = 5  # psycopg's default: a statement run this often on a connection is prepared
+
+_made: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()  # the store's connections -> where
+add_open_probe(lambda: [f"a PostgreSQL connection to {where}" for conn, where in list(_made.items())
+                        if not conn.closed])  # fmt: skip
 
 
 def load_psycopg() -> Any:
@@ -137,6 +141,7 @@ class Connections:
             raise StoreUnavailable(
                 f"cannot connect to the PostgreSQL store at {display_url(self.conninfo)}: {exc}"
             ) from exc
+        _made[conn] = display_url(self.conninfo)  # open_stores() lists it while it is open
         return conn
 
     def connection(self) -> Any:
