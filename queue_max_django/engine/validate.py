@@ -11,6 +11,7 @@ from typing import Any
 
 from .errors import ConfigurationError, InvalidJob, UnknownQueue
 from .job import PRIORITY_MAX, PRIORITY_MIN, State
+from .metadata import pack_metadata
 
 MAX_QUEUE_NAME = 100
 MAX_NAME = 200
@@ -196,6 +197,7 @@ def check_put(
     max_retries: Any = None,
     timeout: Any = None,
     partition_key: Any = None,
+    metadata: Any = None,
     queues: frozenset[str] | tuple[str, ...] | None = None,
     now: float,
     valid_queues: set[str] | None = None,
@@ -230,6 +232,8 @@ def check_put(
         check_partition_key(partition_key)
     if delay is not None or eta is not None:
         ready_at(delay, eta, now)
+    if metadata is not None:
+        pack_metadata(metadata)  # InvalidMetadata (put() packs it itself: OptionSets.check)
 
 
 def check_queue_arguments(
