@@ -19,6 +19,7 @@ import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -104,8 +105,19 @@ class Bouncer:
         return f"postgresql://{quote(self.user, safe='')}@/{quote(self.dbname)}?host={host}&port={PORT}"
 
     def _wait_ready(self) -> None:
+        """Until the bouncer accepts a connection on its socket: the socket's file appears when pgbouncer
+        binds it, a moment before it listens (a client connecting then is refused)."""
         deadline = time.monotonic() + START_TIMEOUT
-        while not (self.root / f".s.PGSQL.{PORT}").exists():
+        path = str(self.root / f".s.PGSQL.{PORT}")
+        while True:
+            if os.path.exists(path):
+                with contextlib.closing(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)) as probe:
+                    try:
+                        probe.connect(path)
+                    except OSError:  # bound, not listening yet
+                        pass
+                    else:
+                        return
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"pgbouncer did not start: {self.output()}")
             time.sleep(0.02)
