@@ -258,6 +258,12 @@ class JobResult:
         The handle's snapshot is not read again: call ``refresh()`` to see the job's state."""
         return get_queue().request_cancel(self.job_id)
 
+    @property
+    def cancel_requested(self) -> bool:
+        """Is the job running with a cancel requested (``cancel()`` said ``"requested"``), its worker yet to
+        stop it? Read from the store now, with the state as of the last ``refresh()``."""
+        return self.status is JobStatus.RUNNING and get_queue().cancel_requested(self.job_id)
+
     async def acancel(self) -> CancelOutcome:
         """``cancel()`` from async code, off the event loop."""
         return await asyncio.to_thread(self.cancel)

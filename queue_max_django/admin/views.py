@@ -377,6 +377,7 @@ class JobAdmin(ModelAdmin):
             can_retry=job.state is State.FAILED and can_change,
             can_cancel=job.state in (State.PENDING, State.SCHEDULED) and can_change,
             can_cancel_running=job.state is State.RUNNING and self.has_cancel_permission(request),
+            cancel_requested=job.state is State.RUNNING and get_queue().cancel_requested(job.job_id),
             can_delete=job.state is State.FAILED and self.has_delete_permission(request),
             can_enqueue=job.state is State.DONE and can_change and not job.damage,
             can_run=job.state is State.SCHEDULED and can_change,

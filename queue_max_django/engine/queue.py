@@ -418,6 +418,12 @@ class Queue(Coordination):
         _check_id(job_id)
         return self._live().cancel(self._clock(), job_id)
 
+    def cancel_requested(self, job_id: int) -> bool:
+        """Was a cancel of this running job requested (``request_cancel``), its worker yet to stop it? The
+        answer for a job that is not running says nothing (a mark stays until the vacuum drops it)."""
+        _check_id(job_id)
+        return self._live().cancel_requested(job_id)
+
     def delete(self, job_id: int, *, state: State | str | None = None) -> bool:
         """Remove a job in any state but running (a dead letter, a done job, a waiting one), with its
         payload and result; with ``state``, only if it is in that state. -> False if not removed (running,

@@ -68,9 +68,12 @@ def test_cancel_of_a_running_job_marks_it_and_the_worker_makes_it_a_cancelled_de
 ) -> None:
     result = t.add.delay(1, 2)
     record = running(store)
+    result.refresh()
+    assert not result.cancel_requested
     assert result.cancel() is CancelOutcome.REQUESTED
     result.refresh()
     assert result.status is JobStatus.RUNNING  # until its worker stops it
+    assert result.cancel_requested
     assert marked(record)
     cancels.request(record.job_id)  # what the worker's heartbeat does with the report
     try:
@@ -279,3 +282,27 @@ def test_save_metadata_saves_then_raises_cancelled_once_a_cancel_was_requested(s
     job = store.job(result.job_id)
     assert job.state is State.FAILED and job.error_type == CANCELLED and job.retries == 1  # not retried
     assert job.metadata == {"done": 3}  # step 3's progress saved, then Cancelled raised from the save
+
+
+@pytest.mark.django_db
+def test_the_job_page_and_queue_show_say_a_running_jobs_cancel_was_requested(store: Queue) -> None:
+    result = t.add.delay(1, 2)
+    running(store)
+    client = staff("view_job", "change_job", "cancel_job")
+    page = client.get(f"{BASE}{result.job_id}/")
+    assert page.status_code == 200 and b'data-testid="cancel-requested"' not in page.content
+    assert "cancel" not in call_show(result.job_id)
+    result.cancel()
+    page = client.get(f"{BASE}{result.job_id}/")
+    assert b'data-testid="cancel-requested"' in page.content
+    lines = call_show(result.job_id).splitlines()
+    assert lines[1].startswith("state") and lines[2].split() == [
+        "cancel", "requested:", "its", "worker", "stops", "it", "at", "its", "next", "heartbeat",
+    ]  # fmt: skip
+    assert "cancel" not in json.loads(call_show(result.job_id, "--json"))  # the JSON is the job's fields
+
+
+def call_show(*argv: object) -> str:
+    out = io.StringIO()
+    call_command("queue_show", *(str(arg) for arg in argv), stdout=out)
+    return out.getvalue()

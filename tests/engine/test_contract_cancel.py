@@ -47,6 +47,7 @@ def test_a_running_job_is_marked_apart_and_the_heartbeat_reports_it(queue: Queue
     assert record.cancel_requested is True and other_record.cancel_requested is False
     assert queue.request_cancel(job_id) is CancelOutcome.REQUESTED  # again: the same mark
     assert probe(queue).cancel_marks() == {job_id}
+    assert queue.cancel_requested(job_id) and not queue.cancel_requested(other)  # what the admin shows
 
 
 @pytest.mark.contract

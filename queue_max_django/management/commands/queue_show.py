@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from ...engine import Job
+from ...engine import Job, State
 from ..base import QueueCommand
 from ..common import engine_errors, job_dict, job_id, open_queue, printable, to_json, when
 from ..jobs import get_job
@@ -23,11 +23,18 @@ TIMES = ("enqueued_at", "started_at", "finished_at", "eta", "lease_until")  # un
 AS_JSON = ("payload", "result", "partition_key", "metadata")  # stored values: shown as JSON (bytes: base64)
 
 
-def job_lines(job: Job) -> list[str]:
+def job_lines(job: Job, *, cancel_requested: bool = False) -> list[str]:
     """Every field of ``job`` (as ``job_dict`` names them: its name is ``task``, and ``shard`` is added),
-    one a line, for people; the traceback last, under its own heading."""
+    one a line, for people; the traceback last, under its own heading. ``cancel_requested``: a running
+    job's cancel was requested (a line after its state says so)."""
     fields = job_dict(job)
     data = {key: fields.pop(key) for key in FIRST} | fields
+    if cancel_requested:
+        data = {
+            **{key: data[key] for key in list(data)[: list(data).index("state") + 1]},
+            "cancel": "requested: its worker stops it at its next heartbeat",
+            **data,
+        }
     traceback = data.pop("traceback")
     width = max(len(key) for key in data)
     lines = []
@@ -77,7 +84,8 @@ class Command(QueueCommand):
         queue = open_queue()
         with engine_errors():
             job = get_job(queue, options["job_id"])
+            marked = job.state is State.RUNNING and queue.cancel_requested(job.job_id)
         if options["json"]:
             self.stdout.write(to_json(job_dict(job)))
         else:
-            self.stdout.write("\n".join(job_lines(job)))
+            self.stdout.write("\n".join(job_lines(job, cancel_requested=marked)))

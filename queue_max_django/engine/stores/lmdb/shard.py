@@ -420,6 +420,11 @@ class Shard:
     def cancel(self, now: float, job_id: int) -> CancelOutcome:
         return manage.cancel(self, now, job_id)
 
+    def cancel_requested(self, job_id: int) -> bool:
+        """Is the job marked in this shard's ``cancels`` database? One read."""
+        key = id_key(job_id)
+        return bool(self.env.read(lambda txn: txn.get(key, db=self.cancels) is not None))
+
     def delete(self, job_id: int, states: tuple[int, ...] = manage.NOT_RUNNING, *, now: float) -> bool:
         return manage.delete(self, job_id, states, now=now)
 

@@ -365,6 +365,10 @@ class LmdbStore:
         one = self._job_shard(job_id)
         return CancelOutcome.MISSING if one is None else one.cancel(now, job_id)
 
+    def cancel_requested(self, job_id: int) -> bool:
+        one = self._job_shard(job_id)
+        return one is not None and one.cancel_requested(job_id)
+
     def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool:
         """Remove the job if it is in one of ``states`` (None: any but running)."""
         one = self._job_shard(job_id)

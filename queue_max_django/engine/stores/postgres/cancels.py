@@ -36,6 +36,8 @@ SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM mark),
        (SELECT state FROM qm_jobs WHERE id = %(id)s), EXISTS (SELECT 1 FROM qm_finished WHERE id = %(id)s)
 """
 
+MARKED = "SELECT EXISTS (SELECT 1 FROM qm_cancels WHERE job_id = %s)"
+
 FORGET_ENDED = "DELETE FROM qm_cancels c WHERE NOT EXISTS (SELECT 1 FROM qm_jobs j WHERE j.id = c.job_id)"
 
 

@@ -449,6 +449,9 @@ class PostgresStore:
     def cancel(self, now: float, job_id: int) -> CancelOutcome:
         return cancels.cancel(self, now, job_id)
 
+    def cancel_requested(self, job_id: int) -> bool:
+        return bool(self.one(cancels.MARKED, (job_id,))[0])
+
     def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool:
         return upkeep.delete(self, job_id, states)
 
