@@ -7,7 +7,7 @@ index entry of its state and its queue's counts in step with it (invariant 1). F
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from ...job import STATES, State
@@ -183,6 +183,19 @@ def queue_counts_of(raw: bytes) -> tuple[int, int, int]:
         return QUEUE_COUNTS_TOTAL.unpack(raw)
     pending, scheduled = QUEUE_COUNTS.unpack(raw)
     return pending, scheduled, 0
+
+
+def queue_count_rows(shard: ShardDbs, txn: Any) -> Iterator[tuple[bytes, tuple[int, int, int]]]:
+    """Each queue's counts value in this shard, by name: (queue name, (pending, scheduled, jobs ever
+    put)). The marker key ``QUEUE_COUNTS_KEY`` alone (the counts are exact) is not one of them."""
+    cursor = txn.cursor(db=shard.jobs)
+    if not cursor.set_range(QUEUE_COUNTS_KEY + b"\x00"):
+        return
+    prefix = len(QUEUE_COUNTS_KEY)
+    for key, value in cursor:
+        if not key.startswith(QUEUE_COUNTS_KEY):
+            return
+        yield bytes(key[prefix:]), queue_counts_of(value)
 
 
 def tally(shard: ShardDbs, txn: Any, queue: bytes, place: int, change: int, put: int = 0) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import msgpack
 
 from ..types import Sample
-from .access import FINISHED_LEFT, FINISHED_LEFT_KEY, QUEUE_COUNTS_KEY, ShardDbs, entry_count, queue_counts_of
+from .access import FINISHED_LEFT, FINISHED_LEFT_KEY, ShardDbs, entry_count, queue_count_rows
 from .env import Env
 
 MINUTE_KEY = struct.Struct(">Q")
@@ -34,17 +34,7 @@ def enqueued_by_queue(shard: ShardDbs) -> dict[str, int]:
     """Jobs ever put into each queue of ``shard`` (the third of its queue counts): one read, O(queues)."""
 
     def txn_fn(txn: Any) -> dict[str, int]:
-        cursor = txn.cursor(db=shard.jobs)
-        found: dict[str, int] = {}
-        prefix = len(QUEUE_COUNTS_KEY)
-        if cursor.set_range(QUEUE_COUNTS_KEY + b"\x00"):
-            for key, value in cursor:
-                if not key.startswith(QUEUE_COUNTS_KEY):
-                    break
-                total = queue_counts_of(value)[2]
-                if total:
-                    found[bytes(key[prefix:]).decode()] = total
-        return found
+        return {queue.decode(): values[2] for queue, values in queue_count_rows(shard, txn) if values[2]}
 
     return shard.env.read(txn_fn)
 

@@ -28,6 +28,7 @@ from .access import (
     index_key_of,
     load_payload,
     load_record,
+    queue_count_rows,
     queue_counts_of,
     queue_prefixes,
 )
@@ -290,18 +291,12 @@ def queue_counts(shard: ShardDbs, *, now: float) -> dict[str, dict[str, int]]:
 
     def txn_fn(txn: Any) -> dict[str, dict[str, int]] | None:
         unreadable.clear()
-        cursor = txn.cursor(db=shard.jobs)
-        if not cursor.set_key(QUEUE_COUNTS_KEY):
+        if txn.get(QUEUE_COUNTS_KEY, db=shard.jobs) is None:  # the marker: the counts are exact
             return None
         out: dict[str, dict[str, int]] = {}
-        prefix = len(QUEUE_COUNTS_KEY)
-        while cursor.next():
-            key, value = cursor.item()
-            if not key.startswith(QUEUE_COUNTS_KEY):
-                break
-            pending, scheduled, _total = queue_counts_of(value)
+        for queue, (pending, scheduled, _total) in queue_count_rows(shard, txn):
             if pending or scheduled:  # a queue with none waiting keeps its key for its total of puts
-                out[bytes(key[prefix:]).decode()] = {"pending": pending, "scheduled": scheduled, "running": 0}
+                out[queue.decode()] = {"pending": pending, "scheduled": scheduled, "running": 0}
         for key in txn.cursor(db=shard.lease).iternext(keys=True, values=False):
             job_id = time_key_parts(key)[1]
             try:
@@ -374,14 +369,8 @@ def rebuild_queue_counts(shard: ShardDbs, now: float) -> None:
                 counts.setdefault(record[F_QUEUE].encode(), [0, 0])[1] += 1
         for job_id, key, reason in unreadable:
             found.append(quarantine_met(shard, txn, job_id, shard.sched, key, now_us, reason))
-        cursor = txn.cursor(db=shard.jobs)
-        totals: dict[bytes, int] = {}  # the queues' totals of puts: the rebuild keeps them
-        if cursor.set_range(QUEUE_COUNTS_KEY):
-            for key, value in cursor:
-                if not key.startswith(QUEUE_COUNTS_KEY):
-                    break
-                if len(key) > len(QUEUE_COUNTS_KEY):
-                    totals[bytes(key[len(QUEUE_COUNTS_KEY) :])] = queue_counts_of(value)[2]
+        # the queues' totals of puts: the rebuild keeps them
+        totals = {queue: values[2] for queue, values in queue_count_rows(shard, txn)}
         for queue in totals:
             txn.delete(QUEUE_COUNTS_KEY + queue, db=shard.jobs)
         for queue in counts.keys() | totals.keys():
