@@ -164,9 +164,7 @@ class QueueMaxBackend(BaseTaskBackend):
         }
         # In a transaction on the PostgreSQL store's own alias the job is part of it (conf.caller_connection)
         joined = caller_connection()
-        with tracing.sending(task.module_path, task.queue_name) as sending:
-            if sending.carrier:  # the enqueue span's context, for the run's span (tracing.py)
-                options["metadata"] = tracing.metadata_with_trace(options["metadata"], sending)
+        with tracing.sending(task.module_path, task.queue_name, options) as sending:
             job_id = queue.put(payload, connection=joined, **options)
             sending.sent(job_id)
         job = queue.job(job_id) if joined is None else None  # not committed: the store cannot see it yet

@@ -249,9 +249,7 @@ class Task(Generic[P, R]):
         queue = self._prepare(get_queue())
         joined = caller_connection()
         options = self._put_options()
-        with tracing.sending(self.name, self.queue) as sending:
-            if sending.carrier:
-                options["metadata"] = tracing.metadata_with_trace(options["metadata"], sending)
+        with tracing.sending(self.name, self.queue, options) as sending:
             if joined is None:
                 ids = queue.put_parts(payloads, **options)
             else:  # the PostgreSQL store has one shard: one put_many is what put_parts would do, in the
@@ -416,9 +414,7 @@ class Task(Generic[P, R]):
             return self._run_now(payload)
         queue = self._prepare(get_queue())
         options = self._put_options()
-        with tracing.sending(self.name, self.queue) as sending:
-            if sending.carrier:  # the enqueue span's context, for the run's span (tracing.py)
-                options["metadata"] = tracing.metadata_with_trace(options["metadata"], sending)
+        with tracing.sending(self.name, self.queue, options) as sending:
             job_id = queue.put(payload, connection=connection, **options)
             sending.sent(job_id)
         return JobResult(job_id, task_name=self.name)
@@ -428,9 +424,7 @@ class Task(Generic[P, R]):
         (a failure is final, as with Django's ImmediateBackend)."""
         queue = self._prepare(get_queue())
         options = {**self._put_options(), "delay": None, "eta": None}
-        with tracing.sending(self.name, self.queue) as sending:
-            if sending.carrier:
-                options["metadata"] = tracing.metadata_with_trace(options["metadata"], sending)
+        with tracing.sending(self.name, self.queue, options) as sending:
             job_id = queue.put(payload, **options)
             sending.sent(job_id)
         run_now(queue, job_id)

@@ -71,17 +71,20 @@ _NOT_TRACED = Sending(None, {})
 _NULL_SEND = contextlib.nullcontext(_NOT_TRACED)  # reusable: what sending() is without the API
 
 
-def sending(task_name: str, queue: str) -> contextlib.AbstractContextManager[Sending]:
+def sending(
+    task_name: str, queue: str, options: dict[str, Any] | None = None
+) -> contextlib.AbstractContextManager[Sending]:
     """Around one enqueue (or one batch of a ``.map()``): a PRODUCER span in the current context, and the
-    carrier of its context for the jobs' metadata. Without the API: a no-op context whose handle carries
-    nothing. An exception raised inside is recorded on the span and propagates."""
+    carrier of its context for the jobs' metadata, put into ``options["metadata"]`` (the put's options)
+    when there is one (``metadata_with_trace``). Without the API: a no-op context whose handle carries
+    nothing, ``options`` untouched. An exception raised inside is recorded on the span and propagates."""
     if not (_api or _load()):
         return _NULL_SEND
-    return _sending(task_name, queue)
+    return _sending(task_name, queue, options)
 
 
 @contextlib.contextmanager
-def _sending(task_name: str, queue: str) -> Iterator[Sending]:
+def _sending(task_name: str, queue: str, options: dict[str, Any] | None) -> Iterator[Sending]:
     trace, propagate, _status, tracer = _api
     attributes = {
         "messaging.system": SYSTEM,
@@ -94,7 +97,10 @@ def _sending(task_name: str, queue: str) -> Iterator[Sending]:
     ) as span:
         carrier: dict[str, str] = {}
         propagate.inject(carrier)
-        yield Sending(span, carrier)
+        handle = Sending(span, carrier)
+        if options is not None and carrier:  # the enqueue span's context, for the run's span
+            options["metadata"] = metadata_with_trace(options.get("metadata"), handle)
+        yield handle
 
 
 def metadata_with_trace(metadata: Mapping[str, Any] | None, sending: Sending) -> dict[str, Any] | None:
