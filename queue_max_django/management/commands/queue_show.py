@@ -28,13 +28,12 @@ def job_lines(job: Job, *, cancel_requested: bool = False) -> list[str]:
     one a line, for people; the traceback last, under its own heading. ``cancel_requested``: a running
     job's cancel was requested (a line after its state says so)."""
     fields = job_dict(job)
-    data = {key: fields.pop(key) for key in FIRST} | fields
-    if cancel_requested:
-        data = {
-            **{key: data[key] for key in list(data)[: list(data).index("state") + 1]},
-            "cancel": "requested: its worker stops it at its next heartbeat",
-            **data,
-        }
+    data: dict[str, Any] = {}
+    for key in FIRST:
+        data[key] = fields.pop(key)
+        if key == "state" and cancel_requested:  # why a job asked to stop still runs
+            data["cancel"] = "requested: its worker stops it at its next heartbeat"
+    data |= fields
     traceback = data.pop("traceback")
     width = max(len(key) for key in data)
     lines = []
