@@ -18,6 +18,10 @@ rounds, in a rotating order (this machine's speed wanders; see docs/benchmarks.m
   at least), the same followed by a 120-byte ``O_DSYNC`` write to another offset (two ordered flushes, what
   an LMDB durable commit costs at least), and a raw py-lmdb ``sync=True`` commit of one put into the same
   two databases ours writes (record and ready entry, with its counters): LMDB's own cost without our code.
+  One more floor answers "what if a journal of our own made the put durable, beside an LMDB commit that
+  flushes once (``metasync=False``)?": the 4 KiB write + ``fdatasync`` of two files, issued at the same time
+  from two threads, both waited for. A floor's "round trip" is three of its operations in a row (a put, a
+  get and an ack each commit once).
 
 Printed: single-producer put rate (jobs/s), round trip p50 (µs) for each side, the floors, and same-round
 ratios against persist-queue and huey. 16 producer threads against one, on 6 shards, with ``--threads``.
@@ -127,6 +131,31 @@ def flush_floor(path: str, meta: bool) -> Callable[[], None]:
     return op
 
 
+def concurrent_floor(path: str) -> Callable[[], None]:
+    """A 4 KiB pwrite + fdatasync of each of two files, the second in a thread at the same time as the first:
+    a journal flushed beside a one-flush LMDB commit. Both are waited for."""
+    os.makedirs(os.path.join(path, "a"), exist_ok=True)
+    os.makedirs(os.path.join(path, "b"), exist_ok=True)
+    first = flush_floor(os.path.join(path, "a"), meta=False)
+    second = flush_floor(os.path.join(path, "b"), meta=False)
+    go, done = threading.Semaphore(0), threading.Semaphore(0)
+
+    def journal() -> None:
+        while True:
+            go.acquire()
+            second()
+            done.release()
+
+    threading.Thread(target=journal, daemon=True).start()
+
+    def op() -> None:
+        go.release()
+        first()
+        done.acquire()
+
+    return op
+
+
 def lmdb_floor(path: str) -> Callable[[], None]:
     """A raw py-lmdb sync=True commit of one put: a record, a ready entry and a counters key."""
     env = lmdb.open(path, max_dbs=4, map_size=1 << 30, sync=True, metasync=True, writemap=False)
@@ -193,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             "floor: 1 flush (pwrite + fdatasync)": flush_floor(home("f1"), meta=False),
             "floor: 2 ordered flushes (+ O_DSYNC meta)": flush_floor(home("f2"), meta=True),
             "floor: raw py-lmdb sync=True put": lmdb_floor(home("rawlmdb")),
+            "floor: 2 files flushed at once (2 threads)": concurrent_floor(home("f2c")),
         }
         for side in sides.values():  # warm up: files created, pages allocated
             for _ in range(50):
@@ -207,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
                     for _ in range(args.n):
                         op()
                     put_rates.setdefault(name, []).append(args.n / (clock() - start))
+                    samples = []
+                    for _ in range(args.n // 2):
+                        t0 = clock()
+                        op(), op(), op()
+                        samples.append(clock() - t0)
+                    trip_p50.setdefault(name, []).append(statistics.median(samples))
                     continue
                 side = sides[name]
                 start = clock()
@@ -248,6 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  floor with 2 flushes / floor with 1: {ratio(two, one, put_rates):.2f}x the rate")
     raw = ratio("floor: raw py-lmdb sync=True put", one, put_rates)
     print(f"  raw py-lmdb sync put / 1-flush floor: {raw:.2f}x the rate")
+    both = ratio("floor: 2 files flushed at once (2 threads)", one, put_rates)
+    print(f"  2 files flushed at once / 1-flush floor: {both:.2f}x the rate")
+    print(f"  1-flush floor / persist-queue: {ratio(one, pq, put_rates):.2f}x the rate; round trip p50 "
+          f"{ratio(one, huey, trip_p50):.2f}x huey's; 2-flush floor's round trip p50 "
+          f"{ratio(two, huey, trip_p50):.2f}x huey's")  # fmt: skip
     for name in ("ours, 6 shards", "ours, 1 shard") if group else ():
         print(f"  {args.threads} threads / 1 thread, {name}: {statistics.median(group[name]):.2f}x "
               f"({statistics.median(group[name + ' jobs/s']):,.0f} jobs/s)")  # fmt: skip
