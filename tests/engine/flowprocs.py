@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from queue_max_django.engine import QueueEmpty
+from queue_max_django.engine.stores.postgres.control import VERSION_TTL
 
 from .procs import CHILD_TIMEOUT, Where, opened, send
 
@@ -90,7 +91,13 @@ def _take_all(q: Any) -> list[list[Any]]:
 def take_in_rounds(where: Where, rounds: int, step_dir: str) -> None:
     """``rounds`` times: wait for the file ``<step_dir>/<round>``, take every job it may (get(0) until
     QueueEmpty, acking each), and report what it took and the breakers it sees. One long-lived Queue: what
-    it sees of the breakers must follow what other processes change."""
+    it sees of the breakers must follow what other processes change.
+
+    What it sees may be as old as the store allows: the PostgreSQL store reuses its reading of the flow
+    version for ``VERSION_TTL`` (5 ms), and the parent may create the step file sooner than that after this
+    child's last claim. So a round starts twice that long after the file appears: the claim then sees every
+    change the parent made before creating it, as the store promises (without the wait, a reset breaker
+    could still look open to it: one CI run took nothing in round 1)."""
     with opened(where) as q:
         send({"ready": True, "breakers": q.stats().get("circuit_breakers")})  # also fills its flow cache
         for round_ in range(rounds):
@@ -100,4 +107,5 @@ def take_in_rounds(where: Where, rounds: int, step_dir: str) -> None:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"no step file {step}")
                 time.sleep(0.002)
+            time.sleep(2 * VERSION_TTL)
             send({"taken": _take_all(q), "breakers": q.circuit_breakers()})
