@@ -49,12 +49,13 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from . import tracing
-from .conf import caller_connection, get_config, get_queue
+from .conf import caller_connection, callers_alias, get_config, get_queue
 from .context import JobContext, NoCurrentJob, running, running_context
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, is_interrupt
 from .engine.validate import validate_queue_name
 from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
 from .results import attempt_errors, attempt_workers, exception_class_path
+from .signals import in_callers_transaction
 
 OPTION_KEYS = frozenset({"MODULES", "MAX_RETRIES"})
 # Django's Tasks metadata (``Task.using(metadata=)``, ``TaskResult.raw_metadata``, ``TaskContext.metadata``/
@@ -165,7 +166,8 @@ class QueueMaxBackend(BaseTaskBackend):
         # In a transaction on the PostgreSQL store's own alias the job is part of it (conf.caller_connection)
         joined = caller_connection()
         with tracing.sending(task.module_path, task.queue_name, options) as sending:
-            job_id = queue.put(payload, connection=joined, **options)
+            with in_callers_transaction(callers_alias(joined)):  # job_enqueued is sent at the commit
+                job_id = queue.put(payload, connection=joined, **options)
             sending.sent(job_id)
         job = queue.job(job_id) if joined is None else None  # not committed: the store cannot see it yet
         result: TaskResult[Any, Any] = TaskResult(

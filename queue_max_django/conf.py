@@ -59,6 +59,7 @@ __all__ = [  # with the defaults (defaults.py), whose names were this module's b
     "WorkerConfig",
     "build_config",
     "caller_connection",
+    "callers_alias",
     "get_config",
     "get_queue",
     "merge_defaults",
@@ -283,6 +284,13 @@ def caller_connection() -> Any | None:
     if config.postgres is None or config.immediate:
         return None
     return database.caller_connection(config.postgres.database)
+
+
+def callers_alias(joined: Any | None) -> str | None:
+    """The alias whose transaction a put on ``joined`` (what ``caller_connection()`` returned) is part of:
+    the store's ``DATABASE`` alias, or None when the put is a transaction of its own."""
+    config = get_config()
+    return None if joined is None or config.postgres is None else config.postgres.database
 
 
 def _open_queue(config: QueueMaxConfig) -> Queue:

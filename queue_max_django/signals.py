@@ -5,6 +5,11 @@ it builds it (``connect(queue)``); the engine never imports Django. Every job si
 the job's name (for a ``@task``, the task name; None for an engine job put without a name) and the keyword
 arguments ``job_id``, ``queue``, ``name`` plus the event's own fields (docs/reference/signals.md).
 
+A job put in the caller's transaction (the PostgreSQL store in the ``DATABASE`` alias, inside
+``transaction.atomic()`` on it) exists only once that transaction commits: its ``job_enqueued``, and its
+count in ``Task.get_stats()``, wait for the commit (``transaction.on_commit``), and a rollback sends none.
+The puts that join the caller's transaction run inside ``in_callers_transaction(alias)``.
+
 A receiver that raises is logged (logger ``queue_max_django.signals``, naming the receiver) and never breaks
 the queue operation nor the other receivers (``send_robust``). With no receiver connected a signal costs a
 ``has_listeners()`` call; the task counters are kept whether anyone listens or not.
@@ -12,12 +17,17 @@ the queue operation nor the other receivers (``send_robust``). With no receiver 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import logging
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
+from django.db import transaction
 from django.dispatch import Signal
 
 from .engine import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Queue
@@ -50,6 +60,9 @@ _NAMES: dict[Signal, str] = {
     job_failed: "job_failed",
     queue_alert: "queue_alert",
 }
+
+# The alias whose transaction the puts being made in this context join (``in_callers_transaction``)
+_joined_alias: contextvars.ContextVar[str | None] = contextvars.ContextVar("queue_max_joined", default=None)
 
 MAX_TIMED_JOBS = 10_000  # started jobs whose start time is kept to measure their run (oldest forgotten first)
 
@@ -171,7 +184,26 @@ def reset_stats() -> None:
 # ---------------------------------------------------------------------- engine callbacks
 
 
+@contextlib.contextmanager
+def in_callers_transaction(alias: str | None) -> Iterator[None]:
+    """Around a put that joins the caller's transaction on ``alias`` (None: one that does not): the jobs
+    it stores are announced when that transaction commits, not before."""
+    token = _joined_alias.set(alias)
+    try:
+        yield
+    finally:
+        _joined_alias.reset(token)
+
+
 def _on_enqueued(*, job_id: int, queue: str, name: str | None) -> None:
+    alias = _joined_alias.get()
+    if alias is None:
+        _announce_enqueued(job_id, queue, name)
+    else:  # the job is not stored until the caller's transaction commits; a rollback leaves none
+        transaction.on_commit(functools.partial(_announce_enqueued, job_id, queue, name), using=alias)
+
+
+def _announce_enqueued(job_id: int, queue: str, name: str | None) -> None:
     _stats.enqueued(name)
     send(job_enqueued, name, job_id=job_id, queue=queue, name=name)
 

@@ -24,7 +24,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from . import tracing
-from .conf import caller_connection, get_config, get_queue
+from .conf import caller_connection, callers_alias, get_config, get_queue
 from .engine import (
     NAME_KEY_PREFIX,
     BreakerPolicy,
@@ -43,6 +43,7 @@ from .registry import Registry as Registry  # its name here too, as before regis
 from .registry import registry as _registry
 from .results import JobMismatch, JobResult
 from .runner import run_now
+from .signals import in_callers_transaction
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -253,7 +254,8 @@ class Task(Generic[P, R]):
             if joined is None:
                 ids = queue.put_parts(payloads, **options)
             else:  # the PostgreSQL store has one shard: one put_many is what put_parts would do, in the
-                ids = queue.put_many(payloads, connection=joined, **options)  # caller's transaction
+                with in_callers_transaction(callers_alias(joined)):  # caller's transaction
+                    ids = queue.put_many(payloads, connection=joined, **options)
             sending.sent_many(ids)
         return [JobResult(job_id, task_name=self.name) for job_id in ids]
 
@@ -415,7 +417,8 @@ class Task(Generic[P, R]):
         queue = self._prepare(get_queue())
         options = self._put_options()
         with tracing.sending(self.name, self.queue, options) as sending:
-            job_id = queue.put(payload, connection=connection, **options)
+            with in_callers_transaction(callers_alias(connection)):
+                job_id = queue.put(payload, connection=connection, **options)
             sending.sent(job_id)
         return JobResult(job_id, task_name=self.name)
 

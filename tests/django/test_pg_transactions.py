@@ -169,3 +169,47 @@ def test_django_tasks_enqueue_joins_the_transaction(shop: str, worker: Worker) -
 
 def _finished(result: Any) -> Any:
     return result if result.status in ("SUCCESSFUL", "FAILED") else None
+
+
+def test_job_enqueued_is_sent_when_the_caller_s_transaction_commits(pg_store: Configure, pg_url: str) -> None:
+    """A job put in the caller's transaction is announced (``job_enqueued``, the task's ``enqueued``
+    count) when that transaction commits, with the job stored; a rolled-back savepoint or transaction
+    announces none of its jobs. A put that is its own transaction (``URL``) is announced at once."""
+    from queue_max_django import signals
+
+    announced: list[tuple[int, list[int]]] = []  # (the job, the jobs stored when it was announced)
+
+    def receiver(sender: Any, *, job_id: int, **kwargs: Any) -> None:
+        announced.append((job_id, [stored[0] for stored in stored_jobs(pg_url)]))
+
+    signals.job_enqueued.connect(receiver)
+    signals.reset_stats()
+    try:
+        with pg_store():
+            with transaction.atomic(using=ALIAS):
+                first = add.delay(1, 1)
+                with pytest.raises(Rollback), transaction.atomic(using=ALIAS):
+                    add.delay(2, 2)
+                    add.map([3, 4], 0)
+                    raise Rollback
+                mapped = add.map([5, 6], 0)
+                assert announced == [] and add.get_stats()["enqueued"] == 0
+            ids = sorted(int(handle.id) for handle in [first, *mapped])
+            assert sorted(job_id for job_id, _ in announced) == ids
+            assert all(stored == ids for _, stored in announced)  # each was stored when it was announced
+            assert add.get_stats()["enqueued"] == 3
+
+            announced.clear()
+            with pytest.raises(Rollback), transaction.atomic(using=ALIAS):
+                add.delay(7, 7)
+                raise Rollback
+            assert announced == [] and add.get_stats()["enqueued"] == 3
+
+        own_transaction = override_settings(QUEUE_MAX={"STORE": "postgresql", "URL": pg_url})
+        with own_transaction, pytest.raises(Rollback), transaction.atomic(using=ALIAS):
+            own = add.delay(8, 8)  # its own transaction: stored, and announced, at once
+            assert [job_id for job_id, _ in announced] == [int(own.id)]
+            raise Rollback
+    finally:
+        signals.job_enqueued.disconnect(receiver)
+        signals.reset_stats()
