@@ -50,6 +50,14 @@ RESERVE_MAX = 1000
 RESERVE_TTL = 0.05
 
 
+def check_wait(key: str, wait: float, deadline: float | None, timeout: float | None) -> None:
+    """``acquire``'s refusal: ``RateLimited`` when the next token of ``key``, ``wait`` seconds away, comes
+    after the ``deadline`` (monotonic) of a wait of ``timeout`` seconds (None: no deadline)."""
+    if deadline is not None and wait > deadline - time.monotonic():
+        message = f"no token for {key!r} within {timeout} s; the next one comes in {wait:.3f} s"
+        raise RateLimited(message, wait)
+
+
 def _check_key(key: Any) -> str:
     if not isinstance(key, str) or not key or len(key) > MAX_KEY:
         raise InvalidJob(f"a limit or breaker key must be a non-empty str of at most {MAX_KEY} characters")
@@ -85,23 +93,22 @@ class Flow:
         return {key: limit.rate for key, limit in self._control.state().limits.items()}
 
     def try_acquire(self, key: str) -> bool:
-        granted, _ = self._control.take([_check_key(key)])
+        granted, _ = self.take(key)
         return granted
+
+    def take(self, key: str) -> tuple[bool, float]:
+        """One token from ``key`` if there is one now. -> (granted, seconds until one may be there)."""
+        return self._control.take([_check_key(key)])
 
     def acquire(self, key: str, timeout: float | None) -> None:
         """``timeout`` was checked by the caller."""
         _check_key(key)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            granted, wait = self._control.take([key])
+            granted, wait = self.take(key)
             if granted:
                 return
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if wait > remaining:
-                    raise RateLimited(
-                        f"no token for {key!r} within {timeout} s; the next one comes in {wait:.3f} s", wait
-                    )
+            check_wait(key, wait, deadline, timeout)
             time.sleep(wait)
 
     def remaining(self, key: str) -> float | None:

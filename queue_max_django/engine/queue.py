@@ -514,6 +514,11 @@ class Queue(Coordination):
         self._live()
         return self._flow.try_acquire(key)
 
+    def _take_token(self, key: str) -> tuple[bool, float]:
+        """``try_acquire`` that also says how long until a token may be there (``AsyncQueue.acquire``)."""
+        self._live()
+        return self._flow.take(key)
+
     def acquire(self, key: str, timeout: float | None = None) -> None:
         """Take one token from ``key``, waiting; ``RateLimited`` if that would take over ``timeout`` s."""
         if timeout is not None:

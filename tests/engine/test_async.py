@@ -13,7 +13,16 @@ from typing import Any
 
 import pytest
 
-from queue_max_django.engine import AsyncQueue, Queue, QueueClosed, QueueEmpty, State
+from queue_max_django.engine import (
+    AsyncQueue,
+    AsyncRecord,
+    InvalidJob,
+    Queue,
+    QueueClosed,
+    QueueEmpty,
+    RateLimited,
+    State,
+)
 from tests.engine.conftest import FakeClock
 from tests.engine.locations import StoreLocation
 
@@ -233,3 +242,172 @@ def test_close_is_idempotent_and_final(location: StoreLocation, clock: FakeClock
             await aq.stats()
 
     asyncio.run(main())
+
+
+@pytest.mark.contract
+@pytest.mark.rule_async
+def test_batches_claims_and_reads_as_coroutines(
+    location: StoreLocation, clock: FakeClock, make_queue: MakeQueue
+) -> None:
+    """rule_async: put_parts, get_many, ack_many (of AsyncRecords), claim, delete, promote,
+    cancel_requested and the reads (queue_counts, pending_ages, shard_stats, now) change and read the store
+    as the sync ones do."""
+
+    async def main() -> None:
+        async with open_async(location, clock) as aq:
+            ids = await aq.put_parts(range(6), queue="bulk")
+            later = await aq.put("later", delay=60)
+            assert (await aq.queue_counts())["bulk"] == {"pending": 6, "scheduled": 0, "running": 0}
+            clock.advance(5)
+            assert (await aq.pending_ages())["bulk"] == pytest.approx(5)
+            assert sum(shard["pending"] for shard in await aq.shard_stats()) == 6
+            assert await aq.now() == clock.now
+
+            records = await aq.get_many(4, timeout=0, queues=["bulk"])
+            assert records and all(isinstance(record, AsyncRecord) for record in records)
+            taken = [record.job_id for record in records]
+            assert await aq.cancel_requested(taken[0]) is False
+            await aq.request_cancel(taken[0])
+            assert await aq.cancel_requested(taken[0]) is True
+            assert await aq.ack_many([(record, record.payload * 10) for record in records]) == {}
+            for record in records:
+                job = await aq.job(record.job_id)
+                assert job is not None and (job.state, job.result) == (State.DONE, record.payload * 10)
+
+            rest = [job_id for job_id in ids if job_id not in taken]
+            claimed = await aq.claim(rest[0])
+            assert claimed is not None and claimed.job_id == rest[0]
+            await claimed.ack()
+            assert await aq.claim(rest[0]) is None  # done: nothing to claim
+            assert await aq.delete(rest[0]) is True
+            assert await aq.job(rest[0]) is None
+
+            clock.advance(60)
+            assert await aq.promote() == 1
+            assert (await aq.job(later)).state is State.PENDING
+            assert not aq.closed
+        assert aq.closed
+
+    asyncio.run(main())
+    with make_queue() as q:
+        assert q.stats()["done"] == len(q.jobs(State.DONE, limit=100))
+
+
+@pytest.mark.contract
+@pytest.mark.rule_async
+def test_get_many_waits_on_the_loop_and_times_out(location: StoreLocation, clock: FakeClock) -> None:
+    """rule_async: an idle get_many() lets other coroutines run, takes a job put meanwhile, and raises
+    QueueEmpty once its timeout passes."""
+
+    async def main() -> tuple[list[Any], int]:
+        async with open_async(location, clock) as aq:
+            with pytest.raises(QueueEmpty):
+                await aq.get_many(3, timeout=0.05)
+            ticks = 0
+
+            async def put_later() -> None:
+                nonlocal ticks
+                for _ in range(10):
+                    ticks += 1
+                    await asyncio.sleep(0.005)
+                await aq.put_many(["a", "b"])
+
+            putter = asyncio.create_task(put_later())
+            records = await aq.get_many(3, timeout=5)
+            await putter
+            await aq.ack_many([(record, None) for record in records])
+            return sorted(record.payload for record in records), ticks
+
+    payloads, ticks = asyncio.run(main())
+    assert ticks == 10 and payloads and set(payloads) <= {"a", "b"}
+
+
+@pytest.mark.contract
+@pytest.mark.rule_async
+def test_flow_control_locks_and_workers_as_coroutines(location: StoreLocation, clock: FakeClock) -> None:
+    """rule_async: rate limits (acquire waits on the loop, and refuses past its timeout), circuit breakers,
+    locks and the worker registry as coroutines, on the store's clock."""
+
+    async def main() -> None:
+        async with open_async(location, clock) as aq:
+            rate = await aq.set_rate_limit("name:api", "100/s", burst=1)
+            assert (await aq.rate_limits())["name:api"] == rate
+            assert await aq.try_acquire("name:api") is True
+            assert await aq.try_acquire("name:api") is False
+            assert await aq.retry_after("name:api") == pytest.approx(0.01)
+            with pytest.raises(RateLimited):
+                await aq.acquire("name:api", timeout=0.001)  # the next token is 10 ms away
+
+            ticks = 0
+
+            async def tick_then_refill() -> None:
+                nonlocal ticks
+                for _ in range(5):
+                    ticks += 1
+                    await asyncio.sleep(0.002)
+                clock.advance(0.01)  # the store's clock: now a token is there
+
+            refill = asyncio.create_task(tick_then_refill())
+            await asyncio.wait_for(aq.acquire("name:api", timeout=5), 5)
+            await refill
+            assert ticks == 5  # the loop ran while acquire() waited
+            assert await aq.remaining("name:api") == pytest.approx(0)
+            assert await aq.reset_rate_limit("name:api") is True
+            assert await aq.remaining("name:api") == pytest.approx(1)
+            assert await aq.remove_rate_limit("name:api") is True
+            with pytest.raises(InvalidJob):
+                await aq.acquire("name:api", timeout=-1)
+
+            await aq.set_circuit_breaker("queue:mail", threshold=2, recovery_timeout=30)
+            assert (await aq.circuit_breakers())["queue:mail"]["state"] == "closed"
+            assert await aq.reset_circuit_breaker("queue:mail") is True
+            assert await aq.remove_circuit_breaker("queue:mail") is True
+            assert await aq.circuit_breakers() == {}
+
+            assert await aq.acquire_lock("nightly", "me", ttl=30) is True
+            assert await aq.acquire_lock("nightly", "you", ttl=30) is False
+            holder = await aq.lock_holder("nightly")
+            assert holder is not None and holder.owner == "me"
+            assert await aq.release_lock("nightly", "me") is True
+            assert await aq.lock_holder("nightly") is None
+            last = await aq.last_lock_holder("nightly")
+            assert last is not None and last.owner == "me"
+
+            await aq.report_worker("host:1", stale_after=10, pid=1)
+            assert [worker.worker_id for worker in await aq.workers()] == ["host:1"]
+            clock.advance(11)
+            assert await aq.workers() == []
+            assert await aq.prune_workers() == 1
+            assert await aq.remove_worker("host:1") is False
+
+    asyncio.run(main())
+
+
+def test_a_store_without_a_wake_descriptor_is_polled_with_a_backoff(
+    location: StoreLocation, clock: FakeClock
+) -> None:
+    """A PostgreSQL store that does not LISTEN (behind PgBouncer in transaction mode) hands out no
+    descriptor to wait on: an idle get() polls it from 5 ms, doubling up to MAX_IDLE_WAIT, not every 5 ms."""
+    if location.kind != "postgres":
+        pytest.skip("an LMDB store always has its wake descriptor (inotify)")
+    from queue_max_django.engine.stores.postgres.store import PostgresStore
+
+    async def main() -> int:
+        store = PostgresStore.open(location.where, listen=False, clock=clock)
+        async with AsyncQueue(store) as aq:
+            claims = 0
+            get = aq.queue.get
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                nonlocal claims
+                claims += 1
+                return get(*args, **kwargs)
+
+            aq.queue.get = counted  # type: ignore[method-assign]
+            with pytest.raises(QueueEmpty):
+                await aq.get(timeout=0.6)
+            return claims
+
+    claims = asyncio.run(main())
+    # 5, 10, 20, 40, 80, 160, 320 ms ... : about 8 claims in 0.6 s (a poll every 5 ms would make ~120)
+    assert 4 <= claims <= 12
