@@ -1,11 +1,12 @@
 """Profile one worker process on the PostgreSQL store: ``WorkerProcess.run()`` in burst mode (1 thread, as
-``queue_worker``'s default), in this process under cProfile, draining N no-op jobs from a scratch database
-that it makes (and drops first) on the server of ``--url``. Prints the drain rate, then the profile sorted
-by cumulative and by own time. ``--batch-max`` overrides the worker's ``BATCH_MAX`` (to compare batch sizes
-without the profiler: ``--no-profile``).
+``queue_worker``'s default, or ``--threads``), in this process under cProfile, draining N no-op jobs from a
+scratch database that it makes (and drops first) on the server of ``--url``. Prints the drain rate, then the
+profile sorted by cumulative and by own time. ``--batch-max`` overrides the worker's ``BATCH_MAX`` (to
+compare batch sizes without the profiler: ``--no-profile``).
 
     uv run --group bench python benchmarks/pg_worker_profile.py --jobs 20000
     uv run --group bench python benchmarks/pg_worker_profile.py --jobs 20000 --no-profile --batch-max 256
+    uv run --group bench python benchmarks/pg_worker_profile.py --jobs 20000 --no-profile --threads 2
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> None:
     )
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--batch-max", type=int, help="the worker's BATCH_MAX (default: its own)")
+    parser.add_argument("--threads", type=int, default=1, help="worker threads (default 1, as queue_worker)")
     parser.add_argument("--no-profile", action="store_true", help="time the drain only")
     parser.add_argument("--top", type=int, default=40, help="lines of each profile listing")
     args = parser.parse_args()
@@ -61,7 +63,7 @@ def main() -> None:
     for start in range(0, args.jobs, 10_000):
         queue.put_many([{"args": [], "kwargs": {}}] * min(10_000, args.jobs - start), name=OUR_TASK)
     worker = process.WorkerProcess(
-        queue, WorkerOptions(processes=1, burst=True, scheduler=False, verbosity=0), 0
+        queue, WorkerOptions(processes=1, threads=args.threads, burst=True, scheduler=False, verbosity=0), 0
     )
     profile = None if args.no_profile else cProfile.Profile()
     started = time.perf_counter()
@@ -72,7 +74,10 @@ def main() -> None:
         profile.disable()
     elapsed = time.perf_counter() - started
     done = queue.stats()["done"]
-    print(f"exit {code}; {done} done; {args.jobs / elapsed:,.0f} jobs/s (BATCH_MAX {process.BATCH_MAX})")
+    print(
+        f"exit {code}; {done} done; {args.jobs / elapsed:,.0f} jobs/s "
+        f"(BATCH_MAX {process.BATCH_MAX}, {args.threads} thread(s))"
+    )
     queue.close()
     if profile is not None:
         stats = pstats.Stats(profile)

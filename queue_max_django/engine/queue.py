@@ -151,6 +151,12 @@ class Queue(Coordination):
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def commit_waits(self) -> bool:
+        """Does a commit of the store wait for I/O (the PostgreSQL store; LMDB with ``sync=True``)? A
+        worker then acknowledges a batch of jobs while it runs the next one (``worker/acks.py``)."""
+        return self._store.commit_waits
+
     def end_thread(self) -> None:
         """The calling thread is done with this queue: release what the store keeps for that thread (the
         PostgreSQL store's connection of the thread, which a thread that just ends gets closed anyway;

@@ -101,6 +101,8 @@ class LmdbStore:
     ) -> None:
         self.path = path
         self._options = options
+        self.commit_waits = options.sync
+        """A commit waits for its fsync only with ``sync=True``; else it is a write to the page cache."""
         self.clock = clock  # read by the flow and lock operations inside their transactions
         meta = open_store_meta(path, shards)
         self.shards: int = meta.shards
