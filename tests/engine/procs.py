@@ -304,6 +304,16 @@ def hold_reader(where: Where, ready_path: str) -> None:
     time.sleep(CHILD_TIMEOUT)
 
 
+def hold_control_reader(where: Where, ready_path: str) -> None:
+    """Keep a read transaction open on the control data (limits, breakers, locks) until killed."""
+    q = _quiet(where)
+    control = LmdbProbe(q)._coordination_env()  # the control data's environment (locks live there too)
+    txn = control.env.begin()  # held open until the SIGKILL
+    txn.stat(control.dbs["limits"])
+    Path(ready_path).touch()
+    time.sleep(CHILD_TIMEOUT)
+
+
 def grow(where: Where, log_path: str, tag: str, count: int, size: int) -> None:
     """Put ``count`` payloads of ``size`` bytes (the map must grow) while reading between puts."""
     log = Log(log_path)

@@ -162,15 +162,16 @@ class LmdbStore:
     def maintain(self, flush: bool) -> None:
         """The store's own upkeep, run by the Queue's background thread every ``sync_interval``: reclaim the
         reader slots of dead processes, and (``flush``) write what is committed to disk, which bounds what
-        an OS crash can take in the default (not ``sync``) mode."""
+        an OS crash can take in the default (not ``sync``) mode: the shards', and the control data's (rate
+        limits, breakers, locks, the worker registry)."""
         self.reader_check()
         if flush:
-            for env in self._envs:
+            for env in [*self._envs, self._control_env]:
                 env.sync()
 
     def reader_check(self) -> int:
-        """Reclaim LMDB reader slots of dead processes. -> how many."""
-        return sum(env.reader_check() for env in self._envs)
+        """Reclaim LMDB reader slots of dead processes, in the shards and the control data. -> how many."""
+        return sum(env.reader_check() for env in [*self._envs, self._control_env])
 
     def end_thread(self) -> None:
         """Nothing: LMDB keeps nothing per thread between transactions."""
