@@ -262,7 +262,9 @@ class WorkerProcess:
                 state = record.nack(error, permanent=cancelled)
             except QueueCorrupted:
                 continue  # it finished just now
-            self.failed += 1
+            with self._lock:  # an attempt that ended: counted as one that ran and failed
+                self.processed += 1
+                self.failed += 1
             self._add("dead" if state is State.FAILED else "retried")
             logger.error("worker %s: %s; it is now %s. This process is replaced, since a thread cannot be "
                          "stopped.", self.worker_id, error, state.value)  # fmt: skip

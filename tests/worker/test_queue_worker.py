@@ -161,6 +161,7 @@ def test_a_job_over_its_timeout_is_stopped_counted_and_retried(site: Site) -> No
     started = site.marks("started")
     assert len(started) == 2 and started[0][1] != started[1][1]  # each time in a new process
     assert done.stderr.count("replaced after a job timed out") == 2
+    assert done.stderr.count("exiting: ran 1 job(s), 1 failed") == 2  # each process: its one attempt
 
 
 @pytest.mark.store_neutral  # the supervisor's recycling of a process
