@@ -152,10 +152,10 @@ class Queue(Coordination):
         return self._closed
 
     @property
-    def commit_waits(self) -> bool:
-        """Does a commit of the store wait for I/O (the PostgreSQL store; LMDB with ``sync=True``)? A
-        worker then acknowledges a batch of jobs while it runs the next one (``worker/acks.py``)."""
-        return self._store.commit_waits
+    def server_commits(self) -> bool:
+        """Is a commit of the store a server's work, which this process waits for (the PostgreSQL store)?
+        A worker then acknowledges a batch of jobs while it runs the next one (``worker/acks.py``)."""
+        return self._store.server_commits
 
     def end_thread(self) -> None:
         """The calling thread is done with this queue: release what the store keeps for that thread (the

@@ -1,16 +1,17 @@
 """``AckLine``: a worker process's acknowledgements, written by a thread of their own while the worker
-threads go on.
+thread goes on.
 
 A worker thread runs a batch of jobs, then acknowledges the successes in one transaction per shard
 (``Queue.ack_many``). On the PostgreSQL store that transaction is a round trip and a commit that waits for
 the server's WAL flush: a worker thread that waited for it before claiming its next batch spent most of its
 time waiting (docs/benchmarks.md). Through the process's ``AckLine`` a worker thread hands its batch over
-and claims and runs the next one while it commits.
+and claims and runs the next one while it commits. The worker uses it only where that was measured faster:
+a process with one worker thread, on a store whose commits are a server's work (``WorkerProcess._hand_over``).
 
 One line per process, one thread: it takes every batch handed over since its last flush and writes them
-together (one transaction per shard for all of them), so it costs one more store connection per process,
-not per worker thread. Handing over waits while ``most_waiting`` batches already wait: a store that is slow
-to commit slows the worker threads down instead of letting finished-but-unacknowledged jobs pile up.
+together (one transaction per shard for all of them), so it costs one more store connection per process.
+Handing over waits while ``most_waiting`` batches already wait: a store that is slow to commit slows the
+worker down instead of letting finished-but-unacknowledged jobs pile up.
 
 Nothing changes for a job: it is done once its acknowledgement commits, as before; until then it is
 running, its lease renewed by the heartbeat like any job the process holds, and a process killed meanwhile

@@ -127,8 +127,8 @@ class WorkerProcess:
         self._tally = tally  # the supervisor's count of what its processes did (its closing line)
         self._unknown = Throttle(UNKNOWN_TASK_LOG_EVERY)  # log lines about jobs of tasks this worker lacks
         # The successes of a process with one worker thread, acknowledged by a thread of their own, on a
-        # store whose commits wait (_hand_over)
-        self._background_acks = queue.commit_waits and options.max_threads == 1
+        # store whose commits are a server's work (_hand_over)
+        self._background_acks = queue.server_commits and options.max_threads == 1
         self._acks = AckLine(
             self._flush_quietly,
             self._end_ack_thread,
@@ -372,13 +372,13 @@ class WorkerProcess:
 
     def _hand_over(self, acks: list[tuple[Record, Any]], held: list[Record], quiet: bool) -> None:
         """Acknowledge the successes in ``acks``: by the process's ``AckLine``, while this thread claims and
-        runs its next jobs, when the process has one worker thread, the store's commits wait for I/O and no
-        receiver listens to the job signals (on PostgreSQL, 1 thread: 1,950 -> 2,770 jobs/s here). Else here
-        and now, after what the line has. Measured, each of these is no faster with the line: on LMDB
-        without ``SYNC`` a commit costs less than handing it to another thread (8% slower); several worker
-        threads already overlap one another's commits (one line for 2 threads: 12% slower; a line per
-        thread: the same, at a store connection each). And the signals of a success are sent from the
-        thread that ran the job."""
+        runs its next jobs, when the process has one worker thread, the store's commits are a server's work
+        (PostgreSQL) and no receiver listens to the job signals (1 thread: 1,840 -> 2,540 jobs/s here).
+        Else here and now, after what the line has. Measured, each of these is no faster with the line: on
+        LMDB a commit is this process's own work (8% slower with the line; with ``SYNC``, 13% slower: the
+        claim waits for the ack's fsync on the shard's write lock); several worker threads already overlap
+        one another's commits (one line for 2 threads: 12% slower; a line per thread: the same, at a store
+        connection each). And the signals of a success are sent from the thread that ran the job."""
         if not acks:
             return
         if quiet and self._background_acks:

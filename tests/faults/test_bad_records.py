@@ -353,7 +353,7 @@ class FailingQueue:
     nothing, as when all is well)."""
 
     lease_time = 30.0
-    commit_waits = False
+    server_commits = False
     worker_id: str | None = None
 
     def __init__(self, errors: list[Exception | None]) -> None:

@@ -10,8 +10,9 @@ layout, no cursors, no environments.
 A store also says what it can do, as class attributes checked where a feature is asked for:
 ``shards`` (how many, each claimed from in parallel), ``offline_compact`` (``queue_compact`` can rewrite its
 files), ``transactional_enqueue`` (a put can join the caller's database transaction), ``multi_host``
-(processes on several machines can share it), ``commit_waits`` (a commit waits for I/O: a server's answer or
-an fsync; the worker then writes its acknowledgements while it runs the next jobs).
+(processes on several machines can share it), ``server_commits`` (a commit is a server's work, which this
+process waits for and can overlap with its own: the worker then writes its acknowledgements while it runs
+the next jobs).
 
 Waking idle consumers is part of the contract: every operation that may make a job claimable (an enqueue
 that leads its queue, a failed attempt scheduled again, a release, a requeue, recovery, promotion) hints
@@ -172,7 +173,7 @@ class Store(Protocol):
     offline_compact: bool
     transactional_enqueue: bool
     multi_host: bool
-    commit_waits: bool
+    server_commits: bool
 
     @property
     def hints(self) -> Hints: ...

@@ -55,6 +55,8 @@ class LmdbStore:
     """A put cannot join the caller's database transaction: the store is not the application's database."""
     multi_host = False
     """Only processes on this machine can open the store (LMDB's locks live in shared memory)."""
+    server_commits = False
+    """A commit is this process's own work (with ``sync=True``, its fsync too): nothing to overlap it with."""
 
     @classmethod
     def open(
@@ -101,8 +103,6 @@ class LmdbStore:
     ) -> None:
         self.path = path
         self._options = options
-        self.commit_waits = options.sync
-        """A commit waits for its fsync only with ``sync=True``; else it is a write to the page cache."""
         self.clock = clock  # read by the flow and lock operations inside their transactions
         meta = open_store_meta(path, shards)
         self.shards: int = meta.shards

@@ -62,8 +62,9 @@ class PostgresStore:
     """A put can join the caller's transaction on the same database (``put(..., connection=)``)."""
     multi_host = True
     """Processes on any number of machines share the store; the server's clock is their one clock."""
-    commit_waits = True
-    """A commit is a round trip to the server, which waits for its WAL flush (``synchronous_commit``)."""
+    server_commits = True
+    """A commit is a round trip to the server, which does the work and waits for its WAL flush
+    (``synchronous_commit``) while this process could go on."""
 
     @classmethod
     def open(
