@@ -193,6 +193,33 @@ def test_a_put_on_a_client_binding_caller_connection_is_prepared_unless_pooled(
         q.close()
 
 
+@pytest.mark.parametrize("delay", [None, 60.0], ids=["pending", "scheduled"])
+def test_a_single_put_is_planned_once_by_the_server(pg_url: str, delay: float | None) -> None:
+    """The statement of a single put has nothing whose cost depends on a parameter's value, so the server
+    keeps one generic plan of it after its first five runs instead of planning every put again (which
+    was half of a put's server time); its jobs are stored as any put's."""
+    q = Queue(pg_url, do_recover=False, do_vacuum=False)
+    try:
+        ids = [q.put({"n": n}, name="one", priority=n % 3, delay=delay) for n in range(20)]
+        plans = q._live().rows(  # this thread's connection: prepared statements are a session's
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%nextval(''qm_job_ids'')%%' AND statement NOT LIKE '%%generate_series%%'",
+            (),
+        )
+        assert len(plans) == 1, plans
+        generic, custom = plans[0]  # psycopg prepares it on its 5th run; the server plans 5 runs, then keeps
+        assert custom <= 5 and generic >= 10, plans  # the generic plan
+        state = State.PENDING if delay is None else State.SCHEDULED
+        jobs = [q.job(job_id) for job_id in ids]
+        assert [(job.payload, job.name, job.state) for job in jobs if job] == [
+            ({"n": n}, "one", state) for n in range(20)
+        ]
+        assert q.stats()["pending" if delay is None else "scheduled"] == 20
+        assert q.verify() == []
+    finally:
+        q.close()
+
+
 @pytest.mark.parametrize("call", ["put", "put_many"])
 def test_the_lmdb_store_refuses_the_caller_s_connection(tmp_path: Path, pg_url: str, call: str) -> None:
     caller = pgserver.connect(pg_url)

@@ -36,6 +36,40 @@ SELECT (SELECT array_agg(id ORDER BY id) FROM ins), {notify_if("(SELECT yes FROM
 ENQUEUE = _enqueue_sql(journal=False)
 ENQUEUE_JOINED = _enqueue_sql(journal=True)  # in the caller's transaction
 
+
+def _enqueue_one_sql(state: int, journal: bool) -> str:
+    """``ENQUEUE`` of one job whose state is known: the statement of a single put. Nothing in it depends on
+    a parameter's value (no ``CASE`` on the state, no ``generate_series(count)`` or ``unnest`` whose row
+    count only a value tells), so the server's generic plan of the prepared statement costs what a custom
+    one does, and after its first five runs the server plans it no more: planning was half of a put's time
+    on the server (docs/benchmarks.md)."""
+    if state == PENDING:
+        lead = (
+            f"NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND queue = %(queue)s "
+            "AND priority >= %(priority)s)"
+        )
+    else:
+        lead = f"NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {SCHEDULED} AND ready_us <= %(ready)s)"
+    return f"""
+WITH lead AS (SELECT {lead} AS yes),
+ins AS (
+    INSERT INTO qm_jobs (id, state, queue, name, priority, ready_us, max_retries, enqueued_us, timeout,
+                         partition_key, payload, metadata)
+    VALUES (nextval('qm_job_ids'), {state}, %(queue)s, %(name)s, %(priority)s, %(ready)s, %(max_retries)s,
+            %(now)s, %(timeout)s, %(partition_key)s, %(payload)s, %(metadata)s::text::jsonb)
+    RETURNING id, queue),
+{tally(("ins", str(state), 1), ("ins", str(TOTAL), 1), journal=journal)}
+SELECT ARRAY[(SELECT id FROM ins)], {notify_if("(SELECT yes FROM lead)")}, (SELECT yes FROM lead)
+"""
+
+
+# (state, joined the caller's transaction) -> the single put's statement
+ENQUEUE_ONE = {
+    (state, joined): _enqueue_one_sql(state, journal=joined)
+    for state in (PENDING, SCHEDULED)
+    for joined in (False, True)
+}
+
 UNIQUE = "INSERT INTO qm_unique (key, job_id, used_us) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING RETURNING 1"
 
 WORKERS = (

@@ -214,13 +214,17 @@ class PostgresStore:
                 # clock orders them).
                 ready_us = self._ready_floor = max(now_us, self._ready_floor)
             params = self.params(
-                payloads=payloads, count=len(payloads), state=state, queue=spec.queue, name=spec.name,
-                priority=spec.priority, ready=ready_us,
+                queue=spec.queue, name=spec.name, priority=spec.priority, ready=ready_us,
                 max_retries=spec.max_retries, now=now_us, timeout=spec.timeout,
                 partition_key=pack_key(spec.partition_key),
                 metadata=None if spec.metadata is None else spec.metadata.decode(),
             )  # fmt: skip
-            statement = job_sql.ENQUEUE_JOINED if joined else job_sql.ENQUEUE
+            if len(payloads) == 1:  # a statement the server plans once (job_sql._enqueue_one_sql)
+                params["payload"] = payloads[0]
+                statement = job_sql.ENQUEUE_ONE[state, joined]
+            else:
+                params.update(payloads=payloads, count=len(payloads), state=state)
+                statement = job_sql.ENQUEUE_JOINED if joined else job_sql.ENQUEUE
             new, _sent, lead = execute(statement, params).fetchone()
             if lead:
                 self.hints.local()
