@@ -119,24 +119,43 @@ upd AS (
 SELECT * FROM upd
 """
 
-COMPLETE = f"""
-WITH items AS (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bytea[], %(results)s::bytea[])
-               AS t(id, token, result)),
-gone AS (
-    DELETE FROM qm_jobs j USING items i WHERE j.id = i.id AND j.state = {RUNNING} AND j.token = i.token
-    RETURNING j.*, i.result),
+
+def _complete_sql(one: bool) -> str:
+    """Finish running jobs as done: ``items`` (arrays of ids, tokens, results) or, with ``one``, the single
+    job ``%(id)s``, a statement the server plans once (see ``_enqueue_one_sql``): a job acknowledged alone
+    (``Record.ack``, a ``django.tasks`` job) is not planned again each time."""
+    if one:
+        source = f"qm_jobs j WHERE j.id = %(id)s AND j.state = {RUNNING} AND j.token = %(token)s"
+        result = "%(result)s::bytea"
+    else:
+        source = f"qm_jobs j USING items i WHERE j.id = i.id AND j.state = {RUNNING} AND j.token = i.token"
+        result = "i.result"
+    items = (
+        ""
+        if one
+        else "items AS (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bytea[], %(results)s::bytea[])\n"
+        "               AS t(id, token, result)),\n"
+    )
+    return f"""
+WITH {items}gone AS (
+    DELETE FROM {source}
+    RETURNING j.*, {result} AS result_),
 ins AS (
     INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
         started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
         error_msgs, error, error_type, traceback, metadata)
     SELECT id, {DONE}, queue, name, priority, retries, max_retries, attempts, enqueued_us, started_us,
-        %(now)s, timeout, partition_key, payload, result, worker_ids, error_types, error_msgs,
+        %(now)s, timeout, partition_key, payload, result_, worker_ids, error_types, error_msgs,
         error, error_type, traceback,  -- the last failed attempt's, kept as the LMDB store keeps them
         metadata
     FROM gone RETURNING id, queue),
 {tally(("ins", str(RUNNING), -1), ("ins", str(DONE), 1))}
 SELECT array_agg(id) FROM ins
 """
+
+
+COMPLETE = _complete_sql(one=False)
+COMPLETE_ONE = _complete_sql(one=True)
 
 SAVE_METADATA = (
     f"UPDATE qm_jobs SET metadata = %s::text::jsonb WHERE id = %s AND state = {RUNNING} AND token = %s "

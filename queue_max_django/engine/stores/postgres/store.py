@@ -382,9 +382,14 @@ class PostgresStore:
     ) -> dict[int, str]:
         """(job id, token, result) done, in ONE statement. -> {job id: why} of those this token no longer
         held (the others are done)."""
-        params = self.params(ids=[item[0] for item in items], tokens=[item[1] for item in items],
-                              results=[item[2] for item in items], now=micros(now))  # fmt: skip
-        done = self.one(job_sql.COMPLETE, params)[0]
+        if len(items) == 1:  # a statement the server plans once (job_sql._complete_sql)
+            ((job_id, token, result),) = items
+            params = self.params(id=job_id, token=token, result=result, now=micros(now))
+            done = self.one(job_sql.COMPLETE_ONE, params)[0]
+        else:
+            params = self.params(ids=[item[0] for item in items], tokens=[item[1] for item in items],
+                                 results=[item[2] for item in items], now=micros(now))  # fmt: skip
+            done = self.one(job_sql.COMPLETE, params)[0]
         finished = set(done or ())
         return {
             job_id: str(self._not_held(job_id, token)) for job_id, token, _ in items if job_id not in finished
