@@ -1,5 +1,5 @@
-"""``AckLine``: a worker process's acknowledgements, written by a thread of their own while the worker
-thread goes on.
+"""A worker process's acknowledgements: ``acknowledge`` writes a batch of them, tried again while the store
+fails; ``AckLine`` has them written by a thread of their own while the worker thread goes on.
 
 A worker thread runs a batch of jobs, then acknowledges the successes in one transaction per shard
 (``Queue.ack_many``). On the PostgreSQL store that transaction is a round trip and a commit that waits for
@@ -22,10 +22,44 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..engine import Queue, QueueError, Record
+
 logger = logging.getLogger("queue_max_django.worker")
+
+ACK_RETRY_DELAYS = (0.1, 0.5, 2.0)  # seconds before each new try of a batch of acknowledgements that failed
+
+
+def acknowledge(
+    queue: Queue, acks: Sequence[tuple[Record, Any]], worker_id: str
+) -> tuple[dict[int, str], bool]:
+    """``queue.ack_many(acks)`` (one transaction per shard). When the store fails (a lost connection), try
+    again after ``ACK_RETRY_DELAYS``: a batch that did commit before its answer was lost comes back as jobs
+    not held (skipped), so a retry never completes a job twice. Each skipped job is logged.
+    -> ({job id: why} of the skipped ones, whether every try failed)."""
+    skipped: dict[int, str] = {}
+    for attempt, delay in enumerate((*ACK_RETRY_DELAYS, None)):
+        try:
+            skipped = queue.ack_many(acks)
+            break
+        except QueueError as exc:
+            if delay is None:
+                logger.exception(
+                    "worker %s: acknowledging %d job(s) failed %d times; they run again when their "
+                    "leases expire", worker_id, len(acks), attempt + 1,
+                )  # fmt: skip
+                return {}, True
+            logger.warning(
+                "worker %s: acknowledging %d job(s) failed (%s: %s); trying again in %g s",
+                worker_id, len(acks), type(exc).__name__, exc, delay,
+            )  # fmt: skip
+            time.sleep(delay)
+    for job_id, why in skipped.items():
+        logger.warning("worker %s: job %s finished but was not acknowledged: %s", worker_id, job_id, why)
+    return skipped, False
 
 
 class AckLine:

@@ -41,7 +41,7 @@ from ..engine import Queue, QueueCorrupted, QueueEmpty, QueueError, Record, Stat
 from ..runner import Outcome, TaskNotRegistered, run_job, use_event_loop
 from ..signals import job_signals_connected, record_run
 from . import cancels
-from .acks import AckLine
+from .acks import AckLine, acknowledge
 from .claims import CLAIM_LOG_EVERY as CLAIM_LOG_EVERY
 from .claims import STORE_RETRY as STORE_RETRY
 from .claims import ClaimTrouble
@@ -60,7 +60,6 @@ POLL = 0.25  # a worker thread waiting for a job re-checks whether to stop at le
 BATCH_MAX = 64
 BATCH_SECONDS = 0.02
 ACK_EVERY = 0.05
-ACK_RETRY_DELAYS = (0.1, 0.5, 2.0)  # seconds before each new try of a batch of acknowledgements that failed
 UNKNOWN_TASK_LOG_EVERY = 60.0  # seconds between the log lines about the jobs of one task this worker lacks
 
 
@@ -414,35 +413,14 @@ class WorkerProcess:
         return self.queue.events.batch() if quiet else contextlib.nullcontext()
 
     def _flush(self, acks: list[tuple[Record, Any]], held: list[Record] | None) -> None:
-        """Acknowledge the successes waiting in ``acks`` (one transaction per shard). When the store fails
-        (a lost connection), try again after ``ACK_RETRY_DELAYS``: a batch that did commit before its answer
-        was lost comes back as jobs not held (skipped), so a retry never completes a job twice. If every try
-        fails, give the jobs up: their leases are no longer renewed, so they expire and the jobs run again
-        (at-least-once), instead of staying running for as long as this process lives."""
+        """Acknowledge the successes waiting in ``acks`` (``acks.acknowledge``: tried again while the store
+        fails). If every try fails, give the jobs up: their leases are no longer renewed, so they expire and
+        the jobs run again (at-least-once), instead of staying running for as long as this process lives."""
         abandoned: set[int] = set()
         if acks:
-            skipped: dict[int, str] | None = None
-            for attempt, delay in enumerate((*ACK_RETRY_DELAYS, None)):
-                try:
-                    skipped = self.queue.ack_many(acks)
-                    break
-                except QueueError as exc:
-                    if delay is None:
-                        logger.exception(
-                            "worker %s: acknowledging %d job(s) failed %d times; they run again when their "
-                            "leases expire", self.worker_id, len(acks), attempt + 1,
-                        )  # fmt: skip
-                        abandoned = {id(record) for record, _result in acks}
-                    else:
-                        logger.warning(
-                            "worker %s: acknowledging %d job(s) failed (%s: %s); trying again in %g s",
-                            self.worker_id, len(acks), type(exc).__name__, exc, delay,
-                        )  # fmt: skip
-                        time.sleep(delay)
-            for job_id, why in (skipped or {}).items():
-                logger.warning(
-                    "worker %s: job %s finished but was not acknowledged: %s", self.worker_id, job_id, why
-                )
+            skipped, gave_up = acknowledge(self.queue, acks, self.worker_id)
+            if gave_up:
+                abandoned = {id(record) for record, _result in acks}
             if skipped:
                 with self._lock:
                     self.refused += len(skipped)
