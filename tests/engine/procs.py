@@ -296,22 +296,20 @@ def put_forever(where: Where, log_path: str, ready_path: str, sync: bool) -> Non
         log.line(q.put({"n": n, "pad": "x" * 100}))
 
 
-def hold_reader(where: Where, ready_path: str) -> None:
-    """Keep a read transaction open on shard 0 until killed: its reader slot goes stale."""
+def hold_reader(where: Where, ready_path: str, environment: str = "shard") -> None:
+    """Keep a read transaction open until killed, on shard 0 or (``"control"``) on the control data
+    (limits, breakers, locks): its reader slot goes stale."""
     q = _quiet(where)
-    txn = LmdbProbe(q).read_txn(0)  # noqa: F841 - held open, unused, until the SIGKILL
+    probe = LmdbProbe(q)
+    if environment == "control":
+        control = probe._coordination_env()  # the control data's environment (locks live there too)
+        txn = control.env.begin()
+        txn.stat(control.dbs["limits"])
+    else:
+        txn = probe.read_txn(0)
     Path(ready_path).touch()
     time.sleep(CHILD_TIMEOUT)
-
-
-def hold_control_reader(where: Where, ready_path: str) -> None:
-    """Keep a read transaction open on the control data (limits, breakers, locks) until killed."""
-    q = _quiet(where)
-    control = LmdbProbe(q)._coordination_env()  # the control data's environment (locks live there too)
-    txn = control.env.begin()  # held open until the SIGKILL
-    txn.stat(control.dbs["limits"])
-    Path(ready_path).touch()
-    time.sleep(CHILD_TIMEOUT)
+    del txn  # held open until the SIGKILL
 
 
 def grow(where: Where, log_path: str, tag: str, count: int, size: int) -> None:

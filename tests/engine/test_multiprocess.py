@@ -337,44 +337,28 @@ def test_a_forked_child_marks_wake_slots_as_itself(store_path: Path) -> None:
 
 @pytest.mark.inv_4
 @pytest.mark.lmdb  # LMDB reader slots
+@pytest.mark.parametrize("environment", ["shard", "control"])
 def test_stale_reader_slot_of_killed_process_is_reclaimed(
-    store_path: Path, tmp_path: Path, children: Children
+    store_path: Path, tmp_path: Path, children: Children, environment: str
 ) -> None:
     """inv_4: a process SIGKILLed while holding a read transaction leaves a stale reader slot, and
-    reader_check() reclaims it."""
+    reader_check() reclaims it: in a shard, and in the control data (rate limits, breakers, locks,
+    workers), an environment of its own."""
     path = str(store_path)
     with opened(path, shards=1) as q:
         q.put("x")
+        q.set_rate_limit("name:x", "10/s")
         assert q.reader_check() == 0
         ready = tmp_path / "ready"
-        process = children.start(procs.hold_reader, path, str(ready))
+        process = children.start(procs.hold_reader, path, str(ready), environment)
         wait_for(ready.exists, what="the reader to start")
         kill(process)
         assert q.reader_check() >= 1
         assert q.reader_check() == 0
         record = q.get(timeout=0)
         record.ack()
-        assert q.verify() == []
-
-
-@pytest.mark.inv_4
-@pytest.mark.lmdb  # LMDB reader slots
-def test_stale_reader_slot_in_the_control_data_is_reclaimed_too(
-    store_path: Path, tmp_path: Path, children: Children
-) -> None:
-    """inv_4: the control data (rate limits, breakers, locks, workers) is an environment of its own: a
-    reader slot a killed process left there is reclaimed by reader_check() as well."""
-    path = str(store_path)
-    with opened(path, shards=1) as q:
-        q.set_rate_limit("name:x", "10/s")
-        assert q.reader_check() == 0
-        ready = tmp_path / "ready"
-        process = children.start(procs.hold_control_reader, path, str(ready))
-        wait_for(ready.exists, what="the reader to start")
-        kill(process)
-        assert q.reader_check() >= 1
-        assert q.reader_check() == 0
         assert q.try_acquire("name:x")
+        assert q.verify() == []
 
 
 # ------------------------------------------------------------------------------------ INV-4: map growth
