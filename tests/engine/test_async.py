@@ -6,6 +6,7 @@ No pytest-asyncio here: each test is a plain function that runs its coroutine wi
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,19 @@ from tests.engine.conftest import FakeClock
 from tests.engine.locations import StoreLocation
 
 MakeQueue = Callable[..., Queue]
+
+
+async def after_ticks(count: int, seconds: float, then: Callable[[], Any]) -> int:
+    """``count`` sleeps of ``seconds`` on the loop (they run only while nothing blocks it), then ``then()``,
+    awaited if it returns an awaitable. -> the ticks made."""
+    ticks = 0
+    for _ in range(count):
+        ticks += 1
+        await asyncio.sleep(seconds)
+    done = then()
+    if inspect.isawaitable(done):
+        await done
+    return ticks
 
 
 def open_async(location: StoreLocation, clock: FakeClock, **options: Any) -> AsyncQueue:
@@ -303,18 +317,9 @@ def test_get_many_waits_on_the_loop_and_times_out(location: StoreLocation, clock
         async with open_async(location, clock) as aq:
             with pytest.raises(QueueEmpty):
                 await aq.get_many(3, timeout=0.05)
-            ticks = 0
-
-            async def put_later() -> None:
-                nonlocal ticks
-                for _ in range(10):
-                    ticks += 1
-                    await asyncio.sleep(0.005)
-                await aq.put_many(["a", "b"])
-
-            putter = asyncio.create_task(put_later())
+            putter = asyncio.create_task(after_ticks(10, 0.005, lambda: aq.put_many(["a", "b"])))
             records = await aq.get_many(3, timeout=5)
-            await putter
+            ticks = await putter
             await aq.ack_many([(record, None) for record in records])
             return sorted(record.payload for record in records), ticks
 
@@ -338,19 +343,10 @@ def test_flow_control_locks_and_workers_as_coroutines(location: StoreLocation, c
             with pytest.raises(RateLimited):
                 await aq.acquire("name:api", timeout=0.001)  # the next token is 10 ms away
 
-            ticks = 0
-
-            async def tick_then_refill() -> None:
-                nonlocal ticks
-                for _ in range(5):
-                    ticks += 1
-                    await asyncio.sleep(0.002)
-                clock.advance(0.01)  # the store's clock: now a token is there
-
-            refill = asyncio.create_task(tick_then_refill())
+            # then the store's clock moves on: now a token is there
+            refill = asyncio.create_task(after_ticks(5, 0.002, lambda: clock.advance(0.01)))
             await asyncio.wait_for(aq.acquire("name:api", timeout=5), 5)
-            await refill
-            assert ticks == 5  # the loop ran while acquire() waited
+            assert await refill == 5  # the loop ran while acquire() waited
             assert await aq.remaining("name:api") == pytest.approx(0)
             assert await aq.reset_rate_limit("name:api") is True
             assert await aq.remaining("name:api") == pytest.approx(1)
