@@ -128,12 +128,7 @@ class WorkerProcess:
         # The successes of a process with one worker thread, acknowledged by a thread of their own, on a
         # store whose commits are a server's work (_hand_over)
         self._background_acks = queue.server_commits and options.max_threads == 1
-        self._acks = AckLine(
-            self._flush_quietly,
-            self._end_ack_thread,
-            name=f"queue-acks-{self.index}",
-            most_waiting=options.max_threads,
-        )
+        self._acks = AckLine(self._flush_quietly, self._end_ack_thread, name=f"queue-acks-{self.index}")
 
     # ------------------------------------------------------------------ signals
 
@@ -389,8 +384,7 @@ class WorkerProcess:
             self._flush(acks, held)
 
     def _flush_quietly(self, acks: list[tuple[Record, Any]]) -> None:
-        """The ``AckLine``'s flush, of several threads' successes: without the per-job events (they were
-        counted when they ran)."""
+        """The ``AckLine``'s flush: without the per-job events (the successes were counted when they ran)."""
         with self._events(True):
             self._flush(acks, None)
 
