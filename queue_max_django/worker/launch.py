@@ -21,6 +21,7 @@ from ..engine.forks import open_stores
 from . import entry
 from .forkserver import ForkedProcess, ForkServer, ForkServerLost
 from .options import WorkerOptions
+from .stopflag import StopFlag
 from .tally import Tally
 
 logger = logging.getLogger("queue_max_django.worker")
@@ -31,10 +32,12 @@ class SpawnLauncher:
 
     method = "spawn"
 
-    def __init__(self) -> None:
+    def __init__(self, processes: int) -> None:
+        """``processes``: how many worker processes run at a time."""
         self._context = multiprocessing.get_context("spawn")
-        self.stop_event = self._context.Event()
-        self.tally = Tally(self._context)  # what the worker processes did, for the closing line
+        # Both in shared memory without a lock: a worker process SIGKILLed at any instant leaves none held.
+        self.stop_event = StopFlag(self._context)
+        self.tally = Tally(self._context, processes)  # what the worker processes did, for the closing line
 
     def start(self, index: int, options: WorkerOptions) -> Any:
         """Start worker process ``index``. -> its handle (``pid``, ``exitcode``, ``is_alive``, ``kill``,
@@ -63,8 +66,8 @@ class ForkLauncher(SpawnLauncher):
 
     method = "fork server"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, processes: int) -> None:
+        super().__init__(processes)
         self.server = ForkServer.start(self.stop_event, self.tally)
 
     def start(self, index: int, options: WorkerOptions) -> Any:
@@ -86,19 +89,20 @@ class ForkLauncher(SpawnLauncher):
         self.server.close()
 
 
-def make_launcher() -> SpawnLauncher:
-    """The launcher of ``queue_worker``: call it after Django is set up, before any store is opened."""
+def make_launcher(processes: int) -> SpawnLauncher:
+    """The launcher of ``queue_worker`` for ``processes`` worker processes at a time: call it after Django is
+    set up, before any store is opened."""
     if not hasattr(os, "fork"):
-        return SpawnLauncher()  # Windows
+        return SpawnLauncher(processes)  # Windows
     held = open_stores()
     if held:  # a project's code opened the store while Django started: this process must not be forked
         logger.warning("worker processes are started with spawn (slower), not forked: this process has a "
                        "store open already (%s)", ", ".join(held))  # fmt: skip
-        return SpawnLauncher()
+        return SpawnLauncher(processes)
     if threading.active_count() > 1:
         names = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
         logger.warning("worker processes are started with spawn (slower), not forked: this process runs "
                        "other threads (%s), and forking it could copy a lock one of them holds",
                        names)  # fmt: skip
-        return SpawnLauncher()
-    return ForkLauncher()
+        return SpawnLauncher(processes)
+    return ForkLauncher(processes)

@@ -106,7 +106,7 @@ class WorkerProcess:
         self.index = index
         self.worker_id = options.process_id(index)
         queue.worker_id = self.worker_id
-        self._stop_event = stop_event  # the supervisor's (a multiprocessing.Event), if any
+        self._stop_event = stop_event  # the supervisor's (a stopflag.StopFlag), if any
         self._parent_pid = parent_pid
         self._queues = None if options.queues is None else list(options.queues)
         self._claiming = True  # a plain flag: the SIGTERM handler sets it, and must never wait for a lock
@@ -484,7 +484,7 @@ class WorkerProcess:
 
     def _add(self, kind: str) -> None:
         if self._tally is not None:
-            self._tally.add(kind)
+            self._tally.add(self.index, kind)
 
     def _count(self, outcome: Outcome, seconds: float, record: Record) -> None:
         if outcome.state is not State.FAILED and isinstance(outcome.error, TaskNotRegistered):

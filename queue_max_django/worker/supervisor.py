@@ -41,7 +41,7 @@ class Supervisor:
     def __init__(self, queue: Queue, options: WorkerOptions, launcher: SpawnLauncher | None = None) -> None:
         self.queue = queue
         self.options = options
-        self.launcher = SpawnLauncher() if launcher is None else launcher
+        self.launcher = SpawnLauncher(options.processes) if launcher is None else launcher
         self._stop_event = self.launcher.stop_event
         self.tally = self.launcher.tally  # what the worker processes did, for the closing line
         self._children: dict[int, Child] = {}

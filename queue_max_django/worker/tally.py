@@ -1,8 +1,17 @@
 """``Tally``: what the worker processes of one supervisor did with the jobs they claimed, counted in shared
-memory (the processes are spawned, and replaced ones count on), for the supervisor's closing line."""
+memory (the processes are forked or spawned, and replaced ones count on), for the supervisor's closing line.
+
+It takes no lock that another process could wait on: a worker process can be SIGKILLed at any instant, and a
+process-shared lock (a ``multiprocessing`` ``Array``'s, a semaphore) that it held then stays held for good,
+so that every other process of the supervisor, and the supervisor itself, would block on it for ever. Each
+worker process counts in a row of its own instead (its index's: the one process that runs under an index at
+a time, its replacement once it ended), behind a thread lock of its own for its threads; the supervisor adds
+the rows up. A count is one aligned 64-bit word, written by one process and read whole.
+"""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 KINDS = ("done", "retried", "dead", "waiting")
@@ -11,18 +20,30 @@ not registered in the worker, given back to wait for a worker that has it (runne
 
 
 class Tally:
-    def __init__(self, context: Any) -> None:
-        """``context``: the multiprocessing context the worker processes are started with."""
-        self._counts = context.Array("q", len(KINDS))
+    def __init__(self, context: Any, processes: int) -> None:
+        """``context``: the multiprocessing context the worker processes are started with; ``processes``:
+        how many run at a time (their indexes are ``0 .. processes - 1``)."""
+        self._counts = context.RawArray("q", processes * len(KINDS))
+        self._lock = threading.Lock()  # this process's threads (each process has its own)
 
-    def add(self, kind: str) -> None:
-        index = KINDS.index(kind)
-        with self._counts.get_lock():
-            self._counts[index] += 1
+    def __getstate__(self) -> dict[str, Any]:  # sent to a spawned process: the shared array, a lock anew
+        return {"_counts": self._counts}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._counts = state["_counts"]
+        self._lock = threading.Lock()
+
+    def add(self, index: int, kind: str) -> None:
+        """Count one job of ``kind`` in the row of worker process ``index`` (the caller's)."""
+        at = index * len(KINDS) + KINDS.index(kind)
+        with self._lock:
+            self._counts[at] += 1
 
     def counts(self) -> dict[str, int]:
-        with self._counts.get_lock():
-            return dict(zip(KINDS, self._counts[:], strict=True))
+        """The rows added up: ``{kind: jobs}``."""
+        values = self._counts[:]
+        width = len(KINDS)
+        return {kind: sum(values[k::width]) for k, kind in enumerate(KINDS)}
 
 
 def closing_line(counts: dict[str, int]) -> str:

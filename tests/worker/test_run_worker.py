@@ -93,5 +93,5 @@ def test_a_stop_during_start_up_ends_the_run_at_once_and_starts_nothing(
         os.kill(os.getpid(), signal.SIGTERM)  # during start-up: the event remembers it, nothing dies
         assert stopped.wait(5)
         with site.queue() as queue:
-            assert run_worker(queue, _options(), _NoStart(), stopped=stopped) == 0
+            assert run_worker(queue, _options(), _NoStart(1), stopped=stopped) == 0
     assert [signal.getsignal(signum) for signum in SIGNALS] == [_ours, _ours]

@@ -76,7 +76,7 @@ def test_retries_are_one_line_dead_letters_have_their_traceback_and_the_tally_co
     permanent = t.fail_permanent.delay().job_id
     t.add.delay(1, 2)
     waiting = [queue.put({"args": [], "kwargs": {}}, name="shop.tasks.new_in_this_release") for _ in range(3)]
-    tally = Tally(multiprocessing.get_context("spawn"))
+    tally = Tally(multiprocessing.get_context("spawn"), 1)
     options = WorkerOptions(processes=1, threads=1, burst=True, scheduler=False, verbosity=1)
 
     assert WorkerProcess(queue, options, 0, tally=tally).run() == 0

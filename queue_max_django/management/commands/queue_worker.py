@@ -112,7 +112,7 @@ class Command(QueueCommand):
             logger.warning("stopped during start-up")
             return
         preload()
-        launcher = make_launcher()  # the fork server is forked here: no store is open yet
+        launcher = make_launcher(worker_options.processes)  # the fork server forks here: no store is open
         try:
             queue = open_waiting(self._stop)
             if queue is None:
