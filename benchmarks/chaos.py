@@ -13,7 +13,8 @@ task ``tests.chaos.chaosapp.tasks.record`` one at a time, with a token of its ow
 fewer if it was killed in between). The task appends the token to its process's execution log. When the
 number of finished jobs passes each of ``--kills`` thresholds drawn from the seeded random source, the driver
 SIGKILLs one victim, chosen by the same source among the live kinds: a worker process (its pid from the
-store's worker registry; its supervisor starts another), a supervisor (restarted at once; its orphaned
+store's worker registry; its supervisor starts another; drawn while none is registered, the kill waits up to
+15 s for one), a supervisor (restarted at once; its orphaned
 processes stop by themselves) or a producer (restarted; it resumes its quota). After every kill (a round)
 ``manage.py queue_check`` (or, with ``--check verify``, the engine's ``verify()`` in this process) must find
 nothing wrong. Once everything is produced and finished, the supervisors get SIGTERM, every process group
@@ -65,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = "tests.chaos.settings"
 TASK = "tests.chaos.chaosapp.tasks.record"
 POLL = 0.05
+WORKER_WAIT = 15.0  # seconds a drawn worker-process kill waits for one to register before taking a supervisor
 
 
 @dataclass
@@ -255,6 +257,7 @@ class Chaos:
         self.finished_producers: set[int] = set()
         self.generation = 0
         self.killed_workers: set[str] = set()  # worker ids of processes that were SIGKILLed
+        self.drawn: tuple[str, float] | None = None  # a kind drawn, waiting for its victim (since when)
         self.began = time.monotonic()
 
     # ------------------------------------------------------------------ processes
@@ -343,9 +346,9 @@ class Chaos:
                 self._check(queue)
                 next_kill = time.monotonic() + c.kill_gap
                 continue
-            if thresholds and finished >= thresholds[0] and time.monotonic() >= next_kill:
+            due = thresholds and finished >= thresholds[0] and time.monotonic() >= next_kill
+            if due and self._kill(queue, finished):
                 thresholds.pop(0)
-                self._kill(queue, finished)
                 self._check(queue)
                 next_kill = time.monotonic() + c.kill_gap
                 continue
@@ -365,18 +368,26 @@ class Chaos:
                 self.report.errors.append(f"producer {proc.name} exited with {code}")
                 self.start_producer(index)
 
-    def _kill(self, queue: Any, finished: int) -> None:
-        kinds = ["worker", "supervisor"]
-        if any(p.alive() and i not in self.finished_producers for i, p in self.producers.items()):
-            kinds.append("producer")
-        kind = self.rng.choice(kinds)
+    def _kill(self, queue: Any, finished: int) -> bool:
+        """SIGKILL one victim. -> False when a worker process was drawn and none is registered yet (they
+        are all starting: their supervisor was just restarted): the kill waits for one, up to WORKER_WAIT
+        seconds, then takes their supervisor instead."""
+        if self.drawn is None:
+            kinds = ["worker", "supervisor"]
+            if any(p.alive() and i not in self.finished_producers for i, p in self.producers.items()):
+                kinds.append("producer")
+            self.drawn = (self.rng.choice(kinds), time.monotonic())
+        kind, since = self.drawn
         live = {proc.name for proc in self.supervisors.values() if proc.alive()}
         workers = sorted(
             (w for w in queue.workers() if w.worker_id.split("/")[0] in live and _alive(w.pid)),
             key=lambda w: w.worker_id,
         )
         if kind == "worker" and not workers:
-            kind = "supervisor"  # none registered yet (all starting): take their supervisor instead
+            if time.monotonic() - since < WORKER_WAIT:
+                return False
+            kind = "supervisor"
+        self.drawn = None
         when = round(time.monotonic() - self.began, 2)
         if kind == "worker":
             victim = workers[self.rng.randrange(len(workers))]
@@ -401,6 +412,7 @@ class Chaos:
             detail = {"name": proc.name, "pid": proc.pid}
             self.start_producer(index)
         self.report.kills.append({"at_s": when, "finished": finished, "kind": kind, **detail})
+        return True
 
     def _restart(self, finished: int) -> None:
         """Restart the server: ``-m immediate`` (a crash) first, then ``-m fast``, alternating."""
