@@ -123,6 +123,12 @@ def test_a_user_needs_the_view_permission_of_the_jobs(store: Queue) -> None:
     assert response.status_code == 200 and b"queue_max_jobs{" in response.content
 
 
+def test_a_request_with_a_bearer_token_is_judged_by_the_token_alone(store: Queue) -> None:
+    viewer = logged_in("view_job", username="viewer", staff=False)
+    assert scrape(viewer, token="wrong-token-of-the-same-kind").status_code == 401  # not the session's
+    assert scrape(viewer, token=TOKEN).status_code == 200
+
+
 def test_without_a_token_setting_only_users_with_the_permission_may_read(queue_max: Configure) -> None:
     with queue_max():
         assert scrape().status_code == 401  # a bearer token is no use when none is configured
