@@ -345,7 +345,9 @@ def test_stale_reader_slot_of_killed_process_is_reclaimed(
     reader_check() reclaims it: in a shard, and in the control data (rate limits, breakers, locks,
     workers), an environment of its own."""
     path = str(store_path)
-    with opened(path, shards=1) as q:
+    # No background upkeep here (sync_interval): its reader_check, every second, would race the one below
+    # for the dead process's slot (CI lost that race once).
+    with opened(path, shards=1, sync_interval=3600.0) as q:
         q.put("x")
         q.set_rate_limit("name:x", "10/s")
         assert q.reader_check() == 0
