@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from typing import Any
 
 from queue_max_django.worker.stopflag import StopFlag
@@ -29,6 +30,14 @@ def _hammer(tally: Tally, flag: StopFlag, index: int) -> None:
     """A worker process's uses of both, as fast as it can, until it is killed (or told to stop)."""
     while not flag.is_set():
         tally.add(index, "done")
+
+
+def _start(process: Any) -> None:
+    """Fork ``process``. The test process may run threads of other tests (a store's upkeep): the child only
+    runs ``_hammer``, which takes none of their locks, so the fork-with-threads warning is no concern."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, use of fork() may deadlock"
+        process.start()
 
 
 def _bounded(call: Any) -> tuple[bool, Any]:
@@ -50,12 +59,12 @@ def test_worker_processes_killed_mid_count_leave_nothing_held() -> None:
     context = multiprocessing.get_context("fork")  # as the fork server starts worker processes
     tally, flag = Tally(context, 2), StopFlag(context)
     survivor = context.Process(target=_hammer, args=(tally, flag, 1), daemon=True)
-    survivor.start()
+    _start(survivor)
     try:
         for _ in range(KILLS):
             before = _done(tally)
             victim = context.Process(target=_hammer, args=(tally, flag, 0), daemon=True)
-            victim.start()
+            _start(victim)
             deadline = time.monotonic() + BOUND
             while _done(tally) < before + 2_000 and time.monotonic() < deadline:
                 time.sleep(0.01)  # both count: the victim is mid-stride
