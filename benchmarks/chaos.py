@@ -14,11 +14,11 @@ fewer if it was killed in between). The task appends the token to its process's 
 number of finished jobs passes each of ``--kills`` thresholds drawn from the seeded random source, the driver
 SIGKILLs one victim, chosen by the same source among the live kinds: a worker process (its pid from the
 store's worker registry; its supervisor starts another; drawn while none is registered, the kill waits up to
-15 s for one), a supervisor (restarted at once; its orphaned
-processes stop by themselves) or a producer (restarted; it resumes its quota). After every kill (a round)
-``manage.py queue_check`` (or, with ``--check verify``, the engine's ``verify()`` in this process) must find
-nothing wrong. Once everything is produced and finished, the supervisors get SIGTERM, every process group
-the run started is SIGKILLed, and the logs are compared with the store:
+15 s for one), a supervisor (restarted at once; its orphaned processes stop by themselves) or a producer
+(restarted; it resumes its quota). After every kill (a round) ``manage.py queue_check`` (or, with
+``--check verify``, the engine's ``verify()`` in this process) must find nothing wrong. Once everything is
+produced and finished, the supervisors get SIGTERM, every process group the run started is SIGKILLed, and
+the logs are compared with the store:
 
 - lost: an acknowledged put whose job is missing or not finished (neither done nor dead-lettered);
 - duplicated: a job that ran more than once. Each must have lost a lease (a lease-expired attempt in
