@@ -30,7 +30,8 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import Signal
 
-from .engine import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Queue
+from .engine import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_LOST, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Queue
+from .lostjobs import log_lost
 
 __all__ = [
     "job_enqueued",
@@ -238,6 +239,7 @@ CALLBACKS = (
     (JOB_SUCCEEDED, _on_succeeded),
     (JOB_RETRIED, _on_retried),
     (JOB_FAILED, _on_failed),
+    (JOB_LOST, log_lost),  # a log line, no signal: job_retried or job_failed went out for it already
     (ALERT, _on_alert),
 )
 

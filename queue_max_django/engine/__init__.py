@@ -22,7 +22,17 @@ from .errors import (
     StoreUnavailable,
     UnknownQueue,
 )
-from .events import ALERT, EVENTS, JOB_ENQUEUED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
+from .events import (
+    ALERT,
+    EVENTS,
+    JOB_ENQUEUED,
+    JOB_FAILED,
+    JOB_LOST,
+    JOB_RETRIED,
+    JOB_STARTED,
+    JOB_SUCCEEDED,
+    Events,
+)
 from .flowstate import GLOBAL_KEY, NAME_KEY_PREFIX, QUEUE_KEY_PREFIX, job_keys
 from .job import Job, State
 from .metadata import METADATA_MAX_BYTES
@@ -39,6 +49,7 @@ __all__ = [
     "GLOBAL_KEY",
     "JOB_ENQUEUED",
     "JOB_FAILED",
+    "JOB_LOST",
     "JOB_RETRIED",
     "JOB_STARTED",
     "JOB_SUCCEEDED",

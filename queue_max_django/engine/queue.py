@@ -28,7 +28,7 @@ from .consuming import MAX_IDLE_WAIT as MAX_IDLE_WAIT
 from .consuming import Consumer
 from .coordinating import Coordination
 from .errors import InvalidJob, QueueClosed
-from .events import Events
+from .events import JOB_LOST, Events
 from .flow import Flow
 from .forks import fork_generation
 from .job import MAX_SHARDS, Job, State
@@ -459,11 +459,15 @@ class Queue(Coordination):
         dead letters. Idempotent. Each call also checks the next stretch of records for running jobs that
         lost their lease entry (broken data), so successive calls cover the whole store. -> how many."""
         recovered = self._live().recover_expired(self._clock())
+        events = self.events
         for job in recovered:  # a lost lease is a failed attempt: breakers and listeners hear of it
-            if not job.charged:
-                continue  # claimed in a batch: back uncharged, to be claimed alone (see Recovered)
-            self._flow.record_outcome(job.queue, job.name, False)
-            self._consumer.emit_failure(job.job_id, job.queue, job.name, job.state, "lease expired")
+            if job.charged:  # (claimed in a batch: back uncharged, to be claimed alone; see Recovered)
+                self._flow.record_outcome(job.queue, job.name, False)
+                self._consumer.emit_failure(job.job_id, job.queue, job.name, job.state, "lease expired")
+            if events.listening(JOB_LOST):  # the Django layer logs it: nobody else saw the job end
+                events.emit(JOB_LOST, job_id=job.job_id, queue=job.queue, name=job.name, state=job.state,
+                            charged=job.charged, attempt=job.attempt, attempts_allowed=job.attempts_allowed,
+                            worker=job.worker)  # fmt: skip
         return len(recovered)
 
     def vacuum(self, older_than: float | None = None) -> int:

@@ -13,6 +13,7 @@ from queue_max_django.engine.events import (
     EVENTS,
     JOB_ENQUEUED,
     JOB_FAILED,
+    JOB_LOST,
     JOB_RETRIED,
     JOB_STARTED,
     JOB_SUCCEEDED,
@@ -48,7 +49,7 @@ def test_event_names() -> None:
         "job_failed",
         "alert",
     )
-    assert EVENTS == (JOB_ENQUEUED, JOB_STARTED, JOB_SUCCEEDED, JOB_RETRIED, JOB_FAILED, ALERT)
+    assert EVENTS == (JOB_ENQUEUED, JOB_STARTED, JOB_SUCCEEDED, JOB_RETRIED, JOB_FAILED, JOB_LOST, ALERT)
     assert frozenset(EVENTS) - PER_JOB_EVENTS == {ALERT}
 
 

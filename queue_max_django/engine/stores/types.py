@@ -87,13 +87,18 @@ class Candidate:
 class Recovered:
     """A job that recovery took back from a holder whose lease expired, and where it went. ``charged``:
     the expiry counted as a failed attempt (False for a job claimed in a batch: it goes back uncharged, to
-    be claimed alone next time)."""
+    be claimed alone next time). ``attempt``: the attempt that was lost (1 for the first), of
+    ``attempts_allowed`` (``max_retries + 1``); ``worker``: the id of the worker that held it, as its claim
+    recorded it (the last of ``Job.worker_ids``; None if the claim named none)."""
 
     job_id: int
     queue: str
     name: str | None
     state: State
     charged: bool = True
+    attempt: int = 0
+    attempts_allowed: int = 0
+    worker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
+from ...errors import QueueCorrupted
 from ...job import STATES, State
 from . import layout
 from .env import Env
@@ -146,7 +147,7 @@ def unindex_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> No
     """Remove the job from the index of its current state (and from its queue's count of it)."""
     db, key = index_key_of(shard, job_id, record)
     if key is not None:
-        txn.delete(key, db=db)
+        delete_entry(txn, db, key)
     state = record[F_STATE]
     place = COUNTED.get(state)
     if place is not None:
@@ -269,6 +270,45 @@ def name_bytes(name: str | None) -> bytes:
     return b"" if name is None else name.encode()
 
 
+# Walks over a damaged page. LMDB keeps no checksums: a flipped bit in a key leaves it out of order in its
+# page, where a cursor still meets it but a lookup by key (``txn.get``, ``txn.delete``) misses it, and a
+# seek can land before its target. A walk that deletes the entry it met by key and seeks on from it would
+# then find the same entry again, for ever, inside a write transaction that holds the shard's lock. So a
+# walk that seeks from key to key moves forward only (``seek``), and one that consumes the entries it meets
+# (a claim: a queue's next job is the first entry of its range) removes each with ``delete_entry(met=True)``,
+# which deletes it wherever a cursor finds it when a lookup cannot, or raises: each step takes one entry away.
+
+
+def seek(cursor: Any, target: bytes) -> bool:
+    """``cursor.set_range(target)``: whether the cursor is on an entry at or past ``target``. False also
+    when the entry it found sorts before ``target`` (only a damaged page gives one): the walk ends there."""
+    return bool(cursor.set_range(target)) and cursor.key() >= target
+
+
+def delete_entry(txn: Any, db: Any, key: bytes, *, met: bool = False) -> bool:
+    """Delete index entry ``key``; where a lookup misses it (a damaged page holds it out of order), delete
+    it where a cursor's seek finds it. ``met``: a walk's cursor met the entry, so it is there: failing
+    both, it is looked for along the whole index (O(entries), once: only a damaged page costs it) and
+    deleted where it is, or ``QueueCorrupted`` is raised, so that no walk meets it again and again.
+    -> whether it was there."""
+    if txn.delete(key, db=db):
+        return True
+    cursor = txn.cursor(db=db)
+    if cursor.set_range(key) and cursor.key() == key:
+        return bool(cursor.delete())
+    if not met:
+        return False
+    found = cursor.first()
+    while found and cursor.key() != key:
+        found = cursor.next()
+    if found:
+        return bool(cursor.delete())
+    raise QueueCorrupted(
+        f"an index entry ({bytes(key).hex()}) that a walk met can be neither found nor deleted: a page of "
+        f"this shard's file is damaged"
+    )
+
+
 def queue_prefixes(cursor: Any) -> list[bytes]:
     """The (queue name + NUL) prefixes present in the ready index: one seek per queue."""
     prefixes = []
@@ -277,7 +317,7 @@ def queue_prefixes(cursor: Any) -> list[bytes]:
         key = cursor.key()
         prefix = key[: key.index(QUEUE_SEP) + 1]
         prefixes.append(prefix)
-        found = cursor.set_range(next_queue_prefix(prefix[:-1]))
+        found = seek(cursor, next_queue_prefix(prefix[:-1]))
     return prefixes
 
 
@@ -302,7 +342,7 @@ def queue_heads(cursor: Any, queues: Sequence[bytes] | None) -> list[list[bytes]
             key = cursor.key()
             cut = key.index(b"\x00") + 1
             heads.append([key[cut:], key, key[:cut]])
-            found = cursor.set_range(next_queue_prefix(key[: cut - 1]))
+            found = seek(cursor, next_queue_prefix(key[: cut - 1]))
     else:
         for queue in queues:
             prefix = queue_prefix(queue)

@@ -20,6 +20,7 @@ from . import layout, upkeep
 from .access import (
     ShardDbs,
     best_ready,
+    delete_entry,
     index_job,
     load_payload,
     load_record,
@@ -170,8 +171,10 @@ def claim_many(
                 if not claimed:
                     return step
                 break  # keep the claims made before it; what follows is re-read by the next claim
-            # The key is gone (claimed or stray): that queue's next job is the next key of its range.
-            if cursor.set_range(key) and cursor.key().startswith(prefix):
+            # The key is gone (claimed or stray: ``delete_entry``), and so is every key of its queue's
+            # range before it: that queue's next job is the first key of its range. (A seek from the
+            # key, the same descent, would be misled by a key out of order in a damaged page.)
+            if cursor.set_range(prefix) and cursor.key().startswith(prefix):
                 following = cursor.key()
                 head[0], head[1] = following[len(prefix) :], following
             else:
@@ -244,7 +247,8 @@ def _claim_step(
     if alone and claimed:
         return ALONE_NEXT
     # pending -> running, written out (the hot path: what unindex_job() + index_job() do, inlined)
-    txn.delete(key, db=shard.ready)
+    if not txn.delete(key, db=shard.ready):
+        delete_entry(txn, shard.ready, key, met=True)
     txn.put(time_key(lease_us, job_id), b"", db=shard.lease)
     mark_running(record, now_us, lease_us, token, worker)
     if claimed:
@@ -257,5 +261,5 @@ def _claim_step(
 
 def _drop_stray(shard: ShardDbs, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:
     """A ready entry whose job is gone or not pending: remove the stray entries, keep the record."""
-    txn.delete(ready_k, db=shard.ready)
+    delete_entry(txn, shard.ready, ready_k, met=True)
     return StrayEntry(job_id)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from ...errors import QueueCorrupted
+
 _Q = struct.Struct(">Q")
 _QQ = struct.Struct(">QQ")
 _HQQ = struct.Struct(">HQQ")
 _PRIORITY_FLIP = 0x7FFF  # stored value = _PRIORITY_FLIP - priority: highest priority sorts first
+PRIORITY_KEY_MIN = _PRIORITY_FLIP - 0xFFFF  # the lowest priority a ready key can hold (only a damaged one)
 
 QUEUE_SEP = b"\x00"
 
@@ -38,7 +41,10 @@ time_key: Callable[[int, int], bytes] = _QQ.pack
 
 
 def time_key_parts(key: bytes) -> tuple[int, int]:
-    when, job_id = _QQ.unpack(key)
+    try:
+        when, job_id = _QQ.unpack(key)
+    except struct.error:
+        raise _misshapen("time", key) from None
     return int(when), int(job_id)
 
 
@@ -59,8 +65,16 @@ def ready_prefix(queue: bytes, priority: int) -> bytes:
 def ready_key_parts(key: bytes) -> tuple[bytes, int, int, int]:
     """-> (queue, priority, ready µs, job id)."""
     queue = key[: -_HQQ.size - 1]
-    flipped, ready_us, job_id = _HQQ.unpack(key[-_HQQ.size :])
+    try:
+        flipped, ready_us, job_id = _HQQ.unpack(key[-_HQQ.size :])
+    except struct.error:
+        raise _misshapen("ready", key) from None
     return queue, _PRIORITY_FLIP - int(flipped), int(ready_us), int(job_id)
+
+
+def _misshapen(index: str, key: bytes) -> QueueCorrupted:
+    """An index key too short for its layout: only a damaged page (LMDB keeps no checksums) holds one."""
+    return QueueCorrupted(f"a {index} index key of {len(key)} bytes ({bytes(key).hex()}): a damaged page")
 
 
 def next_queue_prefix(queue: bytes) -> bytes:

@@ -17,6 +17,7 @@ from .access import (
     COUNTED,
     ShardDbs,
     counts_inexact,
+    delete_entry,
     index_job,
     load_payload,
     load_record,
@@ -66,7 +67,7 @@ def quarantine(
     when its id says), its bytes on disk are kept as the dead letter's result, and a large payload of
     it stays its payload (as bytes, if those do not decode either)."""
     if ready_k is not None:  # a pending job, met by a claim: its queue (the key says which) has one fewer
-        txn.delete(ready_k, db=shard.ready)
+        delete_entry(txn, shard.ready, ready_k, met=True)
         tally(shard, txn, ready_k[: ready_k.index(QUEUE_SEP)], COUNTED[PENDING], -1)
     elif record is None and counted:  # pending or scheduled, perhaps: the record cannot say, nor its queue
         counts_inexact(shard, txn)
@@ -113,7 +114,7 @@ def quarantine_met(
     if key is None:
         drop_entries(shard, txn, {job_id})
     else:
-        txn.delete(key, db=db)
+        delete_entry(txn, db, key, met=True)
     counted = key is None or db is shard.ready or db is shard.sched  # else it was running, done or failed
     return quarantine(shard, txn, job_id, None, None, now_us, reason, counted=counted)
 

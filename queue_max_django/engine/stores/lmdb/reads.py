@@ -7,7 +7,7 @@ check. A record met that does not decode is quarantined once the read is done
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,8 +31,10 @@ from .access import (
     queue_count_rows,
     queue_counts_of,
     queue_prefixes,
+    seek,
 )
 from .keys import (
+    PRIORITY_KEY_MIN,
     id_from_key,
     id_key,
     micros,
@@ -338,7 +340,8 @@ def oldest_ready(shard: ShardDbs) -> dict[str, int]:
                 _q, priority, ready_us, _id = ready_key_parts(key)
                 name = queue.decode()
                 out[name] = min(out.get(name, ready_us), ready_us)
-                found = cursor.set_range(ready_prefix(queue, priority - 1))  # the next priority down
+                # the next priority down (none below the lowest a key can hold: a damaged one)
+                found = priority > PRIORITY_KEY_MIN and seek(cursor, ready_prefix(queue, priority - 1))
         return out
 
     return shard.env.read(txn_fn)
@@ -404,6 +407,9 @@ def verify(shard: ShardDbs) -> list[str]:
                 elif key.startswith(QUEUE_COUNTS_KEY):
                     stored_counts[bytes(key[len(QUEUE_COUNTS_KEY) :])] = list(queue_counts_of(raw)[:2])
                 continue
+            if len(key) != 8:
+                problems.append(f"{tag}: a record under {bytes(key).hex()}, which is no job id")
+                continue
             jobs += 1
             job_id = id_from_key(key)
             max_sequence = max(max_sequence, job_id >> 8)
@@ -441,12 +447,15 @@ def verify(shard: ShardDbs) -> list[str]:
                 by_queue.setdefault(record[F_QUEUE].encode(), [0, 0])[place] += 1
         for key in txn.cursor(db=shard.payloads).iternext(values=False):
             if key not in external:
-                problems.append(f"{tag}: a stored payload no job refers to ({id_from_key(key)})")
+                problems.append(f"{tag}: a stored payload no job refers to ({_named(key)})")
+        for name, db in (("jobs", shard.jobs), ("payloads", shard.payloads)):
+            problems.extend(_out_of_order(tag, name, txn.cursor(db=db).iternext(values=False)))
         for state, db in shard.indexes.items():
-            actual = set(txn.cursor(db=db).iternext(values=False))
+            walked = list(txn.cursor(db=db).iternext(values=False))
+            problems.extend(_out_of_order(tag, f"{state.value} index", walked))
+            actual = set(walked)
             for extra in sorted(actual - expected[state]):
-                job_id = id_from_key(extra[-8:])
-                problems.append(f"{tag}: the {state.value} index has a stray entry for job {job_id}")
+                problems.append(f"{tag}: the {state.value} index has a stray entry for {_named(extra)}")
             for missing in sorted(expected[state] - actual):
                 job_id = id_from_key(missing[-8:])
                 problems.append(f"{tag}: the {state.value} index lacks job {job_id}")
@@ -467,6 +476,23 @@ def verify(shard: ShardDbs) -> list[str]:
         return problems
 
     return shard.env.read(txn_fn)
+
+
+def _named(key: bytes) -> str:
+    """What an index entry's key names, for a problem: every index key ends with a job id."""
+    return f"job {id_from_key(key[-8:])}" if len(key) >= 8 else f"no job (key {bytes(key).hex()})"
+
+
+def _out_of_order(tag: str, what: str, keys: Iterable[bytes]) -> list[str]:
+    """A problem if a walk of a database met its keys out of order: a damaged page (LMDB keeps no
+    checksums), where a lookup misses the key a cursor meets (``access.seek``)."""
+    previous = None
+    for key in keys:
+        if previous is not None and key <= previous:
+            found = f"{bytes(key).hex()} after {bytes(previous).hex()}"
+            return [f"{tag}: the {what} holds keys out of order, {found} (a damaged page)"]
+        previous = key
+    return []
 
 
 def _position(cursor: Any, prefix: bytes, after_key: bytes | None, backwards: bool) -> bool:

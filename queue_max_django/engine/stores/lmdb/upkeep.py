@@ -39,6 +39,7 @@ from .layout import (
     F_READY_AT,
     F_RETRIES,
     F_STATE,
+    F_WORKERS,
     FAILED,
     PENDING,
     RUNNING,
@@ -85,10 +86,10 @@ def recover_expired(shard: ShardDbs, now: float, batch: int = 1000) -> list[Reco
                 mark_pending_uncharged(record)
                 index_job(shard, txn, job_id, record)
                 store_record(shard, txn, job_id, record)
-                recovered.append(Recovered(job_id, record[F_QUEUE], record[F_NAME], State.PENDING, False))
+                recovered.append(_recovered(job_id, record, State.PENDING, False))
                 continue
             state = fail_record(shard, txn, job_id, record, now, error, _at_once(record, now))
-            recovered.append(Recovered(job_id, record[F_QUEUE], record[F_NAME], state))
+            recovered.append(_recovered(job_id, record, state, True))
         return recovered
 
     recovered = shard.env.write(txn_fn)
@@ -137,7 +138,7 @@ def scrub(
         for job_id, record in orphans:
             record[F_LEASE_UNTIL] = None
             state = fail_record(shard, txn, job_id, record, now, error, _at_once(record, now))
-            recovered.append(Recovered(job_id, record[F_QUEUE], record[F_NAME], state))
+            recovered.append(_recovered(job_id, record, state, True))
         if unreadable:
             drop_entries(shard, txn, set(unreadable))  # one scan of the indexes for them all
             for job_id, reason in unreadable.items():
@@ -302,6 +303,14 @@ def purge(
     outcome = shard.env.write(txn_fn)
     report(shard, quarantined)
     return outcome
+
+
+def _recovered(job_id: int, record: list[Any], state: State, charged: bool) -> Recovered:
+    """What recovery did with a job, from its record as recovery left it (a charge counted the attempt)."""
+    workers = record[F_WORKERS]
+    attempt = record[F_RETRIES] + (0 if charged else 1)
+    return Recovered(job_id, record[F_QUEUE], record[F_NAME], state, charged, attempt,
+                     record[F_MAX_RETRIES] + 1, workers[-1] if workers else None)  # fmt: skip
 
 
 def _at_once(record: list[Any], now: float) -> float | None:

@@ -64,7 +64,7 @@ def promote_due(store: Statements, now: float) -> int:
 
 
 _EXPIRED = f"""
-SELECT id, queue, name, claim, retries, max_retries FROM qm_jobs
+SELECT id, queue, name, claim, retries, max_retries, worker_ids[cardinality(worker_ids)] FROM qm_jobs
 WHERE state = {RUNNING} AND lease_us <= %(now)s ORDER BY lease_us, id LIMIT %(batch)s FOR UPDATE SKIP LOCKED
 """
 _BACK = f"""
@@ -102,17 +102,18 @@ def recover_expired(store: Statements, now: float) -> list[Recovered]:
         with store.db.transaction() as conn:
             rows = conn.execute(_EXPIRED, {"now": now_us, "batch": BATCH}).fetchall()
             back, charged, dead = [], [], []
-            for job_id, queue, name, claim, retries, max_retries in rows:
+            for job_id, queue, name, claim, retries, max_retries, worker in rows:
+                held = (retries + 1, max_retries + 1, worker)  # the attempt lost, of how many, held by whom
                 if claim == CLAIM_BATCH:
                     back.append(job_id)
-                    recovered.append(Recovered(job_id, queue, name, State.PENDING, False))
+                    recovered.append(Recovered(job_id, queue, name, State.PENDING, False, *held))
                 elif decide(retries + 1, max_retries, now) is None:
                     dead.append(job_id)
-                    recovered.append(Recovered(job_id, queue, name, State.FAILED))
+                    recovered.append(Recovered(job_id, queue, name, State.FAILED, True, *held))
                 else:
                     back.append(job_id)
                     charged.append(job_id)
-                    recovered.append(Recovered(job_id, queue, name, State.PENDING))
+                    recovered.append(Recovered(job_id, queue, name, State.PENDING, True, *held))
             params = store.params(now=now_us, error=_LEASE_ERROR, error_type=LEASE_EXPIRED, traceback=None)
             if dead:
                 conn.execute(_RECOVER_DEAD, params | {"ids": dead})

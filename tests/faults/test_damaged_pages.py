@@ -1,0 +1,103 @@
+"""A damaged page of an LMDB shard (LMDB keeps no checksums): a flipped bit in an index key leaves the key
+out of order in its page, where a cursor still meets it but a lookup by key misses it. Claims, recovery,
+promotion and the reads walk such an index; each must end (with the jobs served, an error or a quarantine)
+instead of meeting the same entry again for ever inside a write transaction that holds the shard's lock
+(every other process would then wait on that shard). The damage is made by hand, exactly: one byte of one
+ready key, in the shard's file. The claims run in a child process, under a time bound.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from queue_max_django.engine import State
+from queue_max_django.engine.stores.lmdb.keys import ready_key
+from tests.engine.conftest import open_queue
+
+pytestmark = [pytest.mark.lmdb, pytest.mark.slow]
+
+BOUND = 20.0  # seconds: a claim of a few jobs takes milliseconds; a spin never ends
+JOBS = 4
+
+# Claims every job it can (``QueueCorrupted`` is the answer for a quarantined one), acks each, then runs the
+# other walks over the shard's indexes; prints what it claimed and what verify() says.
+CHILD = """
+import json, sys
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty
+claimed, errors = [], 0
+with Queue(sys.argv[1], do_recover=False, do_vacuum=False) as q:
+    for _ in range(50):
+        try:
+            record = q.get(0)
+        except QueueEmpty:
+            break
+        except QueueCorrupted:
+            errors += 1
+            continue
+        claimed.append(record.job_id)
+        record.ack()
+    q.recover(); q.promote(); q.stats(); q.jobs("pending")
+    print(json.dumps({"claimed": claimed, "errors": errors, "problems": q.verify()}))
+"""
+
+
+def damaged_store(path: Path, victim: int) -> tuple[list[int], str]:
+    """A one-shard store with ``JOBS`` pending jobs (put in one transaction, so the ready index's page is
+    written once), then one bit of job ``victim``'s ready key flipped in the file: the top bit of its ready
+    time, so that it sorts after every other key but stays where it was in the page. -> (the ids, the
+    damaged key)."""
+    with open_queue(path, shards=1) as q:
+        ids = q.put_many([{"args": [n], "kwargs": {}} for n in range(JOBS)])
+        job = q.job(ids[victim])
+        assert job is not None
+    key = ready_key(b"default", 0, int(job.enqueued_at * 1_000_000), ids[victim])
+    data = path / "shard-000" / "data.mdb"
+    raw = bytearray(data.read_bytes())
+    assert raw.count(key) == 1, "the ready key is in the file once, on its live page"
+    at = raw.index(key) + len(b"default\x00") + 2  # the ready time's first byte
+    raw[at] ^= 0x80
+    data.write_bytes(bytes(raw))
+    return ids, bytes(raw[at - len(b"default\x00") - 2 : at + 16]).hex()
+
+
+def claim_in_child(path: Path) -> dict[str, object]:
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, timeout=BOUND
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the claims did not end within {BOUND} s: a walk spins on the damaged index")
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+# the last key's flip would leave it in order: the others' leave one key out of order
+@pytest.mark.parametrize("victim", range(JOBS - 1), ids=[f"key{n}" for n in range(JOBS - 1)])
+def test_a_key_out_of_order_in_the_ready_index_never_makes_a_claim_spin(
+    store_path: Path, victim: int
+) -> None:
+    ids, damaged = damaged_store(store_path, victim)
+    with open_queue(store_path) as q:
+        problems = q.verify()
+    assert any("pending index holds keys out of order" in problem for problem in problems), problems
+    result = claim_in_child(store_path)
+    claimed = result["claimed"]
+    assert isinstance(claimed, list)
+    assert set(claimed) <= set(ids) and len(claimed) == len(set(claimed)), claimed
+    # Every job but the one whose key is damaged was served; that one was served too, or quarantined.
+    assert set(ids) - {ids[victim]} <= set(claimed), result
+    with open_queue(store_path) as q:
+        states = {job_id: q.job(job_id).state for job_id in ids}  # type: ignore[union-attr]
+        assert all(states[job_id] is State.DONE for job_id in claimed), states
+        assert states[ids[victim]] in (State.DONE, State.FAILED), states
+        assert q.stats()["pending"] == 0 and q.stats()["running"] == 0
+        # the damaged entry is gone: nothing is left in the ready index
+        assert q.jobs(State.PENDING) == []
+        assert q.verify() == []
+    assert result["problems"] == [], damaged
