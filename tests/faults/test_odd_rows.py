@@ -22,6 +22,7 @@ from queue_max_django.engine.job import CORRUPTED, STATE_CODE
 from tests.engine.pgprobe import PgProbe
 from tests.engine.probes import StoreProbe
 from tests.faults.corrupt import GARBAGE
+from tests.worker.conftest import TASKS, Site
 
 MakeQueue = Callable[..., Queue]
 Probe = Callable[[Queue], StoreProbe]
@@ -181,3 +182,32 @@ def test_requeue_still_retries_an_ordinary_dead_letter(make_queue: MakeQueue) ->
     q.get(0).nack("boom", permanent=True)
     assert q.requeue(job_id) is True
     assert q.job(job_id).state is State.PENDING  # type: ignore[union-attr]
+
+
+@ON_POSTGRES
+@pytest.mark.parametrize("odd", ["metadata-an-array", "partition-key-garbage"])
+def test_a_real_worker_quarantines_an_odd_row_once_and_runs_every_other_job(site: Site, odd: str) -> None:
+    """``queue_worker --burst``: metadata that is not an object used to kill the claiming thread at every
+    claim (a full traceback each time) until the job dead-lettered as ``LeaseExpired``; now the first claim
+    moves it to the dead letters as ``Corrupted``, the worker logs it once, and the other 20 jobs run."""
+    with site.queue() as q:
+        bad = q.put({"args": [99], "kwargs": {}}, name=TASKS + "finish", priority=5, metadata={"a": 1},
+                    partition_key="k")  # fmt: skip
+        good = [q.put({"args": [n], "kwargs": {}}, name=TASKS + "finish") for n in range(20)]
+        make_odd(q, bad, odd)
+
+    done = site.run("--burst", "--processes", "1", "--threads", "2", "--no-scheduler")
+
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert sorted(int(value) for value, _pid in site.marks("finished")) == list(range(20))
+    assert "Traceback" not in done.stderr, done.stderr[-4000:]
+    logged = [line for line in done.stderr.splitlines() if f"job {bad} " in line]
+    assert len(logged) == 1 and "Corrupted" in logged[0], done.stderr[-4000:]  # logged once
+    with site.queue() as q:
+        row = stored_row(q, bad)
+        assert row["table"] == "qm_finished" and row["error_type"] == CORRUPTED
+        assert ODD[odd][2] in row["error"]
+        assert all(q.job(job_id).state is State.DONE for job_id in good)  # type: ignore[union-attr]
+        stats = q.stats()
+        assert (stats["done"], stats["failed"], stats["pending"], stats["running"]) == (20, 1, 0, 0)
+        assert q.verify() == []
