@@ -20,6 +20,7 @@ from queue_max_django.engine.job import CORRUPTED
 from tests.engine.pgprobe import PgProbe
 from tests.engine.probes import LmdbProbe
 from tests.faults.corrupt import GARBAGE
+from tests.faults.test_odd_rows import break_worker_report
 
 Configure = Callable[..., override_settings]
 BASE = "/admin/queue_max_django/job/"
@@ -224,3 +225,15 @@ def test_all_matching_with_the_confirmation_s_as_of_leaves_newer_dead_letters(
     )
     assert messages_after(admin_client, done) == ["Deleted 1 job."]
     assert store.job(old) is None and store.job(new).state is State.FAILED  # type: ignore[union-attr]
+
+
+def test_the_dashboard_answers_with_a_worker_report_that_does_not_decode(
+    admin_client: Client, store: Queue
+) -> None:
+    store.report_worker("w-bad", stale_after=60)
+    store.report_worker("w-good", stale_after=60)
+    break_worker_report(store, "w-bad", GARBAGE)
+    for url in (BASE, f"{BASE}panels/"):
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+    assert "w-good" in admin_client.get(f"{BASE}panels/").content.decode()

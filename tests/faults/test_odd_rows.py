@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
 import pytest
 
 from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State
 from queue_max_django.engine.job import CORRUPTED, STATE_CODE
+from queue_max_django.engine.stores.postgres.store import PostgresStore
+from tests.engine.conftest import FakeClock
 from tests.engine.pgprobe import PgProbe
 from tests.engine.probes import StoreProbe
 from tests.faults.corrupt import GARBAGE
@@ -211,3 +214,38 @@ def test_a_real_worker_quarantines_an_odd_row_once_and_runs_every_other_job(site
         stats = q.stats()
         assert (stats["done"], stats["failed"], stats["pending"], stats["running"]) == (20, 1, 0, 0)
         assert q.verify() == []
+
+
+def break_worker_report(q: Queue, worker_id: str, raw: bytes) -> None:
+    """Overwrite the stored report of ``worker_id`` with ``raw``, past the engine."""
+    if isinstance(q._store, PostgresStore):
+        probe = PgProbe(q)
+        probe.conn.execute("UPDATE qm_workers SET report = %s WHERE worker_id = %s", (raw, worker_id))
+        return
+    env = q._store.locks.env  # type: ignore[attr-defined]
+    with env.env.begin(write=True) as txn:
+        assert txn.replace(worker_id.encode(), raw, db=env.dbs["workers"]) is not None
+
+
+@pytest.mark.parametrize("raw", [GARBAGE, msgpack.packb([1, 2]), msgpack.packb(["x"] * 10)],
+                         ids=["garbage", "too-short", "strings"])  # fmt: skip
+def test_a_worker_report_that_does_not_decode_is_left_out_pruned_and_replaced(
+    make_queue: MakeQueue, clock: FakeClock, raw: bytes
+) -> None:
+    """The registry of workers (the admin's dashboard, ``queue_health``) read every report: one that did
+    not decode made ``workers()`` raise, and the worker whose row it was could not report again."""
+    q = make_queue()
+    q.report_worker("w-bad", stale_after=60, queues=("default",))
+    q.report_worker("w-good", stale_after=60, queues=("default",))
+    break_worker_report(q, "w-bad", raw)
+
+    assert [w.worker_id for w in q.workers()] == ["w-good"]
+    assert [w.worker_id for w in q.workers(include_dead=True)] == ["w-good"]
+    q.report_worker("w-bad", stale_after=60, threads=3)  # its next report replaces the row
+    assert sorted(w.worker_id for w in q.workers()) == ["w-bad", "w-good"]
+    assert q.workers()[0].threads == 3 and q.workers()[0].started_at == clock()
+
+    break_worker_report(q, "w-bad", raw)
+    assert q.prune_workers() == 1  # it tells nothing: dead
+    q.report_worker("w-good", stale_after=60)
+    assert [w.worker_id for w in q.workers(include_dead=True)] == ["w-good"]
