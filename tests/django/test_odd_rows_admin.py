@@ -237,3 +237,15 @@ def test_the_dashboard_answers_with_a_worker_report_that_does_not_decode(
         response = admin_client.get(url)
         assert response.status_code == 200, url
     assert "w-good" in admin_client.get(f"{BASE}panels/").content.decode()
+
+
+@ON_POSTGRES
+def test_the_admin_answers_on_a_time_no_datetime_can_hold(admin_client: Client, store: Queue) -> None:
+    """An enqueue time of year 287168 written by hand made the waiting list and the job's page answer 500."""
+    job_id = store.put({"args": [], "kwargs": {}}, name="t.task")
+    other = store.put({"args": [], "kwargs": {}}, name="t.task")
+    probe = PgProbe(store)
+    probe.conn.execute("UPDATE qm_jobs SET enqueued_us = 9000000000000000000 WHERE id = %s", (job_id,))
+    for url in (BASE, f"{BASE}panels/", f"{BASE}pending/", f"{BASE}{job_id}/", f"{BASE}{other}/"):
+        assert admin_client.get(url).status_code == 200, url
+    assert str(other) in admin_client.get(f"{BASE}pending/").content.decode()
