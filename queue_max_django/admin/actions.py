@@ -5,7 +5,8 @@ requested", for its worker to stop (the ``cancel_job`` permission: models.py).
 
 Each action runs one engine call per job (each its own LMDB transaction), and a job no longer in a state the
 action fits is skipped and counted, never an error: other processes change the store between the page that
-listed a job and the click.
+listed a job and the click. A dead letter quarantined as corrupted (``Job.corrupted``) is never retried
+(the engine refuses it: nothing is left to run): it is skipped, and the message says so.
 """
 
 from __future__ import annotations
@@ -53,17 +54,24 @@ def _operation(queue: Queue, action: str) -> Callable[[int], bool]:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How many jobs an action changed, and how many it skipped (gone, or in another state by then)."""
+    """How many jobs an action changed, and how many it skipped: ``skipped`` (gone, or in another state by
+    then) and ``corrupted`` (dead letters quarantined as corrupted, which a retry refuses)."""
 
     action: str
     done: int
     skipped: int
+    corrupted: int = 0
 
     def message(self) -> str:
         """The admin message: "Retried 12 jobs." plus the skipped ones, if any."""
         text = f"{VERBS[self.action][1]} {_jobs(self.done)}."
         if self.skipped:
             text += f" Skipped {_jobs(self.skipped)} that no longer fit (gone, or in another state by now)."
+        if self.corrupted:
+            text += (
+                f" Skipped {_jobs(self.corrupted)} quarantined as corrupted (error type Corrupted): their "
+                f"data did not decode, so nothing is left to run; read and delete them."
+            )
         return text
 
 
@@ -71,14 +79,16 @@ def apply(queue: Queue, action: str, job_ids: Iterable[int], *, state: State) ->
     """Run ``action`` on each job that is still in ``state`` (the list it was picked from). -> how many it
     changed and how many it skipped."""
     operation = _operation(queue, action)
-    done = skipped = 0
+    done = skipped = corrupted = 0
     for job_id in job_ids:
         job = queue.job(job_id)
         if job is not None and job.state is state and operation(job_id):
             done += 1
+        elif action == RETRY and job is not None and job.corrupted:
+            corrupted += 1
         else:
             skipped += 1
-    return Outcome(action, done, skipped)
+    return Outcome(action, done, skipped, corrupted)
 
 
 def purge_failed(queue: Queue, *, failed_before: float, now: float) -> Outcome:

@@ -40,8 +40,14 @@ def duration(seconds: float) -> str:
 
 
 def when(seconds: float | None) -> dt.datetime | None:
-    """Unix seconds -> an aware datetime (templates show it in the current time zone)."""
-    return None if seconds is None else dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    """Unix seconds -> an aware datetime (templates show it in the current time zone); None, shown as no
+    time, for one no datetime can hold (a row edited past the engine: year 287168): a page still answers."""
+    if seconds is None:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ more than the one job on screen, and end in a redirect with a message.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 from collections.abc import Callable
 from functools import update_wrapper
@@ -254,7 +255,15 @@ class JobAdmin(ModelAdmin):
         if request.POST.get("confirmed") != "yes":
             return self._confirm(request, current, action, filters, ids, matching_scope)
         if matching_scope:
-            outcome, note = self._act_on_matching(request, current, action, filters)
+            as_of = _as_of(request.POST.get("as_of"), queue.now())
+            if as_of is None:
+                messages.error(
+                    request,
+                    "The confirmation did not say when it was shown (as_of must be a time, in unix seconds, "
+                    "not after now): nothing was done. Ask for the action again.",
+                )
+                return HttpResponseRedirect(back)
+            outcome, note = self._act_on_matching(current, action, filters, as_of)
         else:
             outcome, note = actions.apply(queue, action, ids, state=current), ""
         messages.success(request, outcome.message() + note)
@@ -291,7 +300,7 @@ class JobAdmin(ModelAdmin):
             filters=filters,
             ids=ids,
             preview=preview,
-            as_of=repr(time.time()),
+            as_of=repr(queue.now()),  # the store's clock, as the times it keeps (PostgreSQL: the server's)
             back_url=self._back_url(request, state, filters),
             list_url=self._url("list", state.value),
             plural=listing.NOUNS[state][1],
@@ -309,17 +318,13 @@ class JobAdmin(ModelAdmin):
         return self._url("list", state.value, query=filters.as_query())
 
     def _act_on_matching(
-        self, request: HttpRequest, state: State, action: str, filters: listing.Filters
+        self, state: State, action: str, filters: listing.Filters, as_of: float
     ) -> tuple[actions.Outcome, str]:
-        """Act on every job that matched when the confirmation page was shown (``as_of``): jobs that failed
-        or were enqueued after it are left alone."""
+        """Act on every job that matched when the confirmation page was shown (``as_of``, unix seconds):
+        jobs that failed or were enqueued after it are left alone."""
         queue = get_queue()
-        try:
-            as_of = float(request.POST.get("as_of", ""))
-        except ValueError:
-            as_of = time.time()
         if action == actions.DELETE and state is State.FAILED and not filters.active:
-            return actions.purge_failed(queue, failed_before=as_of, now=time.time()), ""
+            return actions.purge_failed(queue, failed_before=as_of, now=queue.now()), ""
         scan = listing.Scan()
 
         def stamp(job: Job) -> float:
@@ -374,7 +379,7 @@ class JobAdmin(ModelAdmin):
                 (FINISHED_LABELS.get(job.state, "Last finished"), display.when(job.finished_at)),
             ],
             list_url=self._url("list", job.state.value),
-            can_retry=job.state is State.FAILED and can_change,
+            can_retry=job.state is State.FAILED and can_change and not job.corrupted,
             can_cancel=job.state in (State.PENDING, State.SCHEDULED) and can_change,
             can_cancel_running=job.state is State.RUNNING and self.has_cancel_permission(request),
             cancel_requested=job.state is State.RUNNING and get_queue().cancel_requested(job.job_id),
@@ -407,6 +412,13 @@ class JobAdmin(ModelAdmin):
             return self._enqueue_again(request, job)
         fits = action in actions.STATE_ACTIONS[job.state]
         outcome = actions.apply(get_queue(), action, [job.job_id] if fits else [], state=job.state)
+        if outcome.corrupted:
+            messages.error(
+                request,
+                f"Job {job.job_id} was quarantined as corrupted: its data did not decode, so nothing is left "
+                f"to run and it cannot be retried. Nothing was done; read it, then delete it.",
+            )
+            return HttpResponseRedirect(self._url("job", job.job_id))
         if not outcome.done:
             messages.warning(
                 request,
@@ -435,6 +447,17 @@ class JobAdmin(ModelAdmin):
             return HttpResponseRedirect(self._url("job", job.job_id))
         messages.success(request, f"Enqueued job {job.job_id} again as job {new_id}.")
         return HttpResponseRedirect(self._url("job", new_id))
+
+
+def _as_of(value: str | None, now: float) -> float | None:
+    """The time a confirmation page was shown, as its form sends it back: a finite number of unix seconds
+    not after ``now``; None for anything else (missing, not a number, nan, an infinity, the future), which
+    would make "all matching" reach jobs the page never counted (``inf``: every one, however new)."""
+    try:
+        as_of = float(value or "")
+    except ValueError:
+        return None
+    return as_of if math.isfinite(as_of) and 0 <= as_of <= now else None
 
 
 def _list_times(state: State, job: Job) -> list[dt.datetime | None]:

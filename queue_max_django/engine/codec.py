@@ -259,12 +259,14 @@ def job_from_stored(
     worker_ids: Iterable[str] | None,
     errors: tuple[tuple[str | None, str | None], ...],
     metadata: bytes | str | None = None,
+    damage: Iterable[str] = (),
 ) -> Job:
     """A ``Job`` snapshot of a job's stored fields, in any store: times in integer µs (the ready time is
     the ETA only while scheduled, the lease only counts while running), payload and result as the msgpack
     bytes stored. A snapshot never fails on bytes that do not decode: it keeps them and says why
-    (``damage``)."""
-    damage: list[str] = []
+    (``damage``: what the caller found already, such as a partition key that does not decode, then
+    this)."""
+    damage = list(damage)
 
     def decoded(raw: bytes | None, what: str) -> Any:
         if raw is None:

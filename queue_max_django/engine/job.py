@@ -35,6 +35,10 @@ class State(enum.StrEnum):
     FAILED = "failed"
 
 
+# The error type of a dead letter that a store quarantined because its data does not decode (its record,
+# payload, partition key or metadata): it can be read and deleted, never requeued (nothing is left to run).
+CORRUPTED = "Corrupted"
+
 # Order matters: the integer code of a state is its index here, and that code is what is stored on disk.
 STATES: tuple[State, ...] = (State.PENDING, State.SCHEDULED, State.RUNNING, State.DONE, State.FAILED)
 STATE_CODE: dict[State, int] = {state: code for code, state in enumerate(STATES)}
@@ -66,8 +70,15 @@ class Job:
     lease_until: float | None = None
     worker_ids: tuple[str, ...] = ()  # who claimed each attempt (the last 10), when workers said who they are
     errors: tuple[tuple[str | None, str | None], ...] = ()  # (error type, error) of each failed attempt
-    damage: str | None = None  # why the payload or result on disk does not decode (they are the raw bytes)
+    damage: str | None = None  # why what is stored does not decode: a payload, result or partition key
+    # (kept as the raw bytes), metadata (read as none)
     metadata: dict[str, Any] = field(default_factory=dict)  # the stored metadata (engine/metadata.py)
+
+    @property
+    def corrupted(self) -> bool:
+        """A dead letter the store quarantined because its data does not decode (error type ``Corrupted``):
+        ``Queue.requeue`` refuses it."""
+        return self.state is State.FAILED and self.error_type == CORRUPTED
 
     @property
     def shard(self) -> int:

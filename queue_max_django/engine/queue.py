@@ -410,7 +410,8 @@ class Queue(Coordination):
         return None if claimed is None else Record(self._consumer, claimed)
 
     def requeue(self, job_id: int) -> bool:
-        """A failed job goes back to pending with its retries reset. -> False if it is not failed."""
+        """A failed job goes back to pending with its retries reset. -> False if it is not failed, or
+        is a dead letter quarantined as corrupted (``Job.corrupted``: nothing is left to run; delete it)."""
         _check_id(job_id)
         return self._live().requeue(self._clock(), job_id)
 

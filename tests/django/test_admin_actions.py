@@ -214,7 +214,7 @@ def test_all_matching_leaves_jobs_that_failed_after_the_confirmation(
     admin_client: Client, store: Queue
 ) -> None:
     before = fail(store, "early")
-    as_of = repr(time.time())
+    as_of = repr(store.now())
     time.sleep(0.002)  # failed-at times are in microseconds: the next failure is strictly later
     after = fail(store, "late")
     done = post(admin_client, "failed", action="retry", scope="matching", q="e", confirmed="yes", as_of=as_of)
@@ -239,7 +239,7 @@ def test_cancel_all_matching_waiting_jobs_of_one_queue(admin_client: Client, sto
     other = store.put(4)
     confirm = post(admin_client, "pending", action="cancel", scope="matching", queue="mail")
     assert 'data-testid="how-many">3<' in confirm.content.decode()
-    as_of = repr(time.time())
+    as_of = repr(store.now())
     done = post(admin_client, "pending", action="cancel", scope="matching", queue="mail", confirmed="yes",
                 as_of=as_of)  # fmt: skip
     assert messages_of(done) == ["Cancelled 3 jobs."]
@@ -256,7 +256,7 @@ def test_counting_stops_at_the_scan_limit(
     html = confirm.content.decode()
     assert 'data-testid="how-many">3+<' in html and "Counting stopped after 3 jobs" in html
     done = post(admin_client, "failed", action="retry", scope="matching", q="same", confirmed="yes",
-                as_of=repr(time.time()))  # fmt: skip
+                as_of=repr(store.now()))  # fmt: skip
     assert messages_of(done)[0].startswith("Retried 3 jobs. Only the first 3 jobs were looked at")
     assert sorted(state(store, i) or "gone" for i in ids).count(State.PENDING) == 3
 
@@ -386,7 +386,7 @@ def test_run_now_on_every_matching_scheduled_job_asks_first_and_needs_change(sto
     assert 'data-testid="how-many">2<' in html and "qm-danger" not in html and "ahead of its due time" in html
     assert [state(store, i) for i in mail] == [State.SCHEDULED] * 2  # nothing yet
     done = post(changer, "scheduled", action="run", scope="matching", queue="mail", confirmed="yes",
-                as_of=str(time.time() + 1))  # fmt: skip
+                as_of=repr(store.now()))  # fmt: skip
     assert messages_of(done) == ["Moved to the waiting jobs, to run now: 2 jobs."]
     assert [state(store, i) for i in mail] == [State.PENDING] * 2
     assert state(store, other) is State.SCHEDULED

@@ -72,13 +72,14 @@ def pages(jobs: Jobs) -> list[str]:
 def posts(jobs: Jobs) -> list[tuple[str, str, dict[str, Any]]]:
     """(permission it needs, url, data) of every state-changing POST, confirmed."""
     selected = {"scope": "selected", "confirmed": "yes"}
+    matching = {"scope": "matching", "confirmed": "yes", "as_of": repr(conf.get_queue().now())}
     return [
         ("change", f"{BASE}failed/action/", {"action": "retry", "ids": [jobs.failed], **selected}),
-        ("change", f"{BASE}failed/action/", {"action": "retry", "scope": "matching", "confirmed": "yes"}),
+        ("change", f"{BASE}failed/action/", {"action": "retry", **matching}),
         ("delete", f"{BASE}failed/action/", {"action": "delete", "ids": [jobs.failed], **selected}),
-        ("delete", f"{BASE}failed/action/", {"action": "delete", "scope": "matching", "confirmed": "yes"}),
+        ("delete", f"{BASE}failed/action/", {"action": "delete", **matching}),
         ("change", f"{BASE}pending/action/", {"action": "cancel", "ids": [jobs.pending], **selected}),
-        ("change", f"{BASE}pending/action/", {"action": "cancel", "scope": "matching", "confirmed": "yes"}),
+        ("change", f"{BASE}pending/action/", {"action": "cancel", **matching}),
         ("change", f"{BASE}scheduled/action/", {"action": "cancel", "ids": [jobs.scheduled], **selected}),
         ("change", f"{BASE}{jobs.failed}/retry/", {}),
         ("change", f"{BASE}{jobs.pending}/cancel/", {}),

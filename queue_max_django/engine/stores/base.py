@@ -256,7 +256,8 @@ class Store(Protocol):
 
     # -- management and upkeep
     def requeue(self, now: float, job_id: int) -> bool:
-        """A dead letter back to pending, retries reset, its cancel mark (if any) dropped."""
+        """A dead letter back to pending, retries reset, its cancel mark (if any) dropped. False, nothing
+        changed, if it is not a dead letter (or gone) or is one quarantined as corrupted (``CORRUPTED``)."""
         ...
 
     def cancel(self, now: float, job_id: int) -> CancelOutcome:

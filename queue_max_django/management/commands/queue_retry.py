@@ -1,4 +1,5 @@
-"""``manage.py queue_retry``: dead letters back to waiting, one by id or all (of a shard, of a task)."""
+"""``manage.py queue_retry``: dead letters back to waiting, one by id or all (of a shard, of a task). A dead
+letter quarantined as corrupted (``Job.corrupted``) is never retried: nothing is left to run."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ...engine import Queue, State
+from ...engine import Job, Queue, State
 from ..base import QueueCommand
 from ..common import check_shard, engine_errors, job_id, open_queue, unknown_task_warning
 from ..jobs import job_ids, not_failed
@@ -57,14 +58,34 @@ class Command(QueueCommand):
                 self._retry_one(queue, job_id)
                 return
             check_shard(queue, shard)
-            ids = job_ids(queue, State.FAILED, shard=shard, task=task)
+            corrupted: list[int] = []  # never retried: nothing is left to run (Job.corrupted)
+
+            def retriable(job: Job) -> bool:
+                if job.corrupted:
+                    corrupted.append(job.job_id)
+                return not job.corrupted
+
+            ids = job_ids(queue, State.FAILED, shard=shard, task=task, keep=retriable)
             retried = sum(queue.requeue(each) for each in ids)  # False: someone else requeued or purged it
-        warning = None if ids else unknown_task_warning(task, "failed jobs")
+        warning = None if ids or corrupted else unknown_task_warning(task, "failed jobs")
         if warning is not None:
             self.stderr.write(f"Warning: {warning}")
         self.stdout.write(f"Retried {retried} failed job{'' if retried == 1 else 's'}.")
+        if corrupted:
+            many = len(corrupted)
+            self.stdout.write(
+                f"Skipped {many} failed job{'' if many == 1 else 's'} quarantined as corrupted (error type "
+                f"Corrupted): the data stored did not decode, so nothing is left to run. Read them with "
+                f"queue_show, delete them with queue_delete."
+            )
 
     def _retry_one(self, queue: Queue, job_id: int) -> None:
         if not queue.requeue(job_id):
+            job = queue.job(job_id)
+            if job is not None and job.corrupted:
+                raise CommandError(
+                    f"job {job_id} was quarantined as corrupted ({job.error}): its data did not decode, so "
+                    f"nothing is left to run and it cannot be retried. Delete it (queue_delete {job_id})."
+                )
             raise CommandError(not_failed(queue, job_id, "only dead letters can be retried"))
         self.stdout.write(f"Retried 1 failed job ({job_id}).")

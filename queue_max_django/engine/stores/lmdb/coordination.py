@@ -111,7 +111,8 @@ class Coordination:
         def txn_fn(txn: Any) -> None:
             now = self._clock()
             raw = txn.get(key, db=self.workers_db)
-            first_seen = msgpack.unpackb(raw, raw=False)[2] if raw is not None else now
+            before = None if raw is None else _unpack_worker(key, raw)
+            first_seen = now if before is None else before.started_at
             value = [
                 os.getpid() if pid is None else pid,
                 default_host() if host is None else host,
@@ -135,19 +136,19 @@ class Coordination:
     def workers(self, *, include_dead: bool = False) -> list[WorkerInfo]:
         """The registered workers, ordered by id; only live ones unless ``include_dead``."""
 
-        def txn_fn(txn: Any) -> list[WorkerInfo]:
+        def txn_fn(txn: Any) -> list[WorkerInfo | None]:
             return [_unpack_worker(k, v) for k, v in txn.cursor(db=self.workers_db)]
 
         everyone = self.env.read(txn_fn)
         now = self._clock()
-        return [w for w in everyone if include_dead or w.alive(now)]
+        return [w for w in everyone if w is not None and (include_dead or w.alive(now))]
 
     def prune_workers(self) -> int:
         """Forget workers that stopped reporting (past their ``stale_after``). -> how many."""
 
         def txn_fn(txn: Any) -> int:
             now = self._clock()
-            dead = [k for k, v in txn.cursor(db=self.workers_db) if not _unpack_worker(k, v).alive(now)]
+            dead = [k for k, v in txn.cursor(db=self.workers_db) if not _alive(_unpack_worker(k, v), now)]
             for key in dead:
                 txn.delete(key, db=self.workers_db)
             return len(dead)
@@ -155,20 +156,33 @@ class Coordination:
         return self.env.write(txn_fn)
 
 
-def _unpack_worker(key: bytes, raw: bytes) -> WorkerInfo:
-    pid, host, started_at, last, stale_after, queues, threads, jobs, processed, failed = msgpack.unpackb(
-        raw, raw=False
-    )
-    return WorkerInfo(
-        worker_id=key.decode(),
-        pid=pid,
-        host=host,
-        started_at=started_at,
-        last_heartbeat=last,
-        stale_after=stale_after,
-        queues=None if queues is None else tuple(queues),
-        threads=threads,
-        current_jobs=tuple(jobs),
-        processed=processed,
-        failed=failed,
-    )
+def _alive(worker: WorkerInfo | None, now: float) -> bool:
+    return worker is not None and worker.alive(now)
+
+
+def _unpack_worker(key: bytes, raw: bytes) -> WorkerInfo | None:
+    """A stored report as a ``WorkerInfo``; None for one that does not decode or has another shape (written
+    past the engine): such a worker tells nothing, so it is not listed, and counts as dead (pruned), until
+    its own next report replaces the row."""
+    try:
+        pid, host, started_at, last, stale_after, queues, threads, jobs, processed, failed = msgpack.unpackb(
+            raw, raw=False
+        )
+        times = (started_at, last, stale_after)
+        if not all(type(value) in (int, float) for value in times) or not isinstance(jobs, list):
+            return None
+        return WorkerInfo(
+            worker_id=key.decode(),
+            pid=pid,
+            host=host,
+            started_at=started_at,
+            last_heartbeat=last,
+            stale_after=stale_after,
+            queues=None if queues is None else tuple(queues),
+            threads=threads,
+            current_jobs=tuple(jobs),
+            processed=processed,
+            failed=failed,
+        )
+    except (ValueError, TypeError, msgpack.UnpackException):  # not msgpack, or not the list of ten we write
+        return None

@@ -10,6 +10,7 @@ import struct
 from typing import Any
 
 from ...cancels import CancelOutcome
+from ...job import CORRUPTED
 from ..types import CorruptedJobQuarantined
 from .access import ShardDbs, delete_job, index_job, store_record, unindex_job
 from .keys import id_key, micros
@@ -34,16 +35,16 @@ NOT_RUNNING = (PENDING, SCHEDULED, DONE, FAILED)  # the states a job can be dele
 
 
 def requeue(shard: ShardDbs, now: float, job_id: int) -> bool:
-    """Failed -> pending with retries reset. False if the job is not failed (or gone), or its record
-    does not decode: then it becomes a dead letter that says so (``quarantine``), with nothing left
-    to run."""
+    """Failed -> pending with retries reset. False if the job is not failed (or gone), or is a dead letter
+    quarantined as corrupted (error type ``Corrupted``: what it would run is not what was put, or nothing),
+    or its record does not decode: then it becomes such a dead letter first (``quarantine``)."""
     now_us = micros(now)
     found: list[CorruptedJobQuarantined] = []
 
     def txn_fn(txn: Any) -> bool:
         found.clear()
         record = load_or_quarantine(shard, txn, job_id, now_us, found)
-        if record is None or found or record[F_STATE] != FAILED:
+        if record is None or found or record[F_STATE] != FAILED or record[F_ERROR_TYPE] == CORRUPTED:
             return False
         unindex_job(shard, txn, job_id, record)
         record[F_STATE] = PENDING

@@ -11,6 +11,7 @@ from typing import Any
 
 from ... import codec
 from ...errors import QueueCorrupted, QueueError
+from ...job import CORRUPTED
 from ..types import CorruptedJobQuarantined
 from . import layout
 from .access import (
@@ -38,8 +39,6 @@ from .layout import (
     PENDING,
 )
 from .records import unreadable_record
-
-CORRUPTED = "Corrupted"
 
 # (job id, the index it was met in, its key there, or None if unknown) of a record a read could not decode
 Unreadable = tuple[int, Any, bytes | None]

@@ -13,7 +13,7 @@ from typing import Any
 
 from ... import codec
 from ...errors import QueueCorrupted
-from ...job import STATE_CODE, STATES, Job, State
+from ...job import CORRUPTED, STATE_CODE, STATES, Job, State
 from ..types import Candidate, CorruptedJobQuarantined
 from . import layout
 from .access import (
@@ -63,7 +63,7 @@ from .layout import (
     F_TOKEN,
     FAILED,
 )
-from .quarantine import CORRUPTED, Unreadable, quarantine_met, quarantine_unreadable, report
+from .quarantine import Unreadable, quarantine_met, quarantine_unreadable, report
 from .records import record_to_job, unreadable_record
 
 _READY_TAIL = struct.Struct(">QQ")  # after the queue name, NUL and the 2-byte flipped priority

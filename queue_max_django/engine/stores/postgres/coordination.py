@@ -150,7 +150,8 @@ class PgCoordination:
         with self._db.transaction() as conn:
             raw = _lock_or_create_worker(conn, worker_id)
             now = self._clock()
-            first_seen = msgpack.unpackb(raw, raw=False)[2] if raw is not None else now
+            before = None if raw is None else _unpack_worker(worker_id, raw)
+            first_seen = now if before is None else before.started_at
             value = [
                 os.getpid() if pid is None else pid,
                 socket.gethostname() if host is None else host,
@@ -183,7 +184,7 @@ class PgCoordination:
             ).fetchall()
         everyone = [_unpack_worker(worker_id, bytes(raw)) for worker_id, raw in rows]
         now = self._clock()
-        return [w for w in everyone if include_dead or w.alive(now)]
+        return [w for w in everyone if w is not None and (include_dead or w.alive(now))]
 
     def prune_workers(self) -> int:
         """Forget workers that stopped reporting (past their ``stale_after``). -> how many."""
@@ -192,7 +193,7 @@ class PgCoordination:
                 'SELECT worker_id, report FROM qm_workers ORDER BY worker_id COLLATE "C" FOR UPDATE'
             ).fetchall()
             now = self._clock()
-            dead = [key for key, raw in rows if not _unpack_worker(key, bytes(raw)).alive(now)]
+            dead = [key for key, raw in rows if not _alive(_unpack_worker(key, bytes(raw)), now)]
             if dead:
                 conn.execute("DELETE FROM qm_workers WHERE worker_id = ANY(%s)", (dead,))
             return len(dead)
@@ -233,20 +234,33 @@ def _lock_or_create_worker(conn: Any, worker_id: str) -> bytes | None:
             return None
 
 
-def _unpack_worker(worker_id: str, raw: bytes) -> WorkerInfo:
-    pid, host, started_at, last, stale_after, queues, threads, jobs, processed, failed = msgpack.unpackb(
-        raw, raw=False
-    )
-    return WorkerInfo(
-        worker_id=worker_id,
-        pid=pid,
-        host=host,
-        started_at=started_at,
-        last_heartbeat=last,
-        stale_after=stale_after,
-        queues=None if queues is None else tuple(queues),
-        threads=threads,
-        current_jobs=tuple(jobs),
-        processed=processed,
-        failed=failed,
-    )
+def _alive(worker: WorkerInfo | None, now: float) -> bool:
+    return worker is not None and worker.alive(now)
+
+
+def _unpack_worker(worker_id: str, raw: bytes) -> WorkerInfo | None:
+    """A stored report as a ``WorkerInfo``; None for one that does not decode or has another shape (written
+    past the engine): such a worker tells nothing, so it is not listed, and counts as dead (pruned), until
+    its own next report replaces the row."""
+    try:
+        pid, host, started_at, last, stale_after, queues, threads, jobs, processed, failed = msgpack.unpackb(
+            raw, raw=False
+        )
+        times = (started_at, last, stale_after)
+        if not all(type(value) in (int, float) for value in times) or not isinstance(jobs, list):
+            return None
+        return WorkerInfo(
+            worker_id=worker_id,
+            pid=pid,
+            host=host,
+            started_at=started_at,
+            last_heartbeat=last,
+            stale_after=stale_after,
+            queues=None if queues is None else tuple(queues),
+            threads=threads,
+            current_jobs=tuple(jobs),
+            processed=processed,
+            failed=failed,
+        )
+    except (ValueError, TypeError, msgpack.UnpackException):  # not msgpack, or not the list of ten we write
+        return None

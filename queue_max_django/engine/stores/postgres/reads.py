@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING
 
 from ... import codec
 from ...errors import InvalidJob, QueueCorrupted
-from ...job import STATE_CODE, Job, State
+from ...job import CORRUPTED, STATE_CODE, Job, State
 from .rows import FINISHED, LIVE_AS_FINISHED, as_job
 from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
-from .upkeep import CORRUPTED
 
 if TYPE_CHECKING:
     from .sql import Statements
@@ -183,27 +182,33 @@ def verify(store: Statements) -> list[str]:
 
 
 def _undecodable(store: Statements) -> list[str]:
-    """Every payload and result that does not decode (a scan, in batches of ``VERIFY_BATCH`` rows by id)."""
+    """Every payload, result and partition key that does not decode, and metadata that is not a JSON
+    object (a scan, in batches of ``VERIFY_BATCH`` rows by id)."""
     problems: list[str] = []
-    # A dead letter quarantined for its bytes (error type "Corrupted") keeps them on purpose: not a problem.
-    for table, columns, known in (
-        ("qm_jobs", "payload, NULL::bytea", ""),
-        ("qm_finished", "payload, result", f" AND error_type IS DISTINCT FROM '{CORRUPTED}'"),
+    # A dead letter quarantined for its data (error type "Corrupted") keeps it on purpose: not a problem.
+    for table, result, known in (
+        ("qm_jobs", "NULL::bytea", ""),
+        ("qm_finished", "result", f" AND error_type IS DISTINCT FROM '{CORRUPTED}'"),
     ):
         after = 0
         while True:
             rows = store.rows(
-                f"SELECT id, {columns} FROM {table} WHERE id > %s{known} ORDER BY id LIMIT {VERIFY_BATCH}",
+                f"SELECT id, payload, {result}, partition_key, jsonb_typeof(metadata) FROM {table} "
+                f"WHERE id > %s{known} ORDER BY id LIMIT {VERIFY_BATCH}",
                 (after,),
             )
-            for job_id, payload, result in rows:
-                for what, raw in (("payload", payload), ("result", result)):
+            for job_id, payload, result_bytes, key, metadata_type in rows:
+                for what, raw in (("payload", payload), ("result", result_bytes), ("partition key", key)):
                     if raw is None:
                         continue
                     try:
-                        codec.unpack_stored(raw, job_id, what)
+                        codec.unpack_stored(bytes(raw), job_id, what)
                     except QueueCorrupted as exc:
                         problems.append(str(exc))
+                if metadata_type not in (None, "object"):
+                    problems.append(
+                        f"job {job_id}: the stored metadata is not a JSON object (a JSON {metadata_type})"
+                    )
             if len(rows) < VERIFY_BATCH:
                 break
             after = rows[-1][0]

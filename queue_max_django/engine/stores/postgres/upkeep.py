@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...job import STATE_CODE, State
+from ...job import CORRUPTED, STATE_CODE, State
 from ...retry import decide
 from ..types import UNIQUE_KEY_MIN_TTL, Recovered
 from . import cancels
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 BATCH = 1000
 LEASE_EXPIRED = "LeaseExpired"
-CORRUPTED = "Corrupted"  # the error type of a job quarantined because its payload does not decode
 _LEASE_ERROR = "lease expired: the worker holding the job died or stalled"
 
 # A live job's columns copied into qm_finished as a dead letter (the error fields given as parameters).
@@ -188,13 +187,14 @@ def purge(store: Statements, state: State, cutoff: float | None) -> int:
 
 
 _REQUEUE = f"""
-WITH gone AS (DELETE FROM qm_finished WHERE id = %(id)s AND state = {FAILED} RETURNING *),
+WITH gone AS (DELETE FROM qm_finished WHERE id = %(id)s AND state = {FAILED} AND payload IS NOT NULL
+              AND error_type IS DISTINCT FROM '{CORRUPTED}' RETURNING *),
 ins AS (
     INSERT INTO qm_jobs (id, state, queue, name, priority, ready_us, retries, max_retries, attempts,
         enqueued_us, timeout, partition_key, payload, worker_ids, error_types, error_msgs, metadata)
     SELECT id, {PENDING}, queue, name, priority, %(now)s, 0, max_retries, attempts, enqueued_us, timeout,
         partition_key, payload, worker_ids, error_types, error_msgs, metadata
-    FROM gone WHERE payload IS NOT NULL RETURNING id, queue),
+    FROM gone RETURNING id, queue),
 unmark AS (DELETE FROM qm_cancels c USING ins WHERE c.job_id = ins.id),
 {tally(("ins", str(FAILED), -1), ("ins", str(FAILED_LEFT), 1), ("ins", str(PENDING), 1))}
 SELECT (SELECT id FROM ins), {notify_if("EXISTS (SELECT 1 FROM ins)")}
@@ -203,7 +203,8 @@ SELECT (SELECT id FROM ins), {notify_if("EXISTS (SELECT 1 FROM ins)")}
 
 def requeue(store: Statements, now: float, job_id: int) -> bool:
     """A dead letter back to pending, its retries reset, at the back of its queue. False if the job is not
-    a dead letter (or gone)."""
+    a dead letter (or gone), or is one quarantined as corrupted (error type ``Corrupted``: what it would run
+    is not what was put)."""
     if store.one(_REQUEUE, store.params(id=job_id, now=micros(now)))[0] is None:
         return False
     store.hints.local()
