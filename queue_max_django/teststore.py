@@ -139,7 +139,15 @@ def _settings_dir() -> Path | None:
 
 
 def _same(one: Path, other: Path) -> bool:
-    return os.path.abspath(one) == os.path.abspath(other)
+    """Whether two paths name one directory: the same path once every symlink in it is followed (a folder
+    not made yet counts by the path it would have), or, for two that exist, the same file on disk (device
+    and inode: a bind mount). A path that reaches the development store by another name is that store."""
+    if os.path.realpath(one) == os.path.realpath(other):
+        return True
+    try:
+        return os.path.samefile(one, other)
+    except OSError:  # one of them does not exist (yet): the paths said it
+        return False
 
 
 def _inherited() -> dict[str, str] | None:

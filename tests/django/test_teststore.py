@@ -238,3 +238,34 @@ def test_outside_a_test_run_nothing_changes_and_the_switch_is_not_read() -> None
     environ.pop(teststore.ENV_DIR, None)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environ, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.store_neutral  # the LMDB store's directory (the PostgreSQL store's test database is Django's)
+@pytest.mark.parametrize("through", ["the store itself", "a folder above it"])
+def test_a_data_dir_that_reaches_the_development_store_through_a_symlink_is_replaced(
+    tmp_path: Path, through: str
+) -> None:
+    """A symlink (or a path through one) to the settings directory is that directory: the test run's store
+    takes its place, and nothing is written into the development store."""
+    from django.conf import settings
+
+    settings_dir = Path(settings.QUEUE_MAX["DATA_DIR"])
+    made = [path for path in (settings_dir.parent, settings_dir) if not path.exists()]
+    settings_dir.mkdir(parents=True, exist_ok=True)  # the development store's folder, with nothing in it
+    try:
+        if through == "the store itself":
+            (tmp_path / "link").symlink_to(settings_dir, target_is_directory=True)
+            override = tmp_path / "link"
+        else:
+            (tmp_path / "link").symlink_to(settings_dir.parent, target_is_directory=True)
+            override = tmp_path / "link" / settings_dir.name
+        conf.reset()
+        test_run_dir = get_config().data_dir
+        with override_settings(QUEUE_MAX={"DATA_DIR": override}):
+            assert get_config().data_dir == test_run_dir
+            t.add.delay(1, 2)
+        assert list(settings_dir.iterdir()) == []  # the development store was not written
+    finally:
+        conf.reset()
+        for path in reversed(made):
+            shutil.rmtree(path, ignore_errors=True)
