@@ -302,8 +302,9 @@ def test_a_data_dir_that_reaches_the_development_store_through_a_symlink_is_repl
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("runner", ["manage.py test", "pytest-django"])
 def test_workers_a_test_starts_run_the_test_run_s_jobs_and_leave_the_development_store_alone(
-    tmp_path: Path, store_kind: str, request: pytest.FixtureRequest
+    tmp_path: Path, store_kind: str, request: pytest.FixtureRequest, runner: str
 ) -> None:
     """A worker started by a test (``call_command("queue_worker")``, whose worker processes are spawned, and
     a ``manage.py queue_worker`` subprocess) works on the test run's store: it runs the test's jobs and not
@@ -322,7 +323,21 @@ def test_workers_a_test_starts_run_the_test_run_s_jobs_and_leave_the_development
             dev.put({"args": [1], "kwargs": {}}, name="shop.tasks.send_receipt")
     else:
         development = StoreLocation("lmdb", str(project / "queue_max_data"))  # make_project put its job
-    report = run(project, [sys.executable, "manage.py", "test", "shop", "-v", "0"], **env)
+    if runner == "manage.py test":
+        report = run(project, [sys.executable, "manage.py", "test", "shop", "-v", "0"], **env)
+    else:
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "pytest_django.plugin",
+        ]
+        command += ["--ds", "site_settings", "--rootdir", str(project), "shop/tests.py"]
+        report = run(project, command, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", **env)
     assert report == {"call_command": "done", "subprocess": "done"}
     with development.open_queue() as dev:
         assert (dev.stats()["pending"], dev.stats()["done"]) == (1, 0)  # the development job: still waiting
