@@ -62,6 +62,7 @@ _lock = threading.Lock()
 _made: dict[int, Path] = {}  # pid -> the directory that process made (a forked child makes its own)
 _closers: dict[str, Callable[[], None]] = {}  # alias -> what closes the store in its test database
 _published: tuple[str, str, str] | None = None  # (alias, name, its ENV_DATABASE value) last published
+_used: Path | None = None  # the test run's directory this process used last (a forked child inherits it)
 _pid = os.getpid()  # kept up to date at fork rather than asked for on every get_config()
 
 
@@ -217,8 +218,18 @@ def _inherited() -> dict[str, str] | None:
     return found if isinstance(found, dict) and isinstance(found.get("dir"), str) else None
 
 
+def share_parent_dir() -> None:
+    """In a worker process forked (by the fork server) from a ``queue_worker`` in a test run: use the test
+    run's directory that the worker's supervisor uses, rather than one of its own as any other forked
+    process does (which would leave the test's jobs unrun), and leave removing it to the supervisor's
+    process. Nothing happens outside a test run."""
+    if _used is not None:
+        _made[os.getpid()] = _used  # (the fork server is forked from a process with no other thread)
+
+
 def _own_dir(home: Path, close: Callable[[], None]) -> Path:
     """This process's test run directory, made on first use and removed when the process exits."""
+    global _used
     pid = os.getpid()
     with _lock:
         made = _made.get(pid)
@@ -229,6 +240,7 @@ def _own_dir(home: Path, close: Callable[[], None]) -> Path:
                 atexit.register(_remove, made, close)
             else:  # a process of a multiprocessing pool (the parallel test runner) ends without atexit
                 multiprocessing.util.Finalize(None, _remove, args=(made, close), exitpriority=0)
+        _used = made
         return made
 
 

@@ -93,11 +93,12 @@ class ReceiptTests(TestCase):
 # Workers that a test starts work on the test run's store: one in the test's process
 # (call_command("queue_worker"), whose worker processes are new interpreters) and one in a subprocess.
 WORKER_TESTS = """
-import json, os, subprocess, sys
+import json, os, subprocess, sys, threading
 from django.conf import settings
 from django.core.management import call_command
 from django.test import TransactionTestCase
-from queue_max_django.conf import get_queue
+from queue_max_django.conf import get_queue, reset
+from queue_max_django.engine.forks import open_stores
 from shop.tasks import send_receipt
 
 BURST = ["--burst", "--processes", "1", "--no-scheduler", "-v", "0"]
@@ -105,9 +106,14 @@ BURST = ["--burst", "--processes", "1", "--no-scheduler", "-v", "0"]
 class WorkerTests(TransactionTestCase):
     def test_workers_run_the_test_s_jobs(self):
         states = {}
-        first = send_receipt.delay(7)
+        job = send_receipt.delay(6)
+        reset()  # no store open, no other thread: queue_worker forks its worker processes (fork server)
+        states["forkable"] = not open_stores() and threading.active_count() == 1
         call_command("queue_worker", *BURST)
-        states["call_command"] = get_queue().job(first.job_id).state.value
+        states["forked"] = get_queue().job(job.job_id).state.value
+        first = send_receipt.delay(7)  # with the store open here, the worker processes are spawned
+        call_command("queue_worker", *BURST)
+        states["spawned"] = get_queue().job(first.job_id).state.value
         second = send_receipt.delay(8)
         command = [sys.executable, "manage.py", "queue_worker", *BURST]
         subprocess.run(command, cwd=settings.BASE_DIR, check=True, timeout=90)
@@ -306,9 +312,10 @@ def test_a_data_dir_that_reaches_the_development_store_through_a_symlink_is_repl
 def test_workers_a_test_starts_run_the_test_run_s_jobs_and_leave_the_development_store_alone(
     tmp_path: Path, store_kind: str, request: pytest.FixtureRequest, runner: str
 ) -> None:
-    """A worker started by a test (``call_command("queue_worker")``, whose worker processes are spawned, and
-    a ``manage.py queue_worker`` subprocess) works on the test run's store: it runs the test's jobs and not
-    the one waiting in the development store (the PostgreSQL store: the database the settings name)."""
+    """A worker started by a test (``call_command("queue_worker")``, whose worker processes are forked by
+    the fork server or spawned, and a ``manage.py queue_worker`` subprocess) works on the test run's store:
+    it runs the test's jobs and not the one waiting in the development store (the PostgreSQL store: the
+    database the settings name)."""
     project = make_project(tmp_path / "project")
     (project / "shop" / "tests.py").write_text(textwrap.dedent(WORKER_TESTS))
     env = {}
@@ -338,7 +345,7 @@ def test_workers_a_test_starts_run_the_test_run_s_jobs_and_leave_the_development
         ]
         command += ["--ds", "site_settings", "--rootdir", str(project), "shop/tests.py"]
         report = run(project, command, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", **env)
-    assert report == {"call_command": "done", "subprocess": "done"}
+    assert report == {"forkable": True, "forked": "done", "spawned": "done", "subprocess": "done"}
     with development.open_queue() as dev:
         assert (dev.stats()["pending"], dev.stats()["done"]) == (1, 0)  # the development job: still waiting
 
