@@ -8,6 +8,7 @@ from django.core import checks
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
+from . import teststore
 from .checks import TAG, check_settings
 
 
@@ -16,6 +17,9 @@ class QueueMaxAppConfig(AppConfig):
     verbose_name = "Queue Max"
 
     def ready(self) -> None:
+        # a process that a test started: the store's alias names the test run's database, before anything
+        # connects (teststore.py)
+        teststore.adopt_test_database()
         checks.register(check_settings, TAG)
         from .metrics_checks import check_metrics_extra
 

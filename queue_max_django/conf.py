@@ -225,7 +225,8 @@ _cache = _Cache()
 
 def get_config() -> QueueMaxConfig:
     """The ``QUEUE_MAX`` setting as a ``QueueMaxConfig``: read on first use, cached until settings change.
-    During a test run the LMDB store's directory is the test run's own (teststore.py)."""
+    During a test run the LMDB store's directory is the test run's own, and the PostgreSQL store's test
+    database is named for the processes a test starts (teststore.py)."""
     config, test_state = _cache.config, teststore.state()
     if config is None or _cache.test_state != test_state:
         config = build_config(*read_settings())
@@ -233,6 +234,8 @@ def get_config() -> QueueMaxConfig:
         if moved != config.data_dir:
             config = dataclasses.replace(config, data_dir=moved)
         _cache.config, _cache.test_state = config, test_state
+    if test_state[0] and config.postgres is not None and config.postgres.database is not None:
+        teststore.publish_database(config.postgres.database)  # for the workers a test starts
     return config
 
 

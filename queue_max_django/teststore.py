@@ -17,6 +17,13 @@ The PostgreSQL store in a ``DATABASES`` alias needs no directory: Django's test 
 (``migrate``, which Django runs to make it, makes the store's tables there). Its connections are the
 store's own, though, and PostgreSQL refuses to drop a database that a session uses: ``close_before_drop``
 makes Django's ``destroy_test_db`` of that alias close the store first.
+
+Django renames that database (``NAME`` becomes ``test_...``) in the test process only: a process that a test
+starts reads the settings module again and would reach the development database. So the test process
+names its test database in the environment variable ``ENV_DATABASE`` (``publish_database``, on every
+``conf.get_config()`` in a test run), and a process started from it takes that name for the alias as it
+starts (``adopt_test_database``, from ``AppConfig.ready()``), before anything connects: the store, its
+system checks and the tasks' own queries then all reach the test database, as in the test process.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any
 
 from django.conf import Settings, UserSettingsHolder, settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db.backends.base.creation import TEST_DATABASE_PREFIX
 
 from .defaults import resolve_data_dir
 
@@ -45,11 +53,16 @@ ENV_SWITCH = "QUEUE_MAX_TEST_STORE"
 ENV_DIR = "QUEUE_MAX_TEST_DATA_DIR"
 """Set by the process that made a test run's directory, for the processes it starts: JSON
 ``{"for": <the settings directory>, "dir": <the test run's directory>}``."""
+ENV_DATABASE = "QUEUE_MAX_TEST_DATABASE"
+"""Set by a test run's process whose PostgreSQL store is in a ``DATABASES`` alias, for the processes it
+starts: JSON ``{"alias": <the alias>, "name": <the NAME of its test database>}``."""
 PREFIX = "queue_max_test_"
 
 _lock = threading.Lock()
 _made: dict[int, Path] = {}  # pid -> the directory that process made (a forked child makes its own)
 _closers: dict[str, Callable[[], None]] = {}  # alias -> what closes the store in its test database
+_published: tuple[str, str, str] | None = None  # (alias, name, its ENV_DATABASE value) last published
+_used: Path | None = None  # the test run's directory this process used last (a forked child inherits it)
 _pid = os.getpid()  # kept up to date at fork rather than asked for on every get_config()
 
 
@@ -84,6 +97,52 @@ def data_dir(configured: Path | None, *, close: Callable[[], None]) -> Path | No
     if inherited is not None and _same(Path(inherited.get("for", "")), home):
         return Path(inherited["dir"])
     return configured
+
+
+def publish_database(alias: str) -> None:
+    """In a test run: name the database that the store's ``alias`` names now (Django's test database, which
+    its test runner put in ``DATABASES``) in ``ENV_DATABASE``, for the processes this one starts."""
+    global _published
+    entry = settings.DATABASES.get(alias)
+    name = entry.get("NAME") if isinstance(entry, dict) else None
+    if not isinstance(name, str) or not name:
+        return
+    if _published is None or _published[:2] != (alias, name) or os.environ.get(ENV_DATABASE) != _published[2]:
+        _published = (alias, name, json.dumps({"alias": alias, "name": name}))
+        os.environ[ENV_DATABASE] = _published[2]
+
+
+def adopt_test_database() -> None:
+    """In a process that a test run started (one not in a test environment itself, with ``ENV_DATABASE``
+    inherited): point the alias it names at the test run's database, as Django's test runner did in the
+    test run's process. Only when that name is the alias's test database as this process's settings make
+    it (``TEST["NAME"]``, or ``test_`` + ``NAME``; a parallel or xdist process's copy adds ``_<suffix>``);
+    a name of other settings is left alone. Called when Django starts (``AppConfig.ready()``), before the
+    store, a system check or a task connects."""
+    text = os.environ.get(ENV_DATABASE)
+    if not text or _in_test_environment():
+        return
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return
+    if not isinstance(found, dict):
+        return
+    alias, name = found.get("alias"), found.get("name")
+    if not isinstance(alias, str) or not isinstance(name, str):
+        return
+    entry: Any = settings.DATABASES.get(alias)
+    if not isinstance(entry, dict) or entry.get("NAME") in (None, "", name):
+        return
+    test_settings: Any = entry.get("TEST") or {}
+    test = test_settings.get("NAME") or TEST_DATABASE_PREFIX + str(entry["NAME"])
+    if name != test and not name.startswith(test + "_"):
+        return
+    from django.db import connections
+
+    connections[alias].close()  # (none is open yet when Django starts)
+    entry["NAME"] = name
+    connections[alias].settings_dict["NAME"] = name
 
 
 def close_before_drop(alias: str, close: Callable[[], None]) -> None:
@@ -139,7 +198,15 @@ def _settings_dir() -> Path | None:
 
 
 def _same(one: Path, other: Path) -> bool:
-    return os.path.abspath(one) == os.path.abspath(other)
+    """Whether two paths name one directory: the same path once every symlink in it is followed (a folder
+    not made yet counts by the path it would have), or, for two that exist, the same file on disk (device
+    and inode: a bind mount). A path that reaches the development store by another name is that store."""
+    if os.path.realpath(one) == os.path.realpath(other):
+        return True
+    try:
+        return os.path.samefile(one, other)
+    except OSError:  # one of them does not exist (yet): the paths said it
+        return False
 
 
 def _inherited() -> dict[str, str] | None:
@@ -151,8 +218,18 @@ def _inherited() -> dict[str, str] | None:
     return found if isinstance(found, dict) and isinstance(found.get("dir"), str) else None
 
 
+def share_parent_dir() -> None:
+    """In a worker process forked (by the fork server) from a ``queue_worker`` in a test run: use the test
+    run's directory that the worker's supervisor uses, rather than one of its own as any other forked
+    process does (which would leave the test's jobs unrun), and leave removing it to the supervisor's
+    process. Nothing happens outside a test run."""
+    if _used is not None:
+        _made[os.getpid()] = _used  # (the fork server is forked from a process with no other thread)
+
+
 def _own_dir(home: Path, close: Callable[[], None]) -> Path:
     """This process's test run directory, made on first use and removed when the process exits."""
+    global _used
     pid = os.getpid()
     with _lock:
         made = _made.get(pid)
@@ -163,6 +240,7 @@ def _own_dir(home: Path, close: Callable[[], None]) -> Path:
                 atexit.register(_remove, made, close)
             else:  # a process of a multiprocessing pool (the parallel test runner) ends without atexit
                 multiprocessing.util.Finalize(None, _remove, args=(made, close), exitpriority=0)
+        _used = made
         return made
 
 

@@ -17,6 +17,7 @@ from django.core.management.base import CommandError, OutputWrapper
 
 from ..conf import QueueMaxConfig, get_config, get_queue
 from ..engine import Job, Queue, QueueError, State
+from ..engine.stores.lmdb.store import LmdbStore
 from ..tasks import Task, registry
 
 STATES = tuple(state.value for state in State)
@@ -89,13 +90,30 @@ def load_config() -> QueueMaxConfig:
         raise CommandError(str(exc)) from exc
 
 
-def open_queue() -> Queue:
-    """This process's queue (``conf.get_queue()``); ``CommandError`` when the settings or store are wrong."""
+def open_queue(*, create: bool = True) -> Queue:
+    """This process's queue (``conf.get_queue()``); ``CommandError`` when the settings or store are wrong.
+
+    ``create=False``, for the commands that only read: where the settings' LMDB directory holds no store (a
+    restore to another path, a volume not mounted), a ``CommandError`` "no store at PATH", and nothing is
+    created there (opening would make a new, empty store and report it healthy). The PostgreSQL store never
+    makes its tables when it opens: a database without them is a ``CommandError`` naming ``migrate``."""
     with engine_errors():
         try:
+            if not create:
+                _refuse_no_store(get_config())
             return get_queue()
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
+
+
+def _refuse_no_store(config: QueueMaxConfig) -> None:
+    where = config.data_dir
+    if where is not None and not LmdbStore.exists(where):
+        raise CommandError(
+            f"no store at {where}: nothing was created. Check QUEUE_MAX['DATA_DIR'] (a store restored to "
+            f"another path? a volume not mounted?); `queue_worker` and the commands that write make a new "
+            f"store."
+        )
 
 
 @contextmanager

@@ -29,6 +29,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
+from .. import teststore
 from ..engine.errors import QueueError
 from ..engine.forks import refuse_fork_with_store
 from . import entry
@@ -262,6 +263,7 @@ def _become_worker(
         conn.close()
         for fd in wake:
             os.close(fd)
+        teststore.share_parent_dir()  # in a test run: the supervisor's store, not a new one
     except BaseException:
         traceback.print_exc()
         os._exit(1)

@@ -20,6 +20,7 @@ from django.test.utils import override_system_checks
 
 from queue_max_django import apps as app_module
 from queue_max_django.checks import TAG, check_settings
+from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue
 from queue_max_django.periodic import periodic_task
 from queue_max_django.tasks import registry, task
@@ -755,6 +756,7 @@ def test_a_queue_command_runs_this_apps_checks_and_not_every_other(queue_max: Co
     broken_templates.tags = [checks.Tags.templates]  # type: ignore[attr-defined]
     with override_system_checks([broken_templates, check_settings]):
         with queue_max():
+            get_queue()  # a store for it to read
             call_command("queue_stats", "--json", skip_checks=False)  # not its concern: it runs
         with queue_max(LEASE_TIME=-1), pytest.raises(SystemCheckError, match=r"queue_max_django\.E004"):
             call_command("queue_stats", "--json", skip_checks=False)

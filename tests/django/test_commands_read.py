@@ -122,6 +122,7 @@ def test_stats_prints_a_table_per_state_queue_shard_worker_breaker_and_limit(sto
 
 def test_stats_says_none_for_empty_sections(queue_max: Configure) -> None:
     with queue_max(SHARDS=2):
+        get_queue()  # a new store (queue_stats makes none: test_commands_no_store.py)
         text = call("queue_stats")
         queues = "Queues (all shards)" if get_queue().shard_count > 1 else "Queues"  # PostgreSQL: one shard
     for section in (

@@ -39,9 +39,10 @@ if os.environ.get("PG_DATABASE"):  # the PostgreSQL store, in the default databa
 """
 MANAGE = """
 import os, sys
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "site_settings")
-from django.core.management import execute_from_command_line
-execute_from_command_line(sys.argv)
+if __name__ == "__main__":  # as Django's manage.py: a spawned process imports this module again
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "site_settings")
+    from django.core.management import execute_from_command_line
+    execute_from_command_line(sys.argv)
 """
 TASKS = """
 from queue_max_django import task
@@ -89,6 +90,38 @@ class ReceiptTests(TestCase):
             json.dump({"used": used, "job_id": result.id}, file)
 """
 
+# Workers that a test starts work on the test run's store: one in the test's process
+# (call_command("queue_worker"), whose worker processes are new interpreters) and one in a subprocess.
+WORKER_TESTS = """
+import json, os, subprocess, sys, threading
+from django.conf import settings
+from django.core.management import call_command
+from django.test import TransactionTestCase
+from queue_max_django.conf import get_queue, reset
+from queue_max_django.engine.forks import open_stores
+from shop.tasks import send_receipt
+
+BURST = ["--burst", "--processes", "1", "--no-scheduler", "-v", "0"]
+
+class WorkerTests(TransactionTestCase):
+    def test_workers_run_the_test_s_jobs(self):
+        states = {}
+        job = send_receipt.delay(6)
+        reset()  # no store open, no other thread: queue_worker forks its worker processes (fork server)
+        states["forkable"] = not open_stores() and threading.active_count() == 1
+        call_command("queue_worker", *BURST)
+        states["forked"] = get_queue().job(job.job_id).state.value
+        first = send_receipt.delay(7)  # with the store open here, the worker processes are spawned
+        call_command("queue_worker", *BURST)
+        states["spawned"] = get_queue().job(first.job_id).state.value
+        second = send_receipt.delay(8)
+        command = [sys.executable, "manage.py", "queue_worker", *BURST]
+        subprocess.run(command, cwd=settings.BASE_DIR, check=True, timeout=90)
+        states["subprocess"] = get_queue().job(second.job_id).state.value
+        with open(os.environ["REPORT"], "w") as file:
+            json.dump(states, file)
+"""
+
 
 def make_project(where: Path) -> Path:
     (where / "shop").mkdir(parents=True)
@@ -113,11 +146,14 @@ def dev_total(project: Path) -> int:
 def run(project: Path, command: list[str], **env: str) -> dict[str, object]:
     """Run ``command`` in the project; -> what its test reported."""
     report = project / "report.json"
-    mine = (teststore.ENV_SWITCH, teststore.ENV_DIR)  # this run's test store is not the project's
+    mine = (teststore.ENV_SWITCH, teststore.ENV_DIR, teststore.ENV_DATABASE)  # this run's, not the project's
     environ = {k: v for k, v in os.environ.items() if k not in mine}
     environ |= {"PYTHONPATH": f"{project}{os.pathsep}{ROOT}", "REPORT": str(report), **env}
     environ.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run(command, cwd=project, env=environ, capture_output=True, text=True, timeout=BOUND)
+    done = subprocess.run(
+        command, cwd=project, env=environ, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=BOUND,
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     found: dict[str, object] = json.loads(report.read_text())
     return found
@@ -238,3 +274,117 @@ def test_outside_a_test_run_nothing_changes_and_the_switch_is_not_read() -> None
     environ.pop(teststore.ENV_DIR, None)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environ, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.store_neutral  # the LMDB store's directory (the PostgreSQL store's test database is Django's)
+@pytest.mark.parametrize("through", ["the store itself", "a folder above it"])
+def test_a_data_dir_that_reaches_the_development_store_through_a_symlink_is_replaced(
+    tmp_path: Path, through: str
+) -> None:
+    """A symlink (or a path through one) to the settings directory is that directory: the test run's store
+    takes its place, and nothing is written into the development store."""
+    from django.conf import settings
+
+    settings_dir = Path(settings.QUEUE_MAX["DATA_DIR"])
+    made = [path for path in (settings_dir.parent, settings_dir) if not path.exists()]
+    settings_dir.mkdir(parents=True, exist_ok=True)  # the development store's folder, with nothing in it
+    try:
+        if through == "the store itself":
+            (tmp_path / "link").symlink_to(settings_dir, target_is_directory=True)
+            override = tmp_path / "link"
+        else:
+            (tmp_path / "link").symlink_to(settings_dir.parent, target_is_directory=True)
+            override = tmp_path / "link" / settings_dir.name
+        conf.reset()
+        test_run_dir = get_config().data_dir
+        with override_settings(QUEUE_MAX={"DATA_DIR": override}):
+            assert get_config().data_dir == test_run_dir
+            t.add.delay(1, 2)
+        assert list(settings_dir.iterdir()) == []  # the development store was not written
+    finally:
+        conf.reset()
+        for path in reversed(made):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runner", ["manage.py test", "pytest-django"])
+def test_workers_a_test_starts_run_the_test_run_s_jobs_and_leave_the_development_store_alone(
+    tmp_path: Path, store_kind: str, request: pytest.FixtureRequest, runner: str
+) -> None:
+    """A worker started by a test (``call_command("queue_worker")``, whose worker processes are forked by
+    the fork server or spawned, and a ``manage.py queue_worker`` subprocess) works on the test run's store:
+    it runs the test's jobs and not the one waiting in the development store (the PostgreSQL store: the
+    database the settings name)."""
+    project = make_project(tmp_path / "project")
+    (project / "shop" / "tests.py").write_text(textwrap.dedent(WORKER_TESTS))
+    env = {}
+    if store_kind == "postgres":
+        from .pgdjango import alias_settings
+
+        pg_url = str(request.getfixturevalue("pg_url"))
+        entry = alias_settings(pg_url)
+        env["PG_DATABASE"] = json.dumps(entry)
+        development = StoreLocation("postgres", pg_url)
+        with development.open_queue() as dev:
+            dev.put({"args": [1], "kwargs": {}}, name="shop.tasks.send_receipt")
+    else:
+        development = StoreLocation("lmdb", str(project / "queue_max_data"))  # make_project put its job
+    if runner == "manage.py test":
+        report = run(project, [sys.executable, "manage.py", "test", "shop", "-v", "0"], **env)
+    else:
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "pytest_django.plugin",
+        ]
+        command += ["--ds", "site_settings", "--rootdir", str(project), "shop/tests.py"]
+        report = run(project, command, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", **env)
+    assert report == {"forkable": True, "forked": "done", "spawned": "done", "subprocess": "done"}
+    with development.open_queue() as dev:
+        assert (dev.stats()["pending"], dev.stats()["done"]) == (1, 0)  # the development job: still waiting
+
+
+ADOPT = """
+import json, os
+import django
+from django.conf import settings
+from queue_max_django.teststore import ENV_DATABASE, adopt_test_database
+django.setup()  # (AppConfig.ready() adopts what the environment names: here it names nothing yet)
+found = {}
+for name in json.loads(os.environ["NAMES"]):
+    settings.DATABASES["store"]["NAME"] = "dev"
+    os.environ[ENV_DATABASE] = json.dumps({"alias": "store", "name": name})
+    adopt_test_database()
+    found[name] = settings.DATABASES["store"]["NAME"]
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.store_neutral  # Django's settings only: nothing connects
+def test_a_process_started_by_a_test_takes_the_test_database_of_its_own_settings_only(tmp_path: Path) -> None:
+    (tmp_path / "adopt_settings.py").write_text(
+        "from tests.settings import *\n"
+        "DATABASES = {**DATABASES, 'store': {'ENGINE': 'django.db.backends.postgresql', 'NAME': 'dev'}}\n"
+    )
+    names = ["test_dev", "test_dev_2", "test_dev_gw0", "dev_copy", "other", "test_devx"]
+    environ = {k: v for k, v in os.environ.items() if k not in (teststore.ENV_DIR, teststore.ENV_DATABASE)}
+    environ |= {"DJANGO_SETTINGS_MODULE": "adopt_settings", "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    environ["NAMES"] = json.dumps(names)
+    done = subprocess.run(
+        [sys.executable, "-c", ADOPT], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=BOUND
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "test_dev": "test_dev",  # Django's test database of NAME "dev"
+        "test_dev_2": "test_dev_2",  # a copy of it for a process of the parallel runner
+        "test_dev_gw0": "test_dev_gw0",  # pytest-xdist's
+        "dev_copy": "dev",  # not a test database of these settings: left alone
+        "other": "dev",
+        "test_devx": "dev",
+    }

@@ -26,7 +26,7 @@ class Command(QueueCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         kind = store_class(load_config()).kind
-        queue = open_queue()
+        queue = open_queue(create=False)
         with engine_errors():
             problems = queue.verify()
             jobs = sum(queue.stats()[state] for state in STATES)

@@ -117,7 +117,7 @@ class Command(QueueCommand):
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a line.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        queue = open_queue()
+        queue = open_queue(create=False)
         with engine_errors():
             health = check(
                 queue,

@@ -56,7 +56,7 @@ class Command(QueueCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         state = parse_status(options["status"])
-        queue = open_queue()
+        queue = open_queue(create=False)
         with engine_errors():
             jobs = queue.jobs(
                 state,

@@ -80,7 +80,7 @@ class Command(QueueCommand):
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        queue = open_queue()
+        queue = open_queue(create=False)
         with engine_errors():
             job = get_job(queue, options["job_id"])
             marked = job.state is State.RUNNING and queue.cancel_requested(job.job_id)

@@ -115,7 +115,7 @@ class Command(QueueCommand):
         parser.add_argument("--iterations", type=positive_int, help=argparse.SUPPRESS)  # bounds --watch
 
     def handle(self, *args: Any, **options: Any) -> None:
-        queue = open_queue()
+        queue = open_queue(create=False)
         check_shard(queue, options["shard"])
         watch, iterations = options["watch"], options["iterations"]
         drawn = 0

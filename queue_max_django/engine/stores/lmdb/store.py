@@ -27,7 +27,15 @@ from .coordination import Coordination
 from .env import CONTROL_DB_NAMES, REGISTRY, EnvOptions
 from .groupcommit import GroupCommitter
 from .history import History, enqueued_by_queue, finished_totals
-from .meta import CONTROL_DIR, LAYOUT_VERSION, WAKE_FILE, open_store_meta, read_store_meta, shard_dir
+from .meta import (
+    CONTROL_DIR,
+    LAYOUT_VERSION,
+    META_FILE,
+    WAKE_FILE,
+    open_store_meta,
+    read_store_meta,
+    shard_dir,
+)
 from .reads import Listed
 from .shard import Shard
 from .wake import Waker
@@ -80,6 +88,12 @@ class LmdbStore:
         check_number("map_size_max", map_size_max, minimum=map_size, maximum=1 << 50, allow_none=True)
         options = EnvOptions(int(map_size), map_size_max, bool(sync), bool(writemap))
         return cls(_store_path(path), shards, options, clock, rotation)
+
+    @staticmethod
+    def exists(path: str | os.PathLike[str]) -> bool:
+        """Whether a store was made at ``path`` (its ``store.json`` is there), creating nothing: what a
+        caller that only reads asks before it opens (opening makes a new, empty store where there is none)."""
+        return os.path.isfile(os.path.join(path, META_FILE))
 
     @staticmethod
     def unopenable(path: str, shards: int | None) -> Unopenable | None:
