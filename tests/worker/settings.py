@@ -4,8 +4,8 @@ The store (an LMDB ``DATA_DIR``, or with ``QUEUE_MAX_TEST_PG_URL`` the PostgreSQ
 lease time and where the tasks write their marks come from the environment, which each test sets for its
 own subprocesses (``tests/worker/conftest.py``); so do, when set, ``UNKNOWN_TASK_GRACE``
 (``$QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE``), ``RATE_LIMIT`` and ``QUEUE_RATE_LIMITS``
-(``$QUEUE_MAX_TEST_RATE_LIMIT``, ``$QUEUE_MAX_TEST_QUEUE_RATE_LIMITS``: JSON) and a ``TASKS`` setting that runs ``django.tasks`` tasks on this
-store (``$QUEUE_MAX_TEST_DJANGO_TASKS``, Django >= 6.0).
+(``$QUEUE_MAX_TEST_RATE_LIMIT``, ``$QUEUE_MAX_TEST_QUEUE_RATE_LIMITS``: JSON) and a ``TASKS`` setting
+that runs ``django.tasks`` tasks on this store (``$QUEUE_MAX_TEST_DJANGO_TASKS``, Django >= 6.0).
 """
 
 from __future__ import annotations

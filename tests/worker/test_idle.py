@@ -119,7 +119,7 @@ def _stop(site: Site) -> None:
         ("*", False),
         ("*", True),
     ],
-    ids=["app-key", "queue", "queue-job-held-back", "task", "task-job-held-back", "store", "store-job-held-back"],
+    ids=["app-key", "queue", "queue-held-back", "task", "task-held-back", "store", "store-held-back"],
 )
 def test_an_idle_worker_with_a_rate_limit_waits_instead_of_polling(site: Site, key: str, held: bool) -> None:
     """A limit on a queue the worker serves, on a task, or store-wide, and no job (or one that the empty
@@ -159,9 +159,7 @@ def test_a_limited_job_starts_as_soon_as_its_token_is_due(site: Site) -> None:
     soon as that token is due (not a poll later)."""
     _limit(site, "queue:slow", "1/2s")  # a token every 2 s, burst 1
     with site.queue() as queue:
-        ids = [
-            queue.put({"args": [n], "kwargs": {}}, name=TASKS + "finish", queue="slow") for n in range(2)
-        ]
+        ids = [queue.put({"args": [n], "kwargs": {}}, name=TASKS + "finish", queue="slow") for n in range(2)]
         _start_idle(site)
         wait_for(lambda: len(site.marks("finished")) == 2, 10, "both jobs to run")
         first, second = (queue.job(job_id) for job_id in ids)
