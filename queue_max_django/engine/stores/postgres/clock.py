@@ -15,6 +15,7 @@ tests inject a fake clock and the whole contract suite runs on fake time against
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -34,8 +35,12 @@ class ServerClock:
         connect: Callable[[], Any],
         local: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        guard: Callable[[Any], contextlib.AbstractContextManager[Any]] = lambda conn: (
+            contextlib.nullcontext()
+        ),
     ) -> None:
         self._connect = connect  # a new connection of the store's (closed after each reading)
+        self._guard = guard  # the store's errors for psycopg's, around a reading
         self._local = local  # this machine's clock (tests give a wrong one)
         self._monotonic = monotonic
         # (the server's time minus this machine's, this machine's time and the monotonic time at that
@@ -68,9 +73,10 @@ class ServerClock:
     def _sample(self) -> float:
         conn = self._connect()
         try:
-            monotonic_before, before = self._monotonic(), self._local()
-            row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
-            after, monotonic_after = self._local(), self._monotonic()
+            with self._guard(conn):
+                monotonic_before, before = self._monotonic(), self._local()
+                row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+                after, monotonic_after = self._local(), self._monotonic()
         finally:
             conn.close()
         local_at = (before + after) / 2
