@@ -47,7 +47,9 @@ def find_pgbouncer() -> str | None:
 class Bouncer:
     """A running ``pgbouncer`` in transaction mode in front of the server at ``server_url``."""
 
-    def __init__(self, server_url: str, dbname: str, *, pool_size: int = 2) -> None:
+    def __init__(
+        self, server_url: str, dbname: str, *, pool_size: int = 2, query_wait_timeout: float | None = None
+    ) -> None:
         from psycopg.conninfo import conninfo_to_dict
 
         binary = find_pgbouncer()
@@ -78,6 +80,7 @@ class Bouncer:
             f"logfile = {self.log}\n"
             "server_login_retry = 1\n"
             "ignore_startup_parameters = extra_float_digits\n"
+            + ("" if query_wait_timeout is None else f"query_wait_timeout = {query_wait_timeout:g}\n")
         )
         prefix: list[str] = []
         if os.geteuid() == 0:  # pgbouncer refuses to run as root

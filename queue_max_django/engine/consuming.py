@@ -81,15 +81,20 @@ class Consumer:
 
     def try_claim(self, allowed: tuple[str, ...] | None, limit: int = 1) -> tuple[list[Record], float | None]:
         """Claim the highest-priority job(s) across shards (``Claimer.best``). -> (records, possibly none;
-        the earliest future ETA). More than one (``limit``) only when no rate limit or breaker is set: those
-        admit job by job."""
+        the earliest future ETA, or when a token or breaker trial that holds jobs back is due). More than
+        one (``limit``) only when no rate limit or breaker of these queues is set: those admit job by job."""
         owner = self._owner
         store = owner._live()
         flow = owner._flow
-        state = flow.state()
+        state = flow.served(allowed)
         if state is not None:
             held = flow.fast_admission(state)
             if held is None:
+                # Asked before the look, as Claimer.best asks: what get() then waits for is a hint after
+                # this look (without it, a waiting thread had nothing to compare and did not wait at all).
+                # The hints it consumes are the claimer's too: its view of the shards is dropped.
+                store.hints.changed()
+                owner._claimer.forget_mine()
                 claimed, next_eta = flow.claim(store, allowed, state, owner.lease_time, owner.worker_id)
                 return ([] if claimed is None else [Record(self, claimed)]), next_eta
             jobs: list[Claimed] = []

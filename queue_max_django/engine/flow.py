@@ -73,6 +73,8 @@ class Flow:
         self._control = control
         self._clock = clock
         self._cache: tuple[int, FlowState | None] = (-1, None)
+        # ``served``'s cache: the state it was made of, and {a claim's queue filter: that state's part}
+        self._served: tuple[FlowState | None, dict[tuple[str, ...] | None, FlowState | None]] = (None, {})
         self._reserve: dict[str, tuple[int, float]] = {}  # key -> (tokens held locally, taken at: monotonic)
         self._reserve_lock = threading.Lock()
 
@@ -151,6 +153,39 @@ class Flow:
                 state = None
             self._cache = (version, state)
         return state
+
+    def served(self, allowed: tuple[str, ...] | None) -> FlowState | None:
+        """The part of ``state()`` that can hold back a job of the queues ``allowed`` (sorted names, None:
+        every queue): the store-wide key, those queues' keys and every task's (``name:``; a task's jobs may
+        be in any queue); None when that is nothing. A consumer claims under flow control only for these,
+        so a limit of a queue it does not serve, or a key that no job falls under (a ``try_acquire`` of the
+        application's own), neither wakes it for its tokens nor takes it off the plain claim."""
+        state = self.state()
+        if state is None:
+            return None
+        made_of, parts = self._served
+        if made_of is not state:
+            parts = {}
+            self._served = (state, parts)
+        elif allowed in parts:
+            return parts[allowed]
+        queue_keys = None if allowed is None else {QUEUE_KEY_PREFIX + name for name in allowed}
+
+        def applies(key: str) -> bool:
+            if key.startswith(QUEUE_KEY_PREFIX):
+                return queue_keys is None or key in queue_keys
+            return key == GLOBAL_KEY or key.startswith(NAME_KEY_PREFIX)
+
+        if all(map(applies, state.limits)) and all(map(applies, state.breakers)):
+            part: FlowState | None = state
+        else:
+            limits = {key: limit for key, limit in state.limits.items() if applies(key)}
+            entries = {key: entry for key, entry in state.breakers.items() if applies(key)}
+            part = FlowState(limits, entries) if limits or entries else None
+        if len(parts) >= 64:  # get(queues=...) may name many filters: never grow unbounded
+            parts.clear()
+        parts[allowed] = part
+        return part
 
     def stats(self) -> dict[str, Any]:
         """``stats()``'s ``rate_limits`` and ``circuit_breakers``, when there are any."""

@@ -146,3 +146,71 @@ def test_a_queue_worker_behind_transaction_pooling(
     assert "prepared statement" not in worker.output(), worker.output()
     assert sql(pg_url, "SELECT count(*) FROM qm_jobs WHERE state = 2") == [(0,)]
     assert {row[0] for row in sql(pg_url, "SELECT state FROM qm_finished")} == {3}  # done, none failed
+
+
+def test_the_first_enqueue_inside_a_transaction_behind_a_pool_of_one_fails_clearly(
+    pg_url: str, django_db_blocker: Any
+) -> None:
+    """A pool of ONE server connection: a statement inside ``transaction.atomic()`` holds it, and the
+    process's first ``.delay()`` opens the store, whose first statements need a server connection of their
+    own. They wait for the caller's transaction, which waits for them: PgBouncer's ``query_wait_timeout``
+    ends the wait, and ``.delay()`` raises ``StoreUnavailable`` saying why (docs/howto/postgresql.md, "A pool
+    of one server connection"), within a bound, instead of hanging. Once the store is open, the same
+    enqueue joins the transaction on the caller's connection and commits with it (the remedy the page
+    names: open the store before, outside any transaction)."""
+    import threading
+
+    from django.db import connections, transaction
+
+    from queue_max_django.conf import get_queue, reset
+    from queue_max_django.engine import StoreUnavailable
+    from tests.pgbouncer import find_pgbouncer
+    from tests.pgserver import dbname_of, server
+    from tests.testapp.tasks import add
+
+    if find_pgbouncer() is None:
+        pytest.skip("needs PgBouncer")
+    pool = Bouncer(server().url, dbname_of(pg_url), pool_size=1, query_wait_timeout=2)
+    entry = {**alias_settings(pool.url), "DISABLE_SERVER_SIDE_CURSORS": True}
+    outcome: list[BaseException | int] = []
+
+    def first_enqueue_in_a_transaction() -> None:
+        try:
+            with transaction.atomic(using=ALIAS):
+                connections[ALIAS].cursor().execute("SELECT 1")  # holds the pool's one server connection
+                try:
+                    add.delay(1, 2)
+                except StoreUnavailable as exc:
+                    outcome.append(exc)
+            get_queue()  # the store opened outside a transaction (as at a process's start)
+            with transaction.atomic(using=ALIAS):  # a put then joins the transaction, and needs no more
+                connections[ALIAS].cursor().execute("SELECT 1")
+                outcome.append(add.delay(3, 4).job_id)  # type: ignore[arg-type]
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            connections[ALIAS].close()
+
+    try:
+        with (
+            django_db_blocker.unblock(),
+            database_alias(ALIAS, entry),
+            override_settings(QUEUE_MAX={"STORE": "postgresql", "DATABASE": ALIAS}),
+        ):
+            caller = threading.Thread(target=first_enqueue_in_a_transaction)
+            caller.start()
+            caller.join(30)
+            hung = caller.is_alive()
+            if hung:
+                pool.stop()  # ends the wait, so that the thread ends before the test does
+                caller.join(30)
+            reset()
+        assert not hung, "the first enqueue inside a transaction hung behind a pool of one"
+        first, second = outcome
+        assert isinstance(first, StoreUnavailable), first
+        assert "query_wait_timeout" in str(first) and "transaction.atomic()" in str(first)
+        assert "A pool of one server connection" in str(first)
+        assert isinstance(second, int)
+        assert sql(pg_url, "SELECT name FROM qm_jobs WHERE id = %s", (second,)) == [(TASK,)]
+    finally:
+        pool.stop()

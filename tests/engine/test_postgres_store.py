@@ -61,6 +61,60 @@ def test_a_worker_whose_clock_is_30_s_off_keeps_its_lease_and_takes_no_held_one(
         behind.close()
 
 
+def test_a_step_of_the_local_clock_is_measured_again_at_once(pg_url: str) -> None:
+    """This machine's clock steps (NTP, a restored virtual machine) 30 s forward, then 60 s back: the
+    store's time stays the server's at once, not after the next minute's reading, so the stepped process
+    neither takes back a live lease nor writes its own in the stepped time."""
+    step = [0.0]
+    store = PostgresStore.open(pg_url, local_clock=lambda: time.time() + step[0])
+    stepping = Queue(store, do_recover=False, do_vacuum=False, lease_time=5.0)  # type: ignore[arg-type]
+    holder = Queue(pg_url, do_recover=False, do_vacuum=False, lease_time=5.0)
+    try:
+        assert abs(store.clock() - time.time()) < 0.5
+        held_id = holder.put("held")
+        held = holder.get(timeout=0)  # a live lease, for 5 s of the server's time
+        step[0] = SKEW
+        assert abs(store.clock() - time.time()) < 0.5  # the step was seen: the server's time still
+        assert stepping.recover() == 0  # 30 s ahead it would have taken the live job back
+        job = stepping.job(held_id)
+        assert job is not None and job.state is State.RUNNING and job.attempts == 1
+        own_id = stepping.put("own")
+        own = stepping.get(timeout=0)
+        assert own.job_id == own_id
+        step[0] = -SKEW
+        assert abs(store.clock() - time.time()) < 0.5
+        own.touch()  # the lease renewed in the server's time, not 30 s in its past
+        renewed = holder.job(own_id)
+        assert renewed is not None and renewed.lease_until is not None
+        assert abs(renewed.lease_until - (time.time() + 5.0)) < 1.0
+        assert holder.recover() == 0
+        held.ack("done")
+        own.ack("done")
+    finally:
+        stepping.close()
+        holder.close()
+
+
+def test_a_step_while_the_server_cannot_be_read_is_carried_by_the_monotonic_clock(pg_url: str) -> None:
+    """The step is seen while the server is away (the connection fails): the clock goes on from its last
+    reading by time.monotonic(), which does not step, until a reading works again."""
+    import psycopg
+
+    from queue_max_django.engine.stores.postgres.clock import ServerClock
+
+    url = [pg_url]
+    step = [0.0]
+    clock = ServerClock(lambda: psycopg.connect(url[0], autocommit=True), lambda: time.time() + step[0])
+    assert abs(clock() - time.time()) < 0.5
+    url[0] = "postgresql:///nowhere?host=/nonexistent&connect_timeout=1"  # the server is away
+    step[0] = -SKEW
+    assert abs(clock() - time.time()) < 0.5
+    assert abs(clock.offset - SKEW) < 0.5  # type: ignore[operator]
+    url[0] = pg_url
+    clock.maybe_resample()  # not due: the step was dealt with
+    assert abs(clock() - time.time()) < 0.5
+
+
 def test_a_put_on_another_connection_wakes_a_listening_consumer(pg_url: str) -> None:
     consumer = Queue(pg_url, do_recover=False, do_vacuum=False)
     producer = Queue(pg_url, do_recover=False, do_vacuum=False)

@@ -3,12 +3,14 @@
 The store (an LMDB ``DATA_DIR``, or with ``QUEUE_MAX_TEST_PG_URL`` the PostgreSQL store at that URL), the
 lease time and where the tasks write their marks come from the environment, which each test sets for its
 own subprocesses (``tests/worker/conftest.py``); so do, when set, ``UNKNOWN_TASK_GRACE``
-(``$QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE``) and a ``TASKS`` setting that runs ``django.tasks`` tasks on this
-store (``$QUEUE_MAX_TEST_DJANGO_TASKS``, Django >= 6.0).
+(``$QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE``), ``RATE_LIMIT`` and ``QUEUE_RATE_LIMITS``
+(``$QUEUE_MAX_TEST_RATE_LIMIT``, ``$QUEUE_MAX_TEST_QUEUE_RATE_LIMITS``: JSON) and a ``TASKS`` setting
+that runs ``django.tasks`` tasks on this store (``$QUEUE_MAX_TEST_DJANGO_TASKS``, Django >= 6.0).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -30,6 +32,10 @@ QUEUE_MAX: dict[str, Any] = {  # type: ignore[no-redef]
 }
 if "QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE" in os.environ:
     QUEUE_MAX["UNKNOWN_TASK_GRACE"] = float(os.environ["QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE"])
+if "QUEUE_MAX_TEST_RATE_LIMIT" in os.environ:
+    QUEUE_MAX["RATE_LIMIT"] = os.environ["QUEUE_MAX_TEST_RATE_LIMIT"]
+if "QUEUE_MAX_TEST_QUEUE_RATE_LIMITS" in os.environ:
+    QUEUE_MAX["QUEUE_RATE_LIMITS"] = json.loads(os.environ["QUEUE_MAX_TEST_QUEUE_RATE_LIMITS"])
 if os.environ.get("QUEUE_MAX_TEST_DJANGO_TASKS"):
     TASKS = {
         "default": {

@@ -48,6 +48,9 @@ ENDING_STATES = ("08", "57P")
 administrator's or a crash's shutdown): the operation may have committed before it came, and the connection
 is gone, however psycopg marks it."""
 PREPARE_THRESHOLD = 5  # psycopg's default: a statement run this often on a connection is prepared
+POOL_WAIT_TIMEOUT = "query_wait_timeout"
+"""PgBouncer's error when a client's statement waited that long for a server connection: it never reached
+the server."""
 
 _made: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()  # the store's connections -> where
 add_open_probe(lambda: [f"a PostgreSQL connection to {where}" for conn, where in list(_made.items())
@@ -218,6 +221,17 @@ class Connections:
 
     def _raise_as_store_error(self, conn: Any, exc: Exception, drop: bool) -> NoReturn:
         where = display_url(self.conninfo)
+        if POOL_WAIT_TIMEOUT in str(exc):  # the pooler never gave the statement a server connection
+            if drop:
+                self._drop(conn)
+            raise StoreUnavailable(
+                f"the PostgreSQL store at {where} got no server connection from the pooler within its "
+                f"query_wait_timeout (PgBouncer); nothing was written. Every server connection of the pool "
+                f"was busy: if this thread holds one in an open transaction (transaction.atomic() on the "
+                f"store's alias), the store waited for this thread itself: give the pool a server "
+                f"connection more than the transactions that may be open at once, or a reserve pool "
+                f"(docs/howto/postgresql.md, 'A pool of one server connection')"
+            ) from exc
         if not isinstance(exc, self.errors):
             raise StoreError(f"the PostgreSQL store at {where} refused an operation: {exc}") from exc
         state = getattr(exc, "sqlstate", None) or ""

@@ -102,14 +102,20 @@ class PostgresStore:
         self.url = url
         self.path = display_url(url)
         self.db = Connections(url, prepare_threshold=prepare_threshold)
-        found = schema.version(self.db.connection())
+        conn = self.db.connection()
+        with self.db.guard(conn):
+            found = schema.version(conn)
         if found != schema.SCHEMA_VERSION:
             what = "has no queue_max tables" if found is None else f"has queue_max schema version {found}"
             raise SchemaError(
                 f"the database at {self.path} {what}; this version of queue_max_django needs version "
                 f"{schema.SCHEMA_VERSION}: run `manage.py migrate` (or schema.create() outside Django)"
             )
-        self.server_clock = ServerClock(self.db.connect, local_clock) if clock is None else None
+        self.server_clock = (
+            ServerClock(self.db.connect, local_clock, guard=lambda conn: self.db.guard(conn, drop=False))
+            if clock is None
+            else None
+        )
         if self.server_clock is not None:
             # Read now, not on the first clock() inside some transaction: no operation then needs a
             # second connection while it holds one (through a pool of one server connection, it would
