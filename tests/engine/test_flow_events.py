@@ -18,6 +18,7 @@ from queue_max_django.engine import (
     EVENTS,
     JOB_ENQUEUED,
     JOB_FAILED,
+    JOB_LOST,
     JOB_RETRIED,
     JOB_STARTED,
     JOB_SUCCEEDED,
@@ -132,7 +133,7 @@ def test_lease_expiry_recovery_fires_retried_or_failed(
     queue: Queue, heard: Recorder, clock: FakeClock
 ) -> None:
     """flow_events: recover() of an expired lease fires JOB_RETRIED (or JOB_FAILED when it was the last
-    attempt) with error "lease expired"."""
+    attempt) with error "lease expired", then JOB_LOST for the same job (what the Django layer logs)."""
     again = queue.put("again", name="slowpoke", max_retries=3)
     last = queue.put("last", name="slowpoke", max_retries=0)
     queue.get(0)
@@ -140,7 +141,17 @@ def test_lease_expiry_recovery_fires_retried_or_failed(
     heard.take()
     clock.advance(LEASE)
     assert queue.recover() == 2
-    calls = sorted(heard.take(), key=lambda call: call[1]["job_id"])
+    heard_in_order = heard.take()
+    lost = [fields for event, fields in heard_in_order if event == JOB_LOST]
+    ended = (call for call in heard_in_order if call[0] != JOB_LOST)
+    calls = sorted(ended, key=lambda call: call[1]["job_id"])
+    assert {fields["job_id"]: (fields["state"], fields["attempt"]) for fields in lost} == {
+        again: (State.PENDING, 1),
+        last: (State.FAILED, 1),
+    }
+    for fields in lost:  # each JOB_LOST comes after its job's JOB_RETRIED or JOB_FAILED
+        position = heard_in_order.index((JOB_LOST, fields))
+        assert any(f["job_id"] == fields["job_id"] for _, f in heard_in_order[:position])
     expected = {again: (JOB_RETRIED, State.PENDING), last: (JOB_FAILED, State.FAILED)}
     assert [call[1]["job_id"] for call in calls] == sorted(expected)
     for event, fields in calls:
