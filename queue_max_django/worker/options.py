@@ -159,8 +159,9 @@ def usable_cpus(cpu_max: Path | None = None) -> int:
     """How many CPUs this process can keep busy, the number of worker processes ``PROCESSES = None``
     starts: the CPUs it may run on (``os.process_cpu_count()`` on Python 3.13+, the scheduler affinity
     elsewhere on Linux, ``os.cpu_count()`` last), bounded by the cgroup v2 CPU quota of ``cpu_max``
-    rounded up (``"150000 100000"``: 2; ``cpu_max`` None: ``CGROUP_CPU_MAX``). A container limited to 1 CPU on a 64-core node gets 1, not 64.
-    A ``cpu_max`` that is missing (no cgroup v2, macOS) or unreadable bounds nothing. At least 1."""
+    (``CGROUP_CPU_MAX`` when None) rounded up: ``"150000 100000"`` is 2. A container limited to 1 CPU on a
+    64-core node gets 1, not 64. A ``cpu_max`` that is missing (no cgroup v2, macOS) or unreadable bounds
+    nothing. At least 1."""
     counted: int | None = getattr(os, "process_cpu_count", lambda: None)()
     if counted is None and hasattr(os, "sched_getaffinity"):
         counted = len(os.sched_getaffinity(0))
