@@ -181,7 +181,10 @@ class Command(QueueCommand):
             help='The keyword arguments as a JSON object, e.g. \'{"to": "x"}\'.',
         )
         parser.add_argument(
-            "--priority", type=int, metavar="P", help="-100 to 100, higher runs first (default: the task's)."
+            "--priority",
+            type=int,
+            metavar="P",
+            help="From -100 to 100, higher runs first (default: the task's).",
         )
         parser.add_argument(
             "--delay", type=float, metavar="SECONDS", help="Run no sooner than this from now."
