@@ -12,6 +12,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from .. import serving
 from ..engine import Queue, QueueError, State, WorkerInfo
 from ..engine.throughput import history, minute_of, per_minute
 from . import chart, periodic
@@ -178,8 +179,8 @@ def unserved(queue_counts: dict[str, dict[str, int]], workers: list[WorkerInfo])
     """The queues with waiting or scheduled jobs that none of the live ``workers`` takes jobs from (a worker
     whose ``queues`` is None takes every queue)."""
     return [
-        Unserved(name, Count(counts.get("pending", 0)), Count(counts.get("scheduled", 0)))
-        for name, counts in sorted(queue_counts.items())
-        if counts.get("pending", 0) + counts.get("scheduled", 0) > 0
-        and not any(info.queues is None or name in info.queues for info in workers)
+        Unserved(
+            name, Count(queue_counts[name].get("pending", 0)), Count(queue_counts[name].get("scheduled", 0))
+        )
+        for name in serving.unserved(queue_counts, workers)  # the rule queue_health applies too
     ]

@@ -6,6 +6,7 @@ import math
 import os
 import socket
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from ..conf import MIN_LEASE_TIME, WorkerConfig
@@ -149,10 +150,42 @@ def parse_autoscale(text: str) -> tuple[int, int]:
     return low, high
 
 
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+"""The cgroup v2 CPU limit of this process's group (a container's ``--cpus``, a pod's CPU limit):
+``"QUOTA PERIOD"`` in microseconds, or ``"max PERIOD"`` for none."""
+
+
+def usable_cpus(cpu_max: Path | None = None) -> int:
+    """How many CPUs this process can keep busy, the number of worker processes ``PROCESSES = None``
+    starts: the CPUs it may run on (``os.process_cpu_count()`` on Python 3.13+, the scheduler affinity
+    elsewhere on Linux, ``os.cpu_count()`` last), bounded by the cgroup v2 CPU quota of ``cpu_max``
+    (``CGROUP_CPU_MAX`` when None) rounded up: ``"150000 100000"`` is 2. A container limited to 1 CPU on a
+    64-core node gets 1, not 64. A ``cpu_max`` that is missing (no cgroup v2, macOS) or unreadable bounds
+    nothing. At least 1."""
+    counted: int | None = getattr(os, "process_cpu_count", lambda: None)()
+    if counted is None and hasattr(os, "sched_getaffinity"):
+        counted = len(os.sched_getaffinity(0))
+    cpus = counted or os.cpu_count() or 1
+    quota = _cgroup_quota(CGROUP_CPU_MAX if cpu_max is None else cpu_max)
+    return max(1, cpus if quota is None else min(cpus, quota))
+
+
+def _cgroup_quota(cpu_max: Path) -> int | None:
+    """The CPUs the quota in ``cpu_max`` allows, rounded up; None for no quota or nothing readable."""
+    try:
+        quota, period = cpu_max.read_text(encoding="ascii").split()
+        quota_us, period_us = (None if quota == "max" else int(quota)), int(period)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if quota_us is None or quota_us <= 0 or period_us <= 0:
+        return None
+    return math.ceil(quota_us / period_us)
+
+
 def from_config(config: WorkerConfig, **given: Any) -> WorkerOptions:
     """Options given on the command line (None = not given) over ``QUEUE_MAX["WORKER"]``."""
     values: dict[str, Any] = {
-        "processes": config.processes or os.cpu_count() or 1,
+        "processes": config.processes or usable_cpus(),
         "threads": config.threads,
         "queues": config.queues,
         "shutdown_timeout": config.shutdown_timeout,

@@ -21,7 +21,7 @@ from .banner import django_task_names
 from .launch import SpawnLauncher
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
 from .scheduler import Scheduler
-from .tally import closing_line
+from .tally import Left, closing_line, retries_left
 
 logger = logging.getLogger("queue_max_django.worker")
 
@@ -110,7 +110,8 @@ class Supervisor:
             if self._scheduler is not None:
                 self._scheduler.stop()
         self._prune()
-        logger.info("queue_worker %s: %s", self.options.worker_id, closing_line(self.tally.counts()))
+        left = self._retries_left() if self.options.burst else None
+        logger.info("queue_worker %s: %s", self.options.worker_id, closing_line(self.tally.counts(), left))
         if self._signals > 1:
             return 1
         return 0
@@ -216,6 +217,14 @@ class Supervisor:
         logger.info("%d job(s) done in the last %.0fs (%.1f/s); %d dead letters in all", done, seconds,
                     done / seconds if seconds else 0.0, now[1])  # fmt: skip
         return now
+
+    def _retries_left(self) -> Left | None:
+        """--burst: the retries its queues hold for after it ended, named in the closing line."""
+        try:
+            return retries_left(self.queue, self.options.queues)
+        except QueueError:
+            logger.exception("listing the retries left behind failed")
+            return None
 
     def _prune(self) -> None:
         try:

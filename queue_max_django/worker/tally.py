@@ -12,7 +12,11 @@ the rows up. A count is one aligned 64-bit word, written by one process and read
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import dataclass
 from typing import Any
+
+from ..engine import Queue, State
 
 KINDS = ("done", "retried", "dead", "waiting")
 """done: succeeded; retried: failed, runs again; dead: failed for good (a dead letter); waiting: its task is
@@ -46,10 +50,47 @@ class Tally:
         return {kind: sum(values[k::width]) for k, kind in enumerate(KINDS)}
 
 
-def closing_line(counts: dict[str, int]) -> str:
+LEFT_LIMIT = 1000  # scheduled jobs a burst worker looks at, per queue, for the retries it leaves behind
+
+
+@dataclass(frozen=True)
+class Left:
+    """The retries a ``--burst`` run leaves behind: jobs of its queues that failed an attempt and are
+    scheduled to run again after it ended (its ``--burst-wait`` did not reach their time)."""
+
+    count: int
+    first: float  # the earliest one's ETA, unix seconds
+    exact: bool  # False: more than LEFT_LIMIT scheduled jobs were looked at in some queue
+
+
+def retries_left(queue: Queue, queues: tuple[str, ...] | None, *, limit: int = LEFT_LIMIT) -> Left | None:
+    """The scheduled jobs of ``queues`` (None: every queue) that have had an attempt (a retry's backoff, a
+    ``Retry(delay=)``), looking at the first ``limit`` scheduled jobs of each, in ETA order; None when there
+    is none."""
+    count, first, exact = 0, None, True
+    for name in queues or (None,):
+        scheduled = queue.jobs(State.SCHEDULED, queue=name, limit=limit)
+        exact = exact and len(scheduled) < limit
+        retries = [job for job in scheduled if job.attempts > 0 and job.eta is not None]
+        count += len(retries)
+        if retries:
+            eta = min(job.eta for job in retries if job.eta is not None)
+            first = eta if first is None else min(first, eta)
+    return None if first is None else Left(count, first, exact)
+
+
+def _clock_time(moment: float, now: float) -> str:
+    """``14:02:07`` in local time, as the log's own times; with the date when it is a day away or more."""
+    pattern = "%H:%M:%S" if abs(moment - now) < 86400 else "%Y-%m-%d %H:%M:%S"
+    return time.strftime(pattern, time.localtime(moment))
+
+
+def closing_line(counts: dict[str, int], left: Left | None = None, *, now: float | None = None) -> str:
     """``"stopped after 12 jobs (9 done, 2 failed and retried, 1 dead letter)"``: the jobs it ran. Jobs
     given back to wait for their task ran nothing, so they are not among them: they follow, only when there
-    were some (``"; 3 given back to wait for their task"``)."""
+    were some (``"; 3 given back to wait for their task"``), and so do the retries a ``--burst`` run leaves
+    behind (``"; 1 retry scheduled for 14:02:07 (in 59.8 s) left behind"``; ``now``: the time to count from,
+    unix seconds)."""
     total = counts["done"] + counts["retried"] + counts["dead"]
     parts = [
         f"{counts['done']} done",
@@ -59,4 +100,11 @@ def closing_line(counts: dict[str, int]) -> str:
     line = f"stopped after {total} job{'' if total == 1 else 's'} ({', '.join(parts)})"
     if counts["waiting"]:
         line += f"; {counts['waiting']} given back to wait for their task"
+    if left is not None:
+        now = time.time() if now is None else now
+        many = f"{left.count:,}{'' if left.exact else '+'}"
+        which = f"retr{'y' if left.count == 1 and left.exact else 'ies'} scheduled"
+        since = "for" if left.count == 1 and left.exact else "from"
+        at = f"{_clock_time(left.first, now)} (in {max(0.0, left.first - now):.1f} s)"
+        line += f"; {many} {which} {since} {at} left behind"
     return line

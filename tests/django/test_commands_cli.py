@@ -8,6 +8,7 @@ lands there.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -35,6 +36,7 @@ COMMANDS = (
     "queue_health",
     "queue_compact",
     "queue_worker",
+    "queue_cancel",
 )
 TIMEOUT = 60.0  # seconds a command may take, Django's start-up included
 
@@ -163,6 +165,23 @@ def test_every_command_has_help(name: str) -> None:
     text = command.create_parser("manage.py", name).format_help()
     assert command.help and " ".join(command.help.split()[:4]) in " ".join(text.split())
     assert "--iterations" not in text  # queue_stats' option for tests stays hidden
+
+
+DJANGOS_OPTIONS = {"help", "verbosity", "settings", "pythonpath", "traceback", "no_color", "force_color"}
+DJANGOS_OPTIONS |= {"skip_checks"}  # argparse's and Django's own options, worded their way
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_options_help_is_a_sentence(name: str) -> None:
+    """Each option's help starts with a capital and ends with a full stop, in every command alike."""
+    parser = load_command_class("queue_max_django", name).create_parser("manage.py", name)
+    helps = {
+        action.dest: action.help
+        for action in parser._actions
+        if action.help and action.help != argparse.SUPPRESS and action.dest not in DJANGOS_OPTIONS
+    }
+    assert helps
+    assert [dest for dest, text in helps.items() if not (text[0].isupper() and text.endswith("."))] == []
 
 
 @pytest.mark.parametrize(

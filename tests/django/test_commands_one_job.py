@@ -75,15 +75,21 @@ def test_show_prints_every_field_of_the_job(q: Queue) -> None:
         "shard          0",
         "priority       0",
     ]
-    # every field of the snapshot is a line, under the name --json gives it (the traceback below them)
+    # every field of the snapshot is a line, under the name --json gives it (the traceback below them),
+    # but for the retries, said as attempts made and allowed where the retries were
     first = ("job_id", "state", "task", "queue", "shard", "priority")
+    counts = ("max_retries", "attempts", "attempts_allowed")
     assert [line.split()[0] for line in fields if not line.startswith(" ")] == [
         *first,
-        *(key for key in job_dict(job) if key not in (*first, "traceback")),
+        *(
+            "attempts" if key == "retries" else key
+            for key in job_dict(job)
+            if key not in (*first, "traceback", *counts)
+        ),
     ]
     assert 'payload        {"args": ["x"], "kwargs": {}}' in fields
     assert "result         -" in fields and "eta            -" in fields
-    assert "retries        1" in fields and "max_retries    3" in fields and "attempts       1" in fields
+    assert "attempts       1 of 4 allowed (the first and 3 retries)" in fields
     assert "error          boom x" in fields and "error_type     ValueError" in fields
     assert f"enqueued_at    {when(job.enqueued_at)} UTC" in fields
     assert f"finished_at    {when(job.finished_at)} UTC" in fields
@@ -98,6 +104,30 @@ def test_show_json_is_the_job_as_queue_list_prints_it(q: Queue) -> None:
     shown = json.loads(call("queue_show", str(job_id), "--json"))
     (listed,) = json.loads(call("queue_list", "--status", "failed", "--json"))["jobs"]
     assert shown == listed and shown["job_id"] == str(job_id) and shown["error"] == "boom x"
+
+
+def test_show_counts_attempts_as_the_admin_and_queue_list_do(q: Queue) -> None:
+    job_id = q.put({"args": ["x"], "kwargs": {}}, name=FAIL, max_retries=0)
+    shown = call("queue_show", str(job_id)).splitlines()
+    assert "attempts       0 of 1 allowed (no retries)" in shown
+    record = q.claim(job_id)
+    assert record is not None
+    record.nack(ValueError("boom"))  # no retries left: a dead letter after one attempt
+    job = q.job(job_id)
+    assert job is not None and (job.retries, job.attempts, job.max_retries) == (1, 1, 0)
+    shown = call("queue_show", str(job_id)).splitlines()
+    assert "attempts       1 of 1 allowed (no retries)" in shown
+    assert not [line for line in shown if line.startswith(("retries ", "max_retries "))]  # not "retries 1"
+    data = json.loads(call("queue_show", str(job_id), "--json"))
+    assert (data["attempts"], data["attempts_allowed"]) == (1, 1)
+    assert (data["retries"], data["max_retries"]) == (1, 0)  # kept for the scripts that read them
+    (listed,) = json.loads(call("queue_list", "--status", "failed", "--json"))["jobs"]
+    assert listed == data
+    listed_row = call("queue_list", "--status", "failed").splitlines()[1]
+    assert " 1/1 " in listed_row  # the table's ATTEMPTS column: the same count
+
+    one_retry = q.put({"args": ["y"], "kwargs": {}}, name=FAIL, max_retries=1)
+    assert "attempts       0 of 2 allowed (the first and 1 retry)" in call("queue_show", str(one_retry))
 
 
 def test_show_of_a_waiting_job_and_a_done_one(q: Queue) -> None:
@@ -119,7 +149,8 @@ def test_show_lists_the_error_of_each_attempt(q: Queue) -> None:
         "               2. ValueError: boom y 2",
         "               3. ValueError: boom y 3",
     ]
-    assert "retries        3" in lines and lines[-1] == "  ValueError: boom y 3"
+    assert "attempts       3 of 4 allowed (the first and 3 retries)" in lines
+    assert lines[-1] == "  ValueError: boom y 3"
 
 
 def test_show_escapes_control_characters_of_stored_text(q: Queue) -> None:

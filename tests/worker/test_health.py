@@ -17,7 +17,9 @@ from tests.worker.conftest import Site, wait_for
 # real worker's heartbeat is what they see (a worker's start costs seconds on a loaded machine).
 @pytest.mark.store_neutral
 def test_a_running_worker_is_healthy_and_a_stopped_one_is_not(site: Site) -> None:
-    worker = site.start("--processes", "1", "--threads", "1", "--queue", "mail", "--no-scheduler")
+    worker = site.start(
+        "--processes", "1", "--threads", "1", "--queue", "mail", "--no-scheduler", "--worker-id", "probed"
+    )  # fmt: skip
     with site.queue() as queue:
         (info,) = wait_for(queue.workers, what=f"the worker to report; log:\n{worker.output()}")
         assert info.queues == ("mail",)
@@ -25,6 +27,11 @@ def test_a_running_worker_is_healthy_and_a_stopped_one_is_not(site: Site) -> Non
         with override_settings(QUEUE_MAX=site.settings()):
             call_command("queue_health", "--queue", "mail", "--heartbeat-within", "30", stdout=out)
         assert out.getvalue().startswith("OK: 1 live worker(s), the newest heartbeat ")
+        for replica in (("--worker-id", "probed"), ("--this-host",)):  # one replica's liveness probe
+            out = io.StringIO()
+            with override_settings(QUEUE_MAX=site.settings()):
+                call_command("queue_health", *replica, "--processes", "1", stdout=out)
+            assert out.getvalue().startswith("OK: 1 live worker(s) of "), replica
 
         worker.signal()
         assert worker.wait() == 0, worker.output()
@@ -32,4 +39,10 @@ def test_a_running_worker_is_healthy_and_a_stopped_one_is_not(site: Site) -> Non
             call_command("queue_health", "--queue", "mail", stdout=io.StringIO())  # status 1 from manage.py
         assert str(gone.value) == (
             "unhealthy: no worker is registered in this store (is queue_worker running?)"
+        )
+        with override_settings(QUEUE_MAX=site.settings()), pytest.raises(CommandError) as gone:
+            call_command("queue_health", "--worker-id", "probed", stdout=io.StringIO())
+        assert str(gone.value) == (
+            "unhealthy: no worker process of worker 'probed' is registered (is queue_worker running with "
+            "--worker-id probed?)"
         )

@@ -11,6 +11,7 @@ import json
 import logging
 import multiprocessing
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from queue_max_django.engine import State
 from queue_max_django.worker.logs import summary
 from queue_max_django.worker.options import WorkerOptions
 from queue_max_django.worker.process import WorkerProcess
-from queue_max_django.worker.tally import Tally, closing_line
+from queue_max_django.worker.tally import Left, Tally, closing_line
 from tests.testapp import tasks as t
 
 FAIL = "tests.testapp.tasks.fail_always"
@@ -128,6 +129,26 @@ def test_the_closing_line_names_jobs_that_waited_only_when_there_were_some() -> 
     )
     assert closing_line({"done": 0, "retried": 0, "dead": 0, "waiting": 0}) == (
         "stopped after 0 jobs (0 done, 0 failed and retried, 0 dead letters)"
+    )
+
+
+def test_the_closing_line_names_the_retries_a_burst_left_behind() -> None:
+    counts = {"done": 0, "retried": 1, "dead": 0, "waiting": 0}
+    now = 1_800_000_000.0
+    at = time.strftime("%H:%M:%S", time.localtime(now + 60))
+    assert closing_line(counts, Left(1, now + 60, True), now=now) == (
+        f"stopped after 1 job (0 done, 1 failed and retried, 0 dead letters); 1 retry scheduled for {at} "
+        "(in 60.0 s) left behind"
+    )
+    assert closing_line(counts, Left(3, now + 60, True), now=now).endswith(
+        f"; 3 retries scheduled from {at} (in 60.0 s) left behind"
+    )
+    assert closing_line(counts, Left(1000, now + 60, False), now=now).endswith(
+        f"; 1,000+ retries scheduled from {at} (in 60.0 s) left behind"
+    )
+    days = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now + 2 * 86400))
+    assert closing_line(counts, Left(1, now + 2 * 86400, True), now=now).endswith(
+        f"; 1 retry scheduled for {days} (in 172800.0 s) left behind"
     )
 
 

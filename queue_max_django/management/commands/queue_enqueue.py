@@ -1,4 +1,6 @@
-"""``manage.py queue_enqueue``: store jobs of a registered task, one from the options or many from a file."""
+"""``manage.py queue_enqueue``: store jobs of a registered task, one from the options or many from a file. A
+task is an ``@task`` of this app's registry or a ``django.tasks`` task whose backend is ``QueueMaxBackend``
+(Django >= 6.0: ``djangotasks.py``), enqueued as its own ``enqueue()`` would."""
 
 from __future__ import annotations
 
@@ -17,12 +19,13 @@ from ...conf import QueueMaxConfig
 from ...engine import Queue
 from ...engine.codec import MAX_DEPTH, check_reads_back, pack_value
 from ...engine.validate import check_put
-from ...tasks import Task
+from ...tasks import Task, registry
+from .. import djangotasks
 from ..base import QueueCommand
 from ..common import (
     ProgressBar,
+    did_you_mean,
     engine_errors,
-    find_task,
     id_text,
     load_config,
     open_queue,
@@ -49,6 +52,21 @@ class Call:
         return self.task.name, self.task.priority, self.task.queue, self.task.delay_seconds
 
 
+AnyCall = Call | djangotasks.DjangoCall
+
+
+def find_task(name: str, *, listing: bool = True) -> Any:
+    """The ``@task`` called ``name``, or else the ``django.tasks`` task of that module path; a
+    ``CommandError`` naming close matches (and with ``listing``, every registered task) otherwise, and on a
+    Django without ``django.tasks``, that such a task needs Django 6.0."""
+    found = registry.get(name) or djangotasks.find(name)
+    if found is not None:
+        return found
+    known = f" Registered tasks: {', '.join(registry.names()) or 'none'}." if listing else ""
+    needs = djangotasks.missing()
+    raise CommandError(f"unknown task {name!r}.{did_you_mean(name)}{known}" + (f" {needs}" if needs else ""))
+
+
 class Checker:
     """Turns what the user gave into ``Call``s, or a ``ValueError`` saying what is wrong. It remembers each
     task's signature and each set of options it checked, so a file of a million lines checks fast."""
@@ -59,13 +77,21 @@ class Checker:
         self._signatures: dict[str, inspect.Signature] = {}
         self._variants: dict[tuple[str, str], Task[..., Any]] = {}
 
-    def call(self, task: Task[..., Any], args: Any, kwargs: Any, **options: Any) -> Call:
-        """A ``Call`` if the task takes these arguments and ``options`` (priority, queue, delay) and the
-        store would take the payload."""
+    def call(self, task: Any, args: Any, kwargs: Any, **options: Any) -> AnyCall:
+        """A ``Call`` (a ``DjangoCall`` for a ``django.tasks`` task) if the task takes these arguments and
+        ``options`` (priority, queue, delay) and the store would take the payload."""
         if not isinstance(args, list):
             raise ValueError(f"args must be a JSON list, not {_shown(json.dumps(args))}")
         if not isinstance(kwargs, dict):
             raise ValueError(f"kwargs must be a JSON object, not {_shown(json.dumps(kwargs))}")
+        if not isinstance(task, Task):
+            django_call = djangotasks.call(task, args, kwargs, **options)
+            allowed = self.config.queues
+            if allowed is not None and django_call.queue not in allowed:
+                raise ValueError(
+                    f"unknown queue {django_call.queue!r}: QUEUE_MAX['QUEUES'] allows {list(allowed)}"
+                )
+            return django_call
         signature = self._signatures.get(task.name)
         if signature is None:
             signature = self._signatures[task.name] = inspect.signature(task.func)
@@ -97,7 +123,7 @@ class Checker:
         check_put(**variant._put_options(), queues=allowed, now=time.time())
         return variant
 
-    def line(self, text: str) -> Call:
+    def line(self, text: str) -> AnyCall:
         """One line of a ``--file``: a JSON object with some of ``LINE_KEYS``."""
         data = _parse_json(text)
         if not isinstance(data, dict):
@@ -121,17 +147,24 @@ class Checker:
         return self.call(task, data.get("args", []), data.get("kwargs", {}), **options)
 
 
-def put(queue: Queue, calls: list[Call], batch: int, progress: ProgressBar) -> tuple[list[int], int]:
+def put(queue: Queue, calls: list[AnyCall], batch: int, progress: ProgressBar) -> tuple[list[int], int]:
     """Store ``calls`` as ``.map()`` does: each group of equal options in as many transactions as the store
     has shards (more when a part would pass ``batch`` jobs), on the shards in turn (``Queue.put_parts``), so
-    that the workers drain them in parallel. -> (job ids in the calls' order, transactions)."""
+    that the workers drain them in parallel; a ``django.tasks`` job through its backend, one transaction
+    each, as ``Task.enqueue()`` stores it. -> (job ids in the calls' order, transactions)."""
     groups: dict[tuple[str, int, str, float | None], list[int]] = {}
-    for index, call in enumerate(calls):
-        groups.setdefault(call.group, []).append(index)
     ids = [0] * len(calls)
     transactions = 0
+    for index, each in enumerate(calls):
+        if isinstance(each, Call):
+            groups.setdefault(each.group, []).append(index)
+        else:
+            ids[index] = each.enqueue()
+            transactions += 1
+            progress.advance(1)
     for indexes in groups.values():
         task = calls[indexes[0]].task
+        assert isinstance(task, Task)
         task._prepare(queue)  # the task's rate limit and breaker, as .delay() applies them
         options = task._put_options()
         size = min(batch, -(-len(indexes) // queue.shard_count))
@@ -166,7 +199,8 @@ class Command(QueueCommand):
         parser.add_argument(
             "--task",
             metavar="NAME",
-            help="The task's registered name (module.function unless name= was given).",
+            help="The task's registered name (module.function unless name= was given), or a django.tasks "
+            "task's module path (Django 6.0+, its backend QueueMaxBackend).",
         )
         parser.add_argument(
             "--args",
@@ -181,7 +215,10 @@ class Command(QueueCommand):
             help='The keyword arguments as a JSON object, e.g. \'{"to": "x"}\'.',
         )
         parser.add_argument(
-            "--priority", type=int, metavar="P", help="-100 to 100, higher runs first (default: the task's)."
+            "--priority",
+            type=int,
+            metavar="P",
+            help="From -100 to 100, higher runs first (default: the task's).",
         )
         parser.add_argument(
             "--delay", type=float, metavar="SECONDS", help="Run no sooner than this from now."
@@ -225,27 +262,27 @@ class Command(QueueCommand):
         queue = open_queue()
         with engine_errors():
             if path is None or checker.config.immediate:  # the usual .enqueue() path, one job at a time
-                ids, transactions = [c.task.enqueue(*c.args, **c.kwargs).job_id for c in calls], len(calls)
+                ids, transactions = [_enqueue(each) for each in calls], len(calls)
             else:
                 progress = ProgressBar(self.stderr, len(calls))
                 ids, transactions = put(queue, calls, options["batch_size"], progress)
         if options["json"]:
             self.stdout.write(to_json({"count": len(ids), "job_ids": [id_text(each) for each in ids]}))
         elif path is None:
-            variant = calls[0].task
-            self.stdout.write(f"Enqueued job {ids[0]}: {printable(variant.name)} on queue {variant.queue!r}.")
+            name, queue_name = _where(calls[0])
+            self.stdout.write(f"Enqueued job {ids[0]}: {printable(name)} on queue {queue_name!r}.")
         else:
             jobs = f"{len(ids):,} job{'' if len(ids) == 1 else 's'}"
             batches = f"{transactions:,} transaction{'' if transactions == 1 else 's'}"
             self.stdout.write(f"Enqueued {jobs} from {path} in {batches}.")
 
-    def _read_file(self, path: str, checker: Checker) -> list[Call]:
+    def _read_file(self, path: str, checker: Checker) -> list[AnyCall]:
         """Every line checked; a ``CommandError`` naming the bad lines by number if there is any."""
         try:
             text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise CommandError(f"cannot read {path}: {exc}") from None
-        calls: list[Call] = []
+        calls: list[AnyCall] = []
         errors: list[str] = []
         for number, line in enumerate(text.splitlines(), start=1):
             if line.strip():
@@ -261,6 +298,20 @@ class Command(QueueCommand):
         if not calls:
             raise CommandError(f"{path} holds no jobs.")
         return calls
+
+
+def _enqueue(each: AnyCall) -> int:
+    """One job, as the task's own ``enqueue()`` stores it: -> its id."""
+    if isinstance(each, Call):
+        return each.task.enqueue(*each.args, **each.kwargs).job_id
+    return each.enqueue()
+
+
+def _where(each: AnyCall) -> tuple[str, str]:
+    """(task name, queue) of a call, for the message."""
+    if isinstance(each, Call):
+        return each.task.name, each.task.queue
+    return each.name, each.queue
 
 
 def _parse_json(text: str) -> Any:

@@ -1,22 +1,21 @@
 """``manage.py queue_health``: exit 0 when the queue is healthy, 1 with a one-line reason when it is not, for
-container health checks: a worker heartbeat recent enough (serving each ``--queue`` named), and optionally
-the oldest waiting job young enough (``--max-lag``)."""
+container health checks: a worker heartbeat recent enough (of the store's workers, or of one replica's
+with ``--worker-id``/``--this-host``), each ``--queue`` named served, no queue that no live worker serves
+with a job waiting past ``--unserved-after``, and optionally the oldest waiting job young enough
+(``--max-lag``). The judging is ``management/health.py``'s."""
 
 from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass, field
+import socket
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ...engine import Queue
-from ...engine.stores.types import WorkerInfo
 from ..base import QueueCommand
-from ..common import engine_errors, open_queue, printable, to_json
-
-DEFAULT_HEARTBEAT_WITHIN = 60.0  # seconds: a worker reports every few seconds (at most 17 s apart under load)
+from ..common import engine_errors, open_queue, positive_int, to_json
+from ..health import DEFAULT_HEARTBEAT_WITHIN, DEFAULT_UNSERVED_AFTER, Replica, check
 
 
 def seconds(text: str) -> float:
@@ -30,67 +29,13 @@ def seconds(text: str) -> float:
     return value
 
 
-@dataclass
-class Health:
-    """What the check found: ``reason`` is None when healthy, else the first failure, in one line."""
-
-    workers: int  # with a heartbeat within the limit
-    newest_heartbeat_age: float | None  # seconds since the most recent heartbeat of any registered worker
-    lag: dict[str, float] = field(default_factory=dict)  # queue -> its oldest waiting job's age (seconds)
-    reason: str | None = None
-
-
-def check(
-    queue: Queue, *, heartbeat_within: float, max_lag: float | None, queues: list[str] | None
-) -> Health:
-    """Read the worker registry and the queues' lag once, and judge them."""
-    now = queue.now()
-    registered = queue.workers(include_dead=True)
-    live = [w for w in registered if now - w.last_heartbeat <= heartbeat_within]
-    newest = min((now - w.last_heartbeat for w in registered), default=None)
-    ages = queue.pending_ages()
-    lag = ages if not queues else {name: ages[name] for name in queues if name in ages}
-    health = Health(len(live), None if newest is None else max(0.0, newest), lag)
-    health.reason = _worker_problem(live, registered, newest, heartbeat_within, queues) or _lag_problem(
-        lag, max_lag
-    )
-    return health
-
-
-def _worker_problem(
-    live: list[WorkerInfo],
-    registered: list[WorkerInfo],
-    newest: float | None,
-    within: float,
-    queues: list[str] | None,
-) -> str | None:
-    if not live:
-        if newest is None:
-            return "no worker is registered in this store (is queue_worker running?)"
-        return f"no worker heartbeat within {within:g} s (the newest is {newest:.1f} s old)"
-    for name in queues or ():
-        if not any(w.queues is None or name in w.queues for w in live):
-            return f"no live worker serves the queue {printable(name)!r} ({len(live)} live serve others)"
-    return None
-
-
-def _lag_problem(lag: dict[str, float], max_lag: float | None) -> str | None:
-    if max_lag is None:
-        return None
-    late = {name: age for name, age in lag.items() if age > max_lag}
-    if not late:
-        return None
-    name, age = max(late.items(), key=lambda item: item[1])
-    more = f" (and {len(late) - 1} more queue(s))" if len(late) > 1 else ""
-    waited = f"has waited {age:.1f} s, over {max_lag:g} s"
-    return f"the oldest waiting job of queue {printable(name)!r} {waited}{more}"
-
-
 class Command(QueueCommand):
     help = (
         "Exit 0 when the job queue is healthy, 1 with a one-line reason when not (for container health "
-        "checks): a worker heartbeat within --heartbeat-within seconds (serving each --queue given), and "
-        "with --max-lag, no waiting job older than that."
+        "checks): a worker heartbeat within --heartbeat-within seconds (of one replica's workers with "
+        "--worker-id or --this-host, serving each --queue given), no job waiting longer than "
+        "--unserved-after in a queue no live worker serves, and with --max-lag, no waiting job older than "
+        "that."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -114,9 +59,43 @@ class Command(QueueCommand):
             help="Check this queue only (repeat for several): a live worker must serve it, and --max-lag "
             "looks at it alone.",
         )
+        which = parser.add_mutually_exclusive_group()
+        which.add_argument(
+            "--worker-id",
+            metavar="ID",
+            help="Judge one replica, the queue_worker started with --worker-id ID: each of its processes "
+            "must report (a liveness probe), whatever other workers of the store do.",
+        )
+        which.add_argument(
+            "--this-host",
+            action="store_true",
+            help="Judge the workers running on this host (its hostname: a Kubernetes pod's name) as "
+            "--worker-id judges one.",
+        )
+        parser.add_argument(
+            "--processes",
+            type=positive_int,
+            metavar="N",
+            help="With --worker-id or --this-host: at least N of its worker processes must report.",
+        )
+        parser.add_argument(
+            "--unserved-after",
+            type=seconds,
+            default=DEFAULT_UNSERVED_AFTER,
+            metavar="SECONDS",
+            help="Fail when a job has waited longer than SECONDS in a queue no live worker serves (default "
+            f"{DEFAULT_UNSERVED_AFTER:g}); sooner, or when judging one replica, it is a warning.",
+        )
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a line.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["processes"] is not None and not (options["worker_id"] or options["this_host"]):
+            raise CommandError("--processes goes with --worker-id or --this-host.")
+        replica = None
+        if options["worker_id"] is not None:
+            replica = Replica(worker_id=options["worker_id"])
+        elif options["this_host"]:
+            replica = Replica(host=socket.gethostname())
         queue = open_queue(create=False)
         with engine_errors():
             health = check(
@@ -124,15 +103,24 @@ class Command(QueueCommand):
                 heartbeat_within=options["heartbeat_within"],
                 max_lag=options["max_lag"],
                 queues=options["queue"],
+                replica=replica,
+                processes=options["processes"],
+                unserved_after=options["unserved_after"],
             )
         if options["json"]:
-            self.stdout.write(to_json({"ok": health.reason is None, "store": queue.path, **vars(health)}))
-        elif health.reason is None:
-            oldest = max(health.lag.values(), default=0.0)
-            newest = health.newest_heartbeat_age or 0.0
-            self.stdout.write(
-                f"OK: {health.workers} live worker(s), the newest heartbeat {newest:.1f} s old; "
-                f"the oldest waiting job has waited {oldest:.1f} s."
-            )
+            judged = None if replica is None else str(replica)
+            data = {"ok": health.reason is None, "store": queue.path, "replica": judged, **vars(health)}
+            self.stdout.write(to_json(data))
+        else:
+            for warning in health.warnings:
+                self.stderr.write(f"Warning: {warning}")
+            if health.reason is None:
+                oldest = max(health.lag.values(), default=0.0)
+                newest = health.newest_heartbeat_age or 0.0
+                whose = "" if replica is None else f" of {replica}"
+                self.stdout.write(
+                    f"OK: {health.workers} live worker(s){whose}, the newest heartbeat {newest:.1f} s old; "
+                    f"the oldest waiting job has waited {oldest:.1f} s."
+                )
         if health.reason is not None:
             raise CommandError(f"unhealthy: {health.reason}")

@@ -1,4 +1,5 @@
-"""``manage.py queue_purge``: delete the jobs in one state (never running ones), after a confirmation."""
+"""``manage.py queue_purge``: delete the jobs in one state (never running ones), after a confirmation.
+``--json``: one object saying what was asked, how many jobs matched and how many were removed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from ...engine import Job, Queue, State
 from ..base import QueueCommand
-from ..common import engine_errors, non_negative_float, open_queue, parse_status, status_missing
+from ..common import engine_errors, non_negative_float, open_queue, parse_status, status_missing, to_json
 from ..jobs import job_ids
 
 DAY = 86400.0  # seconds
@@ -55,6 +56,12 @@ class Command(QueueCommand):
             "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
         )
         parser.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help='Print one JSON object: {"status", "queue", "days", "dry_run", "cancelled" (answered no), '
+            '"matched", "removed"} (a question on a terminal goes to standard error).',
+        )
 
     def missing(self, options: dict[str, Any]) -> str | None:
         return status_missing(options)
@@ -78,25 +85,39 @@ class Command(QueueCommand):
         with engine_errors():
             ids = None if name is None and older_than is None else matching(queue, state, older_than, name)
             count = queue.stats()[state.value] if ids is None else len(ids)
-            what = _jobs(count, state, name) + ("" if days is None else f" older than {days:g} days")
-            if dry_run:
-                self.stdout.write(f"Would remove {what} (dry run: nothing removed).")
-                return
-            if count and ask and not self._confirm(f"Delete {what}? This cannot be undone. [y/N] "):
-                self.stdout.write("Purge cancelled: nothing removed.")
-                return
-            if not count:
+            what = _jobs(count, state, name) + ("" if days is None else f" older than {_days(days)}")
+            confirmed = (
+                not ask
+                or not count
+                or self._confirm(f"Delete {what}? This cannot be undone. [y/N] ", to_stderr=options["json"])
+            )
+            if dry_run or not confirmed or not count:
                 removed = 0
             elif name is None:
                 removed = queue.purge(state, older_than=older_than)
             else:  # one job at a time, each only if it is still in that state
                 removed = sum(queue.delete(job_id, state=state) for job_id in ids or ())
-        self.stdout.write(f"Removed {_jobs(removed, state, name)}.")
+        if options["json"]:
+            asked = {"status": state.value, "queue": name, "days": days, "dry_run": dry_run}
+            data = {**asked, "cancelled": not confirmed, "matched": count, "removed": removed}
+            self.stdout.write(to_json(data))
+        elif dry_run:
+            self.stdout.write(f"Would remove {what} (dry run: nothing removed).")
+        elif not confirmed:
+            self.stdout.write("Purge cancelled: nothing removed.")
+        else:
+            self.stdout.write(f"Removed {_jobs(removed, state, name)}.")
 
-    def _confirm(self, question: str) -> bool:
-        self.stdout.write(question, ending="")
-        self.stdout.flush()
+    def _confirm(self, question: str, *, to_stderr: bool) -> bool:
+        stream = self.stderr if to_stderr else self.stdout  # --json: standard output holds the JSON only
+        stream.write(question, ending="")
+        stream.flush()
         return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _days(days: float) -> str:
+    """``1 day``, ``2.5 days``, ``0 days``."""
+    return f"{days:g} day{'' if days == 1 else 's'}"
 
 
 def _jobs(count: int, state: State, queue: str | None) -> str:

@@ -1,5 +1,7 @@
 """``manage.py queue_retry``: dead letters back to waiting, one by id or all (of a shard, of a task). A dead
-letter quarantined as corrupted (``Job.corrupted``) is never retried: nothing is left to run."""
+letter quarantined as corrupted (``Job.corrupted``) is never retried: nothing is left to run. ``--json``: one
+object, ``{"retried": N, "job_ids": [...], "skipped": [{"job_id": ..., "reason": ...}]}`` (``job_ids`` with
+``--job-id`` only: ``--all`` may retry millions)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from ...engine import Job, Queue, State
 from ..base import QueueCommand
-from ..common import check_shard, engine_errors, job_id, open_queue, unknown_task_warning
+from ..common import check_shard, engine_errors, id_text, job_id, open_queue, to_json, unknown_task_warning
 from ..jobs import job_ids, not_failed
 
 
@@ -29,6 +31,12 @@ class Command(QueueCommand):
         )
         parser.add_argument(
             "--task", help="With --all: only the failed jobs of this task (its registered name)."
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help='Print one JSON object: {"retried": N, "skipped": [{"job_id", "reason"}, ...]} (and the '
+            '"job_ids" retried, with --job-id).',
         )
 
     def missing(self, options: dict[str, Any]) -> str | None:
@@ -55,21 +63,27 @@ class Command(QueueCommand):
         queue = open_queue()
         with engine_errors():
             if job_id is not None:
-                self._retry_one(queue, job_id)
+                self._retry_one(queue, job_id, as_json=options["json"])
                 return
             check_shard(queue, shard)
-            corrupted: list[int] = []  # never retried: nothing is left to run (Job.corrupted)
+            corrupted: list[Job] = []  # never retried: nothing is left to run (Job.corrupted)
 
             def retriable(job: Job) -> bool:
                 if job.corrupted:
-                    corrupted.append(job.job_id)
+                    corrupted.append(job)
                 return not job.corrupted
 
             ids = job_ids(queue, State.FAILED, shard=shard, task=task, keep=retriable)
-            retried = sum(queue.requeue(each) for each in ids)  # False: someone else requeued or purged it
+            gone = [each for each in ids if not queue.requeue(each)]  # someone else requeued or purged it
+        retried = len(ids) - len(gone)
         warning = None if ids or corrupted else unknown_task_warning(task, "failed jobs")
         if warning is not None:
             self.stderr.write(f"Warning: {warning}")
+        if options["json"]:
+            skipped = [_skipped(job.job_id, f"corrupted: {job.error}") for job in corrupted]
+            skipped += [_skipped(each, "not failed any more (retried or deleted meanwhile)") for each in gone]
+            self.stdout.write(to_json({"retried": retried, "skipped": skipped}))
+            return
         self.stdout.write(f"Retried {retried} failed job{'' if retried == 1 else 's'}.")
         if corrupted:
             many = len(corrupted)
@@ -79,13 +93,25 @@ class Command(QueueCommand):
                 f"queue_show, delete them with queue_delete."
             )
 
-    def _retry_one(self, queue: Queue, job_id: int) -> None:
-        if not queue.requeue(job_id):
-            job = queue.job(job_id)
-            if job is not None and job.corrupted:
-                raise CommandError(
-                    f"job {job_id} was quarantined as corrupted ({job.error}): its data did not decode, so "
-                    f"nothing is left to run and it cannot be retried. Delete it (queue_delete {job_id})."
-                )
-            raise CommandError(not_failed(queue, job_id, "only dead letters can be retried"))
-        self.stdout.write(f"Retried 1 failed job ({job_id}).")
+    def _retry_one(self, queue: Queue, job_id: int, *, as_json: bool) -> None:
+        if queue.requeue(job_id):
+            if as_json:
+                self.stdout.write(to_json({"retried": 1, "job_ids": [id_text(job_id)], "skipped": []}))
+            else:
+                self.stdout.write(f"Retried 1 failed job ({job_id}).")
+            return
+        job = queue.job(job_id)
+        if job is not None and job.corrupted:
+            why = (
+                f"job {job_id} was quarantined as corrupted ({job.error}): its data did not decode, so "
+                f"nothing is left to run and it cannot be retried. Delete it (queue_delete {job_id})."
+            )
+        else:
+            why = not_failed(queue, job_id, "only dead letters can be retried")
+        if as_json:
+            self.stdout.write(to_json({"retried": 0, "job_ids": [], "skipped": [_skipped(job_id, why)]}))
+        raise CommandError(why)
+
+
+def _skipped(job_id: int, reason: str) -> dict[str, str | None]:
+    return {"job_id": id_text(job_id), "reason": reason}

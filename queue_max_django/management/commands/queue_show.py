@@ -33,7 +33,11 @@ def job_lines(job: Job, *, cancel_requested: bool = False) -> list[str]:
         data[key] = fields.pop(key)
         if key == "state" and cancel_requested:  # why a job asked to stop still runs
             data["cancel"] = "requested: its worker stops it at its next heartbeat"
-    data |= fields
+    for key, value in fields.items():  # attempts as the admin and queue_list count them, where retries were
+        if key == "retries":
+            data["attempts"] = attempts_text(job)
+        elif key not in ("max_retries", "attempts", "attempts_allowed"):
+            data[key] = value
     traceback = data.pop("traceback")
     width = max(len(key) for key in data)
     lines = []
@@ -44,6 +48,13 @@ def job_lines(job: Job, *, cancel_requested: bool = False) -> list[str]:
         lines += ["", "traceback (of the last failed attempt):"]
         lines += [f"  {printable(line)}" for line in traceback.rstrip("\n").split("\n")]
     return lines
+
+
+def attempts_text(job: Job) -> str:
+    """``2 of 4 allowed (the first and 3 retries)``: attempts made and allowed, as the admin says them."""
+    retries = job.max_retries
+    allowed = "no retries" if not retries else f"the first and {retries} retr{'y' if retries == 1 else 'ies'}"
+    return f"{job.attempts} of {retries + 1} allowed ({allowed})"
 
 
 def _value(key: str, value: Any) -> str:
@@ -65,7 +76,7 @@ def _value(key: str, value: Any) -> str:
 
 class Command(QueueCommand):
     help = (
-        "Show one job by id: every field of its snapshot (state, task, queue, arguments, result, retries, "
+        "Show one job by id: every field of its snapshot (state, task, queue, arguments, result, attempts, "
         "errors, times, workers), the traceback of its last failure last. --json prints them as one JSON "
         "object, as queue_list --json prints each job."
     )

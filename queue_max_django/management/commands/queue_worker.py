@@ -34,56 +34,58 @@ class Command(QueueCommand):
             return super().execute(*args, **options)
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--processes", type=int, help="worker processes (default: CPUs)")
-        parser.add_argument("--threads", type=int, help="threads per process (default: 1)")
+        parser.add_argument(
+            "--processes", type=int, help="Worker processes (default: one per CPU this process can use)."
+        )
+        parser.add_argument("--threads", type=int, help="Threads per process (default: 1).")
         parser.add_argument(
             "--queue",
             action="append",
             dest="queues",
             metavar="NAME",
-            help="serve this queue (repeatable; default all)",
+            help="Serve this queue (repeat for several; default: every queue).",
         )
         parser.add_argument(
             "--burst",
             action="store_true",
-            help="exit 0 once nothing is waiting, running or due within --burst-wait",
+            help="Exit 0 once nothing is waiting, running or due within --burst-wait.",
         )
         parser.add_argument(
             "--burst-wait",
             type=non_negative_float,
             metavar="S",
-            help="with --burst: wait for jobs due within S seconds",
+            help="With --burst: wait for jobs due within S seconds.",
         )
-        parser.add_argument("--max-jobs", type=int, metavar="N", help="replace a process after N jobs")
+        parser.add_argument("--max-jobs", type=int, metavar="N", help="Replace a process after N jobs.")
         parser.add_argument(
             "--max-memory",
             type=int,
             metavar="MB",
             dest="max_memory_mb",
-            help="replace a process past MB of RssAnon",
+            help="Replace a process past MB of RssAnon.",
         )
         parser.add_argument(
             "--shutdown-timeout",
             type=non_negative_float,
             metavar="S",
-            help="seconds running jobs get to finish on stop (default 30)",
+            help="Seconds running jobs get to finish on stop (default 30).",
         )
         parser.add_argument(
             "--cancel-grace",
             type=non_negative_float,
             metavar="S",
-            help="seconds a cancelled running job gets to stop before its process is ended (default 10)",
+            help="Seconds a cancelled running job gets to stop before its process is ended (default 10).",
         )
         parser.add_argument(
-            "--worker-id", help="this command's id in the worker registry (default: host-pid)"
+            "--worker-id", help="This command's id in the worker registry (default: HOST-PID)."
         )
         parser.add_argument(
-            "--no-scheduler", action="store_true", help="never enqueue periodic tasks from here"
+            "--no-scheduler", action="store_true", help="Never enqueue periodic tasks from here."
         )
         parser.add_argument(
             "--autoscale",
             metavar="MIN,MAX",
-            help="threads per process follow the waiting jobs between MIN and MAX",
+            help="Threads per process follow the waiting jobs between MIN and MAX.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

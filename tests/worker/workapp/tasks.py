@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from queue_max_django import current_job, periodic_task, task
+from queue_max_django import Retry, current_job, periodic_task, task
 
 
 def mark(kind: str, value: object) -> None:
@@ -80,6 +80,12 @@ def limited(value: int) -> int:
 @task
 def boom() -> None:
     raise ValueError("boom")
+
+
+@task
+def retry_later(seconds: float) -> None:
+    mark("retry_later", seconds)
+    raise Retry("not yet", delay=seconds)
 
 
 @periodic_task(interval=1)
