@@ -366,7 +366,7 @@ class JobAdmin(ModelAdmin):
             label=label,
             state_label=listing.JOB_LABELS[job.state],
             arguments=display.arguments(job.payload, job.name),
-            result=display.pretty(job.result) if job.state is State.DONE else None,
+            result=display.as_json(job.result) if job.state is State.DONE else None,
             metadata=display.as_json(job.metadata) if job.metadata else None,
             attempts=display.attempts(job),
             error_box=display.error_box(job),
