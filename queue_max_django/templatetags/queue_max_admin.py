@@ -7,6 +7,8 @@ task registry) is imported on the first use of a filter, not here.
 from __future__ import annotations
 
 from django import template
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
 
@@ -17,3 +19,10 @@ def error_class(error_type: str | None) -> str:
     from ..admin.display import class_name
 
     return class_name(error_type)
+
+
+@register.filter
+def dotted_breaks(name: str | None) -> SafeString:
+    """A dotted name that may wrap after each dot (``shop.tasks.<wbr>send_receipt``), escaped: a list's task
+    column gives way before the error column does, and never breaks inside a word."""
+    return mark_safe(escape(name or "").replace(".", ".<wbr>"))  # escaped first; <wbr> is ours

@@ -202,7 +202,8 @@ def test_the_dead_letter_list_shows_task_queue_shard_error_attempts(
     job = store.job(job_id)
     assert job is not None
     row = html[html.index(f'data-job-id="{job_id}"') :].split("</tr>")[0]
-    for text in ("tests.testapp.tasks.add", "<td>mail</td>", "ValueError", "boom 5", ">1/1</td>"):
+    task = '<td class="qm-task">tests.<wbr>testapp.<wbr>tasks.<wbr>add</td>'  # it may wrap after a dot
+    for text in (task, "<td>mail</td>", "ValueError", "boom 5", ">1/1</td>"):
         assert text in row
     sharded = store.shard_count > 1  # the PostgreSQL store has one shard: no shard column
     assert (f"<td>{job.shard}</td>" in row, '<th scope="col">Shard</th>' in html) == (sharded, sharded)
@@ -542,6 +543,37 @@ def test_a_dead_letters_error_cell_holds_the_full_text_in_its_title(
     assert cell is not None
     assert unescape(cell.group(1)) == long_error  # on hover: all of it
     assert unescape(cell.group(2)) == long_error[:399] + "…"  # in the cell: clamped to three lines by CSS
+
+
+def test_an_unfinished_jobs_page_refreshes_its_panel_until_the_job_finishes(
+    admin_client: Client, store: Queue
+) -> None:
+    """The job page of a waiting or running job ticks its refresh box (a scheduled one offers it); the part
+    the box fetches (``?panel=1``) is the page's panel alone, and says stop once the job has finished."""
+    running = store.put({"args": [1], "kwargs": {}}, name="t.x")
+    record = store.get(0)
+    scheduled = store.put({"args": [2], "kwargs": {}}, name="t.x", delay=600)
+    html = page(admin_client, f"{BASE}{running}/")
+    control = re.search(
+        r'<div class="qm-refresh" data-refresh-url="([^"]+)" data-refresh-target="qm-job-panel"', html
+    )
+    assert control is not None and unescape(control.group(1)) == f"{BASE}{running}/?panel=1"
+    assert '<input type="checkbox" data-refresh-auto value="5" checked>' in html
+    assert "queue_max_django/admin/refresh.js" in html
+    panel = page(admin_client, f"{BASE}{running}/?panel=1")
+    assert "<html" not in panel and "<h1" not in panel and "messagelist" not in panel  # the part alone
+    assert 'data-job-state="running"' in panel and "data-refresh-stop" not in panel
+    assert 'data-testid="state">running<' in panel and 'id="qm-job-panel"' in html
+    assert '<input type="checkbox" data-refresh-auto value="5">' in page(admin_client, f"{BASE}{scheduled}/")
+
+    record.ack({"rows": 3})
+    panel = page(admin_client, f"{BASE}{running}/?panel=1")
+    assert 'data-job-state="done"' in panel
+    assert 'data-refresh-stop="The job has finished: refreshing stopped."' in panel
+    assert 'data-testid="result">{' in panel
+    html = page(admin_client, f"{BASE}{running}/")
+    assert "data-refresh-url" not in html and "refresh.js" not in html  # a finished job's page stays put
+    page(admin_client, f"{BASE}{fail(store, 1) + 1}/?panel=1", status=404)  # gone: the script stops
 
 
 def arguments_shown(html: str) -> list[tuple[str, str]]:
