@@ -8,7 +8,7 @@ rendered, never when this module is imported (``MissingExtra`` says how to insta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .engine import Queue
@@ -17,6 +17,19 @@ from .engine.throughput import enqueued_totals, finished_totals
 PREFIX = "queue_max"
 EXTRA_HINT = 'pip install "queue-max-django[metrics]"'
 BREAKER_STATES = ("closed", "open", "half_open")
+QUEUE_STATES = ("pending", "scheduled", "running")  # the states of queue_max_queue_jobs
+DEFAULT_QUEUE = "default"  # the queue a job goes to unless told otherwise
+
+
+def known_queues(configured: Iterable[str] | None, *seen: Iterable[str]) -> list[str]:
+    """The queues the per-queue metrics have a sample for, sorted: the configured ``QUEUES`` (or, when any
+    name is allowed, ``default``) and every queue met in the store's counts (``seen``), so a queue where
+    nothing waits reads 0 instead of no sample (a dashboard shows "No data" for that, and an alert on the
+    series never resolves)."""
+    names = set(configured) if configured is not None else {DEFAULT_QUEUE}
+    for more in seen:
+        names.update(more)
+    return sorted(names)
 
 
 class MissingExtra(ImportError):
@@ -59,22 +72,26 @@ class QueueCollector:
             jobs.add_metric([state], stats[state])
         yield jobs
 
+        counts = q.queue_counts()
+        puts = enqueued_totals(q)
+        ages = q.pending_ages()
+        names = known_queues(q.queues, counts, puts, ages)
         per_queue = gauge(
             f"{PREFIX}_queue_jobs",
-            "Waiting, scheduled and running jobs per queue.",
+            "Waiting, scheduled and running jobs per queue (0 for a known queue with none).",
             labels=["queue", "state"],
         )
-        for name, counts in q.queue_counts().items():
-            for state, count in counts.items():
-                per_queue.add_metric([name, state], count)
+        for name in names:
+            for state in QUEUE_STATES:
+                per_queue.add_metric([name, state], counts.get(name, {}).get(state, 0))
         yield per_queue
 
         yield counter(f"{PREFIX}_enqueued", "Jobs ever put into the store.", value=stats["total"])
         per_queue_puts = counter(
             f"{PREFIX}_queue_enqueued", "Jobs ever put into each queue.", labels=["queue"]
         )
-        for name, count in enqueued_totals(q).items():
-            per_queue_puts.add_metric([name], count)
+        for name in names:
+            per_queue_puts.add_metric([name], puts.get(name, 0))
         yield per_queue_puts
         done_ever, failed_ever = finished_totals(q)
         yield counter(
@@ -88,11 +105,11 @@ class QueueCollector:
 
         lag = gauge(
             f"{PREFIX}_oldest_pending_age_seconds",
-            "Seconds the oldest waiting job of each queue (with waiting jobs) has been ready to run.",
+            "Seconds the oldest waiting job of each queue has been ready to run (0 when none waits).",
             labels=["queue"],
         )
-        for name, age in q.pending_ages().items():
-            lag.add_metric([name], age)
+        for name in names:
+            lag.add_metric([name], ages.get(name, 0.0))
         yield lag
 
         workers = [w for w in q.workers() if w.alive(now)]

@@ -1,5 +1,6 @@
-"""Jobs as people read them: arguments by parameter name as JSON, results pretty-printed, times as aware
-datetimes, attempts with the worker and the error of each. Text only: the templates escape all of it."""
+"""Jobs as people read them: arguments by parameter name and results as JSON, error types by their class
+name, times as aware datetimes, attempts with the worker and the error of each. Text only: the templates
+escape all of it."""
 
 from __future__ import annotations
 
@@ -79,13 +80,33 @@ def arguments(payload: Any, name: str | None) -> Arguments:
     return Arguments(values, False, django_alias, None)
 
 
+JSON_TYPES = (dict, list, tuple, str, int, float, bool, type(None))
+
+
 def as_json(value: Any, *, indent: int | None = 2) -> str:
-    """``value`` as JSON (what the payload is: msgpack data), bytes and other non-JSON values by their repr;
-    a value JSON cannot hold at all (a dict with non-text keys) pretty-printed instead."""
+    """``value`` as JSON (what payloads and results are: msgpack data), bytes and other non-JSON values
+    inside it by their repr; a value JSON cannot show (bytes or another non-JSON value as the whole value, a
+    dict with keys that are not text, which JSON would turn into text) by its repr, pretty-printed."""
+    if not isinstance(value, JSON_TYPES) or not _keys_are_text(value):
+        return pretty(value)
     try:
         return json.dumps(value, indent=indent, ensure_ascii=False, default=repr)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return pretty(value)
+
+
+def _keys_are_text(value: Any) -> bool:
+    """Whether every dict in ``value`` (nested in lists and dicts) has text keys only."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not all(isinstance(key, str) for key in item):
+                return False
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return True
 
 
 def short(payload: Any, limit: int = 80) -> str:
@@ -158,6 +179,13 @@ def _by_parameter(
         (labels[key], list(value) if isinstance(value, tuple) else value)
         for key, value in bound.arguments.items()
     ]
+
+
+def class_name(error_type: str | None) -> str:
+    """An error type as lists show it: the class name alone (``Cancelled`` for
+    ``queue_max_django.engine.cancels.Cancelled``, as built-in ``ValueError`` is stored), "" for none. The
+    dotted path stays in the cell's title and on the job's page."""
+    return (error_type or "").rsplit(".", 1)[-1]
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ else:  # run on the first page served, not when Django starts (every process imp
 STATE_PATTERN = "|".join(state.value for state in State)
 PREVIEW_SIZE = 20  # jobs listed on a confirmation page
 FINISHED_LABELS = {State.DONE: "Finished", State.FAILED: "Failed"}
+UNFINISHED = (State.PENDING, State.SCHEDULED, State.RUNNING)  # a job page refreshes itself while in these
 
 
 if TYPE_CHECKING:  # django-stubs makes ModelAdmin generic; Django's class takes no subscript
@@ -366,7 +367,7 @@ class JobAdmin(ModelAdmin):
             label=label,
             state_label=listing.JOB_LABELS[job.state],
             arguments=display.arguments(job.payload, job.name),
-            result=display.pretty(job.result) if job.state is State.DONE else None,
+            result=display.as_json(job.result) if job.state is State.DONE else None,
             metadata=display.as_json(job.metadata) if job.metadata else None,
             attempts=display.attempts(job),
             error_box=display.error_box(job),
@@ -390,8 +391,14 @@ class JobAdmin(ModelAdmin):
             retry_url=self._url("job_action", job.job_id, "retry"),
             enqueue_url=self._url("job_action", job.job_id, "enqueue"),
             state_action_url=self._url("action", job.state.value),
+            finished=job.state not in UNFINISHED,
+            refreshable=job.state in UNFINISHED,  # the page refreshes itself until the job finishes
+            auto_refresh=job.state in (State.PENDING, State.RUNNING),  # (a scheduled one: on request)
+            panel_url=self._url("job", job.job_id, query={"panel": "1"}),
         )
-        return self._render(request, "job_detail.html", context)
+        return self._render(
+            request, "job_panel.html" if request.GET.get("panel") else "job_detail.html", context
+        )
 
     def job_action_view(self, request: HttpRequest, job_id: str, action: str) -> HttpResponse:
         """Retry, cancel, run now or enqueue again the job whose page the button was on; then back to that

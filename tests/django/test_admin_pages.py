@@ -202,7 +202,8 @@ def test_the_dead_letter_list_shows_task_queue_shard_error_attempts(
     job = store.job(job_id)
     assert job is not None
     row = html[html.index(f'data-job-id="{job_id}"') :].split("</tr>")[0]
-    for text in ("tests.testapp.tasks.add", "<td>mail</td>", "ValueError", "boom 5", ">1/1</td>"):
+    task = '<td class="qm-task">tests.<wbr>testapp.<wbr>tasks.<wbr>add</td>'  # it may wrap after a dot
+    for text in (task, "<td>mail</td>", "ValueError", "boom 5", ">1/1</td>"):
         assert text in row
     sharded = store.shard_count > 1  # the PostgreSQL store has one shard: no shard column
     assert (f"<td>{job.shard}</td>" in row, '<th scope="col">Shard</th>' in html) == (sharded, sharded)
@@ -459,10 +460,120 @@ def test_a_done_jobs_page_shows_its_result_and_only_enqueue_again(admin_client: 
     job_id = store.put({"args": [], "kwargs": {}}, name="t.x")
     store.get(0).ack({"sum": 3})
     html = page(admin_client, f"{BASE}{job_id}/")
-    assert 'data-testid="result">{&#x27;sum&#x27;: 3}<' in html
+    assert 'data-testid="result">{\n  &quot;sum&quot;: 3\n}<' in html  # JSON, as the arguments are
     assert re.findall(r'type="submit" value="([^"]+)"', html.split('id="content-main"')[1]) == [
         "Enqueue again"
     ]
+
+
+@pytest.mark.parametrize(
+    ("result", "shown"),
+    [
+        (
+            {"total": 3, "items": ["a", None, True]},
+            '{\n  "total": 3,\n  "items": [\n    "a",\n    null,\n    true\n  ]\n}',
+        ),
+        ("<b>ok</b> é", '"<b>ok</b> é"'),
+        (None, "null"),
+        ([1, b"\x00"], "[\n  1,\n  \"b'\\\\x00'\"\n]"),  # inside JSON: a value JSON has not, by its repr
+        ({1: "one"}, "{1: 'one'}"),  # JSON would turn the key into text: Python's repr instead
+        (b"\x00\x01", "b'\\x00\\x01'"),  # the whole value: its repr, not a JSON text of it
+    ],
+)
+def test_a_result_is_shown_as_json_like_the_arguments_and_by_its_repr_only_where_json_cannot(
+    admin_client: Client, store: Queue, result: object, shown: str
+) -> None:
+    job_id = store.put({"args": [], "kwargs": {}}, name="t.x")
+    store.get(0).ack(result)
+    html = page(admin_client, f"{BASE}{job_id}/")
+    found = re.search(r'<pre class="qm-pre" data-testid="result">(.*?)</pre>', html, re.S)
+    assert found is not None and unescape(found.group(1)) == shown
+    assert "<b>ok" not in html  # escaped
+
+
+class Upstream(Exception):
+    """An error class outside builtins: stored by its dotted path."""
+
+
+def test_error_types_are_listed_by_class_name_with_the_dotted_path_in_a_title(
+    admin_client: Client, store: Queue
+) -> None:
+    from queue_max_django.engine.cancels import Cancelled
+
+    fail(store, 1)  # ValueError, a builtin: stored by its name
+    for error in (Cancelled("cancelled by admin"), Upstream("503")):
+        job_id = store.put({"args": [], "kwargs": {}}, name="t.x", max_retries=0)
+        store.claim(job_id).nack(error)  # type: ignore[union-attr]
+    cancelled_path = "queue_max_django.engine.cancels.Cancelled"
+    upstream_path = f"{__name__}.Upstream"
+    assert {job.error_type for job in store.dead_letters()} == {
+        "ValueError",
+        cancelled_path,
+        upstream_path,
+    }
+    html = page(admin_client, f"{BASE}failed/")
+    cells = re.findall(r'<td class="qm-error-type">(.*?)</td>', html, re.S)
+    assert sorted(cells) == sorted(
+        [
+            "<span>ValueError</span>",
+            f'<span title="{cancelled_path}">Cancelled</span>',
+            f'<span title="{upstream_path}">Upstream</span>',
+        ]
+    )
+    assert sorted(sidebar(html)["error_type"]) == sorted(
+        ["All", "ValueError (1)", "Cancelled (1)", "Upstream (1)"]
+    )
+    assert f'<span title="{cancelled_path}">Cancelled</span>' in html.split('data-testid="sidebar"')[1]
+    # the filter still takes the stored name, and the job's page names the whole path
+    html = page(admin_client, f"{BASE}failed/?error_type={cancelled_path}")
+    [job_id] = ids_listed(html)
+    html = page(admin_client, f"{BASE}{job_id}/")
+    assert f"<strong>{cancelled_path}</strong>: " in html
+    assert f'<td><span title="{cancelled_path}">Cancelled</span></td>' in html  # the attempts table
+
+
+def test_a_dead_letters_error_cell_holds_the_full_text_in_its_title(
+    admin_client: Client, store: Queue
+) -> None:
+    long_error = "upstream said: " + "x" * 600 + " <end>"
+    job_id = store.put({"args": [], "kwargs": {}}, name="t.x", max_retries=0)
+    store.claim(job_id).nack(RuntimeError(long_error))  # type: ignore[union-attr]
+    html = page(admin_client, f"{BASE}failed/")
+    cell = re.search(r'<td class="qm-error" title="([^"]*)"><span class="qm-clamp">([^<]*)</span></td>', html)
+    assert cell is not None
+    assert unescape(cell.group(1)) == long_error  # on hover: all of it
+    assert unescape(cell.group(2)) == long_error[:399] + "…"  # in the cell: clamped to three lines by CSS
+
+
+def test_an_unfinished_jobs_page_refreshes_its_panel_until_the_job_finishes(
+    admin_client: Client, store: Queue
+) -> None:
+    """The job page of a waiting or running job ticks its refresh box (a scheduled one offers it); the part
+    the box fetches (``?panel=1``) is the page's panel alone, and says stop once the job has finished."""
+    running = store.put({"args": [1], "kwargs": {}}, name="t.x")
+    record = store.get(0)
+    scheduled = store.put({"args": [2], "kwargs": {}}, name="t.x", delay=600)
+    html = page(admin_client, f"{BASE}{running}/")
+    control = re.search(
+        r'<div class="qm-refresh" data-refresh-url="([^"]+)" data-refresh-target="qm-job-panel"', html
+    )
+    assert control is not None and unescape(control.group(1)) == f"{BASE}{running}/?panel=1"
+    assert '<input type="checkbox" data-refresh-auto value="5" checked>' in html
+    assert "queue_max_django/admin/refresh.js" in html
+    panel = page(admin_client, f"{BASE}{running}/?panel=1")
+    assert "<html" not in panel and "<h1" not in panel and "messagelist" not in panel  # the part alone
+    assert 'data-job-state="running"' in panel and "data-refresh-stop" not in panel
+    assert 'data-testid="state">running<' in panel and 'id="qm-job-panel"' in html
+    assert '<input type="checkbox" data-refresh-auto value="5">' in page(admin_client, f"{BASE}{scheduled}/")
+
+    record.ack({"rows": 3})
+    panel = page(admin_client, f"{BASE}{running}/?panel=1")
+    assert 'data-job-state="done"' in panel
+    assert 'data-refresh-stop="The job has finished: refreshing stopped."' in panel
+    assert 'data-testid="result">{' in panel
+    html = page(admin_client, f"{BASE}{running}/")
+    assert "data-refresh-url" not in html and "refresh.js" not in html  # a finished job's page stays put
+    page(admin_client, f"{BASE}{fail(store, 1) + 1}/?panel=1", status=404)  # gone: the script stops
 
 
 def arguments_shown(html: str) -> list[tuple[str, str]]:

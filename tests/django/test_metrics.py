@@ -84,7 +84,7 @@ def test_the_metrics_are_what_the_store_holds(store: Queue) -> None:
     ages = q.pending_ages()
     assert set(ages) == {"mail"}
     assert 0 <= value(found, "queue_max_oldest_pending_age_seconds", queue="mail") <= ages["mail"]
-    assert ("queue_max_oldest_pending_age_seconds", frozenset({("queue", "reports")})) not in found
+    assert value(found, "queue_max_oldest_pending_age_seconds", queue="reports") == 0  # none waits there
     assert value(found, "queue_max_workers") == 1
     assert value(found, "queue_max_worker_processed_total", worker="w-1") == 12
     assert value(found, "queue_max_worker_failed_total", worker="w-1") == 3
@@ -97,7 +97,12 @@ def test_the_metrics_are_what_the_store_holds(store: Queue) -> None:
 def test_an_open_breaker_and_an_empty_store(store: Queue) -> None:
     found = samples(scrape().content.decode())
     assert value(found, "queue_max_jobs", state="pending") == 0 and value(found, "queue_max_workers") == 0
-    assert not [key for key in found if key[0] == "queue_max_queue_jobs"]
+    per_queue = {key: number for key, number in found.items() if key[0] == "queue_max_queue_jobs"}
+    assert per_queue == {  # a fresh store: the default queue reads 0, not "No data"
+        ("queue_max_queue_jobs", frozenset({("queue", "default"), ("state", state)})): 0
+        for state in ("pending", "scheduled", "running")
+    }
+    assert value(found, "queue_max_oldest_pending_age_seconds", queue="default") == 0
     store.set_circuit_breaker("name:payments", threshold=1)  # the breaker of the jobs named "payments"
     store.put(1, name="payments")
     store.get(timeout=0).nack("down", permanent=True)  # the breaker's one allowed failure
@@ -177,3 +182,26 @@ def test_the_done_and_failed_totals_are_counters_that_outlive_the_jobs(store: Qu
     assert kinds["queue_max_done"] == kinds["queue_max_failed"] == kinds["queue_max_enqueued"] == "counter"
     assert kinds["queue_max_queue_enqueued"] == "counter"
     assert value(found, "queue_max_queue_enqueued_total", queue="default") == 4
+
+
+def test_every_known_queue_has_a_sample_of_each_per_queue_metric_even_when_nothing_waits(
+    queue_max: Configure,
+) -> None:
+    """A Grafana panel over a per-queue gauge shows 0, not "No data", for a queue where nothing waits: each
+    configured queue, and each queue the store has counted jobs of (here ``mail``: all of its jobs done)."""
+    with queue_max(METRICS_TOKEN=TOKEN, QUEUES=["default", "mail", "reports"]):
+        q = get_queue()
+        q.put(1, queue="mail")
+        q.get(timeout=0).ack()
+        q.put(2, queue="default", delay=600)
+        found = samples(scrape().content.decode())
+    for name in ("default", "mail", "reports"):
+        for state in ("pending", "running"):
+            assert value(found, "queue_max_queue_jobs", queue=name, state=state) == 0
+        assert value(found, "queue_max_oldest_pending_age_seconds", queue=name) == 0
+    assert value(found, "queue_max_queue_jobs", queue="default", state="scheduled") == 1
+    assert value(found, "queue_max_queue_jobs", queue="mail", state="scheduled") == 0
+    assert value(found, "queue_max_queue_enqueued_total", queue="mail") == 1
+    assert value(found, "queue_max_queue_enqueued_total", queue="reports") == 0
+    queues = {dict(labels)["queue"] for name, labels in found if name == "queue_max_queue_jobs"}
+    assert queues == {"default", "mail", "reports"}
