@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
-import datetime as dt
 import difflib
 import json
 from collections.abc import Iterator, Sequence
@@ -17,6 +16,7 @@ from django.core.management.base import CommandError, OutputWrapper
 
 from ..conf import QueueMaxConfig, get_config, get_queue
 from ..engine import Job, Queue, QueueError, State
+from ..engine.job import utc_datetime
 from ..engine.stores.lmdb.store import LmdbStore
 from ..tasks import Task, registry
 
@@ -182,10 +182,10 @@ def non_negative_float(text: str) -> float:
 
 
 def when(seconds: float | None) -> str:
-    """Unix seconds as ``YYYY-MM-DD HH:MM:SS`` UTC; ``-`` for None."""
-    if seconds is None:
-        return "-"
-    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """Unix seconds as ``YYYY-MM-DD HH:MM:SS`` UTC; ``-`` for None and for a time that no datetime can hold
+    (a row edited past the engine: year 287168), as the admin shows it (``utc_datetime``)."""
+    moment = utc_datetime(seconds)
+    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -16,7 +16,10 @@ from django.test import Client, override_settings
 from queue_max_django import conf
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, State
-from tests.faults.corrupt import GARBAGE
+from queue_max_django.engine.stores.lmdb import layout
+from queue_max_django.engine.stores.postgres.store import PostgresStore
+from tests.engine.pgprobe import PgProbe
+from tests.faults.corrupt import GARBAGE, wrong_type
 from tests.faults.test_odd_control import write_control
 
 Configure = Callable[..., override_settings]
@@ -25,6 +28,12 @@ LIMIT = "queue:default"
 BREAKER = "name:t.task"
 
 pytestmark = pytest.mark.django_db
+
+
+def call(*argv: str) -> str:
+    out = io.StringIO()
+    call_command(*argv, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
 
 
 @pytest.fixture
@@ -85,3 +94,38 @@ def test_jobs_run_under_them_and_the_setting_at_start_up_replaces_the_limit(
         problems = queue.verify()
         assert len(problems) == 1 and BREAKER in problems[0], problems  # the limit was replaced
         assert queue.remaining(LIMIT) == 1.0
+
+
+# ------------------------------------------------------------------ a time no datetime can hold (commands)
+
+YEAR_287168 = 9_000_000_000_000.0  # unix seconds: year 287168
+
+
+def put_in_year_287168(queue: Queue) -> int:
+    """A pending job whose enqueue time was written by hand as year 287168, past the engine."""
+    job_id = queue.put({"args": [], "kwargs": {}}, name="t.task")
+    if isinstance(queue._store, PostgresStore):
+        probe = PgProbe(queue)  # its connection lives as long as it does
+        probe.conn.execute(
+            "UPDATE qm_jobs SET enqueued_us = %s WHERE id = %s", (int(YEAR_287168 * 1e6), job_id)
+        )
+    else:
+        wrong_type(layout.F_ENQUEUED_AT, int(YEAR_287168 * 1e6))(queue, job_id)  # microseconds
+    job = queue.job(job_id)
+    assert job is not None and job.enqueued_at == YEAR_287168
+    return job_id
+
+
+def test_queue_show_and_queue_list_show_a_time_no_datetime_can_hold_as_no_time(queue_max: Configure) -> None:
+    """They raised ``ValueError: year 287168 is out of range`` from ``fromtimestamp``."""
+    with queue_max(SHARDS=1):
+        queue = get_queue()
+        odd = put_in_year_287168(queue)
+        other = queue.put({"args": [], "kwargs": {}}, name="t.task")
+        shown = call("queue_show", str(odd))
+        assert str(odd) in shown and "enqueued_at" in shown
+        assert next(line for line in shown.splitlines() if line.startswith("enqueued_at")).split()[-1] == "-"
+        listed = call("queue_list", "--status", "pending")
+        assert str(odd) in listed and str(other) in listed
+        assert call("queue_show", str(other)).count(" UTC") >= 1  # an ordinary time is shown as ever
+        assert str(YEAR_287168) in call("queue_show", str(odd), "--json")  # the data itself, unchanged
