@@ -14,10 +14,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, OutputWrapper
 
-from ..conf import QueueMaxConfig, get_config, get_queue
+from ..conf import NoStore, QueueMaxConfig, get_config, get_queue
 from ..engine import Job, Queue, QueueError, State
 from ..engine.job import utc_datetime
-from ..engine.stores.lmdb.store import LmdbStore
 from ..tasks import Task, registry
 
 STATES = tuple(state.value for state in State)
@@ -99,21 +98,9 @@ def open_queue(*, create: bool = True) -> Queue:
     makes its tables when it opens: a database without them is a ``CommandError`` naming ``migrate``."""
     with engine_errors():
         try:
-            if not create:
-                _refuse_no_store(get_config())
-            return get_queue()
-        except ImproperlyConfigured as exc:
+            return get_queue(create=create)
+        except (ImproperlyConfigured, NoStore) as exc:
             raise CommandError(str(exc)) from exc
-
-
-def _refuse_no_store(config: QueueMaxConfig) -> None:
-    where = config.data_dir
-    if where is not None and not LmdbStore.exists(where):
-        raise CommandError(
-            f"no store at {where}: nothing was created. Check QUEUE_MAX['DATA_DIR'] (a store restored to "
-            f"another path? a volume not mounted?); `queue_worker` and the commands that write make a new "
-            f"store."
-        )
 
 
 @contextmanager
