@@ -239,11 +239,20 @@ def get_config() -> QueueMaxConfig:
     return config
 
 
-def get_queue() -> Queue:
+class NoStore(Exception):
+    """The settings' LMDB ``DATA_DIR`` holds no store (a restore to another path, a volume not mounted), and
+    the caller only reads (``get_queue(create=False)``): nothing was created there. The message says so."""
+
+
+def get_queue(*, create: bool = True) -> Queue:
     """This process's engine ``Queue``, built from ``get_config()`` on first use and kept until the settings
     change (``reset()`` closes it). It applies ``RATE_LIMIT`` (key ``"*"``) and ``QUEUE_RATE_LIMITS`` (keys
     ``"queue:<name>"``) to the store, and removes limits on those keys that the settings no longer name. Its
-    engine events are sent as the Django signals of signals.py."""
+    engine events are sent as the Django signals of signals.py.
+
+    ``create=False``, for what only reads (the read-only commands, the admin, the metrics view): where the
+    LMDB directory holds no store, ``NoStore`` and nothing is created (opening would make a new, empty store
+    and report it healthy). The PostgreSQL store never makes its tables when it opens."""
     with _cache.lock:  # reset() takes it too: a queue is never cached for a config already forgotten
         config = get_config()
         queue = _cache.queue
@@ -254,6 +263,12 @@ def get_queue() -> Queue:
             queue.close()
             queue = None
         if queue is None or queue.closed:
+            if not create and config.data_dir is not None and not LmdbStore.exists(config.data_dir):
+                raise NoStore(
+                    f"no store at {config.data_dir}: nothing was created. Check QUEUE_MAX['DATA_DIR'] (a "
+                    f"store restored to another path? a volume not mounted?); `queue_worker` and the "
+                    f"commands that write make a new store."
+                )
             queue = _cache.queue = _open_queue(config)
             _cache.queue_config = config
         return queue

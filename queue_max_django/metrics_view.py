@@ -1,6 +1,7 @@
 """The metrics view (``queue_max_django.urls`` serves it as ``metrics/``): the store's figures in
 Prometheus's text format (metrics.py), for a scraper that presents ``QUEUE_MAX["METRICS_TOKEN"]`` as a
-bearer token, or a logged-in user with the jobs' view permission (``queue_max_django.view_job``)."""
+bearer token, or a logged-in user with the jobs' view permission (``queue_max_django.view_job``). It only
+reads: where the settings' LMDB directory holds no store it answers 503 with the reason, creating nothing."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from .conf import get_config, get_queue
+from .conf import NoStore, get_config, get_queue
 from .metrics import MissingExtra, render
 
 PERMISSION = "queue_max_django.view_job"
@@ -38,7 +39,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
         response["WWW-Authenticate"] = 'Bearer realm="queue_max metrics"'
         return response
     try:
-        body, content_type = render(get_queue())
+        body, content_type = render(get_queue(create=False))
     except MissingExtra as exc:
         raise ImproperlyConfigured(str(exc)) from exc
+    except NoStore as exc:  # a DATA_DIR without a store: say so, create nothing (a scrape is no writer)
+        return HttpResponse(f"{exc}\n", status=503, content_type="text/plain")
     return HttpResponse(body, content_type=content_type)

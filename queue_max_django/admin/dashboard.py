@@ -21,6 +21,7 @@ from .listing import LABELS, Count, Filters, Scan, matching
 
 RECENT_LIMIT = 5_000  # finished jobs looked at, at most, per state, to count the last minute/hour
 MINUTE, HOUR = 60.0, 3600.0
+DAMAGED = "damaged"  # a limit's or breaker's stored value that does not decode (Queue.flow_damage)
 
 
 @dataclass(frozen=True)
@@ -67,14 +68,17 @@ class Unserved:
 @dataclass(frozen=True)
 class BreakerRow:
     key: str
-    state: str
-    failures: int
-    threshold: int
+    state: str  # a BreakerState value, or DAMAGED
+    failures: int | str
+    threshold: int | str
     recovery_timeout: float
     seconds_to_trial: float | None
+    damage: str | None = None  # why its stored value does not decode (then it is ignored for admission)
 
     @property
     def state_text(self) -> str:
+        if self.damage is not None:
+            return f"{DAMAGED}, ignored: {self.damage}"
         return self.state.replace("_", " ")  # "half open"
 
     @property
@@ -114,6 +118,7 @@ def recent(queue: Queue, state: State, now: float, *, limit: int | None = None) 
 def snapshot(queue: Queue, now: float) -> dict[str, Any]:
     """The dashboard's data (the template context of its panels)."""
     stats = queue.stats()
+    damage = queue.flow_damage()  # limits and breakers whose stored value does not decode: shown as such
     breakers = [
         BreakerRow(
             key,
@@ -123,12 +128,20 @@ def snapshot(queue: Queue, now: float) -> dict[str, Any]:
             summary["recovery_timeout"],
             summary["seconds_to_trial"],
         )
-        for key, summary in sorted(queue.circuit_breakers().items())
+        for key, summary in queue.circuit_breakers().items()
     ]
+    breakers += [
+        BreakerRow(key, DAMAGED, "—", "—", 0.0, None, why) for key, why in damage["circuit_breakers"].items()
+    ]
+    breakers.sort(key=lambda row: row.key)
     limits = [
         LimitRow(key, str(rate), queue.remaining(key), queue.retry_after(key))
-        for key, rate in sorted(queue.rate_limits().items())
+        for key, rate in queue.rate_limits().items()
     ]
+    limits += [
+        LimitRow(key, f"{DAMAGED}, ignored: {why}", None, 0.0) for key, why in damage["rate_limits"].items()
+    ]
+    limits.sort(key=lambda row: row.key)
     workers = [
         WorkerRow(info, max(0.0, now - info.last_heartbeat), max(0.0, now - info.started_at))
         for info in sorted(queue.workers(), key=lambda info: (info.host, info.pid, info.worker_id))

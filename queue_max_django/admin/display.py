@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine import Job, State
+from ..engine.job import utc_datetime
 from ..outcome import DJANGO_TASK_KEY
 from ..registry import registry
 from ..runner import _arguments as task_arguments
@@ -43,12 +44,7 @@ def duration(seconds: float) -> str:
 def when(seconds: float | None) -> dt.datetime | None:
     """Unix seconds -> an aware datetime (templates show it in the current time zone); None, shown as no
     time, for one no datetime can hold (a row edited past the engine: year 287168): a page still answers."""
-    if seconds is None:
-        return None
-    try:
-        return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
-    except (ValueError, OverflowError, OSError):
-        return None
+    return utc_datetime(seconds)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ counts what a filter matched, so without view there is nothing, only 403), then 
 a waiting job, ``cancel_job`` to cancel a running one, and delete to delete; change counts as view, as
 everywhere in Django's admin. State changes are POST only, go through a confirmation page when they touch
 more than the one job on screen, and end in a redirect with a message.
+
+The pages only read the store, so they open it with ``get_queue(create=False)``: where the settings' LMDB
+directory holds no store, every page answers 503 with the reason ("no store at PATH") and creates nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, re_path, reverse
 
-from ..conf import get_queue
+from .. import conf
+from ..conf import NoStore
 from ..engine import InvalidJob, Job, Queue, QueueCorrupted, State
 from ..lazy import lazy_module
 from ..models import Job as JobModel
@@ -37,6 +41,12 @@ else:  # run on the first page served, not when Django starts (every process imp
     actions, dashboard, display, listing = (
         lazy_module(f"{__package__}.{name}") for name in ("actions", "dashboard", "display", "listing")
     )
+
+
+def get_queue() -> Queue:
+    """The store, never created here: ``NoStore`` where there is none (each page then answers 503)."""
+    return conf.get_queue(create=False)
+
 
 STATE_PATTERN = "|".join(state.value for state in State)
 PREVIEW_SIZE = 20  # jobs listed on a confirmation page
@@ -60,7 +70,10 @@ class JobAdmin(ModelAdmin):
         def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
             def viewing(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
                 self._require(request, "view")  # every page and every action: no view, no content
-                return view(request, *args, **kwargs)
+                try:
+                    return view(request, *args, **kwargs)
+                except NoStore as exc:
+                    return self._no_store(request, exc)
 
             return self.admin_site.admin_view(update_wrapper(viewing, view))
 
@@ -86,6 +99,12 @@ class JobAdmin(ModelAdmin):
         )
         query = {key: value for key, value in (query or {}).items() if value}
         return f"{url}?{urlencode(query)}" if query else url
+
+    def _no_store(self, request: HttpRequest, exc: NoStore) -> HttpResponse:
+        """The page of a ``DATA_DIR`` without a store: the reason, as an error message; 503."""
+        messages.error(request, str(exc))
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Queue: no store"}
+        return TemplateResponse(request, "queue_max_django/admin/base.html", context, status=503)
 
     def _require(self, request: HttpRequest, permission: str) -> None:
         allowed = {

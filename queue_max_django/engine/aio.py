@@ -313,6 +313,9 @@ class AsyncQueue:
     async def circuit_breakers(self) -> dict[str, dict[str, Any]]:
         return await asyncio.to_thread(self.queue.circuit_breakers)
 
+    async def flow_damage(self) -> dict[str, dict[str, str]]:
+        return await asyncio.to_thread(self.queue.flow_damage)
+
     # ------------------------------------------------------------------ locks and workers
 
     async def acquire_lock(self, name: str, owner: str, ttl: float) -> bool:

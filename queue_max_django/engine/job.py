@@ -7,6 +7,7 @@ shards in (roughly) enqueue order."""
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,18 @@ PRIORITY_MAX = 100
 
 def job_id_for(sequence: int, shard: int) -> int:
     return (sequence << SHARD_BITS) | shard
+
+
+def utc_datetime(seconds: float | None) -> dt.datetime | None:
+    """A time of a job (unix seconds) as an aware UTC datetime, for people; None for none, and for one that
+    no datetime can hold (a row or record edited past the engine: year 287168, ``nan``), which the admin and
+    the commands then show as no time rather than fail."""
+    if seconds is None:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def shard_of(job_id: int) -> int:

@@ -567,6 +567,12 @@ class Queue(Coordination):
         self._live()
         return self._flow.circuit_breakers()
 
+    def flow_damage(self) -> dict[str, dict[str, str]]:
+        """Limits and breakers whose stored value does not decode (written past the engine), ignored for
+        admission until set or removed again: ``{"rate_limits": {key: why}, "circuit_breakers": {...}}``."""
+        state = self._live().control.state()
+        return {"rate_limits": state.damaged_limits, "circuit_breakers": state.damaged_breakers}
+
     def reader_check(self) -> int:
         """Reclaim LMDB reader slots of dead processes. -> how many. (The background thread does this.)"""
         return self._live().reader_check()

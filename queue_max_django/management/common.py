@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
-import datetime as dt
 import difflib
 import json
 from collections.abc import Iterator, Sequence
@@ -15,9 +14,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, OutputWrapper
 
-from ..conf import QueueMaxConfig, get_config, get_queue
+from ..conf import NoStore, QueueMaxConfig, get_config, get_queue
 from ..engine import Job, Queue, QueueError, State
-from ..engine.stores.lmdb.store import LmdbStore
+from ..engine.job import utc_datetime
 from ..tasks import Task, registry
 
 STATES = tuple(state.value for state in State)
@@ -99,21 +98,9 @@ def open_queue(*, create: bool = True) -> Queue:
     makes its tables when it opens: a database without them is a ``CommandError`` naming ``migrate``."""
     with engine_errors():
         try:
-            if not create:
-                _refuse_no_store(get_config())
-            return get_queue()
-        except ImproperlyConfigured as exc:
+            return get_queue(create=create)
+        except (ImproperlyConfigured, NoStore) as exc:
             raise CommandError(str(exc)) from exc
-
-
-def _refuse_no_store(config: QueueMaxConfig) -> None:
-    where = config.data_dir
-    if where is not None and not LmdbStore.exists(where):
-        raise CommandError(
-            f"no store at {where}: nothing was created. Check QUEUE_MAX['DATA_DIR'] (a store restored to "
-            f"another path? a volume not mounted?); `queue_worker` and the commands that write make a new "
-            f"store."
-        )
 
 
 @contextmanager
@@ -182,10 +169,10 @@ def non_negative_float(text: str) -> float:
 
 
 def when(seconds: float | None) -> str:
-    """Unix seconds as ``YYYY-MM-DD HH:MM:SS`` UTC; ``-`` for None."""
-    if seconds is None:
-        return "-"
-    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """Unix seconds as ``YYYY-MM-DD HH:MM:SS`` UTC; ``-`` for None and for a time that no datetime can hold
+    (a row edited past the engine: year 287168), as the admin shows it (``utc_datetime``)."""
+    moment = utc_datetime(seconds)
+    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

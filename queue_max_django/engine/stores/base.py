@@ -95,7 +95,12 @@ class FlowOps(Protocol):
     processes taking tokens at once never both spend the same one."""
 
     def state(self) -> FlowState:
-        """Every limit and breaker, as one consistent read."""
+        """Every limit and breaker, as one consistent read; a value that does not decode is left out,
+        named in ``damaged_limits``/``damaged_breakers`` (``flowstate``'s module docstring)."""
+        ...
+
+    def verify(self) -> list[str]:
+        """Every limit and breaker whose stored value does not decode (``Store.verify`` includes them)."""
         ...
 
     def version(self) -> int:
@@ -139,6 +144,10 @@ class LockOps(Protocol):
     def release_lock(self, name: str, owner: str) -> bool: ...
     def lock_holder(self, name: str) -> LockHolder | None: ...
     def last_lock_holder(self, name: str) -> LockHolder | None: ...
+    def verify(self) -> list[str]:
+        """Every lock whose record does not decode (``Store.verify`` includes them)."""
+        ...
+
     def report_worker(
         self,
         worker_id: str,

@@ -134,6 +134,19 @@ class LockHolder:
     since: float  # when this owner took it (renewals keep it)
 
 
+# The owner of the lease that stands in for a lock record that does not decode (lmdb/coordination.py says
+# why): no real owner is empty (``id_bytes``), so nobody holds it, renews it or releases it.
+UNKNOWN_HOLDER = ""
+
+
+def lock_damage(name: str, ttl: float) -> str:
+    """The log line of a lock whose record does not decode, met by ``acquire_lock`` (both stores)."""
+    return (
+        f"lock {name!r}: its record does not decode; it counts as held by nobody known for {ttl:g} s "
+        f"(the ttl asked for), then it is free"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerInfo:
     """One worker process as it last reported itself. Times are unix seconds."""

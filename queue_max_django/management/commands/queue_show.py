@@ -61,7 +61,8 @@ def _value(key: str, value: Any) -> str:
     if value is None:
         return "-"
     if key in TIMES:
-        return f"{when(value)} UTC"
+        moment = when(value)
+        return moment if moment == "-" else f"{moment} UTC"
     if key in AS_JSON:
         return printable(to_json(value))
     if key == "timeout":

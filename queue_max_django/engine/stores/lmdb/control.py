@@ -6,6 +6,10 @@ breaking never contend with the jobs' own transactions. Each method is one trans
 applies the pure step of its operation (``flowstate``: the PostgreSQL store applies the same ones) with
 ``now`` read from the queue's clock *inside* the transaction, and writes the result: two processes taking
 tokens at once can never both spend the same one.
+
+A value that does not decode is ignored for admission, named by ``verify()`` and replaced by setting the
+limit or breaker again (``flowstate``'s module docstring); so is a key that is not UTF-8 (no key the
+engine writes), which no job falls under.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from ... import flowstate
 from ...breaker import BreakerPolicy
-from ...flowstate import FlowState, unpack_breaker, unpack_limit
+from ...flowstate import FlowState
 from ...ratelimit import Rate
 from .env import Env
 
@@ -44,13 +48,26 @@ class Control:
 
     # ------------------------------------------------------------------ reads
 
-    def state(self) -> FlowState:
-        def txn_fn(txn: Any) -> FlowState:
-            limits = {k.decode(): unpack_limit(v) for k, v in txn.cursor(db=self.limits_db)}
-            entries = {k.decode(): unpack_breaker(v) for k, v in txn.cursor(db=self.breakers_db)}
-            return FlowState(limits, entries)
+    def _rows(self, txn: Any, db: Any) -> list[tuple[str, bytes]]:
+        """Every (key, value) of ``db``; a key that is not UTF-8 is named with escapes, its value made
+        empty (which never decodes): it is damage too."""
+        rows = []
+        for key, value in txn.cursor(db=db):
+            try:
+                rows.append((bytes(key).decode(), bytes(value)))
+            except UnicodeDecodeError:
+                rows.append((bytes(key).decode(errors="backslashreplace"), b""))
+        return rows
 
-        return self.env.read(txn_fn)
+    def _both(self, txn: Any) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+        return self._rows(txn, self.limits_db), self._rows(txn, self.breakers_db)
+
+    def state(self) -> FlowState:
+        return self.env.read(lambda txn: flowstate.read_state(*self._both(txn)))
+
+    def verify(self) -> list[str]:
+        """Every limit and breaker whose stored value does not decode."""
+        return self.env.read(lambda txn: flowstate.damage(*self._both(txn)))
 
     def version(self) -> int:
         """Changes whenever any process commits to the control store (a cheap cache key)."""
@@ -63,7 +80,7 @@ class Control:
 
         def txn_fn(txn: Any) -> None:
             raw = txn.get(key.encode(), db=self.limits_db)
-            txn.put(key.encode(), flowstate.limit_set(raw, rate, self._clock()), db=self.limits_db)
+            txn.put(key.encode(), flowstate.limit_set(key, raw, rate, self._clock()), db=self.limits_db)
 
         self.env.write(txn_fn)
 
@@ -75,9 +92,10 @@ class Control:
 
         def txn_fn(txn: Any) -> bool:
             raw = txn.get(key.encode(), db=self.limits_db)
-            if raw is None:
+            value = None if raw is None else flowstate.limit_reset(key, raw, self._clock())
+            if value is None:
                 return False
-            txn.put(key.encode(), flowstate.limit_reset(raw, self._clock()), db=self.limits_db)
+            txn.put(key.encode(), value, db=self.limits_db)
             return True
 
         return self.env.write(txn_fn)
@@ -102,7 +120,7 @@ class Control:
             raw = txn.get(key.encode(), db=self.limits_db)
             if raw is None:
                 return most
-            taken, value = flowstate.tokens_taken_up_to(raw, most, give_back, now)
+            taken, value = flowstate.tokens_taken_up_to(key, raw, most, give_back, now)
             if value is not None:
                 txn.put(key.encode(), value, db=self.limits_db)
             return taken
@@ -127,7 +145,7 @@ class Control:
     def set_breaker(self, key: str, policy: BreakerPolicy) -> None:
         def txn_fn(txn: Any) -> None:
             raw = txn.get(key.encode(), db=self.breakers_db)
-            txn.put(key.encode(), flowstate.breaker_set(raw, policy), db=self.breakers_db)
+            txn.put(key.encode(), flowstate.breaker_set(key, raw, policy), db=self.breakers_db)
 
         self.env.write(txn_fn)
 
@@ -137,9 +155,10 @@ class Control:
     def reset_breaker(self, key: str) -> bool:
         def txn_fn(txn: Any) -> bool:
             raw = txn.get(key.encode(), db=self.breakers_db)
-            if raw is None:
+            value = None if raw is None else flowstate.breaker_reset(key, raw)
+            if value is None:
                 return False
-            txn.put(key.encode(), flowstate.breaker_reset(raw), db=self.breakers_db)
+            txn.put(key.encode(), value, db=self.breakers_db)
             return True
 
         return self.env.write(txn_fn)

@@ -6,10 +6,21 @@ transaction with ``now`` read inside it, so two processes can never both hold it
 its record rather than deleting it, so the last holder of a lock stays known (``last_lock_holder``). Workers
 report who they are and what they are doing; a report older than its ``stale_after`` means a dead worker and
 is pruned.
+
+A lock record that does not decode (written past the engine) says neither who holds the lock nor until
+when. A lock is safety, so it is never taken as free at once: its holder may be alive and still acting. The
+first ``acquire_lock`` that meets it refuses, logs it, and replaces it with a lease of nobody known
+(``UNKNOWN_HOLDER``) for that call's ``ttl`` from now; once that has expired the lock is free. A live holder
+renewed at most one ``ttl`` before the damage was seen, so by then its own lease has run out too (when
+every taker of one lock uses the same ttl, as the periodic scheduler's do); its next renewal is refused, so
+it stops acting as the holder. ``lock_holder`` says nobody holds such a lock, ``release_lock`` releases
+nothing, and ``verify()`` names a record that does not decode.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import socket
 from collections.abc import Callable
@@ -17,8 +28,10 @@ from typing import Any
 
 import msgpack
 
-from ..types import LockHolder, WorkerInfo, id_bytes
+from ..types import UNKNOWN_HOLDER, LockHolder, WorkerInfo, id_bytes, lock_damage
 from .env import Env
+
+logger = logging.getLogger("queue_max_django.engine")
 
 
 def check_id(what: str, value: Any) -> str:
@@ -49,7 +62,12 @@ class Coordination:
             raw = txn.get(key, db=self.locks_db)
             since = now
             if raw is not None:
-                holder, expires_at, held_since = msgpack.unpackb(raw)
+                lease = _lease(raw)
+                if lease is None:
+                    logger.error("%s", lock_damage(name, ttl), extra={"lock": name})
+                    txn.put(key, msgpack.packb([UNKNOWN_HOLDER, now + ttl, now]), db=self.locks_db)
+                    return False
+                holder, expires_at, held_since = lease
                 if holder != owner and expires_at > now:
                     return False
                 if holder == owner and expires_at > now:
@@ -66,10 +84,10 @@ class Coordination:
         key = id_bytes("a lock name", name)
 
         def txn_fn(txn: Any) -> bool:
-            raw = txn.get(key, db=self.locks_db)
-            if raw is None:
+            lease = _lease(txn.get(key, db=self.locks_db))
+            if lease is None:
                 return False
-            holder, expires_at, since = msgpack.unpackb(raw)
+            holder, expires_at, since = lease
             now = self._clock()
             if holder != owner or expires_at <= now:
                 return False
@@ -81,13 +99,28 @@ class Coordination:
     def lock_holder(self, name: str) -> LockHolder | None:
         """Who holds ``name`` now (an expired or released lease counts as free)."""
         holder = self.last_lock_holder(name)
-        return holder if holder is not None and holder.expires_at > self._clock() else None
+        if holder is None or holder.owner == UNKNOWN_HOLDER:
+            return None
+        return holder if holder.expires_at > self._clock() else None
 
     def last_lock_holder(self, name: str) -> LockHolder | None:
-        """The last record of ``name``, expired (or released) or not; None if nobody ever took it."""
+        """The last record of ``name``, expired (or released) or not; None if nobody ever took it (or its
+        record does not decode)."""
         key = id_bytes("a lock name", name)
-        raw = self.env.read(lambda txn: txn.get(key, db=self.locks_db))
-        return None if raw is None else LockHolder(*msgpack.unpackb(raw))
+        lease = _lease(self.env.read(lambda txn: txn.get(key, db=self.locks_db)))
+        return None if lease is None else LockHolder(*lease)
+
+    def verify(self) -> list[str]:
+        """Every lock whose record does not decode."""
+
+        def txn_fn(txn: Any) -> list[str]:
+            return [
+                f"lock {bytes(key).decode(errors='backslashreplace')!r}: its record does not decode"
+                for key, raw in txn.cursor(db=self.locks_db)
+                if _lease(raw) is None
+            ]
+
+        return self.env.read(txn_fn)
 
     # ------------------------------------------------------------------ workers
 
@@ -154,6 +187,21 @@ class Coordination:
             return len(dead)
 
         return self.env.write(txn_fn)
+
+
+def _lease(raw: bytes | None) -> tuple[str, float, float] | None:
+    """A lock's record (owner, expires_at, since), or None: there is none, or it does not decode (not
+    msgpack, another shape, a time that is not a finite number)."""
+    if raw is None:
+        return None
+    try:
+        owner, expires_at, since = msgpack.unpackb(raw, raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    times = (expires_at, since)
+    if not isinstance(owner, str) or not all(type(t) in (int, float) and math.isfinite(t) for t in times):
+        return None
+    return owner, expires_at, since
 
 
 def _alive(worker: WorkerInfo | None, now: float) -> bool:

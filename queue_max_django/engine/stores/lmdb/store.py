@@ -532,7 +532,7 @@ class LmdbStore:
         problems: list[str] = []
         for one in self._shards:
             problems.extend(one.verify())
-        return problems
+        return problems + self.control.verify() + self.locks.verify()
 
 
 def _in_batches(shards: Sequence[Shard], step: Callable[[Shard], int]) -> int:

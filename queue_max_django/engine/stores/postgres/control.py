@@ -2,8 +2,9 @@
 (and every machine) of the store, with the LMDB store's semantics (``stores/lmdb/control.py``).
 
 Tables (``schema.py``): ``qm_limits`` and ``qm_breakers`` hold a row per key, its value in ``flowstate``'s
-encoding (the very bytes the LMDB store keeps); ``qm_flow`` is one row whose ``version`` every flow write
-increments in its own transaction.
+encoding (the very bytes the LMDB store keeps; one that does not decode is ignored for admission, named by
+``verify()`` and replaced by setting it again: ``flowstate``'s module docstring); ``qm_flow`` is one row
+whose ``version`` every flow write increments in its own transaction.
 
 Each method is one transaction that locks the rows it reads (``SELECT ... FOR UPDATE``), then reads ``now``
 from the store's clock, applies the pure step of its operation (``flowstate``: the LMDB store applies the
@@ -39,7 +40,7 @@ from typing import Any, TypeVar
 from ... import flowstate
 from ...breaker import BreakerPolicy
 from ...errors import InvalidJob
-from ...flowstate import FlowState, unpack_breaker, unpack_limit
+from ...flowstate import FlowState
 from ...ratelimit import Rate
 from .connection import Connections
 
@@ -134,19 +135,27 @@ class PgControl:
 
     # ------------------------------------------------------------------ reads
 
-    def state(self) -> FlowState:
-        """Every limit and breaker, as one statement's snapshot, in key order (as the LMDB store has them)."""
+    def _rows(self) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+        """Every limit's and breaker's (key, value), as one statement's snapshot, in key order (as the LMDB
+        store has them)."""
 
-        def txn_fn(conn: Any) -> tuple[FlowState, None]:
-            rows = conn.execute(
+        def txn_fn(conn: Any) -> tuple[list[tuple[bool, str, Any]], None]:
+            return conn.execute(
                 "SELECT true, key, value FROM qm_limits UNION ALL SELECT false, key, value FROM qm_breakers"
-            ).fetchall()
-            rows.sort(key=lambda row: row[1])  # code point order: the LMDB store's (UTF-8 bytes)
-            limits = {key: unpack_limit(bytes(value)) for is_limit, key, value in rows if is_limit}
-            entries = {key: unpack_breaker(bytes(value)) for is_limit, key, value in rows if not is_limit}
-            return FlowState(limits, entries), None
+            ).fetchall(), None
 
-        return self._run(txn_fn)
+        rows = self._run(txn_fn)
+        rows.sort(key=lambda row: row[1])  # code point order: the LMDB store's (UTF-8 bytes)
+        limits = [(key, bytes(value)) for is_limit, key, value in rows if is_limit]
+        return limits, [(key, bytes(value)) for is_limit, key, value in rows if not is_limit]
+
+    def state(self) -> FlowState:
+        """Every limit and breaker; a value that does not decode is ignored (``flowstate``)."""
+        return flowstate.read_state(*self._rows())
+
+    def verify(self) -> list[str]:
+        """Every limit and breaker whose stored value does not decode."""
+        return flowstate.damage(*self._rows())
 
     def version(self) -> int:
         """A number that changes whenever any process commits a flow change: this process's own at once,
@@ -168,7 +177,7 @@ class PgControl:
 
         def txn_fn(conn: Any) -> tuple[None, int]:
             raw = _lock_or_create(conn, _LIMITS, key)
-            return None, self._write(conn, limits={key: flowstate.limit_set(raw, rate, self._clock())})
+            return None, self._write(conn, limits={key: flowstate.limit_set(key, raw, rate, self._clock())})
 
         self._run(txn_fn)
 
@@ -190,9 +199,10 @@ class PgControl:
 
         def txn_fn(conn: Any) -> tuple[bool, int | None]:
             raw = _lock(conn, _LIMITS, [key]).get(key)
-            if raw is None:
+            value = None if raw is None else flowstate.limit_reset(key, raw, self._clock())
+            if value is None:
                 return False, None
-            return True, self._write(conn, limits={key: flowstate.limit_reset(raw, self._clock())})
+            return True, self._write(conn, limits={key: value})
 
         return self._run(txn_fn)
 
@@ -221,7 +231,7 @@ class PgControl:
             raw = _lock(conn, _LIMITS, [key]).get(key)
             if raw is None:
                 return most, None
-            taken, value = flowstate.tokens_taken_up_to(raw, most, give_back, self._clock())
+            taken, value = flowstate.tokens_taken_up_to(key, raw, most, give_back, self._clock())
             if value is None:
                 return taken, None
             return taken, self._write(conn, limits={key: value})
@@ -252,7 +262,7 @@ class PgControl:
 
         def txn_fn(conn: Any) -> tuple[None, int]:
             raw = _lock_or_create(conn, _BREAKERS, key)
-            return None, self._write(conn, breaker_rows={key: flowstate.breaker_set(raw, policy)})
+            return None, self._write(conn, breaker_rows={key: flowstate.breaker_set(key, raw, policy)})
 
         self._run(txn_fn)
 
@@ -264,9 +274,10 @@ class PgControl:
 
         def txn_fn(conn: Any) -> tuple[bool, int | None]:
             raw = _lock(conn, _BREAKERS, [key]).get(key)
-            if raw is None:
+            value = None if raw is None else flowstate.breaker_reset(key, raw)
+            if value is None:
                 return False, None
-            return True, self._write(conn, breaker_rows={key: flowstate.breaker_reset(raw)})
+            return True, self._write(conn, breaker_rows={key: value})
 
         return self._run(txn_fn)
 

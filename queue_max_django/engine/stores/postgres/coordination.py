@@ -16,12 +16,18 @@ layout, so every field round-trips exactly), and its last heartbeat (microsecond
 columns of their own, for an operator's SQL. Alive or dead is decided as the LMDB store decides it
 (``WorkerInfo.alive`` on the report's values).
 
+A lease with an owner but no expiry or no ``since`` (a row written past the engine) is a lock record that
+does not decode, and is handled as the LMDB store handles one (its module docstring says why): the first
+``acquire_lock`` that meets it refuses and replaces it with a lease of nobody known (owner ``''``) for its
+``ttl``; ``lock_holder`` says nobody holds it; ``last_lock_holder`` skips it; ``verify()`` names it.
+
 Names, owners and worker ids are checked as the LMDB store checks them (``id_bytes``: ``InvalidJob``), and
 PostgreSQL's text cannot hold NUL, which is refused the same way. SQL here never calls ``now()``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Callable
@@ -29,9 +35,11 @@ from typing import Any
 
 import msgpack
 
-from ..types import LockHolder, WorkerInfo, id_bytes
+from ..types import UNKNOWN_HOLDER, LockHolder, WorkerInfo, id_bytes, lock_damage
 from .connection import Connections
 from .control import check_text
+
+logger = logging.getLogger("queue_max_django.engine")
 
 MICRO = 1_000_000
 
@@ -67,7 +75,10 @@ class PgCoordination:
             now = self._clock()  # the row is locked
             now_us = _to_us(now)
             since_us = now_us
-            if lease is not None:
+            if lease is _DAMAGED:
+                logger.error("%s", lock_damage(name, ttl), extra={"lock": name})
+                owner, since_us = UNKNOWN_HOLDER, now_us
+            elif lease is not None:
                 holder, expires_us, held_since_us = lease
                 if expires_us > now_us:
                     if holder != owner:
@@ -77,7 +88,7 @@ class PgCoordination:
                 "UPDATE qm_locks SET owner = %s, expires_us = %s, since_us = %s WHERE name = %s",
                 (owner, _to_us(now + ttl), since_us, name),
             )
-            return True
+            return lease is not _DAMAGED
 
     def release_lock(self, name: str, owner: str) -> bool:
         """Give the lock up if ``owner`` holds it (an expired lease is held by nobody). -> whether it did.
@@ -91,7 +102,7 @@ class PgCoordination:
             if row is None or row[0] is None or row[0] != owner:
                 return False
             now_us = _to_us(self._clock())
-            if row[1] <= now_us:
+            if row[1] is None or row[1] <= now_us:
                 return False
             conn.execute(
                 "UPDATE qm_locks SET last_owner = owner, last_expires_us = %s, last_since_us = since_us, "
@@ -108,7 +119,7 @@ class PgCoordination:
                 "SELECT owner, expires_us, since_us FROM qm_locks WHERE name = %s AND owner IS NOT NULL",
                 (name,),
             ).fetchone()
-        if row is None or row[1] <= _to_us(self._clock()):
+        if row is None or row[0] == UNKNOWN_HOLDER or None in row or row[1] <= _to_us(self._clock()):
             return None
         return _holder(*row)
 
@@ -123,11 +134,21 @@ class PgCoordination:
             ).fetchone()
         if row is None:
             return None
-        if row[0] is not None:
-            return _holder(*row[:3])
-        if row[3] is not None:
-            return _holder(*row[3:])
+        for lease in (row[:3], row[3:]):  # the current one, else the last released one
+            if lease[0] is not None:
+                return None if None in lease else _holder(*lease)
         return None
+
+    def verify(self) -> list[str]:
+        """Every lock whose lease has an owner but no expiry or no ``since`` (or a released one likewise)."""
+        with self._db.transaction() as conn:
+            rows = conn.execute(
+                "SELECT name FROM qm_locks "
+                "WHERE (owner IS NOT NULL AND (expires_us IS NULL OR since_us IS NULL))"
+                " OR (last_owner IS NOT NULL AND (last_expires_us IS NULL OR last_since_us IS NULL))"
+                ' ORDER BY name COLLATE "C"'
+            ).fetchall()
+        return [f"lock {name!r}: its record does not decode (an owner without its times)" for (name,) in rows]
 
     # ------------------------------------------------------------------ workers
 
@@ -199,16 +220,22 @@ class PgCoordination:
             return len(dead)
 
 
+_DAMAGED = ("", 0, 0)  # what ``_lock_lease`` returns for a lease that does not decode
+
+
 def _lock_lease(conn: Any, name: str) -> tuple[str, int, int] | None:
-    """The lease of ``name`` (owner, expires_us, since_us: held or expired), its row locked; None when there
-    is none (released, or never taken: then its row is inserted, free, and invisible to others until this
-    transaction commits, so that two first takers are ordered by the row too)."""
+    """The lease of ``name`` (owner, expires_us, since_us: held or expired), its row locked; ``_DAMAGED``
+    for an owner without its times; None when there is none (released, or never taken: then its row is
+    inserted, free, and invisible to others until this transaction commits, so that two first takers are
+    ordered by the row too)."""
     while True:
         row = conn.execute(
             "SELECT owner, expires_us, since_us FROM qm_locks WHERE name = %s FOR UPDATE", (name,)
         ).fetchone()
         if row is not None:
-            return None if row[0] is None else (row[0], row[1], row[2])
+            if row[0] is None:
+                return None
+            return _DAMAGED if row[1] is None or row[2] is None else (row[0], row[1], row[2])
         created = conn.execute(
             "INSERT INTO qm_locks (name) VALUES (%s) ON CONFLICT DO NOTHING RETURNING 1", (name,)
         ).fetchone()

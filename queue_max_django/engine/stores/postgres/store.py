@@ -527,4 +527,4 @@ class PostgresStore:
         return history.samples(self, since)
 
     def verify(self) -> list[str]:
-        return reads.verify(self)
+        return reads.verify(self) + self.control.verify() + self.locks.verify()
