@@ -223,3 +223,22 @@ def test_the_backend_option_enqueue_on_commit_false_stores_at_once(
             result = dt_tasks.add.enqueue(1, 2)
             raise Rollback
         assert stored(location) == {int(result.id): State.PENDING}
+
+
+@pytest.mark.store_neutral
+@pytest.mark.skipif(not HAS_TASKS, reason="django.tasks needs Django >= 6.0")
+def test_the_backend_option_enqueue_on_commit_is_checked(queue_max: Configure) -> None:
+    from django.tasks import task_backends
+
+    backend = {
+        "default": {
+            "BACKEND": "queue_max_django.backend.QueueMaxBackend",
+            "OPTIONS": {"ENQUEUE_ON_COMMIT": "yes"},
+        }
+    }
+    with queue_max(), override_settings(TASKS=backend):
+        [error] = task_backends["default"].check()
+    assert (error.id, error.msg) == (
+        "queue_max_django.backend.E007",
+        "TASKS['default']['OPTIONS']['ENQUEUE_ON_COMMIT'] must be None, True or False, not 'yes'",
+    )
