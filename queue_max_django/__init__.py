@@ -5,7 +5,8 @@ Importing this package imports nothing else, Django included: the engine (``queu
 without Django. The everyday names are loaded on first access: the decorators (``task``, ``retryable_task``,
 ``periodic_task``), what a task raises to steer its retries (``Permanent``, ``Retry``) or to stop when it was
 cancelled (``Cancelled``), and the handle of an enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``,
-``JobMismatch``), and the running job's context (``current_job``, ``JobContext``, ``NoCurrentJob``).
+``JobMismatch``, ``JobNotCommitted``), and the running job's context (``current_job``, ``JobContext``,
+``NoCurrentJob``).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ if TYPE_CHECKING:
     from .context import JobContext, NoCurrentJob, current_job
     from .engine import Cancelled, Permanent, Retry
     from .periodic import periodic_task
-    from .results import JobMismatch, JobNotFound, JobResult, JobStatus
+    from .results import JobMismatch, JobNotCommitted, JobNotFound, JobResult, JobStatus
     from .tasks import retryable_task, task
 
 __all__ = [
     "Cancelled",
     "JobContext",
     "JobMismatch",
+    "JobNotCommitted",
     "JobNotFound",
     "JobResult",
     "JobStatus",
@@ -46,6 +48,7 @@ _LAZY = {
     "JobStatus": "results",
     "JobNotFound": "results",
     "JobMismatch": "results",
+    "JobNotCommitted": "results",
     "current_job": "context",
     "JobContext": "context",
     "NoCurrentJob": "context",

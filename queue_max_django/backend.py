@@ -49,15 +49,16 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from . import tracing
+from .commits import Commit, find, placeholder, waits_for_commit, written
 from .conf import caller_connection, callers_alias, get_config, get_queue
 from .context import JobContext, NoCurrentJob, running, running_context
-from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, is_interrupt
+from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, codec, is_interrupt
 from .engine.validate import validate_queue_name
 from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
-from .results import attempt_errors, attempt_workers, exception_class_path
+from .results import attempt_errors, attempt_workers, exception_class_path, read_job
 from .signals import in_callers_transaction
 
-OPTION_KEYS = frozenset({"MODULES", "MAX_RETRIES"})
+OPTION_KEYS = frozenset({"MODULES", "MAX_RETRIES", "ENQUEUE_ON_COMMIT"})
 # Django's Tasks metadata (``Task.using(metadata=)``, ``TaskResult.raw_metadata``, ``TaskContext.metadata``/
 # ``save_metadata()``), in Django releases that have it: feature-detected, so this backend uses it the day
 # the installed Django ships it, and works as before where it does not.
@@ -163,18 +164,14 @@ class QueueMaxBackend(BaseTaskBackend):
             "timeout": config.timeout,  # QUEUE_MAX["TIMEOUT"]: django.tasks has no per-task limit
             "metadata": getattr(task, "metadata", None) or None,  # Django validated it, the engine again
         }
-        # In a transaction on the PostgreSQL store's own alias the job is part of it (conf.caller_connection)
+        # In a transaction on the PostgreSQL store's own alias the job is part of it (conf.caller_connection);
+        # in another transaction of the default database it is stored at the commit (ENQUEUE_ON_COMMIT)
         joined = caller_connection()
-        with tracing.sending(task.module_path, task.queue_name, options) as sending:
-            with in_callers_transaction(callers_alias(joined)):  # job_enqueued is sent at the commit
-                job_id = queue.put(payload, connection=joined, **options)
-            sending.sent(job_id)
-        job = queue.job(job_id) if joined is None else None  # not committed: the store cannot see it yet
         result: TaskResult[Any, Any] = TaskResult(
             task=task,
-            id=str(job_id),
+            id="",
             status=TaskResultStatus.READY,
-            enqueued_at=_datetime(job.enqueued_at) if job is not None else timezone.now(),
+            enqueued_at=None,
             started_at=None,
             last_attempted_at=None,
             finished_at=None,
@@ -185,10 +182,37 @@ class QueueMaxBackend(BaseTaskBackend):
             worker_ids=[],
             **_raw_metadata(dict(getattr(task, "metadata", None) or {})),
         )
-        task_enqueued.send(type(self), task_result=result)
+        on_commit = waits_for_commit(self._on_commit(), config.enqueue_on_commit)
+        if joined is None and not config.immediate and on_commit:
+            codec.pack_value(payload, what="payload", limit=config.max_payload_bytes)  # fails now, not then
+            commit = Commit(store=lambda: self._put(queue, task, payload, options, None, result))
+            object.__setattr__(result, "id", placeholder(commit))  # the job's id once it is stored
+            return result
+        self._put(queue, task, payload, options, joined, result)
         if config.immediate:
-            return self._run_inline(queue, job_id, result)
+            return self._run_inline(queue, int(result.id), result)
         return result
+
+    def _on_commit(self) -> bool | None:
+        """``OPTIONS["ENQUEUE_ON_COMMIT"]`` (None: ``QUEUE_MAX["ENQUEUE_ON_COMMIT"]``)."""
+        value = self.options.get("ENQUEUE_ON_COMMIT")
+        return value if isinstance(value, bool) else None
+
+    def _put(
+        self, queue: Any, task: Task[Any, Any], payload: Any, options: Any, joined: Any, result: Any
+    ) -> None:
+        """Store the job (in the caller's transaction on ``joined``) and give ``result`` its id and
+        ``enqueued_at``; then ``task_enqueued``."""
+        alias = callers_alias(joined)
+        with tracing.sending(task.module_path, task.queue_name, options) as sending:
+            with in_callers_transaction(alias):  # job_enqueued is sent at the commit
+                job_id = queue.put(payload, connection=joined, **options)
+            sending.sent(job_id)
+        written(alias, [job_id])
+        job = queue.job(job_id) if joined is None else None  # not committed: the store cannot see it yet
+        object.__setattr__(result, "id", str(job_id))
+        object.__setattr__(result, "enqueued_at", _datetime(job.enqueued_at) if job else timezone.now())
+        task_enqueued.send(type(self), task_result=result)
 
     def _run_inline(self, queue: Any, job_id: int, result: TaskResult[Any, Any]) -> TaskResult[Any, Any]:
         """IMMEDIATE: claim exactly this job and run it here, once (a failure is final, as with
@@ -208,10 +232,16 @@ class QueueMaxBackend(BaseTaskBackend):
         try:
             job_id = int(result_id)
         except (TypeError, ValueError):
+            commit = find(result_id) if isinstance(result_id, str) else None
+            if commit is not None:  # a result's id before its job was stored at the commit
+                raise TaskResultDoesNotExist(commit.explain(f"the job of result {result_id!r}")) from None
             raise TaskResultDoesNotExist(f"{result_id!r} is not a result id of this backend") from None
-        job = get_queue().job(job_id) if job_id > 0 else None
+        job = read_job(job_id) if job_id > 0 else None
         payload = job.payload if job is not None else None
         if job is None or not isinstance(payload, dict) or DJANGO_TASK_KEY not in payload:
+            commit = find(job_id) if job is None else None
+            if commit is not None:
+                raise TaskResultDoesNotExist(commit.explain(f"django.tasks job {result_id!r}"))
             raise TaskResultDoesNotExist(f"no django.tasks job {result_id!r} in the store")
         task = lookup(payload.get("task"), payload.get("backend"))
         if task is None:
@@ -259,6 +289,14 @@ class QueueMaxBackend(BaseTaskBackend):
                     f"{where}['OPTIONS'] has unknown keys: {', '.join(unknown)}",
                     hint=f"QueueMaxBackend takes {', '.join(sorted(OPTION_KEYS))}.",
                     id=f"{CHECK_PREFIX}.E001",
+                )
+            )
+        on_commit = self.options.get("ENQUEUE_ON_COMMIT")
+        if on_commit is not None and not isinstance(on_commit, bool):
+            messages.append(
+                checks.Error(
+                    f"{where}['OPTIONS']['ENQUEUE_ON_COMMIT'] must be None, True or False, not {on_commit!r}",
+                    id=f"{CHECK_PREFIX}.E007",
                 )
             )
         retries = self.options.get("MAX_RETRIES")

@@ -20,6 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS
@@ -64,6 +65,7 @@ __all__ = [  # with the defaults (defaults.py), whose names were this module's b
     "get_queue",
     "merge_defaults",
     "read_settings",
+    "require_installed",
     "reset",
     "resolve_data_dir",
     "store_class",
@@ -263,6 +265,7 @@ def get_queue(*, create: bool = True) -> Queue:
             queue.close()
             queue = None
         if queue is None or queue.closed:
+            require_installed()
             if not create and config.data_dir is not None and not LmdbStore.exists(config.data_dir):
                 raise NoStore(
                     f"no store at {config.data_dir}: nothing was created. Check QUEUE_MAX['DATA_DIR'] (a "
@@ -272,6 +275,19 @@ def get_queue(*, create: bool = True) -> Queue:
             queue = _cache.queue = _open_queue(config)
             _cache.queue_config = config
         return queue
+
+
+def require_installed() -> None:
+    """``ImproperlyConfigured`` when this process's ``INSTALLED_APPS`` lacks ``queue_max_django`` (its app
+    registry ready): every job it stored would wait for ever, as no ``queue_worker`` command, task
+    autodiscovery or system check exists without the app. Called before the store is first opened, so
+    nothing is written."""
+    if apps.apps_ready and not apps.is_installed("queue_max_django"):
+        raise ImproperlyConfigured(
+            "'queue_max_django' is not in INSTALLED_APPS: a job stored now would never run (without the app "
+            "there is no queue_worker command, no autodiscovery of tasks.py and no system check). Add "
+            "'queue_max_django' to INSTALLED_APPS; nothing was stored."
+        )
 
 
 def store_class(config: QueueMaxConfig) -> type[LmdbStore] | type[PostgresStore]:
@@ -376,5 +392,5 @@ def reset() -> None:
 
 @receiver(setting_changed)
 def _on_setting_changed(sender: Any, *, setting: str, **kwargs: Any) -> None:
-    if setting in ("QUEUE_MAX", "BASE_DIR", "DATABASES"):
+    if setting in ("QUEUE_MAX", "BASE_DIR", "DATABASES", "INSTALLED_APPS"):
         reset()

@@ -1,7 +1,10 @@
 """The result handle of one job: what ``.delay()`` returns. It mirrors ``django.tasks.TaskResult``.
 
 A handle holds a job id and a snapshot of the job read from the store; ``refresh()`` reads it again, from any
-process, until the store forgets the job (``RESULT_TTL`` after it finished).
+process, until the store forgets the job (``RESULT_TTL`` after it finished). A job enqueued inside a
+database transaction is "not committed yet" until that commits, on either store (commits.py): its handle's
+``status`` is ``READY``, its ``repr`` says so, and ``refresh()`` raises ``JobNotCommitted``, except in the
+thread whose transaction wrote it (PostgreSQL), which reads it through that transaction.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .conf import get_queue
+from .commits import COMMITTED, OPEN, Commit, find
+from .conf import caller_connection, get_queue
 from .engine import CancelOutcome, Job, State
 
 
@@ -47,7 +51,13 @@ class JobMismatch(JobNotFound):
     ``TaskResultMismatch``)."""
 
 
-class JobNotEnqueued(LookupError):
+class JobNotCommitted(JobNotFound):
+    """The job was enqueued inside a database transaction that has not committed yet: written in it (the
+    PostgreSQL store in that database), or stored when it commits (``ENQUEUE_ON_COMMIT``). No other
+    connection sees it until then; nothing is stored if it rolls back."""
+
+
+class JobNotEnqueued(JobNotFound):
     """The handle's job waits for the database transaction to commit (``ENQUEUE_ON_COMMIT``): it has no id
     yet, and never will if the transaction rolls back."""
 
@@ -121,24 +131,39 @@ def _aware(seconds: float | None) -> dt.datetime | None:
 class JobResult:
     """One job, as the store last said it was. ``refresh()`` reads it again; ``wait()`` until finished."""
 
-    def __init__(self, job_id: int | None, job: Job | None = None, *, task_name: str | None = None) -> None:
-        self._job_id = job_id  # None: enqueued when the transaction commits (see bind())
+    def __init__(
+        self,
+        job_id: int | None,
+        job: Job | None = None,
+        *,
+        task_name: str | None = None,
+        commit: Commit | None = None,
+    ) -> None:
+        self._job_id = job_id  # None: stored when the transaction commits (see bind())
         self.task_name = task_name if task_name is not None or job is None else job.name
         self._loaded = job  # None: read from the store on first use
+        self._commit = commit  # the transaction it was enqueued in (None: none, or committed before)
 
     @property
     def job_id(self) -> int:
-        """The engine's job id; ``JobNotEnqueued`` while the job waits for a commit."""
+        """The engine's job id; ``JobNotEnqueued`` while the job waits for a commit to be stored."""
         if self._job_id is None:
-            raise JobNotEnqueued(
-                f"this {self.task_name} job is enqueued when the current transaction commits: no id yet"
-            )
+            what = f"this {self.task_name} job"
+            if self._commit is None:
+                raise JobNotEnqueued(f"{what} has no id")
+            raise JobNotEnqueued(f"{self._commit.explain(what)}; it has no id until it is stored")
         return self._job_id
 
     @property
     def is_enqueued(self) -> bool:
-        """False while the job waits for the transaction to commit (``ENQUEUE_ON_COMMIT``)."""
+        """False while the job waits for the transaction to commit to be stored (``ENQUEUE_ON_COMMIT``)."""
         return self._job_id is not None
+
+    @property
+    def is_committed(self) -> bool:
+        """False while the transaction the job was enqueued in has not committed (on either store: the job
+        is written in it, or stored when it commits), and after it rolled back. True otherwise."""
+        return self._commit is None or self._commit.state == COMMITTED
 
     def bind(self, other: JobResult) -> None:
         """Become the handle of ``other``'s job (the on-commit enqueue calls this)."""
@@ -153,17 +178,35 @@ class JobResult:
 
     @classmethod
     def load(cls, job_id: int | str) -> JobResult:
-        """The handle of a stored job by id (from any process). ``JobNotFound`` if the store has none."""
+        """The handle of a stored job by id (from any process). ``JobNotFound`` if the store has none
+        (``JobNotCommitted`` when this process enqueued it in a transaction not committed yet)."""
         number = int(job_id)
-        job = get_queue().job(number)
+        job = read_job(number)
         if job is None:
+            commit = find(number)
+            if commit is not None:
+                raise JobNotCommitted(commit.explain(f"job {number}"))
             raise JobNotFound(f"no job with id {number} in the store (never existed, or already removed)")
         return cls(number, job)
 
     def __repr__(self) -> str:
-        if self._job_id is None:
-            return f"<JobResult task={self.task_name!r} waiting for the transaction to commit>"
-        return f"<JobResult id={self.id} task={self.task_name!r} status={self.status}>"
+        """Never raises (logging, debuggers and error trackers call it): what cannot be read is said."""
+        try:
+            where = "" if self._job_id is None else f"id={self._job_id} "
+            commit = self._commit
+            if commit is not None and commit.state not in (OPEN, COMMITTED):  # rolled back, or failed
+                return f"<JobResult {where}task={self.task_name!r} ({commit.note()})>"
+            note = " (not committed yet)" if commit is not None and commit.state == OPEN else ""
+            try:
+                status = f"status={self.status}"
+            except Exception as exc:
+                status = f"status=? ({type(exc).__name__}: {exc})"
+            return f"<JobResult {where}task={self.task_name!r} {status}{note}>"
+        except Exception as exc:  # pragma: no cover - a last resort
+            return f"<JobResult {object.__repr__(self)} ({type(exc).__name__})>"
+
+    def _label(self) -> str:
+        return f"this {self.task_name} job" if self._job_id is None else f"job {self._job_id}"
 
     @property
     def id(self) -> str:
@@ -176,9 +219,12 @@ class JobResult:
 
     @property
     def status(self) -> JobStatus:
-        """READY (also while waiting for a commit), RUNNING, SUCCESSFUL or FAILED."""
-        if self._job_id is None:
-            return JobStatus.READY
+        """READY (also while its transaction has not committed yet), RUNNING, SUCCESSFUL or FAILED."""
+        if self._loaded is None and not self.is_committed:
+            try:
+                self.refresh()
+            except JobNotCommitted:
+                return JobStatus.READY
         return STATUS_OF_STATE[self._job.state]
 
     @property
@@ -189,7 +235,7 @@ class JobResult:
     def return_value(self) -> Any:
         """What the task returned; ``ValueError`` unless the job is ``SUCCESSFUL`` (as Django's)."""
         if self.status is not JobStatus.SUCCESSFUL:
-            raise ValueError(f"job {self.id} has no return value: its status is {self.status}")
+            raise ValueError(f"{self._label()} has no return value: its status is {self.status}")
         return self._job.result
 
     @property
@@ -269,11 +315,21 @@ class JobResult:
         return await asyncio.to_thread(self.cancel)
 
     def refresh(self) -> None:
-        """Read the job again from the store. ``JobNotFound`` once the store no longer has it."""
-        self._take(get_queue().job(self.job_id))
+        """Read the job again from the store. ``JobNotFound`` once the store no longer has it;
+        ``JobNotCommitted`` while the transaction it was enqueued in has not committed (in the thread of
+        that transaction, a job written in it is read through it: PostgreSQL)."""
+        commit = self._commit
+        if commit is not None and self._job_id is None:
+            error = JobNotCommitted if commit.state == OPEN else JobNotFound
+            raise error(commit.explain(self._label()))
+        self._take(read_job(self.job_id))
 
     def _take(self, job: Job | None) -> None:
         if job is None:
+            commit = self._commit
+            if commit is not None and commit.state != COMMITTED:
+                error = JobNotCommitted if commit.state == OPEN else JobNotFound
+                raise error(commit.explain(self._label()))
             raise JobNotFound(f"job {self.id} is no longer in the store (cancelled, purged or vacuumed)")
         self._loaded = job
         if self.task_name is None:
@@ -317,6 +373,19 @@ class JobResult:
                 raise TimeoutError(f"job {self.id} did not finish within {timeout} s (status {self.status})")
             time.sleep(interval)
             interval = min(interval * 2, poll_interval)
+
+
+def read_job(job_id: int) -> Job | None:
+    """Job ``job_id`` as the store has it, or None. A job that this thread's open transaction wrote (the
+    PostgreSQL store in that database) is read through that transaction, the only one that sees it."""
+    queue = get_queue()
+    job = queue.job(job_id)
+    if job is None:
+        joined = caller_connection()
+        if joined is not None:
+            with queue.on_connection(joined):
+                job = queue.job(job_id)
+    return job
 
 
 def _read(job_id: int) -> Job | None:

@@ -24,6 +24,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from . import tracing
+from .commits import Commit, waits_for_commit, written
 from .conf import caller_connection, callers_alias, get_config, get_queue
 from .engine import (
     NAME_KEY_PREFIX,
@@ -146,6 +147,7 @@ class Task(Generic[P, R]):
         self.delay_seconds: float | None = None
         self.eta: float | dt.datetime | None = None
         self.metadata: dict[str, Any] = {}  # stored with each job (using(metadata=...))
+        self.enqueue_on_commit: bool | None = None  # None: QUEUE_MAX["ENQUEUE_ON_COMMIT"]
         self.is_async = inspect.iscoroutinefunction(func)
         self._signature = inspect.signature(func)
         self._flow_applied: weakref.ref[Queue] | None = None
@@ -169,8 +171,11 @@ class Task(Generic[P, R]):
         max_retries: int | None = None,
         timeout: float | None = None,
         metadata: dict[str, Any] | None = None,
+        enqueue_on_commit: bool | None = None,
     ) -> Task[P, R]:
-        """A copy with other options (not registered: jobs still name this task). ``metadata``: a small
+        """A copy with other options (not registered: jobs still name this task). ``enqueue_on_commit``:
+        inside a transaction, wait for its commit to store the job (True) or store it at once (False), for
+        this copy's jobs, whatever ``QUEUE_MAX["ENQUEUE_ON_COMMIT"]`` says. ``metadata``: a small
         JSON dict stored with each job (``JobResult.metadata``; ``current_job().metadata`` inside the
         task); ``InvalidMetadata`` unless it is a dict of str keys that JSON encodes within 64 KiB. Keys
         that start with ``_`` are reserved for the backend and libraries, as in Django's Tasks: stored,
@@ -191,6 +196,8 @@ class Task(Generic[P, R]):
         )
         if delay is not None or eta is not None:
             clone.delay_seconds, clone.eta = delay, eta
+        if enqueue_on_commit is not None:
+            clone.enqueue_on_commit = bool(enqueue_on_commit)
         return clone
 
     def get_stats(self) -> dict[str, Any]:
@@ -205,11 +212,12 @@ class Task(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobResult:
         """Store one job calling this task with these arguments. -> its result handle. In ``IMMEDIATE``
-        mode the job is run here, now, and the handle is finished. With the PostgreSQL store in the
-        ``DATABASE`` alias, inside ``transaction.atomic()`` on that alias, the job is written in the caller's
-        transaction: it commits (and workers see it) or rolls back with the caller's writes. Otherwise, with
-        ``ENQUEUE_ON_COMMIT``, inside a transaction of the default database, the job is stored when it
-        commits (nothing on rollback) and the handle has no id until then."""
+        mode the job is run here, now, and the handle is finished. Inside ``transaction.atomic()`` the job
+        is the transaction's, on either store: with the PostgreSQL store in the ``DATABASE`` alias and the
+        transaction on that alias, it is written in the transaction; otherwise, with ``ENQUEUE_ON_COMMIT``
+        (the default), inside a transaction of the default database, it is stored when it commits and the
+        handle has no id until then. Either way it is "not committed yet" until the commit (the handle's
+        ``is_committed``), and nothing is stored on rollback."""
         return self._enqueue_maybe_on_commit(args, kwargs)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobResult:
@@ -234,7 +242,7 @@ class Task(Generic[P, R]):
     def map(self, iterable: Iterable[Any], *args: Any, **kwargs: Any) -> list[JobResult]:
         """One job per item (the item first, then ``args``/``kwargs``), spread over the store in parts
         (``Queue.put_parts``: one per shard, each all or nothing) so that workers drain them in parallel.
-        -> the handles, in the items' order."""
+        Inside a transaction they are its jobs, as ``delay()``'s. -> the handles, in the items' order."""
         calls = [((item, *args), kwargs) for item in iterable]
         for index, (call_args, call_kwargs) in enumerate(calls):
             self._bind(call_args, call_kwargs, label=f"item {index} of .map()")
@@ -247,8 +255,25 @@ class Task(Generic[P, R]):
             return []
         if get_config().immediate:
             return [self._run_now(payload) for payload in payloads]
-        queue = self._prepare(get_queue())
         joined = caller_connection()
+        if joined is None and waits_for_commit(self.enqueue_on_commit, get_config().enqueue_on_commit):
+            handles = [JobResult(None, task_name=self.name) for _ in payloads]
+
+            def store() -> None:
+                for handle, job_id in zip(handles, self._store_many(payloads, None), strict=True):
+                    handle._job_id = job_id
+
+            waiting = Commit(store=store)
+            for handle in handles:
+                handle._commit = waiting
+            return handles
+        ids = self._store_many(payloads, joined)
+        commit = written(callers_alias(joined), ids)
+        return [JobResult(job_id, task_name=self.name, commit=commit) for job_id in ids]
+
+    def _store_many(self, payloads: list[dict[str, Any]], joined: Any) -> list[int]:
+        """``.map()``'s puts: spread over the shards, or in the caller's transaction on ``joined``."""
+        queue = self._prepare(get_queue())
         options = self._put_options()
         with tracing.sending(self.name, self.queue, options) as sending:
             if joined is None:
@@ -257,7 +282,7 @@ class Task(Generic[P, R]):
                 with in_callers_transaction(callers_alias(joined)):  # caller's transaction
                     ids = queue.put_many(payloads, connection=joined, **options)
             sending.sent_many(ids)
-        return [JobResult(job_id, task_name=self.name) for job_id in ids]
+        return ids
 
     # ------------------------------------------------------------------ results
 
@@ -394,13 +419,14 @@ class Task(Generic[P, R]):
         joined = caller_connection()  # the store's database is the one the caller is in a transaction on
         if joined is not None:
             return self._enqueue(args, kwargs, connection=joined)  # stronger than waiting for the commit
-        if not get_config().enqueue_on_commit or not transaction.get_connection().in_atomic_block:
+        config = get_config()
+        if config.immediate or not waits_for_commit(self.enqueue_on_commit, config.enqueue_on_commit):
             return self._enqueue(args, kwargs)
         self._bind(args, kwargs)  # fail now, not at commit, on arguments that cannot be stored
         if _unstorable(self._payload(args, kwargs)) is not None:
             self._check_storable(args, kwargs)
         handle = JobResult(None, task_name=self.name)
-        transaction.on_commit(lambda: handle.bind(self._enqueue(args, kwargs)))
+        handle._commit = Commit(store=lambda: handle.bind(self._enqueue(args, kwargs)))
         return handle
 
     def _enqueue(
@@ -416,11 +442,12 @@ class Task(Generic[P, R]):
             return self._run_now(payload)
         queue = self._prepare(get_queue())
         options = self._put_options()
+        alias = callers_alias(connection)
         with tracing.sending(self.name, self.queue, options) as sending:
-            with in_callers_transaction(callers_alias(connection)):
+            with in_callers_transaction(alias):
                 job_id = queue.put(payload, connection=connection, **options)
             sending.sent(job_id)
-        return JobResult(job_id, task_name=self.name)
+        return JobResult(job_id, task_name=self.name, commit=written(alias, [job_id]))
 
     def _run_now(self, payload: dict[str, Any]) -> JobResult:
         """IMMEDIATE: store the job, then claim exactly that job and run it here, once, through the runner

@@ -2,13 +2,21 @@
 
 ``run_queued()`` claims and runs jobs until nothing is runnable; ``wait_until_empty()`` waits for other
 consumers (a worker) to drain the store. Both use the queue built from the current ``QUEUE_MAX``.
+
+Inside a transaction (Django's ``TestCase``, pytest-django's ``django_db``), ``run_queued()`` runs the jobs
+of that transaction too, which no other connection sees: the jobs waiting for its commit
+(``ENQUEUE_ON_COMMIT``) are stored first, as if it had committed, and with the PostgreSQL store in the
+transaction's database the jobs are claimed and finished through the caller's connection, in its
+transaction (rolled back with the test).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
-from .conf import get_queue
+from . import commits
+from .conf import caller_connection, get_queue
 from .engine import QueueEmpty
 from .runner import Outcome, run_job
 
@@ -24,17 +32,22 @@ def run_queued(
     ``retry_delay=0`` (the default) makes a failed attempt with retries left runnable again at once, so it
     runs again in the same call until the job is done or failed; ``None`` keeps the backoff (the job is then
     left scheduled). Jobs scheduled for later (``schedule_in``) are not run before their time. ``max_jobs``
-    bounds the number of jobs run (a task that enqueues itself would otherwise never let this end).
+    bounds the number of jobs run (a task that enqueues itself would otherwise never let this end). Inside
+    a transaction, its own jobs are run too (see the module's docstring).
     """
+    commits.flush()  # jobs that wait for the commit of this thread's transaction: stored now
     queue = get_queue()
+    joined = caller_connection()
     names = None if queues is None else list(queues)
     outcomes: list[Outcome] = []
-    while max_jobs is None or len(outcomes) < max_jobs:
-        try:
-            record = queue.get(0, queues=names)
-        except QueueEmpty:
-            break
-        outcomes.append(run_job(record, retry_delay=retry_delay))
+    with queue.on_connection(joined) if joined is not None else contextlib.nullcontext():
+        while max_jobs is None or len(outcomes) < max_jobs:
+            commits.flush()  # those the jobs run so far enqueued
+            try:
+                record = queue.get(0, queues=names)
+            except QueueEmpty:
+                break
+            outcomes.append(run_job(record, retry_delay=retry_delay))
     return outcomes
 
 

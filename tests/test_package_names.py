@@ -20,6 +20,7 @@ HOMES = {
     "JobStatus": "queue_max_django.results",
     "JobNotFound": "queue_max_django.results",
     "JobMismatch": "queue_max_django.results",
+    "JobNotCommitted": "queue_max_django.results",
     "current_job": "queue_max_django.context",
     "JobContext": "queue_max_django.context",
     "NoCurrentJob": "queue_max_django.context",

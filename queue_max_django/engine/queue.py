@@ -34,7 +34,7 @@ from .forks import fork_generation
 from .job import MAX_SHARDS, Job, State
 from .maintenance import Maintenance, Round
 from .options import PutOptions
-from .putting import Putter
+from .putting import Putter, joined
 from .ratelimit import Rate
 from .record import Record
 from .stores.base import Store
@@ -163,6 +163,12 @@ class Queue(Coordination):
         nothing on LMDB). A later call from the thread opens it again."""
         if not self._closed:
             self._store.end_thread()
+
+    def on_connection(self, connection: Any) -> contextlib.AbstractContextManager[None]:
+        """Inside the block this thread's operations run on ``connection``, the caller's psycopg 3
+        connection inside its open transaction (PostgreSQL only: ``ConfigurationError`` elsewhere): they
+        see the jobs that transaction wrote, and what they change commits or rolls back with it."""
+        return joined(self._live()).borrowing(connection)
 
     def __enter__(self) -> Queue:
         return self

@@ -610,7 +610,12 @@ def test_a_django_tasks_job_is_shown_as_a_task_call(
 ) -> None:
     from tests.testapp import django_tasks as dt_tasks
 
-    backend = {"default": {"BACKEND": "queue_max_django.backend.QueueMaxBackend"}}
+    backend = {  # stored at once: the test's transaction (admin_client's database) never commits
+        "default": {
+            "BACKEND": "queue_max_django.backend.QueueMaxBackend",
+            "OPTIONS": {"ENQUEUE_ON_COMMIT": False},
+        }
+    }
     with override_settings(TASKS=backend):
         plain = dt_tasks.add.enqueue(2, b=3)
         with_context = dt_tasks.with_context.enqueue(7)

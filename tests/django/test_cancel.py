@@ -286,7 +286,7 @@ def test_save_metadata_saves_then_raises_cancelled_once_a_cancel_was_requested(s
 
 @pytest.mark.django_db
 def test_the_job_page_and_queue_show_say_a_running_jobs_cancel_was_requested(store: Queue) -> None:
-    result = t.add.delay(1, 2)
+    result = t.add.using(enqueue_on_commit=False).delay(1, 2)  # the test's transaction never commits
     running(store)
     client = staff("view_job", "change_job", "cancel_job")
     page = client.get(f"{BASE}{result.job_id}/")

@@ -50,7 +50,7 @@ def default_config(data_dir: Path) -> QueueMaxConfig:
         alert_threshold=None,
         timeout=None,
         immediate=False,
-        enqueue_on_commit=False,
+        enqueue_on_commit=True,  # a job enqueued in a transaction is stored at its commit
         worker=DEFAULT_WORKER,
     )
 
@@ -88,7 +88,7 @@ def test_every_key_is_read(queue_max: Configure, data_dir: Path) -> None:
         ALERT_THRESHOLD=500,
         TIMEOUT=120,
         IMMEDIATE=True,
-        ENQUEUE_ON_COMMIT=True,
+        ENQUEUE_ON_COMMIT=False,
         WORKER={
             "PROCESSES": 2,
             "THREADS": 4,
@@ -117,7 +117,7 @@ def test_every_key_is_read(queue_max: Configure, data_dir: Path) -> None:
         alert_threshold=500,
         timeout=120.0,
         immediate=True,
-        enqueue_on_commit=True,
+        enqueue_on_commit=False,
         worker=WorkerConfig(
             processes=2,
             threads=4,

@@ -158,7 +158,8 @@ def test_immediate_mode_saves_metadata_too(queue_max: Configure) -> None:
 
 @pytest.mark.store_neutral
 def test_queue_list_json_queue_show_and_the_admin_job_page_show_it(admin_client: Client) -> None:
-    result = t.add.using(metadata={"done": 40, "of": 100, "_trace": "t"}).delay(1, 2)
+    # stored at once: the test's transaction (admin_client's database) never commits
+    result = t.add.using(metadata={"done": 40, "of": 100, "_trace": "t"}, enqueue_on_commit=False).delay(1, 2)
     out = io.StringIO()
     call_command("queue_list", "--status", "pending", "--json", stdout=out)
     (listed,) = json.loads(out.getvalue())["jobs"]

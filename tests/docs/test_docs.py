@@ -33,7 +33,9 @@ def label(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-@pytest.mark.django_db
+# No test transaction around the blocks: they are code as a project runs it (a view, a shell), where a
+# .delay() is stored at once, not at the commit of a transaction that never ends (ENQUEUE_ON_COMMIT).
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("path", FILES, ids=label)
 def test_the_python_examples_run(path: Path, tmp_path: Path) -> None:
     try:

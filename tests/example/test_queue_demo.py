@@ -43,6 +43,14 @@ def test_queue_demo_runs_every_job_to_done_or_the_dead_letters_and_runs_again(
 
     out = first.stdout
     assert "Admin user: admin / password: admin" in out, out
+    # the same code means the same on LMDB: the rolled-back job is not stored, the committed one runs
+    task = "example_app.tasks.send_welcome_email"
+    assert (
+        f"In transaction.atomic(), rolled back: <JobResult task='{task}' (rolled back: never stored)>" in out
+    )
+    assert re.search(
+        r"^In transaction.atomic\(\), committed: .*\(not committed yet\)>, then job \d+$", out, re.M
+    ), out
     prefix = f"EXAMPLE_STATE_DIR={tmp_path} uv run python example_project/manage.py"
     assert f"    {prefix} runserver\n" in out, out
     assert f"    {prefix} queue_worker\n" in out, out
@@ -96,7 +104,14 @@ def test_queue_demo_on_postgresql_migrates_the_store_and_rolls_back_a_job_with_i
         assert done + dead == jobs and dead >= 2
         out = run.stdout
         assert "(postgresql)" in out, out
-        rolled_back, committed = (int(n) for n in re.findall(r"job (\d+) (?:rolled back|committed)", out))
+        dropped = re.search(
+            r"^In transaction.atomic\(\), rolled back: <JobResult id=(\d+) .*never stored\)>$", out, re.M
+        )
+        kept_line = re.search(
+            r"^In transaction.atomic\(\), committed: .*\(not committed yet\)>, then job (\d+)$", out, re.M
+        )
+        assert dropped and kept_line, out
+        rolled_back, committed = int(dropped.group(1)), int(kept_line.group(1))
         assert not (tmp_path / "queue_max_data").exists()  # no LMDB store was made
 
         with contextlib.closing(connect(url)) as conn:  # what the database holds, as committed

@@ -25,6 +25,7 @@ The protocols are for readers and type checkers: nothing checks them at run time
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ..breaker import BreakerPolicy
@@ -200,6 +201,11 @@ class Store(Protocol):
     def reader_check(self) -> int: ...
     def end_thread(self) -> None:
         """The calling thread is done with the store: release what the store keeps for that thread."""
+        ...
+
+    def borrowing(self, connection: Any) -> AbstractContextManager[None]:
+        """Inside the block, this thread's operations run on ``connection``, the caller's, in its open
+        transaction; only where ``transactional_enqueue`` is true (the Queue checks)."""
         ...
 
     def close(self, flush: bool) -> None: ...

@@ -5,8 +5,9 @@ It migrates the database, creates the demo admin user, enqueues a realistic mix 
 shows the progress, then prints the store's figures, this run's dead letters, and the commands to go on
 with. Run it again at will: each run enqueues and reports its own batch; earlier jobs stay in the store.
 
-On the PostgreSQL store (``EXAMPLE_POSTGRES_URL``, see the settings) it also shows a job enqueued inside
-``transaction.atomic()`` going away with the rolled-back transaction, and one that commits with it.
+It also shows a job enqueued inside ``transaction.atomic()`` going away with the rolled-back transaction,
+and one that commits with it: the same on both stores (LMDB stores a job when its transaction commits; the
+PostgreSQL store, ``EXAMPLE_POSTGRES_URL`` in the settings, writes it in the transaction).
 """
 
 from __future__ import annotations
@@ -64,8 +65,7 @@ class Command(BaseCommand):
         store = store_class(get_config())
         self.stdout.write(f"Store: {get_queue().path} ({store.kind})")
         entries = enqueue_batch(seed=options["seed"])
-        if store.transactional_enqueue:
-            entries.append(self._in_a_transaction())
+        entries.append(self._in_a_transaction())
         for kind, count in collections.Counter(entry.kind for entry in entries).items():
             self.stdout.write(f"  {count:3d} x {kind}")
         self.stdout.write(f"Enqueued {len(entries)} jobs.")
@@ -120,9 +120,10 @@ class Command(BaseCommand):
         self.stdout.write(f"Admin user: {ADMIN_USERNAME} / password: {ADMIN_PASSWORD}")
 
     def _in_a_transaction(self) -> Entry:
-        """Two ``.delay()`` calls inside ``transaction.atomic()`` on the store's own database: the job of the
-        rolled-back block is not stored, the committed one is (and the worker runs it). -> its entry."""
+        """Two ``.delay()`` calls inside ``transaction.atomic()``: the job of the rolled-back block is not
+        stored, the committed one is (and the worker runs it). -> its entry."""
         queue = get_queue()
+        total = queue.stats()["total"]
 
         class RolledBack(Exception):
             pass
@@ -133,14 +134,13 @@ class Command(BaseCommand):
                 raise RolledBack
         except RolledBack:
             pass
-        if queue.job(dropped.job_id) is not None:
-            raise CommandError(f"job {dropped.job_id}, enqueued in a rolled-back transaction, is stored")
+        if queue.stats()["total"] != total or dropped.is_committed:
+            raise CommandError(f"a job enqueued in a rolled-back transaction is stored: {dropped!r}")
         with transaction.atomic():
             kept = send_welcome_email.delay("committed@example.com")
-        self.stdout.write(
-            f"In transaction.atomic(): job {dropped.job_id} rolled back with its transaction (not stored); "
-            f"job {kept.job_id} committed with its own."
-        )
+            waiting = repr(kept)
+        self.stdout.write(f"In transaction.atomic(), rolled back: {dropped!r}")
+        self.stdout.write(f"In transaction.atomic(), committed: {waiting}, then job {kept.id}")
         return Entry("email (committed in a transaction)", kept.job_id)
 
     def _run_worker(self, arguments: list[str], entries: list[Entry]) -> None:

@@ -9,6 +9,7 @@ part of its id (``keys.shard_of``), so job operations take only the id.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections.abc import Callable, Sequence
@@ -189,6 +190,9 @@ class LmdbStore:
 
     def end_thread(self) -> None:
         """Nothing: LMDB keeps nothing per thread between transactions."""
+
+    def borrowing(self, connection: Any) -> contextlib.AbstractContextManager[None]:
+        raise AssertionError("the LMDB store cannot work in the caller's transaction")
 
     # ------------------------------------------------------------------ enqueue
 

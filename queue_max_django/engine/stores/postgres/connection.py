@@ -24,6 +24,11 @@ and nothing is lost silently. The next operation reconnects, waiting between att
 so that a restarting server is not hammered. A connection the server closed while it sat idle between
 operations (a restart, a failover, an idle timeout) is seen before it is used (``hung_up``: one poll of
 its socket) and replaced, so the operation runs on a new one instead of failing.
+
+A thread may lend the store its own connection for a while (``Connections.borrowed``: Django's, inside the
+caller's open transaction): the store's operations of that thread then run in the caller's transaction,
+so they see the jobs it wrote and what they write commits or rolls back with it (a test inside Django's
+``TestCase``). A borrowed connection is never closed, committed or dropped by the store.
 """
 
 from __future__ import annotations
@@ -103,6 +108,28 @@ class _Held:
         self.conn = conn
 
 
+class Borrowed:
+    """A caller's connection as the store's operations use it while it is lent (``Connections.borrowed``):
+    its statements bind on the server, as on the store's own connections (Django's cursors bind on the
+    client), and ``transaction()`` is a savepoint inside the caller's transaction, never a commit of it."""
+
+    def __init__(self, raw: Any, cursor_class: Any, prepare: bool | None) -> None:
+        self.raw = raw
+        self._cursor_class = cursor_class
+        self._prepare = prepare
+
+    def execute(self, query: Any, params: Any = None) -> Any:
+        return self._cursor_class(self.raw).execute(query, params, prepare=self._prepare)
+
+    def transaction(self) -> Any:
+        if self.raw.info.transaction_status.name == "IDLE":
+            self.raw.execute("SELECT 1")  # begin the caller's transaction: a savepoint can only be in one
+        return self.raw.transaction()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
 class Connections:
     """Per-thread psycopg connections to one database (``conninfo``: a URL or key=value string).
 
@@ -151,6 +178,9 @@ class Connections:
         """This thread's connection (opened, or reopened after a failure, on first use)."""
         if self._generation != fork_generation():
             self._after_fork()
+        lent = getattr(self._local, "lent", None)
+        if lent is not None:
+            return lent
         held = getattr(self._local, "held", None)
         if held is not None and not held.conn.closed:
             if not hung_up(held.conn):
@@ -178,6 +208,20 @@ class Connections:
             self._all[conn] = closer
         self._local.held = held
         return conn
+
+    @contextlib.contextmanager
+    def borrowed(self, conn: Any) -> Iterator[None]:
+        """Inside the block, this thread's operations run on ``conn`` (a psycopg connection inside an
+        open transaction of the caller's: Django's in ``transaction.atomic()``), not on the store's own."""
+        if conn.autocommit:
+            raise StoreError("a connection lent to the store must be inside a transaction (not autocommit)")
+        previous = getattr(self._local, "lent", None)
+        prepare = None if self.prepare_threshold is not None else False
+        self._local.lent = Borrowed(conn, self.psycopg.Cursor, prepare)
+        try:
+            yield
+        finally:
+            self._local.lent = previous
 
     def close_thread(self) -> None:
         """Close this thread's connection now (a thread that is done with the store; the next operation
@@ -253,6 +297,8 @@ class Connections:
             return fn(conn)
 
     def _drop(self, conn: Any) -> None:
+        if isinstance(conn, Borrowed):
+            return  # the caller's: theirs to close
         with contextlib.suppress(Exception):
             conn.close()
         with self._lock:

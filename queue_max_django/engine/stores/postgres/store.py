@@ -18,6 +18,7 @@ This module holds the lifecycle, puts, claims and the completion of claimed jobs
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -163,6 +164,11 @@ class PostgresStore:
         """The calling thread is done with the store: close its connection now (a thread that ends
         without this call has it closed as it ends)."""
         self.db.close_thread()
+
+    def borrowing(self, connection: Any) -> contextlib.AbstractContextManager[None]:
+        """This thread's operations run on ``connection`` (the caller's, inside its open transaction)
+        until the block ends (``Connections.borrowed``)."""
+        return self.db.borrowed(connection)
 
     def close(self, flush: bool) -> None:
         self.hints.close()
