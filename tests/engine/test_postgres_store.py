@@ -220,6 +220,30 @@ def test_a_put_through_the_caller_s_connection_commits_and_rolls_back_with_it(pg
         consumer.close()
 
 
+def test_a_unique_put_first_in_a_caller_s_transaction_rolls_back_with_it(pg_url: str) -> None:
+    """A put that takes several statements (a unique key: the check, then the write) runs in a savepoint of
+    the caller's transaction. As the first statement of a transaction not yet begun (Django's ``atomic()``
+    sets autocommit off and sends nothing), psycopg's ``transaction()`` alone would have been the
+    outermost block and committed the job, which then outlived the caller's rollback."""
+    q = Queue(pg_url, do_recover=False, do_vacuum=False)
+    caller = pgserver.connect(pg_url)
+    try:
+        caller.autocommit = False  # as Django's connection inside atomic(): no transaction begun yet
+        assert caller.info.transaction_status.name == "IDLE"
+        gone = q.put("rolled back", unique_key="order-42", connection=caller)
+        assert caller.info.transaction_status.name == "INTRANS"  # still the caller's, open
+        caller.rollback()
+        assert q.job(gone) is None and q.stats()["total"] == 0
+        kept = q.put("kept", unique_key="order-42", connection=caller)  # the key was rolled back too
+        assert kept != gone
+        caller.commit()
+        job = q.job(kept)
+        assert job is not None and job.state is State.PENDING and q.stats()["total"] == 1
+    finally:
+        caller.close()
+        q.close()
+
+
 def _prepared(conn: object) -> int:
     return int(conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0])  # type: ignore[attr-defined]
 

@@ -108,6 +108,17 @@ class _Held:
         self.conn = conn
 
 
+def savepoint(conn: Any) -> Any:
+    """``conn.transaction()`` as a savepoint inside the caller's open transaction, never a commit of it.
+    A caller's connection outside autocommit whose transaction has not begun yet (Django's ``atomic()``
+    before its first statement) reads as idle, and psycopg makes the block its outermost transaction then,
+    COMMITting at its end: what the block wrote would outlive a rollback of the caller's. So the caller's
+    transaction is begun first (one round trip, only in that case)."""
+    if conn.info.transaction_status.name == "IDLE":
+        conn.execute("SELECT 1")
+    return conn.transaction()
+
+
 class Borrowed:
     """A caller's connection as the store's operations use it while it is lent (``Connections.borrowed``):
     its statements bind on the server, as on the store's own connections (Django's cursors bind on the
@@ -122,9 +133,7 @@ class Borrowed:
         return self._cursor_class(self.raw).execute(query, params, prepare=self._prepare)
 
     def transaction(self) -> Any:
-        if self.raw.info.transaction_status.name == "IDLE":
-            self.raw.execute("SELECT 1")  # begin the caller's transaction: a savepoint can only be in one
-        return self.raw.transaction()
+        return savepoint(self.raw)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)

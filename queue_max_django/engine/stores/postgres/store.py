@@ -40,7 +40,7 @@ from ..types import (
 )
 from . import cancels, history, job_sql, reads, schema, upkeep
 from .clock import ServerClock
-from .connection import PREPARE_THRESHOLD, Connections, display_url
+from .connection import PREPARE_THRESHOLD, Connections, display_url, savepoint
 from .control import PgControl
 from .coordination import PgCoordination
 from .hints import PgHints
@@ -193,7 +193,7 @@ class PostgresStore:
                 if len(batches) == 1 and batches[0].unique_key is None:
                     return self._enqueue_on(connection, now, batches, joined=True)
                 # Several statements: all or none (a savepoint inside the caller's transaction).
-                with connection.transaction():
+                with savepoint(connection):
                     return self._enqueue_on(connection, now, batches, joined=True)
         if len(batches) == 1 and batches[0].unique_key is None:
             conn = self.db.connection()  # one statement: its own transaction, one round trip
