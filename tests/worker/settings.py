@@ -4,7 +4,8 @@ The store (an LMDB ``DATA_DIR``, or with ``QUEUE_MAX_TEST_PG_URL`` the PostgreSQ
 lease time and where the tasks write their marks come from the environment, which each test sets for its
 own subprocesses (``tests/worker/conftest.py``); so do, when set, ``UNKNOWN_TASK_GRACE``
 (``$QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE``) and a ``TASKS`` setting that runs ``django.tasks`` tasks on this
-store (``$QUEUE_MAX_TEST_DJANGO_TASKS``, Django >= 6.0).
+store (``$QUEUE_MAX_TEST_DJANGO_TASKS``, Django >= 6.0; ``outcomes``: those of workapp/outcome_django_tasks.py
+too, with ``MAX_RETRIES`` 1).
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ QUEUE_MAX: dict[str, Any] = {  # type: ignore[no-redef]
 }
 if "QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE" in os.environ:
     QUEUE_MAX["UNKNOWN_TASK_GRACE"] = float(os.environ["QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE"])
-if os.environ.get("QUEUE_MAX_TEST_DJANGO_TASKS"):
-    TASKS = {
-        "default": {
-            "BACKEND": "queue_max_django.backend.QueueMaxBackend",
-            "OPTIONS": {"MODULES": ["tests.worker.workapp.django_tasks"]},
-        }
-    }
+DJANGO_TASKS = os.environ.get("QUEUE_MAX_TEST_DJANGO_TASKS")
+if DJANGO_TASKS:
+    OPTIONS: dict[str, Any] = {"MODULES": ["tests.worker.workapp.django_tasks"]}
+    if DJANGO_TASKS == "outcomes":
+        OPTIONS["MODULES"].append("tests.worker.workapp.outcome_django_tasks")
+        OPTIONS["MAX_RETRIES"] = 1
+    TASKS = {"default": {"BACKEND": "queue_max_django.backend.QueueMaxBackend", "OPTIONS": OPTIONS}}
