@@ -26,8 +26,10 @@ from django.test import override_settings
 
 from queue_max_django import conf
 from queue_max_django.engine import Job, Queue, State
+from queue_max_django.engine import metadata as metadata_module
+from queue_max_django.outcome import UNSTORED, OutcomeNotStored
 from queue_max_django.testing import run_queued
-from tests.worker.conftest import Site
+from tests.worker.conftest import TASKS, Site
 from tests.worker.workapp import tasks as workapp
 from tests.worker.workapp.tasks import TRIGGERS
 
@@ -138,3 +140,80 @@ def test_an_outcome_the_store_cannot_take_as_it_is_still_ends_the_job(
         check_stored(queue, job_id, trigger, kind)
         stats = queue.stats()
         assert (stats["pending"], stats["scheduled"], stats["running"]) == (0, 0, 0)
+
+
+def enqueue_with_old_metadata() -> int:
+    """A job whose metadata nests deeper than ``METADATA_MAX_DEPTH``, as a version before that bound stored
+    it: the runner cannot copy it for the task (``RecursionError``), so only the last resort ends it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(metadata_module, "METADATA_MAX_DEPTH", 10_000)
+        return workapp.unfinishable.using(metadata={"old": workapp.deep(5000)}).delay("result-nul").job_id
+
+
+def check_last_resort(queue: Queue, job_id: int) -> None:
+    job = queue.job(job_id)
+    assert job is not None
+    assert (job.state, job.attempts) == (State.FAILED, 1)
+    assert (job.error_type, job.error) == (
+        "queue_max_django.outcome.OutcomeNotStored",
+        UNSTORED.format(kind="RecursionError"),
+    )
+
+
+def test_the_last_resort_fails_for_good_a_job_whose_attempt_cannot_end_otherwise(
+    in_process: Site, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_id = enqueue_with_old_metadata()
+
+    (outcome,) = run_queued()
+
+    assert outcome.state is State.FAILED and isinstance(outcome.error, OutcomeNotStored)
+    with in_process.queue() as queue:
+        check_last_resort(queue, job_id)
+        assert queue.stats()["running"] == 0
+    logged = f"job {job_id} ({TASKS}unfinishable): its outcome could not be stored (RecursionError)"
+    assert logged in caplog.text
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("trigger", ["metadata-key", "error-surrogate", "error-nul", "result-surrogate"])
+def test_the_immediate_mode_ends_them_too(in_process: Site, trigger: str, kind: str) -> None:
+    with override_settings(QUEUE_MAX={**in_process.settings(), "IMMEDIATE": True}):
+        conf.reset()
+        job_id = enqueue(kind, trigger)  # run here and now: a failure is final
+        with in_process.queue() as queue:
+            job = queue.job(job_id)
+            assert job is not None and (job.state, job.attempts) == (State.FAILED, 1), job.error
+            expected = EXPECTED[trigger]
+            assert expected.error is not None and job.error is not None
+            assert re.fullmatch(expected.error, job.error, re.DOTALL), job.error
+    conf.reset()
+
+
+def test_a_real_worker_ends_each_such_job_counts_it_and_exits(in_process: Site) -> None:
+    in_process.env["QUEUE_MAX_TEST_DJANGO_TASKS"] = "outcomes"
+    kinds = ["task", "django"] if HAS_DJANGO_TASKS else ["task"]
+    jobs = {(kind, trigger): enqueue(kind, trigger) for kind in kinds for trigger in TRIGGERS}
+    old = enqueue_with_old_metadata()
+    conf.reset()  # this process's queue closes: the worker has the store
+
+    done = in_process.run("--burst", "--processes", "1", "--threads", "2", "--no-scheduler")
+
+    assert done.returncode == 0, done.stderr[-4000:]
+    with in_process.queue() as queue:
+        for (kind, trigger), job_id in jobs.items():
+            check_stored(queue, job_id, trigger, kind)
+        check_last_resort(queue, old)
+        stats = queue.stats()
+        assert (stats["pending"], stats["scheduled"], stats["running"]) == (0, 0, 0)
+        assert queue.verify() == []
+    ended = [EXPECTED[trigger] for _kind, trigger in jobs]
+    dead = sum(expected.state is State.FAILED for expected in ended) + 1  # and the last resort's
+    succeeded = sum(expected.state is State.DONE for expected in ended)
+    retried = sum(expected.attempts - 1 for expected in ended)
+    total = dead + succeeded + retried
+    counts = f"{succeeded} done, {retried} failed and retried, {dead} dead letters"
+    assert done.stderr.endswith(f"stopped after {total} jobs ({counts})\n"), done.stderr[-2000:]
+    assert "could not be finished" not in done.stderr
+    logged = f"job {old} ({TASKS}unfinishable) failed (attempt 1 of 2), not retried (its outcome could not be"
+    assert logged in done.stderr
