@@ -54,7 +54,7 @@ from .conf import caller_connection, callers_alias, get_config, get_queue
 from .context import JobContext, NoCurrentJob, running, running_context
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, codec, is_interrupt
 from .engine.validate import validate_queue_name
-from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
+from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now, ended
 from .results import attempt_errors, attempt_workers, exception_class_path, read_job
 from .signals import in_callers_transaction
 
@@ -220,7 +220,7 @@ class QueueMaxBackend(BaseTaskBackend):
         without the detour through ``runner.run_job``, which would hand this job back to this module."""
         record = claim_now(queue, job_id)
         if record is not None:
-            run_django_task_job(record, final=True)
+            ended(record, run_django_task_job, final=True)
         job = queue.job(job_id)
         if job is not None:  # None: the store forgot it at once (RESULT_TTL 0): the result stays READY
             fresh = result_of(job, result.task, job.payload)
@@ -487,7 +487,10 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
             reason = "the metadata cannot be stored"
             return _finish_failed(record, result, exc, delay=None, permanent=True, reason=reason)
     try:
-        value = normalize_json(value)  # as Django requires: JSON data (which msgpack stores as is)
+        try:
+            value = normalize_json(value)  # as Django requires: JSON data (which msgpack stores as is)
+        except RecursionError:
+            raise PayloadNotSerializable("result cannot be stored: it is nested too deep") from None
         record.ack(value)
     except (TypeError, ValueError, PayloadNotSerializable, PayloadTooLarge) as exc:
         reason = "the return value cannot be stored"

@@ -36,8 +36,13 @@ class NoCurrentJob(RuntimeError):
 
 
 def user_metadata(raw: dict[str, Any]) -> dict[str, Any]:
-    """The keys of ``raw`` a task sees and sets: all but the reserved ones (``_`` first)."""
-    return {key: value for key, value in raw.items() if not key.startswith(RESERVED_PREFIX)}
+    """The keys of ``raw`` a task sees and sets: all but the reserved ones (``_`` first). A key that is not
+    a str (a task's ``metadata[1] = ...``) is kept, for the save to refuse it (``InvalidMetadata``)."""
+    return {
+        key: value
+        for key, value in raw.items()
+        if not (isinstance(key, str) and key.startswith(RESERVED_PREFIX))
+    }
 
 
 class JobContext:

@@ -28,7 +28,7 @@ from .engine import (
     classify,
     is_interrupt,
 )
-from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now, use_event_loop
+from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now, ended, use_event_loop
 from .registry import RegisteredTask, registry
 
 __all__ = [  # with outcome.py's names, which were this module's before backend.py needed them
@@ -122,7 +122,21 @@ def run_job(
     does not have is given back to wait (``unknown_task_wait``; not counted as an attempt; its ``Outcome``
     is scheduled, with a ``TaskNotRegistered`` error), unless ``final`` or its grace period is over (a dead
     letter). ``clock``: now, in unix seconds (tests pass a fake one). While the task runs, ``current_job()``
-    is its job (context.py); metadata it changed is saved when it returns or raises, before the outcome."""
+    is its job (context.py); metadata it changed is saved when it returns or raises, before the outcome.
+    An outcome the store cannot take as it is still ends the job (``outcome.ended``): metadata that cannot
+    be stored fails it with ``InvalidMetadata``, an error's text is stored escaped, and as a last resort
+    the job is failed for good with ``OutcomeNotStored``."""
+    return ended(record, _run_job, retry_delay=retry_delay, final=final, acks=acks, clock=clock)
+
+
+def _run_job(
+    record: Record,
+    *,
+    retry_delay: float | None,
+    final: bool,
+    acks: list[tuple[Record, Any]] | None,
+    clock: Callable[[], float],
+) -> Outcome:
     if isinstance(record.payload, dict) and DJANGO_TASK_KEY in record.payload:
         try:
             from .backend import lookup, run_django_task_job, unknown_django_task_message

@@ -24,6 +24,8 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from .engine.validate import error_text
+
 TRACE_KEY = "_trace"  # the job metadata's key for the enqueuing span's context (``_`` keys: the backend's)
 SYSTEM = "queue_max_django"
 
@@ -126,7 +128,7 @@ class Processing:
             return
         if isinstance(error, BaseException):
             span.record_exception(error)
-            description = f"{type(error).__name__}: {error}"
+            description = f"{type(error).__name__}: {error_text(error)}"
         else:
             description = error
         span.set_status(self._status.ERROR, description)

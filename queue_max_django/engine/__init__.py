@@ -35,7 +35,7 @@ from .events import (
 )
 from .flowstate import GLOBAL_KEY, NAME_KEY_PREFIX, QUEUE_KEY_PREFIX, job_keys
 from .job import Job, State
-from .metadata import METADATA_MAX_BYTES
+from .metadata import METADATA_MAX_BYTES, METADATA_MAX_DEPTH
 from .queue import Queue
 from .ratelimit import InvalidRate, Rate, parse_rate
 from .record import Record
@@ -54,6 +54,7 @@ __all__ = [
     "JOB_STARTED",
     "JOB_SUCCEEDED",
     "METADATA_MAX_BYTES",
+    "METADATA_MAX_DEPTH",
     "NAME_KEY_PREFIX",
     "QUEUE_KEY_PREFIX",
     "AsyncQueue",

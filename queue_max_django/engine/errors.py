@@ -43,7 +43,8 @@ class PayloadTooLarge(InvalidJob):
 
 class InvalidMetadata(InvalidJob, TypeError):
     """A job's metadata (``put(metadata=...)``, ``Record.save_metadata``) is not a dict of str keys whose
-    values JSON encodes, or is over ``METADATA_MAX_BYTES`` (64 KiB) encoded. Nothing was written. Keep
+    values JSON encodes, or is over ``METADATA_MAX_BYTES`` (64 KiB) encoded or ``METADATA_MAX_DEPTH`` (64)
+    dicts and lists deep. Nothing was written. Keep
     metadata small (progress, a trace id, a label); put large data elsewhere and store a reference."""
 
 

@@ -17,14 +17,17 @@ from typing import Any
 from .errors import InvalidMetadata
 
 METADATA_MAX_BYTES = 64 * 1024  # the JSON text, UTF-8 encoded
+METADATA_MAX_DEPTH = 64  # dicts and lists within one another, the metadata dict itself the first
 RESERVED_PREFIX = "_"
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # an escaped NUL character in JSON text
 
 
 def pack_metadata(metadata: Any) -> bytes | None:
     """``metadata`` as stored: its compact JSON text, UTF-8 (None for None or an empty dict). Raises
-    ``InvalidMetadata`` for anything but a dict of str keys that JSON encodes (no NaN or infinity, which
-    PostgreSQL's ``jsonb`` refuses) within ``METADATA_MAX_BYTES``."""
+    ``InvalidMetadata`` for anything but a dict of str keys that JSON encodes (no NaN or infinity, and no
+    NUL character, which PostgreSQL's ``jsonb`` refuses) within ``METADATA_MAX_BYTES`` and
+    ``METADATA_MAX_DEPTH`` levels (deeper data would fit in the bytes, but copying it, as a running job's
+    context does, or reading it back can exceed Python's recursion limit)."""
     if metadata is None:
         return None
     if not isinstance(metadata, dict):
@@ -41,12 +44,32 @@ def pack_metadata(metadata: Any) -> bytes | None:
         raise InvalidMetadata(f"metadata must be JSON-serializable: {exc}") from None
     if "\\u0000" in text and _NUL.search(text):
         raise InvalidMetadata("metadata strings cannot hold NUL characters (PostgreSQL's jsonb refuses them)")
+    if text.count("{") + text.count("[") > METADATA_MAX_DEPTH and _depth(metadata) > METADATA_MAX_DEPTH:
+        raise InvalidMetadata(
+            f"metadata is nested over {METADATA_MAX_DEPTH} levels deep (dicts and lists within one another): "
+            f"keep it flat"
+        )
     if len(data) > METADATA_MAX_BYTES:
         raise InvalidMetadata(
             f"metadata is {len(data):,} bytes as JSON, over the limit of {METADATA_MAX_BYTES:,} bytes: keep "
             f"it small (progress, ids, labels) and store large data elsewhere"
         )
     return data
+
+
+def _depth(value: Any) -> int:
+    """How many dicts and lists deep ``value`` nests, counted without recursion (and no further than one
+    past ``METADATA_MAX_DEPTH``); only called for JSON data, which has no cycles."""
+    deepest = 0
+    todo = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if depth > METADATA_MAX_DEPTH:
+            break
+        children = item.values() if isinstance(item, dict) else item
+        todo.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
+    return deepest
 
 
 def normalized(metadata: Any) -> dict[str, Any]:

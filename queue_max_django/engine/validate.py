@@ -95,20 +95,44 @@ def validate_name(name: Any) -> str:
 
 
 def describe_error(error: BaseException | str | None) -> tuple[str, str | None, str | None]:
-    """(text, type, traceback) of what ``nack(error=...)`` was given, bounded in size."""
+    """(text, type, traceback) of what ``nack(error=...)`` was given, bounded in size, each as every store
+    can hold it (``storable_text``)."""
     if error is None:
         return "nack() called without an error", None, None
     if isinstance(error, BaseException):
         kind = type(error)
-        type_name = (
+        type_name = storable_text(
             kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
         )
-        text = str(error) or type_name
+        text = storable_text(error_text(error)) or type_name
         trace = None
         if error.__traceback__ is not None:
-            trace = "".join(_traceback.format_exception(kind, error, error.__traceback__))[-MAX_ERROR_CHARS:]
+            trace = "".join(_traceback.format_exception(kind, error, error.__traceback__))
+            trace = storable_text(trace)[-MAX_ERROR_CHARS:]
         return text[:MAX_ERROR_CHARS], type_name, trace
-    return str(error)[:MAX_ERROR_CHARS], None, None
+    return storable_text(str(error))[:MAX_ERROR_CHARS], None, None
+
+
+def error_text(error: BaseException) -> str:
+    """``str(error)``, or what the traceback module shows in its place when its ``__str__`` raises."""
+    try:
+        return str(error)
+    except Exception:
+        return "<exception str() failed>"
+
+
+def storable_text(text: str) -> str:
+    """``text`` as every store can hold it, escaped where it could not be: a lone surrogate (a file name
+    decoded with ``surrogateescape``), which has no UTF-8 encoding, as ``\\udce9``; a NUL character, which
+    PostgreSQL's text refuses, as ``\\x00`` (on every store, so that an error reads the same on each)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode()
+    return text
 
 
 def ready_at(delay: float | None, eta: float | _dt.datetime | None, now: float) -> float | None:

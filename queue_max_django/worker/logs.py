@@ -18,6 +18,8 @@ import time
 import traceback
 from collections.abc import Callable
 
+from ..engine.validate import error_text
+
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.INFO, 3: logging.DEBUG}
 FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(message)s"
 
@@ -56,7 +58,7 @@ def summary(error: BaseException | str | None) -> str:
         return str(error)
     kind = type(error)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    text = " ".join(str(error).split())
+    text = " ".join(error_text(error).split())
     line = f"{name}: {text}" if text else name
     frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ is not None else []
     if not frames:

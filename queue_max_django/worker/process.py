@@ -470,7 +470,10 @@ class WorkerProcess:
                 with self._lock:
                     self.refused += 1
         except Exception:
-            logger.exception("worker %s: job %s could not be finished", self.worker_id, record.job_id)
+            if not record.finished:  # run_job failed it for good as a last resort, and the store refused that
+                self._give_up(number, record)
+            else:
+                logger.exception("worker %s: job %s ended, then failed", self.worker_id, record.job_id)
         finally:
             with self._lock:
                 self._running.pop(number, None)
@@ -481,6 +484,16 @@ class WorkerProcess:
         if quiet:  # a deferred success sends no event (acked quietly): count it; any other outcome sent one
             record_run(record.name, seconds, "succeeded" if len(acks) > waiting else None)
         self._count(outcome, seconds, record)
+
+    def _give_up(self, number: int, record: Record) -> None:
+        """The store refused ``record``'s outcome and then run_job's last resort (the store fails): its lease
+        is no longer renewed, so the store's recovery retries it (an attempt counted) or dead-letters it."""
+        with self._lock:
+            self._held[number][:] = [kept for kept in self._held[number] if kept is not record]
+            self.processed, self.failed = self.processed + 1, self.failed + 1
+        self._add("retried")
+        logger.exception("worker %s: job %s could not be finished (its outcome could not be stored); it runs "
+                         "again once its lease expires", self.worker_id, record.job_id)  # fmt: skip
 
     def _add(self, kind: str) -> None:
         if self._tally is not None:

@@ -5,7 +5,8 @@ lease time and where the tasks write their marks come from the environment, whic
 own subprocesses (``tests/worker/conftest.py``); so do, when set, ``UNKNOWN_TASK_GRACE``
 (``$QUEUE_MAX_TEST_UNKNOWN_TASK_GRACE``), ``RATE_LIMIT`` and ``QUEUE_RATE_LIMITS``
 (``$QUEUE_MAX_TEST_RATE_LIMIT``, ``$QUEUE_MAX_TEST_QUEUE_RATE_LIMITS``: JSON) and a ``TASKS`` setting
-that runs ``django.tasks`` tasks on this store (``$QUEUE_MAX_TEST_DJANGO_TASKS``, Django >= 6.0).
+that runs ``django.tasks`` tasks on this store (``$QUEUE_MAX_TEST_DJANGO_TASKS``, Django >= 6.0;
+``outcomes``: those of workapp/outcome_django_tasks.py too, with ``MAX_RETRIES`` 1).
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ if "QUEUE_MAX_TEST_RATE_LIMIT" in os.environ:
     QUEUE_MAX["RATE_LIMIT"] = os.environ["QUEUE_MAX_TEST_RATE_LIMIT"]
 if "QUEUE_MAX_TEST_QUEUE_RATE_LIMITS" in os.environ:
     QUEUE_MAX["QUEUE_RATE_LIMITS"] = json.loads(os.environ["QUEUE_MAX_TEST_QUEUE_RATE_LIMITS"])
-if os.environ.get("QUEUE_MAX_TEST_DJANGO_TASKS"):
-    TASKS = {
-        "default": {
-            "BACKEND": "queue_max_django.backend.QueueMaxBackend",
-            "OPTIONS": {"MODULES": ["tests.worker.workapp.django_tasks"]},
-        }
-    }
+DJANGO_TASKS = os.environ.get("QUEUE_MAX_TEST_DJANGO_TASKS")
+if DJANGO_TASKS:
+    OPTIONS: dict[str, Any] = {"MODULES": ["tests.worker.workapp.django_tasks"]}
+    if DJANGO_TASKS == "outcomes":
+        OPTIONS["MODULES"].append("tests.worker.workapp.outcome_django_tasks")
+        OPTIONS["MAX_RETRIES"] = 1
+    TASKS = {"default": {"BACKEND": "queue_max_django.backend.QueueMaxBackend", "OPTIONS": OPTIONS}}
