@@ -3,6 +3,7 @@ open an LMDB store are refused with one, before anything is written, and a clock
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from queue_max_django.engine import ConfigurationError, Queue, State
+from queue_max_django.engine.consuming import MAX_IDLE_WAIT
 from queue_max_django.engine.stores.lmdb.store import DEFAULT_MAP_SIZE, LmdbStore
 from queue_max_django.engine.stores.memory import store as memory_store
 from tests.engine.conftest import FakeClock
@@ -142,3 +144,25 @@ def test_a_memory_url_opens_the_named_in_memory_store_every_queue_of_that_name_s
 def test_a_memory_url_refuses_the_options_of_an_lmdb_store(option: str, value: Any) -> None:
     with pytest.raises(ConfigurationError, match=rf"{option}.*memory store 'memory://x': leave them out"):
         Queue("memory://x", **{option: value})
+
+
+def test_a_get_waiting_on_a_memory_store_wakes_at_a_put_through_another_queue_of_its_name() -> None:
+    """The hints are the named store's: a put through one Queue wakes a get() waiting in another at once
+    (long before its idle re-check), and closing a third Queue of the name wakes nobody else's wait."""
+    name = f"memory://wake-{uuid.uuid4().hex}"
+    options: dict[str, Any] = {"do_recover": False, "do_vacuum": False}
+    with Queue(name, **options) as consumer, Queue(name, **options) as producer:
+        got: list[Any] = []
+        waiter = threading.Thread(target=lambda: got.append(consumer.get(timeout=5.0)))
+        waiter.start()
+        time.sleep(0.05)  # the get() is waiting
+        Queue(name, **options).close()
+        time.sleep(0.05)
+        assert waiter.is_alive() and not got, "closing another queue of the name ended this wait"
+        put_at = time.monotonic()
+        producer.put("wake up")
+        waiter.join(timeout=2.0)
+        woke_after = time.monotonic() - put_at
+    assert [record.payload for record in got] == ["wake up"]
+    assert woke_after < MAX_IDLE_WAIT / 2, f"woke {woke_after:.3f} s after the put"
+    assert memory_store.forget(name.removeprefix("memory://"))
