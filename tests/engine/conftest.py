@@ -9,15 +9,24 @@ from typing import Any
 import pytest
 
 from queue_max_django.engine import Queue
+from tests.engine import locations, memprobe
 from tests.engine.locations import StoreLocation
 from tests.engine.pgprobe import PgProbe
 from tests.engine.probes import PROBES, LmdbProbe, StoreProbe
 from tests.engine.procs import Children
 
-STORE_KINDS = ["lmdb", "postgres"]
+STORE_KINDS = ["lmdb", "postgres", "memory"]
 """The stores the contract tests run on (``store_kind``): the PostgreSQL store's tests take a database of
-the test session's server (tests/pgserver.py), and skip (or, under CI, fail) where there is none."""
+the test session's server (tests/pgserver.py), and skip (or, under CI, fail) where there is none; the
+in-memory reference store's (``stores/memory``) a named store of the test's own, in this process only
+(a test that starts child processes skips it: ``children``)."""
 PROBES["postgres"] = PgProbe
+PROBES["memory"] = memprobe.MemoryProbe
+locations.OPENERS["memory"] = memprobe.open_queue
+locations.ASYNC_OPENERS["memory"] = memprobe.open_async
+locations.EXISTS["memory"] = memprobe.exists
+locations.SIBLINGS["memory"] = memprobe.sibling
+locations.REMOVERS["memory"] = memprobe.remove
 
 
 class FakeClock:
@@ -71,6 +80,10 @@ def location(store_kind: str, store_path: Path, request: pytest.FixtureRequest) 
     assert store_kind in STORE_KINDS, store_kind
     if store_kind == "postgres":
         return StoreLocation(store_kind, str(request.getfixturevalue("pg_url")))
+    if store_kind == "memory":
+        where = memprobe.new_location()
+        request.addfinalizer(lambda: memprobe.remove(where))
+        return StoreLocation(store_kind, where)
     return StoreLocation(store_kind, str(store_path))
 
 
@@ -99,8 +112,11 @@ def probe(store_kind: str) -> Callable[[Queue], StoreProbe]:
 
 
 @pytest.fixture
-def children() -> Iterator[Children]:
-    """Start child processes with ``children.start(target, *args)``; any still alive are SIGKILLed after."""
+def children(request: pytest.FixtureRequest) -> Iterator[Children]:
+    """Start child processes with ``children.start(target, *args)``; any still alive are SIGKILLed after.
+    A test on the memory store skips: no child process can open it."""
+    if "store_kind" in request.fixturenames and request.getfixturevalue("store_kind") == "memory":
+        pytest.skip(memprobe.ONE_PROCESS)
     started = Children()
     yield started
     started.kill_all()

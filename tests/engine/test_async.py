@@ -385,7 +385,7 @@ def test_a_store_without_a_wake_descriptor_is_polled_with_a_backoff(
     """A PostgreSQL store that does not LISTEN (behind PgBouncer in transaction mode) hands out no
     descriptor to wait on: an idle get() polls it from 5 ms, doubling up to MAX_IDLE_WAIT, not every 5 ms."""
     if location.kind != "postgres":
-        pytest.skip("an LMDB store always has its wake descriptor (inotify)")
+        pytest.skip("only the PostgreSQL store can be opened without a wake descriptor (listen=False)")
     from queue_max_django.engine.stores.postgres.store import PostgresStore
 
     async def main() -> int:

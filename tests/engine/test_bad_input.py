@@ -27,6 +27,7 @@ from queue_max_django.engine import (
 )
 from queue_max_django.engine.validate import check_put
 from tests import pgserver
+from tests.engine import memprobe
 from tests.engine.conftest import STORE_KINDS, FakeClock
 from tests.engine.locations import StoreLocation
 from tests.engine.probes import StoreProbe
@@ -55,6 +56,8 @@ def refusing_queue(
     if store_kind == "postgres":
         request.getfixturevalue("pg_server")
         location = StoreLocation(store_kind, pgserver.fresh_database())
+    elif store_kind == "memory":
+        location = StoreLocation(store_kind, memprobe.new_location())
     else:
         location = StoreLocation(store_kind, str(tmp_path_factory.mktemp("refusals") / "store"))
     with location.open_queue(clock=FakeClock(), retry_backoff=0, max_payload_bytes=LIMIT) as q:

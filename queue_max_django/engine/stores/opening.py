@@ -2,8 +2,10 @@
 
 A ``Queue`` is given a directory (the embedded LMDB store, opened or created there), a ``postgresql://``
 URL (the PostgreSQL store in that database, whose tables ``manage.py migrate`` made; psycopg is imported
-only then), or a store object it uses as it is. The LMDB-only options (``shards``, ``map_size``,
-``map_size_max``, ``writemap``) are refused with the last two: they describe how to open an LMDB store.
+only then), a ``memory://name`` URL (the in-memory reference store ``name`` of this process, shared by
+every Queue of that name; ``memory://``: one of its own), or a store object it uses as it is. The LMDB-only
+options (``shards``, ``map_size``, ``map_size_max``, ``writemap``) are refused with the last three: they
+describe how to open an LMDB store.
 A string that names a database some other way (another URL scheme, a libpq ``key=value`` connection string)
 is refused before anything is made, never taken for the name of a directory to create.
 """
@@ -23,6 +25,8 @@ __all__ = ["DEFAULT_MAP_SIZE", "LMDB_ONLY", "open_store"]
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 """How a ``Queue`` path names a PostgreSQL database instead of a directory."""
+MEMORY_SCHEME = "memory://"
+"""How a ``Queue`` path names an in-memory store of this process (``stores/memory``)."""
 
 _OTHER_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _CONNINFO = re.compile(
@@ -54,6 +58,11 @@ def open_store(
         from .postgres.store import PostgresStore  # psycopg only for this store
 
         return PostgresStore.open(where, clock=clock)
+    if isinstance(where, str) and where.startswith(MEMORY_SCHEME):
+        _refuse_lmdb_options(f"the memory store {where!r}", shards, map_size, map_size_max, writemap)
+        from .memory.store import MemoryStore
+
+        return MemoryStore.open(where.removeprefix(MEMORY_SCHEME), clock=clock or default_clock)
     if isinstance(where, str):
         _refuse_other_databases(where)
     if isinstance(where, (str, os.PathLike)) or not _is_store(where):
@@ -73,7 +82,7 @@ def _refuse_other_databases(where: str) -> None:
     other = _OTHER_URL.match(where)
     if other:
         raise ConfigurationError(
-            "Queue() opens a directory (the LMDB store) or a postgresql:// URL, "
+            "Queue() opens a directory (the LMDB store), a postgresql:// URL or a memory:// URL, "
             f"not a {other.group(1)}:// URL"
         )
     if _CONNINFO.match(where):  # its password is not repeated in the message
