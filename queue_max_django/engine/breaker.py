@@ -3,7 +3,8 @@
 CLOSED counts consecutive failures and opens at ``threshold``. OPEN refuses work until ``recovery_timeout``
 has passed since it opened, then becomes HALF_OPEN and hands out one trial: its success closes the breaker,
 its failure opens it again. No I/O, no clock: every function takes ``now`` (unix seconds) and returns a new
-value; the store applies them inside a write transaction (see STYLE.md, "Policies apart from storage").
+value; the store applies them inside a write transaction (``stores/lmdb/control.py``,
+``stores/postgres/control.py``).
 
 Decisions where a breaker meets stale news (outcomes of jobs that started before it opened):
 

@@ -9,7 +9,8 @@ in the store's ``control`` member, shared by every process (LMDB: its control en
 A consumer only takes a job it is allowed to start: it looks for the best job that no blocked key holds back
 (an open breaker, an empty bucket), then admits it (breakers allow it, tokens taken: one transaction), then
 claims exactly that job; if someone else claimed it first, the tokens and the breaker's trial are given back.
-Jobs held back stay pending, untouched; the consumer serves the others, as DESIGN.md's priority rule allows.
+Jobs held back stay pending, untouched; the consumer serves the others: the priority rule (a ``get()`` never
+passes over a waiting job of higher priority) makes an exception of exactly these jobs.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Handles (LMDB environments, descriptors watched by inotify, the wake file's writ
 belong to the process that opened them. Code that keeps such handles compares the generation it saw when it
 opened them with the current one, instead of calling ``os.getpid()`` (a system call) on every operation.
 
-A process with a store open must never be forked to run a worker (DESIGN.md): its LMDB handles or its
+A process with a store open must never be forked to run a worker: its LMDB handles or its
 psycopg connections would be shared with the child. Each store module registers a probe that lists what of
 it this process holds (``add_open_probe``); ``open_stores()`` asks them all, and ``refuse_fork_with_store``
 raises ``StoreOpenAtFork`` when any answers. A store module that was never imported opened nothing.

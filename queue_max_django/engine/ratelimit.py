@@ -1,8 +1,8 @@
 """The token-bucket policy: pure functions on a small state that round-trips through 16 bytes.
 
 No I/O, no clock: every function takes ``now`` (unix seconds). The store loads a ``BucketState``, applies one
-of these functions inside a write transaction and writes the result back (see STYLE.md, "Policies apart from
-storage"). Tokens are counted in integer micro-tokens and time in integer microseconds, so the arithmetic is
+of these functions inside a write transaction and writes the result back: the policy here, the storage
+there. Tokens are counted in integer micro-tokens and time in integer microseconds, so the arithmetic is
 exact: over any interval of ``t`` seconds a bucket grants at most ``rate.per_second * t + rate.burst`` tokens.
 """
 

@@ -1,13 +1,13 @@
 """The fork server: a small process that forks the worker processes, so that each starts in milliseconds
 with the Django that ``queue_worker`` set up once, instead of starting Python and Django again (spawn).
 
-``queue_worker`` forks it after Django is set up and before the command opens any store (DESIGN.md: never
-fork a process that has a store open), with Django's database connections closed: it holds no LMDB handle,
-no psycopg connection and no thread. ``ForkServer.start`` and each fork of a worker check that with the
-engine's probes (``engine.forks.refuse_fork_with_store``) and refuse otherwise. The supervisor (the command's
-process, which opens the store next) asks it over a socket pair for each worker process, at the start and on
-every restart; it forks one, answers with its pid, reaps it when it ends and reports its exit code (negative:
-the signal that killed it, as ``multiprocessing`` reports it), and kills one on request.
+``queue_worker`` forks it after Django is set up and before the command opens any store (a process that has a
+store open is never forked: ``engine/forks.py``), with Django's database connections closed: it holds no LMDB
+handle, no psycopg connection and no thread. ``ForkServer.start`` and each fork of a worker check that with
+the engine's probes (``engine.forks.refuse_fork_with_store``) and refuse otherwise. The supervisor (the
+command's process, which opens the store next) asks it over a socket pair for each worker process, at the
+start and on every restart; it forks one, answers with its pid, reaps it when it ends and reports its exit
+code (negative: the signal that killed it, as ``multiprocessing`` reports it), and kills one on request.
 
 It ignores SIGTERM and SIGINT (a signal to the whole process group is the supervisor's to handle) and ends
 when the supervisor closes its end of the socket pair, or dies: the socket then reads as closed. Its worker

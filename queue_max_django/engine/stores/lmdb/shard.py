@@ -1,9 +1,9 @@
 """One shard's atomic operations. Each public method is exactly one LMDB transaction.
 
-This is the storage interface DESIGN.md asks for: enqueue, claim, touch, complete, fail, release, recover
-expired, promote due, get, list, requeue/delete, counts, purge, vacuum, verify. Every method takes ``now``
-(unix seconds from the queue's clock) and never reads the wall clock itself. A job's state and every index
-that mentions it change in the same write transaction (invariant 1).
+The LMDB side of the storage interface (``stores/base.py``): enqueue, claim, touch, complete, fail, release,
+recover expired, promote due, get, list, requeue/delete, counts, purge, vacuum, verify. Every method takes
+``now`` (unix seconds from the queue's clock) and never reads the wall clock itself. A job's state and every
+index that mentions it change in the same write transaction (invariant 1).
 
 Here: putting and ending jobs (the hot paths). Claiming is ``claims.py``'s, the upkeep ``upkeep.py``'s, the
 reads ``reads.py``'s, requeue, delete and cancel ``manage.py``'s; what every transaction does to a job is

@@ -101,8 +101,8 @@ def scrub(
     shard: ShardDbs, now: float, start: bytes | None, batch: int = 2000
 ) -> tuple[list[Recovered], bytes | None]:
     """Walk up to ``batch`` records from ``start`` and recover running jobs that have no lease entry
-    (only broken data can cause that: RFC-RC-02), and move records that do not decode, in any state,
-    to the dead letters. -> (recovered, where to go on, or None at the end). Recovery calls this a step
+    (only broken data can cause that: contract ``rfc_rc_02``), and move records that do not decode, in any
+    state, to the dead letters. -> (recovered, where to go on, or None at the end). Recovery calls this a step
     at a time, so the whole store is checked over successive rounds."""
     error = ("lease lost: the job was running without a lease", LEASE_EXPIRED, None)
     now_us = micros(now)
