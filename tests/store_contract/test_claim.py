@@ -1,5 +1,5 @@
-"""Claims: ``head``, ``claim``, ``claim_job``, ``find_admissible``, ``promote_due``, and the quarantine of a job
-whose payload does not decode."""
+"""Claims: ``head``, ``claim``, ``claim_job``, ``find_admissible``, ``promote_due``, and the quarantine of a
+job whose payload does not decode."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Enqueue: ``Store.enqueue`` and ``put_one``, job ids, times, counts, unique keys, the caller's transaction."""
+"""Enqueue: ``Store.enqueue`` and ``put_one``: job ids, times, counts, unique keys, the caller's
+transaction."""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def test_put_one_is_an_enqueue_of_one_job(store: Store) -> None:
     first = store.put_one(T0, 0, pack("a"), options)
     second = store.put_one(T0, 0, pack("b"), options)  # the same spec again: a store may have cached it
     assert second > first and store.counts()["pending"] == 2
-    assert [(j.queue, j.name, j.priority, j.payload) for j in (job(store, T0, first), job(store, T0, second))] == [
+    jobs = (job(store, T0, first), job(store, T0, second))
+    assert [(j.queue, j.name, j.priority, j.payload) for j in jobs] == [
         ("mail", "t.x", 3, "a"), ("mail", "t.x", 3, "b"),
     ]  # fmt: skip
 

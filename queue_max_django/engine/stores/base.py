@@ -480,12 +480,12 @@ class Store(Protocol):
 
     def cancel_requested(self, job_id: int) -> bool:
         """Is the job marked "cancel requested" (``cancel``)? A running job keeps its mark until its holder
-        stops it, and while it is released or retried (its next holder sees it); a mark is dropped by
-        ``requeue``, by ``delete`` and ``purge``, and by the vacuum once the job is no longer live (a store
-        may keep the mark of a dead letter until then). [sc_cancel_mark]"""
+        stops it, and while it is released or retried (its next holder sees it). ``requeue`` drops it; once
+        the job is no longer live (done, a dead letter, deleted), ``vacuum`` drops it, or the store sooner
+        (LMDB: with the job it deletes). [sc_cancel_mark]"""
 
     def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool:
-        """Remove the job (its record, payload, result and cancel mark) if it is in one of ``states`` (None:
+        """Remove the job (its record, payload and result) if it is in one of ``states`` (None:
         any but running; never running, whose holder still works on it). -> False, nothing changed,
         otherwise or if it is missing. [sc_delete]"""
 
@@ -513,8 +513,8 @@ class Store(Protocol):
           stretch of such jobs on each call, charging them as expired."""
 
     def vacuum(self, now: float, cutoff: float, unique_ttl: float) -> int:
-        """Remove done jobs that finished at or before ``cutoff`` (never failed ones), with their cancel
-        marks, and forget unique keys used more than ``max(unique_ttl, types.UNIQUE_KEY_MIN_TTL)`` seconds
+        """Remove done jobs that finished at or before ``cutoff`` (never failed ones), drop the cancel marks
+        of jobs no longer live (``cancel_requested``), and forget unique keys used more than ``max(unique_ttl, types.UNIQUE_KEY_MIN_TTL)`` seconds
         before ``now`` (a put with such a key then writes a new job). In bounded batches. -> how many jobs.
         [sc_vacuum] [sc_vacuum_unique]"""
 
