@@ -514,9 +514,9 @@ class Store(Protocol):
 
     def vacuum(self, now: float, cutoff: float, unique_ttl: float) -> int:
         """Remove done jobs that finished at or before ``cutoff`` (never failed ones), drop the cancel marks
-        of jobs no longer live (``cancel_requested``), and forget unique keys used more than ``max(unique_ttl, types.UNIQUE_KEY_MIN_TTL)`` seconds
-        before ``now`` (a put with such a key then writes a new job). In bounded batches. -> how many jobs.
-        [sc_vacuum] [sc_vacuum_unique]"""
+        of jobs no longer live (``cancel_requested``), and forget unique keys used more than
+        ``max(unique_ttl, types.UNIQUE_KEY_MIN_TTL)`` seconds before ``now`` (a put with such a key then
+        writes a new job). In bounded batches. -> how many jobs. [sc_vacuum] [sc_vacuum_unique]"""
 
     # -- reads (each one consistent snapshot)
     def job(self, now: float, job_id: int) -> Job | None:
