@@ -97,3 +97,18 @@ CONTRACTS: dict[str, str] = {
     "rule_metadata": "put(metadata=) is stored with the job through every state; bad metadata writes nothing",
     "rule_metadata_save": "only the record holding a running job saves its metadata; others change nothing",
 }
+
+
+def _store_rules() -> dict[str, str]:
+    """The store contract's rule ids, ``[sc_...]`` in ``engine/stores/base.py``'s docstrings: each is a marker
+    that the store contract suite (tests/store_contract) puts on the tests of that rule."""
+    import pathlib
+    import re
+
+    base = pathlib.Path(__file__).parent.parent / "queue_max_django" / "engine" / "stores" / "base.py"
+    ids = sorted(set(re.findall(r"\[(sc_[a-z0-9_]+)\]", base.read_text())))
+    return {rule: "a rule of the store contract (engine/stores/base.py)" for rule in ids}
+
+
+STORE_RULES = _store_rules()
+CONTRACTS.update(STORE_RULES)

@@ -1,4 +1,5 @@
-"""Fixtures of the engine tests. No Django here: the engine must work without it."""
+"""Fixtures of the engine tests. No Django here: the engine must work without it. ``store_kind`` is
+the whole suite's (tests/stores.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,8 @@ from tests.engine.locations import StoreLocation
 from tests.engine.pgprobe import PgProbe
 from tests.engine.probes import PROBES, LmdbProbe, StoreProbe
 from tests.engine.procs import Children
+from tests.stores import STORE_KINDS
 
-STORE_KINDS = ["lmdb", "postgres", "memory"]
-"""The stores the contract tests run on (``store_kind``): the PostgreSQL store's tests take a database of
-the test session's server (tests/pgserver.py), and skip (or, under CI, fail) where there is none; the
-in-memory reference store's (``stores/memory``) a named store of the test's own, in this process only
-(a test that starts child processes skips it: ``children``)."""
 PROBES["postgres"] = PgProbe
 PROBES["memory"] = memprobe.MemoryProbe
 locations.OPENERS["memory"] = memprobe.open_queue
@@ -64,12 +61,6 @@ def open_queue(path: Path, clock: Any = None, **options: Any) -> Queue:
 def dump_store(q: Queue) -> dict[tuple[int, str], list[tuple[bytes, bytes]]]:
     """Every key and value of every database of every shard: to prove that nothing was written."""
     return LmdbProbe(q).snapshot()
-
-
-@pytest.fixture(params=STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """The kind of store a contract test runs on; each kind shows in the test's id (``[lmdb]``)."""
-    return str(request.param)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -175,6 +175,14 @@ class MemoryProbe:
         row = self._row(job_id)
         assert row is not None
         row.result = corrupt.GARBAGE
+
+    def break_control(self, what: Literal["limits", "breakers", "locks"], key: str) -> None:
+        if what == "locks":
+            pytest.skip("a memory store's lock is a Python tuple, never bytes: it cannot fail to decode")
+        values: dict[str, bytes] = self.space.limits if what == "limits" else self.space.breakers
+        with self.space.lock:
+            values[key] = corrupt.GARBAGE  # as flowstate reads them: packed bytes, here not its own
+            self.space.flow_version += 1
 
     def as_before_metadata(self, job_id: int) -> None:
         row = self._row(job_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any
+from typing import Any, Literal
 
 import msgpack
 import pytest
@@ -182,3 +182,16 @@ class PgProbe:
 
     def break_result(self, job_id: int) -> None:
         self.conn.execute("UPDATE qm_finished SET result = %s WHERE id = %s", (_UNDECODABLE, job_id))
+
+    def break_control(self, what: Literal["limits", "breakers", "locks"], key: str) -> None:
+        if what == "locks":  # an owner without its times: the one way a typed row cannot be read
+            self.conn.execute(
+                "INSERT INTO qm_locks (name, owner) VALUES (%s, 'someone') ON CONFLICT (name) DO UPDATE "
+                "SET owner = 'someone', expires_us = NULL, since_us = NULL",
+                (key,),
+            )
+            return
+        self.conn.execute(
+            f"INSERT INTO qm_{what} (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = %s",
+            (key, _UNDECODABLE, _UNDECODABLE),
+        )

@@ -130,6 +130,10 @@ class StoreProbe(Protocol):
         """Make the job's stored form what a version before job metadata wrote (LMDB: a record of one field
         less; PostgreSQL: a NULL in the column that upgrading a version 1 schema added)."""
 
+    def break_control(self, what: Literal["limits", "breakers", "locks"], key: str) -> None:
+        """Store a value for ``key`` (a limit or breaker key, or a lock name) that does not decode, as if
+        written past the engine."""
+
 
 # ------------------------------------------------------------------------------------------------- LMDB
 
@@ -432,6 +436,11 @@ class LmdbProbe:
 
     def break_result(self, job_id: int) -> None:
         corrupt.garbage_result(self.queue, job_id)
+
+    def break_control(self, what: Literal["limits", "breakers", "locks"], key: str) -> None:
+        env = self._coordination_env()
+        with env.env.begin(write=True) as txn:
+            txn.put(key.encode(), corrupt.GARBAGE, db=env.dbs[what])
 
     def as_before_metadata(self, job_id: int) -> None:
         with self._txn(job_id, write=True) as (txn, dbs):

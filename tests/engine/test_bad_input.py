@@ -28,19 +28,19 @@ from queue_max_django.engine import (
 from queue_max_django.engine.validate import check_put
 from tests import pgserver
 from tests.engine import memprobe
-from tests.engine.conftest import STORE_KINDS, FakeClock
+from tests.engine.conftest import FakeClock
 from tests.engine.locations import StoreLocation
 from tests.engine.probes import StoreProbe
+from tests.stores import STORE_KINDS, store_kind_param
 
 LIMIT = 1024
 Probe = Callable[[Queue], StoreProbe]
 MakeQueue = Callable[..., Queue]
 
 
-@pytest.fixture(scope="module", params=STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """The engine tests' ``store_kind``, for the whole module: ``refusing_queue`` is shared by its tests."""
-    return str(request.param)
+store_kind = pytest.fixture(scope="module", params=STORE_KINDS, name="store_kind")(store_kind_param)
+"""The suite's ``store_kind`` (tests/stores.py), for the whole module: ``refusing_queue`` is shared by its
+tests."""
 
 
 @pytest.fixture

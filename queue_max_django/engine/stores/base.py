@@ -1,23 +1,94 @@
-"""The store interface: what a ``Queue`` asks of the store that keeps its jobs.
+"""The store interface: what a ``Queue`` asks of the store that keeps its jobs, written so that a new store
+can be implemented from this file and proven by the contract suite (``tests/store_contract/``), which runs
+every statement tagged ``[sc_...]`` below against every store kind.
 
 The Queue is the policy (validation, routing, priority across shards, backoff decisions, flow admission,
 events, the clock, the maintenance schedule); a store is the atomic operations on what is stored. Each
-operation below is one transaction of the store (LMDB: one write transaction per shard it touches), takes
-the time as ``now`` from the Queue's clock (flow and lock operations read the same clock inside their
-transactions), and passes only the plain values of ``types.py`` across the line: no bytes of the store's
-layout, no cursors, no environments.
+operation below is one transaction of the store unless its docstring says otherwise (LMDB: one write
+transaction per shard it touches; PostgreSQL: one statement, or one transaction), and passes only the
+plain values of ``types.py`` across the line: no bytes of the store's layout, no cursors, no environments.
 
-A store also says what it can do, as class attributes checked where a feature is asked for:
-``shards`` (how many, each claimed from in parallel), ``offline_compact`` (``queue_compact`` can rewrite its
-files), ``transactional_enqueue`` (a put can join the caller's database transaction), ``multi_host``
-(processes on several machines can share it), ``server_commits`` (a commit is a server's work, which this
-process waits for and can overlap with its own: the worker then writes its acknowledgements while it runs
-the next jobs).
+**Jobs and their states.** A job is in one of five states (``job.State``), and only these operations move
+it (each moves the job and every count and index that mentions it together, or not at all):
 
-Waking idle consumers is part of the contract: every operation that may make a job claimable (an enqueue
-that leads its queue, a failed attempt scheduled again, a release, a requeue, recovery, promotion) hints
-the waiting consumers after it commits, through ``hints``. A hint is only a hint: consumers re-check the
-store, and every wait is bounded (``MAX_IDLE_WAIT``), so a lost hint costs at most one idle re-check.
+================  =====================  ==========================================================
+from              to                     by
+================  =====================  ==========================================================
+(new)             pending / scheduled    ``enqueue``, ``put_one`` (scheduled when ``ready_at`` > now)
+scheduled         pending                ``promote_due``, and a ``claim`` of its shard (due jobs first)
+pending           running                ``claim``, ``claim_job`` (``claim_job`` also from scheduled)
+running           done                   ``complete``, ``complete_many``
+running           pending/scheduled      ``fail`` with a ``retry_at`` (charged), ``release`` (not)
+running           failed (dead letter)   ``fail`` without ``retry_at``, ``recover_expired`` (last try)
+running           pending                ``recover_expired`` (charged, or uncharged for a batch claim)
+failed            pending                ``requeue``
+any but running   (gone)                 ``delete``, ``purge``, ``cancel`` (pending/scheduled), and
+                                         ``vacuum`` (done)
+any live          failed (Corrupted)     quarantine, when the job's stored data does not decode
+================  =====================  ==========================================================
+
+- [sc_ids] A job id is a positive int, unique in the store and never reused; the shard that holds the job is
+  its low byte (``job.shard_of``: ``sequence << 8 | shard``, ``job.job_id_for``), so job operations take the
+  id alone. Within a shard, later puts get larger ids. A store of one shard gives ids whose low byte is 0.
+- [sc_time] Every time is unix seconds (a float) that the caller passes as ``now`` (the Queue's clock): a
+  job's ``enqueued_at``, ``started_at``, ``finished_at``, its ETA and its lease are ``now`` (or
+  ``now + lease_time``, ``retry_at``) of the operation that set them, never the wall clock. A store keeps
+  at least µs precision. The flow and lock operations take no ``now``: they read ``Store.clock`` inside
+  their transaction (after any lock they wait for), so that the state they apply it to is never newer than
+  the time.
+- [sc_token] A running job is held by the ``token`` (opaque bytes) of the claim that took it, until
+  ``lease_until``. Every operation on a claimed job (``heartbeat``, ``complete``, ``fail``, ``release``,
+  ``save_metadata``) checks that ``token`` still holds it, and when it does not (the job is gone, not
+  running, or claimed again by another token after its lease expired) raises ``errors.QueueCorrupted``
+  saying which, and writes nothing. A holder whose lease expired still holds the job until
+  ``recover_expired`` moves it.
+- [sc_quarantine] Broken data is damage, never an error of every claim: a job whose stored data does not
+  decode (its payload, or its record on a store where a record can be half-written) is *quarantined* when
+  an operation meets it: it becomes a dead letter (failed, ``finished_at`` now, no holder) with error type
+  ``job.CORRUPTED`` and an error that starts with ``"corrupted: "``, its bytes kept where they can be read
+  (``Job.damage`` says what does not decode), and the operation goes on as if the job were not there. A
+  claim that met it first raises ``types.CorruptedJobQuarantined`` after its transaction committed (the
+  caller claims again). ``requeue`` refuses such a dead letter: what it would run is not what was put.
+- [sc_hints] Waking idle consumers is part of the contract: every operation that may make a job claimable
+  (an enqueue that leads its queue or is the earliest ETA, a ``fail`` with a retry, a ``release``, a
+  ``requeue``, a recovery, a promotion) hints the waiting consumers of this process after it commits, and
+  those of other processes where the store can, through ``hints``. A hint is only a hint: consumers
+  re-check the store, and every wait is bounded (``MAX_IDLE_WAIT``), so a lost hint costs at most one idle
+  re-check.
+- Names are checked before anything is written: lock names, owners, worker ids and unique keys by
+  ``types.id_bytes`` (``errors.InvalidJob``), the same limits on every store. Everything else a store is
+  given was validated by the Queue (queue names, priorities from ``job.PRIORITY_MIN`` to ``PRIORITY_MAX``,
+  payload sizes), and a store may assume it.
+
+**What a store may leave out.** A store says what it can do as class attributes, and the Queue (or the
+Django layer) checks them where a feature is asked for, so a store without a capability is never asked to
+use it:
+
+- ``shards``: how many shards it has, numbered from 0, each claimed from in parallel (a store that orders
+  and locks jobs itself has one);
+- ``offline_compact``: ``queue_compact`` can rewrite its files while no process has it open;
+- ``transactional_enqueue``: ``enqueue`` takes the caller's database ``connection`` and writes in its
+  transaction (false: ``connection`` is never given);
+- ``multi_host``: processes on several machines can share it;
+- ``server_commits``: a commit is a server's work, which this process waits for and can overlap with its
+  own (the worker then writes its acknowledgements while it runs the next jobs).
+
+Every method of ``Store``, ``FlowOps``, ``LockOps`` and ``Hints`` must exist; where a store has nothing to
+do, the method says so (``reader_check`` returns 0, ``Hints.watch`` returns None, ``end_thread`` does
+nothing). The ``durable`` arguments ask for the commit to be on disk before the call returns; a store whose
+every commit already is (PostgreSQL with ``synchronous_commit``) ignores them.
+
+Three details of the embedded LMDB store show in the protocol, and stay on purpose:
+
+- ``JobSpec.encoded``: a slot where a store may cache its own encoding of a put's options (the Queue
+  keeps one ``JobSpec`` per option set, and never shares one between stores). It is on the spec rather
+  than in a cache of the store's because a put is the hot path: reading a slot costs less than a lookup
+  keyed by the spec. A store with nothing to cache leaves it alone.
+- ``reader_check``: the public ``Queue.reader_check`` asks for it on demand (the background upkeep does it
+  too, through ``maintain``). Any store whose processes can leave slots behind when they die has the same
+  need; the others return 0.
+- ``types.MAX_KEY_BYTES`` (511, LMDB's largest key) bounds names on every store, so that a name valid on
+  one store is valid on all of them (a store moved from one kind to another keeps its names).
 
 The protocols are for readers and type checkers: nothing checks them at run time on the hot path.
 """
@@ -52,102 +123,138 @@ ErrorInfo = tuple[str | None, str | None, str | None]  # a failure's message, ty
 
 
 class Hints(Protocol):
-    """How a store wakes consumers that wait for work (LMDB: the wake file, see ``lmdb/wake.py``)."""
+    """How a store wakes consumers that wait for work (LMDB: the wake file, ``lmdb/wake.py``; PostgreSQL:
+    LISTEN/NOTIFY, ``postgres/hints.py``). A store with no way to reach other processes still hints its
+    own (``notify``), and its consumers poll: every wait is bounded."""
 
     def changed(self) -> bool:
-        """Did a hint arrive since this thread last waited or asked? Consumes them; True when unknown."""
-        ...
+        """Did a hint arrive since this thread last waited or asked? Consumes them; True when unknown (the
+        first time a thread asks, or when the store cannot tell)."""
 
     def mark(self) -> Any:
         """An opaque reading of the hints, to compare with a later one (``changed_since``)."""
-        ...
 
     def changed_since(self, old: Any, new: Any) -> list[int] | None:
-        """The shards hinted between two marks, or None when any shard may have been."""
-        ...
+        """The shards hinted between two marks, or None when any shard may have been. [sc_hints_marks] A
+        hinting operation committed between the two marks: never ``[]``, and, if a list, it names the
+        shard of the job it made claimable."""
 
     def wait(self, timeout: float) -> None:
-        """Return when a hint arrives or ``timeout`` seconds pass, whichever is first."""
-        ...
+        """Return when a hint arrives or ``timeout`` seconds pass, whichever is first (at once for a
+        timeout of 0 or less, and after ``close``)."""
 
     def reset_poll(self) -> None:
         """Work was found: a polling fallback starts short again."""
-        ...
 
     def watch(self) -> int | None:
         """A new non-blocking file descriptor that becomes readable when a hint arrives, for an event loop
         (``AsyncQueue``), or None when the store has none (then the caller polls). The caller drains it
         with ``os.read`` after each wake-up and closes it."""
-        ...
 
     def notify(self, shard: int | None = None) -> None:
         """Hint that a job of ``shard`` (None: of any shard) may have become claimable."""
-        ...
 
     def close(self) -> None:
-        """Wake every waiter; later waits return at once."""
-        ...
+        """Wake every waiter; later waits return at once. [sc_hints_close]"""
 
 
 class FlowOps(Protocol):
     """Rate limits (token buckets) and circuit breakers shared by every process of a store (``flow.py``
-    asks; the policies are the pure ``ratelimit`` and ``breaker``). Each call is one transaction that reads
-    the state, applies the policy with ``now`` read from the clock inside it, and writes the result: two
-    processes taking tokens at once never both spend the same one."""
+    asks; the policies are the pure ``ratelimit`` and ``breaker``, and what each operation makes of the
+    stored values is a pure step of ``flowstate``: a store only reads, locks and writes, and keeps each value
+    as the bytes ``flowstate.pack_limit``/``pack_breaker`` give).
+
+    Keys are ``"*"``, ``"queue:<name>"`` and ``"name:<job name>"`` (``flowstate.job_keys``); a key with no
+    limit (or breaker) limits (or breaks) nothing. [sc_flow_atomic] Each call is one transaction that reads
+    the values it needs, reads ``now`` from the store's clock *after* it holds them, applies the step, and
+    writes the result: two processes taking tokens at once never both spend the same one, nor both get a
+    half-open breaker's one trial. [sc_flow_damage] A stored value that does not decode is ignored for
+    admission (a limit nobody can read limits nothing; a breaker nobody can read is closed), left out of
+    ``state()`` but named in its ``damaged_limits``/``damaged_breakers`` and by ``verify()``, and written
+    over only by ``set_limit``/``set_breaker`` (or dropped by ``remove_*``). The store never charges a
+    breaker itself: the Queue calls ``record`` when a job ends (including a charged lease expiry)."""
 
     def state(self) -> FlowState:
-        """Every limit and breaker, as one consistent read; a value that does not decode is left out,
-        named in ``damaged_limits``/``damaged_breakers`` (``flowstate``'s module docstring)."""
-        ...
+        """Every limit and breaker, as one consistent read. [sc_flow_state]"""
 
     def verify(self) -> list[str]:
         """Every limit and breaker whose stored value does not decode (``Store.verify`` includes them)."""
-        ...
 
     def version(self) -> int:
-        """A number that changes whenever any process commits a flow change (a cheap cache key)."""
-        ...
+        """A number that changes whenever any process commits a flow change (a cheap cache key; it may be
+        read from a cache for a few ms, but this process's own writes show at once). [sc_flow_version]"""
 
-    def set_limit(self, key: str, rate: Rate) -> None: ...
-    def remove_limit(self, key: str) -> bool: ...
-    def reset_limit(self, key: str) -> bool: ...
+    def set_limit(self, key: str, rate: Rate) -> None:
+        """Create or change ``key``'s limit; a change keeps the tokens there are (at most the new burst),
+        a new limit starts full. [sc_flow_limits]"""
+
+    def remove_limit(self, key: str) -> bool:
+        """Drop ``key``'s limit. -> False if there was none. [sc_flow_remove]"""
+
+    def reset_limit(self, key: str) -> bool:
+        """Fill ``key``'s bucket again. -> False if there is no such limit (or it does not decode)."""
 
     def take(self, keys: Sequence[str], n: int = 1) -> tuple[bool, float]:
-        """``n`` tokens from every limited key of ``keys``, all or none. -> (granted, retry after)."""
-        ...
+        """``n`` tokens from every limited key of ``keys``, all or none. -> (granted, seconds to wait before
+        there would be enough: 0 when granted). [sc_flow_take]"""
 
     def take_up_to(self, key: str, most: int, *, give_back: int = 0) -> int:
-        """Return ``give_back`` unused tokens, then take up to ``most`` whole ones. -> how many."""
-        ...
+        """Return ``give_back`` unused tokens (up to the burst), then take as many whole tokens as ``key``
+        has, at most ``most``. -> how many (``most`` for a key without a limit). [sc_flow_take_up_to]"""
 
     def give_back(self, keys: Sequence[str], n: int = 1) -> None:
-        """Undo an ``admit`` whose job could not be claimed after all (tokens, a half-open trial)."""
-        ...
+        """Undo an ``admit`` whose job could not be claimed after all: the tokens go back (up to the
+        burst), and a half-open breaker's trial is handed back, so the next job can be the trial.
+        [sc_flow_give_back]"""
 
-    def set_breaker(self, key: str, policy: BreakerPolicy) -> None: ...
-    def remove_breaker(self, key: str) -> bool: ...
-    def reset_breaker(self, key: str) -> bool: ...
+    def set_breaker(self, key: str, policy: BreakerPolicy) -> None:
+        """Create ``key``'s breaker (closed), or change its policy keeping its state. [sc_flow_breaker]"""
+
+    def remove_breaker(self, key: str) -> bool:
+        """Drop ``key``'s breaker. -> False if there was none."""
+
+    def reset_breaker(self, key: str) -> bool:
+        """Close ``key``'s breaker now. -> False if there is no such breaker (or it does not decode)."""
 
     def admit(self, keys: Sequence[str], n: int = 1) -> tuple[bool, float]:
-        """Every breaker of ``keys`` allows a job and every limit has ``n`` tokens: all or nothing.
-        -> (admitted, seconds to wait before trying again)."""
-        ...
+        """Every breaker of ``keys`` allows a job (a half-open one hands out its one trial) and every limit
+        has ``n`` tokens: all or nothing, taken together. -> (admitted, seconds to wait before trying
+        again). [sc_flow_admit]"""
 
     def record(self, keys: Sequence[str], success: bool) -> None:
-        """A job under ``keys`` finished: count it in each of their breakers."""
-        ...
+        """A job under ``keys`` finished: count it in each of their breakers (``threshold`` failures in a
+        row open one; a success closes it). [sc_flow_breaker]"""
 
 
 class LockOps(Protocol):
-    """Named locks (leases with a ttl, on the store's clock) and the worker registry."""
+    """Named locks (leases with a ttl, on the store's clock) and the worker registry, shared by every process
+    of the store. Names, owners and worker ids are checked by ``types.id_bytes`` before anything is written
+    (``errors.InvalidJob``). [sc_lock_names]"""
 
-    def acquire_lock(self, name: str, owner: str, ttl: float) -> bool: ...
-    def release_lock(self, name: str, owner: str) -> bool: ...
-    def lock_holder(self, name: str) -> LockHolder | None: ...
-    def last_lock_holder(self, name: str) -> LockHolder | None: ...
+    def acquire_lock(self, name: str, owner: str, ttl: float) -> bool:
+        """Take the lock ``name`` for ``ttl`` seconds from now (the store's clock), if it is free, expired,
+        or ``owner``'s already (a renewal, which keeps ``since``; an owner taking its expired lock again
+        starts anew). -> False, nothing changed, if another owner holds it. [sc_lock_acquire]
+        [sc_lock_damage] A lock record that does not decode tells neither who holds it nor until when, so it
+        is never free at once: the first call that meets it refuses, logs ``types.lock_damage``, and
+        replaces it by a lease of nobody known (``types.UNKNOWN_HOLDER``) for this call's ``ttl``; then the
+        lock is free."""
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        """Give the lock up if ``owner`` holds it (an expired lease is held by nobody). -> whether it did.
+        The record stays, expired as of now, so ``last_lock_holder`` still tells who held it last.
+        [sc_lock_release]"""
+
+    def lock_holder(self, name: str) -> LockHolder | None:
+        """Who holds ``name`` now; None when nobody does (never taken, expired, released, or a lease of
+        nobody known). [sc_lock_acquire]"""
+
+    def last_lock_holder(self, name: str) -> LockHolder | None:
+        """The last record of ``name``, expired (or released) or not; None if nobody ever took it (or its
+        record does not decode). [sc_lock_release]"""
+
     def verify(self) -> list[str]:
         """Every lock whose record does not decode (``Store.verify`` includes them)."""
-        ...
 
     def report_worker(
         self,
@@ -163,20 +270,28 @@ class LockOps(Protocol):
         processed: int = 0,
         failed: int = 0,
     ) -> None:
-        """Record (or refresh) one worker's report; its last heartbeat is now."""
-        ...
+        """Record (or refresh) one worker's report; its last heartbeat is now (the store's clock). Unset
+        fields: this process's pid and host, and ``started_at`` of its first report (kept by later ones).
+        [sc_workers_report]"""
 
-    def remove_worker(self, worker_id: str) -> bool: ...
-    def workers(self, *, include_dead: bool = False) -> list[WorkerInfo]: ...
-    def prune_workers(self) -> int: ...
+    def remove_worker(self, worker_id: str) -> bool:
+        """Forget one worker. -> False if it was not there. [sc_workers_prune]"""
+
+    def workers(self, *, include_dead: bool = False) -> list[WorkerInfo]:
+        """The registered workers, ordered by id: those that reported within their ``stale_after``, or all
+        with ``include_dead``. A report that does not decode is not listed. [sc_workers_report]"""
+
+    def prune_workers(self) -> int:
+        """Forget the workers that stopped reporting (past their ``stale_after``). -> how many.
+        [sc_workers_prune]"""
 
 
 class Store(Protocol):
-    """The operations of a store. Shards are numbered from 0; a job's shard is part of its id, so the job
-    operations take only the id. Flow (rate limits, breakers) and locks (named locks, the worker registry)
-    are the ``control`` and ``locks`` members, shared by every process of the store."""
+    """The operations of a store (see the module docstring for what every operation shares). Flow (rate
+    limits, breakers) and locks (named locks, the worker registry) are the ``control`` and ``locks``
+    members, shared by every process of the store."""
 
-    kind: str
+    kind: str  # "lmdb", "postgresql": what ``info()`` and the checks show
     path: str  # where it is, to show: the LMDB directory; for a server, its address without a password
     clock: Callable[[], float]  # the time of every operation: the Queue's clock unless one was given
     shards: int
@@ -195,34 +310,64 @@ class Store(Protocol):
     def locks(self) -> LockOps: ...
 
     # -- lifecycle
-    def info(self) -> StoreInfo: ...
-    def after_fork(self) -> None: ...
-    def maintain(self, flush: bool) -> None: ...
-    def reader_check(self) -> int: ...
+    def info(self) -> StoreInfo:
+        """What the store is, for display: kind, location (never a password), shards. [sc_info]"""
+
+    def after_fork(self) -> None:
+        """In a forked child, before any other call: drop what belongs to the parent process (handles,
+        connections); the child then opens its own."""
+
+    def maintain(self, flush: bool) -> None:
+        """The store's own upkeep, called by the Queue's background thread every ``sync_interval``
+        (``flush``: also write what is committed to disk, where commits are not synced one by one). Job
+        states never change here."""
+
+    def reader_check(self) -> int:
+        """Reclaim what dead processes left in the store's shared state (LMDB: reader slots). -> how many;
+        0 where there is nothing of the kind. (Why this stays in the protocol: the module docstring.)"""
+
     def end_thread(self) -> None:
         """The calling thread is done with the store: release what the store keeps for that thread."""
-        ...
 
     def borrowing(self, connection: Any) -> AbstractContextManager[None]:
         """Inside the block, this thread's operations run on ``connection``, the caller's, in its open
         transaction; only where ``transactional_enqueue`` is true (the Queue checks)."""
-        ...
 
-    def close(self, flush: bool) -> None: ...
+    def close(self, flush: bool) -> None:
+        """Wake the waiting consumers (``hints.close``) and release the store (``flush``: sync first). Called
+        once; no operation follows."""
 
     # -- enqueue
-    def next_shard(self) -> int: ...
-    def put_one(self, now: float, shard: int, payload: bytes, spec: JobSpec) -> int: ...
+    def put_one(self, now: float, shard: int, payload: bytes, spec: JobSpec) -> int:
+        """``enqueue`` of one job, no unique key, not durable: a single put's path (the hot one), in one
+        transaction. -> its id. [sc_put_one]"""
+
     def enqueue(
         self, now: float, shard: int | None, batches: Sequence[NewJobs], durable: bool, connection: Any = None
     ) -> list[int]:
-        """Write ``batches`` in one transaction -> their ids. ``connection``: the caller's database
-        connection, only where ``transactional_enqueue`` is true (the Queue checks): the jobs are written
-        in the caller's transaction."""
-        ...
+        """Write ``batches`` to ``shard`` in one transaction, all or nothing. -> the ids, batch after batch,
+        in the order of their payloads. ``shard`` None (``durable`` only): the store picks one.
+
+        - [sc_enqueue_state] Each job is pending, ready at ``now``, or, when its ``spec.ready_at`` is after
+          ``now``, scheduled until then; it takes every option of ``spec`` (queue, name, priority,
+          max_retries, timeout, partition_key, metadata), no retries, no attempts, ``enqueued_at`` now.
+        - [sc_enqueue_fifo] A pending job is ready no earlier than the last job this process put pending in
+          that shard (if the clock steps back, the new one still goes behind it): FIFO within a priority.
+        - [sc_enqueue_counts] ``counts()``: its state and ``total`` grow by the jobs written, and
+          ``enqueued_totals()`` of their queue.
+        - [sc_enqueue_unique] A batch with a ``unique_key`` (one payload) whose key was used before (and not
+          yet forgotten by ``vacuum``) writes nothing: its id is the earlier job's, and its ``unique_hit``
+          is set. Otherwise the key is recorded with the new job.
+        - [sc_enqueue_connection] ``connection``: the caller's database connection, given only where
+          ``transactional_enqueue`` is true (the Queue checks): the jobs are written in the caller's
+          transaction, and exist only if it commits.
+        - ``durable``: on disk before this returns (see the module docstring)."""
 
     # -- claims
-    def head(self, shard: int, now: float, queues: Queues) -> Head: ...
+    def head(self, shard: int, now: float, queues: Queues) -> Head:
+        """A read of ``shard``: the best priority of its pending jobs among ``queues``, and the earliest ETA
+        of its scheduled jobs (of any queue; None: none). Changes nothing. [sc_head]"""
+
     def claim(
         self,
         shard: int,
@@ -233,7 +378,31 @@ class Store(Protocol):
         min_priority: int | None,
         worker: str | None,
         limit: int,
-    ) -> ClaimOutcome: ...
+    ) -> ClaimOutcome:
+        """Claim up to ``limit`` pending jobs of ``shard`` among ``queues`` in one transaction.
+
+        - [sc_claim_promotes] First, in the same transaction, the shard's due scheduled jobs become pending
+          (as ``promote_due``): a claim never passes over a job whose ETA passed for one of lower priority.
+        - [sc_claim_order] Jobs are taken in claim order: higher priority first, then earlier ready time
+          (its put, or the end of its delay or backoff), then smaller id; never one of another queue.
+        - [sc_claim_marks] Each taken job becomes running: held by ``token`` until ``now + lease_time``,
+          ``started_at`` now, ``attempts`` + 1, ``worker`` (when given) added to its ``worker_ids`` (the
+          last ten kept). Its ``retries`` are not charged: only a failure is.
+        - [sc_claim_outranked] The claim stops before a job below ``min_priority`` (the best priority the
+          caller saw in another shard): nothing claimed and a ``head_priority`` means "outranked, look
+          again".
+        - [sc_claim_outcome] -> ``ClaimOutcome``: the claimed jobs in claim order (possibly none), the
+          priority of the next claimable job after them (None: there is none), the earliest ETA as
+          ``head`` gives it, and ``contended`` (True only if the claim had to wait for another writer: a
+          hint to prefer another shard; False is always allowed).
+        - [sc_claim_batch] A claim that takes two or more jobs marks them a batch: if their lease expires,
+          recovery does not charge them (see ``recover_expired``). A job whose lease once expired is
+          claimed alone: a claim stops before it when it has taken others, and takes nothing after it
+          when it comes first (its ``Claimed.alone`` is True).
+        - [sc_claim_quarantine] A job met on the way whose payload (or record) does not decode is
+          quarantined; if it came first, ``CorruptedJobQuarantined`` is raised once the transaction
+          committed, else the jobs before it are the claim (those after it stay pending, uncharged)."""
+
     def claim_job(
         self,
         now: float,
@@ -242,57 +411,124 @@ class Store(Protocol):
         token: bytes,
         worker: str | None,
         scheduled_too: bool,
-    ) -> Claimed | None: ...
+    ) -> Claimed | None:
+        """Claim exactly this job, as ``claim`` marks one (never a batch), if it is pending, or scheduled
+        with ``scheduled_too`` (it starts now, before its ETA). -> None, nothing changed, if it is in
+        another state or missing (or its id names a shard the store does not have); None too if its payload
+        does not decode, after quarantining it. [sc_claim_job]"""
+
     def find_admissible(
         self, shard: int, now: float, queues: Queues, skip_queues: frozenset[str], skip_names: frozenset[str]
-    ) -> tuple[Candidate | None, float | None]: ...
-    def promote_due(self, shard: int | None, now: float) -> int: ...
+    ) -> tuple[Candidate | None, float | None]:
+        """A read for a flow-controlled consumer: the first pending job of ``shard`` in claim order among
+        ``queues`` whose queue is not in ``skip_queues`` and whose name is not in ``skip_names`` (a job
+        without a name is never skipped by name), and the earliest ETA of its scheduled jobs. Its
+        ``Candidate.order`` is ``(-priority, ready time in µs, id)``, comparable across shards and stores.
+        Changes nothing. [sc_find_admissible]"""
 
-    # -- a claimed job (each checks ``token``: ``QueueCorrupted`` when it no longer holds the job)
+    def promote_due(self, shard: int | None, now: float) -> int:
+        """Scheduled jobs of ``shard`` (None: every shard) whose ETA is at or before ``now`` become pending,
+        their ready time their ETA (FIFO by when they became due). -> how many. [sc_promote]"""
+
+    # -- a claimed job (each checks ``token`` first: ``QueueCorrupted`` and nothing written when it no
+    # longer holds the job [sc_token])
     def heartbeat(self, now: float, job_id: int, token: bytes, lease_time: float) -> tuple[float, bool]:
-        """Extend the lease to ``now + lease_time``. -> (the new expiry, whether the job is marked "cancel
-        requested"), in one round trip: the holder learns of a cancel at its next heartbeat."""
-        ...
+        """Extend the lease to ``now + lease_time`` (also one that expired, as long as nothing recovered the
+        job). -> (the new expiry, whether the job is marked "cancel requested"), in one round trip: the
+        holder learns of a cancel at its next heartbeat. [sc_heartbeat]"""
 
-    def complete(
-        self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool
-    ) -> None: ...
+    def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
+        """The job is done: running -> done, ``finished_at`` now, ``result`` (packed bytes, or None) kept,
+        no holder, no lease; its retries, errors and metadata stay as they are. [sc_complete]"""
+
     def complete_many(
         self, now: float, items: Sequence[tuple[int, bytes, bytes | None]], durable: bool
-    ) -> dict[int, str]: ...
+    ) -> dict[int, str]:
+        """``complete`` each (job id, token, result), at most one transaction per shard. A job its token no
+        longer holds is skipped, never raised: the others still complete. -> {job id: why} of those skipped
+        (``{}``: all done). [sc_complete_many]"""
+
     def fail(
         self, now: float, job_id: int, token: bytes, error: ErrorInfo, retry_at: float | None, durable: bool
-    ) -> State: ...
-    def release(self, now: float, job_id: int, token: bytes, retry_at: float | None = None) -> None: ...
+    ) -> State:
+        """A failed attempt, as the caller decided it (``retry.decide`` on the retries its claim read: the
+        token proves they are current): ``retries`` + 1, ``error`` (message, type, traceback) recorded as
+        the job's last error and (type, message) appended to its ``errors`` (the last ten kept), no holder,
+        and then:
+
+        - ``retry_at`` None: failed, a dead letter, ``finished_at`` now;
+        - ``retry_at`` after ``now``: scheduled until ``retry_at``;
+        - else pending at once, ready at ``now`` (behind the jobs already waiting).
+
+        -> the new state. [sc_fail] Breakers are the caller's to charge (``FlowOps.record``)."""
+
+    def release(self, now: float, job_id: int, token: bytes, retry_at: float | None = None) -> None:
+        """Give the job back, not charged: running -> pending at its old place (its ready time unchanged),
+        no holder, ``started_at`` none, ``attempts`` - 1, ``retries`` unchanged; with ``retry_at`` after
+        ``now``, scheduled until then instead. [sc_release]"""
+
     def save_metadata(self, now: float, job_id: int, token: bytes, metadata: bytes | None) -> None:
         """Replace the metadata of the running job ``token`` holds (its JSON text, ``metadata.py``; None:
-        none); the job stays as it is. ``QueueCorrupted``, nothing written, when the token lost it."""
-        ...
+        none); the job stays as it is. [sc_save_metadata]"""
 
     # -- management and upkeep
     def requeue(self, now: float, job_id: int) -> bool:
-        """A dead letter back to pending, retries reset, its cancel mark (if any) dropped. False, nothing
-        changed, if it is not a dead letter (or gone) or is one quarantined as corrupted (``CORRUPTED``)."""
-        ...
+        """A dead letter back to pending, ready at ``now`` (behind the jobs waiting), ``retries`` 0, its last
+        error and ``finished_at`` cleared, its cancel mark (if any) dropped; its attempts and error history
+        stay. -> False, nothing changed, if it is not a dead letter (or missing) or is one quarantined as
+        corrupted (``CORRUPTED``). [sc_requeue]"""
 
     def cancel(self, now: float, job_id: int) -> CancelOutcome:
-        """In one transaction: remove the job if it is pending or scheduled; mark it "cancel requested" if
-        it is running (kept apart from its record, reported by ``heartbeat`` until the job is requeued or
-        vacuumed); else say it finished or is missing, changing nothing."""
-        ...
+        """In one transaction: remove the job if it is pending or scheduled (``REMOVED``); mark it "cancel
+        requested" if it is running (``REQUESTED``: kept apart from its record, reported by ``heartbeat``);
+        else ``FINISHED`` (done or failed) or ``MISSING``, changing nothing. [sc_cancel]"""
 
     def cancel_requested(self, job_id: int) -> bool:
         """Is the job marked "cancel requested" (``cancel``)? A running job keeps its mark until its holder
-        stops it; a mark outlives the job until the vacuum or a requeue drops it."""
-        ...
+        stops it, and while it is released or retried (its next holder sees it). ``requeue`` drops it; once
+        the job is no longer live (done, a dead letter, deleted), ``vacuum`` drops it, or the store sooner
+        (LMDB: with the job it deletes). [sc_cancel_mark]"""
 
-    def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool: ...
-    def purge(self, now: float, state: State, cutoff: float | None) -> int: ...
-    def recover_expired(self, now: float) -> list[Recovered]: ...
-    def vacuum(self, now: float, cutoff: float, unique_ttl: float) -> int: ...
+    def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool:
+        """Remove the job (its record, payload and result) if it is in one of ``states`` (None:
+        any but running; never running, whose holder still works on it). -> False, nothing changed,
+        otherwise or if it is missing. [sc_delete]"""
 
-    # -- reads
-    def job(self, now: float, job_id: int) -> Job | None: ...
+    def purge(self, now: float, state: State, cutoff: float | None) -> int:
+        """Remove every job in ``state`` (never ``RUNNING``: the Queue refuses), or only those at or before
+        ``cutoff``: by finish time for done and failed jobs, by enqueue time otherwise. In transactions of
+        a bounded batch each, not one: jobs put meanwhile may or may not go. -> how many. [sc_purge]"""
+
+    def recover_expired(self, now: float) -> list[Recovered]:
+        """Take back every running job whose lease expired at or before ``now`` (its holder died or
+        stalled), in transactions of a bounded batch each. Idempotent. -> what it did, one ``Recovered``
+        each.
+
+        - [sc_recover_charged] A job claimed alone is charged a failed attempt: ``retries`` + 1, error type
+          ``"LeaseExpired"``, then pending at once (ready now) if ``retry.decide(retries + 1,
+          max_retries, now)`` allows, else a dead letter (``finished_at`` now).
+        - [sc_recover_batch] A job claimed in a batch is not charged (its holder ran at most one job of the
+          batch, and which one is unknown): it goes back to pending at its old place, as ``release`` puts a
+          job, except that its ``attempts`` stay counted.
+        - [sc_recover_alone] Either way, the job is claimed alone next time (``claim``).
+        - [sc_recover_result] Each ``Recovered`` says its queue and name, the state it went to, whether
+          it was charged, the attempt that was lost (1 for the first) of how many allowed (``max_retries +
+          1``), and the worker that held it (the last of its ``worker_ids``; None if its claim named none).
+        - A store where a running job can lose its lease through broken data (LMDB) also repairs the next
+          stretch of such jobs on each call, charging them as expired."""
+
+    def vacuum(self, now: float, cutoff: float, unique_ttl: float) -> int:
+        """Remove done jobs that finished at or before ``cutoff`` (never failed ones), drop the cancel marks
+        of jobs no longer live (``cancel_requested``), and forget unique keys used more than
+        ``max(unique_ttl, types.UNIQUE_KEY_MIN_TTL)`` seconds before ``now`` (a put with such a key then
+        writes a new job). In bounded batches. -> how many jobs. [sc_vacuum] [sc_vacuum_unique]"""
+
+    # -- reads (each one consistent snapshot)
+    def job(self, now: float, job_id: int) -> Job | None:
+        """The job as it is stored, or None if it is missing. A value that does not decode (payload,
+        result, partition key, metadata) does not raise: it reads as its raw bytes (metadata: as none),
+        named in ``Job.damage``. [sc_job]"""
+
     def list_jobs(
         self,
         now: float,
@@ -304,36 +540,50 @@ class Store(Protocol):
         limit: int,
         newest_first: bool,
         shard: int | None,
-    ) -> list[Job]: ...
-    def counts(self, shard: int | None = None) -> dict[str, int]: ...
-    def pending_count(self) -> int: ...
-    def queue_counts(self, now: float) -> dict[str, dict[str, int]]: ...
+    ) -> list[Job]:
+        """Up to ``limit`` jobs in ``state`` (of ``queue``, of ``name``, of ``shard`` when given), across
+        shards, in the order of the state (``newest_first``: reversed): pending in claim order, scheduled by
+        ETA, done by finish time, then id; running and failed by id. [sc_list_order]
+        ``after``: only the jobs strictly past that job's place in this order (keyset paging: pass the
+        last job of a page). ``errors.InvalidJob`` when that place can no longer be known (the job is gone,
+        for a listing by time); a listing by id goes on from any id. [sc_list_after]"""
+
+    def counts(self, shard: int | None = None) -> dict[str, int]:
+        """Jobs per state (every ``State`` value a key) and ``total`` (puts ever), of ``shard`` or of the
+        whole store, from counters (never a walk of the jobs). [sc_counts]"""
+
+    def pending_count(self) -> int:
+        """``counts()["pending"]``, as cheaply as the store can (the idle path asks it). [sc_counts]"""
+
+    def queue_counts(self, now: float) -> dict[str, dict[str, int]]:
+        """Per queue with live jobs, sorted by name: ``{"pending", "scheduled", "running"}`` counts, from
+        counters. [sc_queue_counts]"""
+
     def oldest_pending(self, now: float) -> dict[str, float]:
         """Per queue with pending jobs, sorted by name: when its longest-waiting pending job became ready
         to claim (unix seconds: its put, or the end of its delay or backoff). O(queues x priorities in
-        use), never a walk of the jobs."""
-        ...
+        use), never a walk of the jobs. [sc_oldest_pending]"""
 
     def finished_totals(self) -> tuple[int, int]:
         """(jobs ever done, jobs ever dead-lettered), store-wide: the jobs in each state now plus those that
         left it since (vacuumed, purged, deleted, requeued), so both only grow. Counted by the operations
-        that remove such jobs, never by ``complete`` or ``fail``: no write on the hot path. O(shards)."""
-        ...
+        that remove such jobs, never by ``complete`` or ``fail``: no write on the hot path. O(shards).
+        [sc_finished_totals]"""
 
     def enqueued_totals(self) -> dict[str, int]:
         """Per queue that ever had one, sorted by name: jobs ever put into it (its share of ``counts()``'s
-        ``total``), counted by the put's own transaction. O(shards x queues)."""
-        ...
+        ``total``), counted by the put's own transaction. O(shards x queues). [sc_enqueue_counts]"""
 
     # -- the throughput history (a ring of per-minute samples, written by ``engine/throughput.py``)
     def save_sample(self, sample: Sample, keep: int) -> bool:
         """Store ``sample`` unless its minute already has one (several samplers of one store: the first
         wins), and drop the samples older than ``keep`` minutes before it. One transaction. -> whether it
-        was written."""
-        ...
+        was written. [sc_samples]"""
 
     def samples(self, since: int) -> list[Sample]:
-        """The samples of minute ``since`` and later, oldest first."""
-        ...
+        """The samples of minute ``since`` and later, oldest first. [sc_samples]"""
 
-    def verify(self) -> list[str]: ...
+    def verify(self) -> list[str]:
+        """Walk the whole store (not a hot path) and name every inconsistency between jobs, indexes and
+        counters, and every flow value and lock record that does not decode. ``[]``: consistent. Reads
+        only. [sc_verify]"""

@@ -8,6 +8,7 @@ lifecycle, the puts, and the lock around each call.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -114,6 +115,9 @@ class MemoryStore:
 
     def end_thread(self) -> None:
         """Nothing is kept per thread."""
+
+    def borrowing(self, connection: Any) -> contextlib.AbstractContextManager[None]:
+        raise AssertionError("the memory store cannot work in the caller's transaction")
 
     def close(self, flush: bool) -> None:
         self.hints.close()  # the data stays, for the other handles and the next open of the name

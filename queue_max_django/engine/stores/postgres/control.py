@@ -1,5 +1,6 @@
 """``PgControl``: flow control in PostgreSQL: the token buckets and circuit breakers shared by every process
-(and every machine) of the store, with the LMDB store's semantics (``stores/lmdb/control.py``).
+(and every machine) of the store, as ``stores/base.py`` states them for ``FlowOps`` (the contract suite,
+``tests/store_contract/test_flow.py``, runs the same tests on both stores).
 
 Tables (``schema.py``): ``qm_limits`` and ``qm_breakers`` hold a row per key, its value in ``flowstate``'s
 encoding (the very bytes the LMDB store keeps; one that does not decode is ignored for admission, named by

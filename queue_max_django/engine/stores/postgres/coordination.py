@@ -1,5 +1,5 @@
 """``PgCoordination``: what the processes of a PostgreSQL store tell each other: named locks (leases) and
-the worker registry, with the LMDB store's semantics (``stores/lmdb/coordination.py``).
+the worker registry, as ``stores/base.py`` states them (``LockOps``).
 
 A lock is a row of ``qm_locks`` with an owner and an expiry on the store's clock (``*_us``: microseconds),
 never an advisory lock: a session's advisory lock stays with a pooled server connection (PgBouncer in

@@ -1,7 +1,7 @@
 """The PostgreSQL store's throughput history: the jobs ever done and ever dead-lettered, from the counter
 rows (the done and failed counts plus ``DONE_LEFT`` and ``FAILED_LEFT``, which the removing operations of
 ``upkeep.py`` count), the jobs ever put into each queue (its ``TOTAL`` rows), and the per-minute samples in
-``qm_samples`` (``schema.py``), with the LMDB store's semantics (``stores/lmdb/history.py``)."""
+``qm_samples`` (``schema.py``), as ``stores/base.py`` states them (``Store.save_sample``)."""
 
 from __future__ import annotations
 

@@ -176,9 +176,6 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ enqueue
 
-    def next_shard(self) -> int:
-        return 0
-
     def put_one(self, now: float, shard: int, payload: bytes, spec: JobSpec) -> int:
         return self.enqueue(now, shard, [NewJobs((payload,), spec)], False)[0]
 
