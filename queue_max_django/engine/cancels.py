@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 
 from .classify import Permanent
+from .job import CANCELLED
 
 
 class Cancelled(Permanent):
@@ -24,6 +25,9 @@ class Cancelled(Permanent):
     letter (not retried); requeue it to run it again."""
 
 
+MAX_CANCEL_BY = 200  # characters of ``request_cancel(by=)`` kept (who asked: a user name, a command, a reason)
+
+
 class CancelOutcome(enum.StrEnum):
     """What ``Queue.request_cancel`` did."""
 
@@ -31,3 +35,11 @@ class CancelOutcome(enum.StrEnum):
     REQUESTED = "requested"  # it is running: marked; its holder stops it at its next heartbeat
     FINISHED = "finished"  # it already ended (done or a dead letter): nothing to cancel, nothing changed
     MISSING = "missing"  # no such job (never existed, or deleted, purged or vacuumed)
+
+
+assert f"{Cancelled.__module__}.{Cancelled.__qualname__}" == CANCELLED  # the error type nack() stores for it
+
+
+def is_cancel(error: object) -> bool:
+    """Is ``error`` (what a job's attempt ended with) a cancel, not a failure?"""
+    return isinstance(error, Cancelled)

@@ -251,7 +251,7 @@ class Store(Protocol):
     def release(self, now: float, job_id: int, token: bytes, retry_at: float | None = None) -> None: ...
     def save_metadata(self, now: float, job_id: int, token: bytes, metadata: bytes | None) -> None:
         """Replace the metadata of the running job ``token`` holds (its JSON text, ``metadata.py``; None:
-        none); the job stays as it is. ``QueueCorrupted``, nothing written, when the token lost it."""
+        none), keeping the cancel note ``cancel`` wrote there, if any; the job stays as it is. ``QueueCorrupted``, nothing written, when the token lost it."""
         ...
 
     # -- management and upkeep
@@ -260,10 +260,11 @@ class Store(Protocol):
         changed, if it is not a dead letter (or gone) or is one quarantined as corrupted (``CORRUPTED``)."""
         ...
 
-    def cancel(self, now: float, job_id: int) -> CancelOutcome:
+    def cancel(self, now: float, job_id: int, by: str | None = None) -> CancelOutcome:
         """In one transaction: remove the job if it is pending or scheduled; mark it "cancel requested" if
         it is running (kept apart from its record, reported by ``heartbeat`` until the job is requeued or
-        vacuumed); else say it finished or is missing, changing nothing."""
+        vacuumed) and put ``{"by": by, "at": now}`` in its metadata under ``job.CANCEL_KEY`` (which
+        ``save_metadata`` keeps); else say it finished or is missing, changing nothing."""
         ...
 
     def cancel_requested(self, job_id: int) -> bool:

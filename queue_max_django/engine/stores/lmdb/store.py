@@ -377,10 +377,10 @@ class LmdbStore:
         self.hints.notify(one.index)
         return True
 
-    def cancel(self, now: float, job_id: int) -> CancelOutcome:
+    def cancel(self, now: float, job_id: int, by: str | None = None) -> CancelOutcome:
         """Remove a waiting job, mark a running one "cancel requested" (``manage.cancel``)."""
         one = self._job_shard(job_id)
-        return CancelOutcome.MISSING if one is None else one.cancel(now, job_id)
+        return CancelOutcome.MISSING if one is None else one.cancel(now, job_id, by)
 
     def cancel_requested(self, job_id: int) -> bool:
         one = self._job_shard(job_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+from ...job import CANCEL_KEY
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED
 from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
 from .sql import appended, notify_if, tally
@@ -157,9 +158,10 @@ SELECT array_agg(id) FROM ins
 COMPLETE = _complete_sql(one=False)
 COMPLETE_ONE = _complete_sql(one=True)
 
-SAVE_METADATA = (
-    f"UPDATE qm_jobs SET metadata = %s::text::jsonb WHERE id = %s AND state = {RUNNING} AND token = %s "
-    f"RETURNING id"
+SAVE_METADATA = (  # the cancel note (cancels.py) stays: it is the store's, not the task's
+    f"UPDATE qm_jobs SET metadata = CASE WHEN jsonb_typeof(metadata) = 'object' AND metadata ? '{CANCEL_KEY}' "
+    f"THEN coalesce(%s::text::jsonb, '{{}}'::jsonb) || jsonb_build_object('{CANCEL_KEY}', metadata -> "
+    f"'{CANCEL_KEY}') ELSE %s::text::jsonb END WHERE id = %s AND state = {RUNNING} AND token = %s RETURNING id"
 )
 
 RETRY = f"""
