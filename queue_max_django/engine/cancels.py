@@ -25,7 +25,7 @@ class Cancelled(Permanent):
     letter (not retried); requeue it to run it again."""
 
 
-MAX_CANCEL_BY = 200  # characters of ``request_cancel(by=)`` kept (who asked: a user name, a command, a reason)
+MAX_CANCEL_BY = 200  # characters of ``request_cancel(by=)`` kept (who asked: a user, a command, a reason)
 
 
 class CancelOutcome(enum.StrEnum):

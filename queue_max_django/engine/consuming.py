@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import codec
-from .errors import InvalidJob, QueueEmpty, UnknownQueue
 from .cancels import is_cancel
+from .errors import InvalidJob, QueueEmpty, UnknownQueue
 from .events import JOB_CANCELLED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .job import State
 from .metadata import pack_metadata, unpack_metadata

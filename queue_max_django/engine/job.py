@@ -43,7 +43,7 @@ CORRUPTED = "Corrupted"
 # module path as ``nack`` stores error types): stored as a dead letter, but its own outcome, not a failure
 # (``Job.cancelled``). Who cancelled it and when are in its metadata under ``CANCEL_KEY`` (``cancel_note``).
 CANCELLED = "queue_max_django.engine.cancels.Cancelled"
-CANCEL_KEY = "_cancel"  # {"by": who, "at": unix seconds}: written with the cancel request (Queue.request_cancel)
+CANCEL_KEY = "_cancel"  # {"by": who, "at": unix seconds}: written by Queue.request_cancel
 
 
 # Order matters: the integer code of a state is its index here, and that code is what is stored on disk.

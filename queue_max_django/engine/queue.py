@@ -329,7 +329,9 @@ class Queue(Coordination):
 
     def stats(self) -> dict[str, Any]:
         """Counts per state, ``total`` puts ever, and ``shards``; plus ``rate_limits`` and
-        ``circuit_breakers`` when there are any. O(shards + keys): no scan."""
+        ``circuit_breakers`` when there are any. O(shards + keys): no scan. ``cancelled``: the dead letters
+        that are cancels (``Job.cancelled``), counted within ``failed`` (so the states still add up to at
+        most ``total``); ``failed - cancelled`` are the failures."""
         out: dict[str, Any] = self._live().counts()
         out["shards"] = self.shard_count
         out.update(self._flow.stats())

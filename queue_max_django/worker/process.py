@@ -37,7 +37,7 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from ..engine import Queue, QueueCorrupted, QueueEmpty, QueueError, Record, State
+from ..engine import CancelNote, Queue, QueueClosed, QueueCorrupted, QueueEmpty, QueueError, Record, State
 from ..runner import Outcome, TaskNotRegistered, run_job, use_event_loop
 from ..signals import job_signals_connected, record_run
 from . import cancels
@@ -230,6 +230,7 @@ class WorkerProcess:
     def _cancel_seen(self, record: Record) -> None:
         """The heartbeat found ``record``'s job marked "cancel requested": tell the task (``cancels``), and
         give it ``--cancel-grace`` seconds to stop (``_check_timeouts``)."""
+        cancels.learn(self.queue, record)  # who asked and when, before the task can see the request
         cancels.request(record.job_id)
         grace = self.options.cancel_grace
         for slot in self._slots():
@@ -237,8 +238,9 @@ class WorkerProcess:
                 slot.cancel_deadline = time.monotonic() + grace
         if record.finished:  # it ended meanwhile: nothing to stop
             cancels.forget(record.job_id)
-        logger.info("worker %s: job %s (%s): cancel requested; the task has %g s to stop",
-                    self.worker_id, record.job_id, record.name, grace)  # fmt: skip
+        asked = cancels.who(CancelNote.of(record.metadata))
+        logger.info("worker %s: job %s (%s): cancel requested%s; the task has %g s to stop", self.worker_id,
+                    record.job_id, record.name, asked, grace)  # fmt: skip
 
     def _check_timeouts(self, now: float) -> None:
         for slot in self._slots():
@@ -256,18 +258,24 @@ class WorkerProcess:
                 state = record.nack(error, permanent=cancelled)
             except QueueCorrupted:
                 continue  # it finished just now
-            with self._lock:  # an attempt that ended: counted as one that ran and failed
+            with self._lock:  # an attempt that ended: counted as one that ran (and failed, unless cancelled)
                 self.processed += 1
-                self.failed += 1
-            self._add("dead" if state is State.FAILED else "retried")
-            logger.error("worker %s: %s; it is now %s. This process is replaced, since a thread cannot be "
-                         "stopped.", self.worker_id, error, state.value)  # fmt: skip
+                self.failed += 0 if cancelled else 1
+            self._add("cancelled" if cancelled else "dead" if state is State.FAILED else "retried")
+            # A cancel is an outcome someone asked for (INFO); a timeout that runs again is a retried failure
+            # (WARNING, as _log_failure logs those); one that made a dead letter is an ERROR.
+            level = logging.INFO if cancelled else logging.ERROR if state is State.FAILED else logging.WARNING
+            now_is = "cancelled" if cancelled else state.value
+            logger.log(level, "worker %s: %s; it is now %s. This process is replaced, since a thread cannot "
+                       "be stopped.", self.worker_id, error, now_is)  # fmt: skip
             self.stop(TIMED_OUT)
 
     def _end(self, code: int, *, wait: bool) -> int:
         """Let the worker threads finish their running jobs (within the shutdown timeout) when ``wait``;
         release every job still held (back to waiting, no attempt counted)."""
         self._claiming = False
+        if not wait:
+            self._let_idle_threads_go()
         if wait:
             deadline = time.monotonic() + self.options.shutdown_timeout
             last_beat = time.monotonic()
@@ -301,6 +309,19 @@ class WorkerProcess:
             "taken back: its lease expired)", self.worker_id, self.processed, self.failed,
             self.refused)  # fmt: skip
         return code
+
+    def _let_idle_threads_go(self) -> None:
+        """The process ends without waiting for running jobs (one overran its timeout, or its cancel grace):
+        still, the worker threads that run no job are in a claim that returns within ``POLL`` now that
+        ``_claiming`` is False. Wait that long for them to leave it, so that the store is not closed under
+        them (``entry.run`` closes it next): a claim that the close woke would raise ``QueueClosed``, an
+        error of nothing but this ending (issue 29). Threads running a job are not waited for."""
+        deadline = time.monotonic() + POLL + WATCH_EVERY
+        with self._lock:
+            busy = set(self._running)
+        for number, thread in list(self._threads.items()):
+            if number not in busy:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------ registry
 
@@ -436,6 +457,8 @@ class WorkerProcess:
                 self.stop(DONE)
             return []
         except QueueError as exc:
+            if isinstance(exc, QueueClosed) and self._exit_code is not None:
+                return []  # the process is ending and closed its store: nothing went wrong
             corrupted = isinstance(exc, QueueCorrupted)
             problem = str(exc) if corrupted else f"claiming failed: {type(exc).__name__}: {exc}"
             message, wait = self._trouble.failed(problem)
@@ -491,13 +514,17 @@ class WorkerProcess:
             self._add("waiting")  # given back, not run: neither processed nor failed
             self._log_waiting(record, outcome)
             return
+        cancelled = cancels.ended_by_cancel(outcome)
         with self._lock:
             self.processed += 1
-            if outcome.state is not State.DONE:
+            if outcome.state is not State.DONE and not cancelled:
                 self.failed += 1
             done = self.processed
         if outcome.state is State.DONE:
             self._add("done")
+        elif cancelled:  # an outcome someone asked for: not a failure, no traceback (cancels.log_cancelled)
+            self._add("cancelled")
+            cancels.log_cancelled(record, outcome.error)
         else:
             self._add("dead" if outcome.state is State.FAILED else "retried")
             self._log_failure(record, outcome)

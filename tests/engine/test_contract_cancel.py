@@ -175,3 +175,33 @@ def test_a_cancel_is_not_a_failure_to_breakers_or_listeners(queue: Queue) -> Non
     queue.get(0).nack(ValueError("boom"), permanent=True)
     assert heard[-1] == (JOB_FAILED, other)
     assert queue.stats()["circuit_breakers"]["name:t"]["state"] == "open"
+
+
+@pytest.mark.contract
+def test_cancelled_dead_letters_are_counted_within_failed_until_they_leave(queue: Queue) -> None:
+    """Issue 29: ``stats()["cancelled"]`` counts the dead letters that are cancels, within ``failed``; the
+    store's ``cancel_counts`` (the metrics' counter) counts every cancel ever, as the failed totals do."""
+
+    def cancel_one() -> int:
+        job_id = queue.put("c")
+        record = queue.get(0)
+        queue.request_cancel(job_id)
+        record.nack(Cancelled("cancelled"), permanent=True)
+        return job_id
+
+    first, second, third, fourth = (cancel_one() for _ in range(4))
+    queue.put("f")
+    queue.get(0).nack(ValueError("boom"), permanent=True)
+    stats = queue.stats()
+    assert (stats["failed"], stats["cancelled"]) == (5, 4)
+    assert sum(stats[state.value] for state in State) <= stats["total"]  # cancelled is within failed
+    assert queue._live().cancel_counts() == (4, 4)
+    assert queue.requeue(first)  # runs again: no longer a cancel
+    assert queue.delete(second)
+    assert queue.purge(State.FAILED) == 3  # third, fourth and the failure
+    assert queue.stats()["cancelled"] == 0
+    assert queue._live().cancel_counts() == (0, 4)  # ever: it only grows
+    again = queue.get(0)
+    assert again.job_id == first
+    again.nack(ValueError("a failure this time"), permanent=True)
+    assert queue.stats()["cancelled"] == 0 and queue._live().cancel_counts() == (0, 4)

@@ -251,7 +251,8 @@ class Store(Protocol):
     def release(self, now: float, job_id: int, token: bytes, retry_at: float | None = None) -> None: ...
     def save_metadata(self, now: float, job_id: int, token: bytes, metadata: bytes | None) -> None:
         """Replace the metadata of the running job ``token`` holds (its JSON text, ``metadata.py``; None:
-        none), keeping the cancel note ``cancel`` wrote there, if any; the job stays as it is. ``QueueCorrupted``, nothing written, when the token lost it."""
+        none), keeping the cancel note ``cancel`` wrote there, if any; the job stays as it is.
+        ``QueueCorrupted``, nothing written, when the token lost it."""
         ...
 
     # -- management and upkeep
@@ -304,6 +305,13 @@ class Store(Protocol):
         """(jobs ever done, jobs ever dead-lettered), store-wide: the jobs in each state now plus those that
         left it since (vacuumed, purged, deleted, requeued), so both only grow. Counted by the operations
         that remove such jobs, never by ``complete`` or ``fail``: no write on the hot path. O(shards)."""
+        ...
+
+    def cancel_counts(self) -> tuple[int, int]:
+        """(dead letters that are cancels now, jobs ever cancelled while they ran), store-wide: a dead letter
+        whose error type is ``job.CANCELLED`` counts from the ``fail`` that made it until it leaves the
+        failed state (requeued, deleted, purged), then as one that left; ``counts()["cancelled"]`` is the
+        first. Kept in step with the state counts in the same transactions. O(shards)."""
         ...
 
     def enqueued_totals(self) -> dict[str, int]:

@@ -30,6 +30,7 @@ from .access import (
     QUEUE_COUNTS_EXACT,
     QUEUE_COUNTS_KEY,
     UNIQUE,
+    cancel_counts,
     entry_count,
     fail_record,
     index_job,
@@ -461,6 +462,11 @@ class Shard:
 
     def counts(self) -> dict[str, int]:
         return reads.counts(self)
+
+    def cancel_counts(self) -> tuple[int, int]:
+        """(cancelled dead letters now, jobs ever cancelled) in this shard: one read."""
+        counted: tuple[int, int] = self.env.read(lambda txn: cancel_counts(self, txn))
+        return counted
 
     def queue_counts(self, *, now: float) -> dict[str, dict[str, int]]:
         return reads.queue_counts(self, now=now)

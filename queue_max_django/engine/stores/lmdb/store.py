@@ -467,7 +467,7 @@ class LmdbStore:
         if shard is not None:
             return self._shards[shard].counts()
         out: dict[str, int] = {state.value: 0 for state in State}
-        out["total"] = 0
+        out["total"] = out["cancelled"] = 0
         for one in self._shards:
             for key, value in one.counts().items():
                 out[key] += value
@@ -513,6 +513,14 @@ class LmdbStore:
             shard_done, shard_failed = finished_totals(one)
             done, failed = done + shard_done, failed + shard_failed
         return done, failed
+
+    def cancel_counts(self) -> tuple[int, int]:
+        """(cancelled dead letters now, jobs ever cancelled while they ran): O(shards)."""
+        now = ever = 0
+        for one in self._shards:
+            shard_now, shard_ever = one.cancel_counts()
+            now, ever = now + shard_now, ever + shard_ever
+        return now, ever
 
     def enqueued_totals(self) -> dict[str, int]:
         """Per queue, sorted by name: jobs ever put into it. O(shards x queues)."""

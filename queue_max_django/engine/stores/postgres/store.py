@@ -517,6 +517,9 @@ class PostgresStore:
     def finished_totals(self) -> tuple[int, int]:
         return history.finished_totals(self)
 
+    def cancel_counts(self) -> tuple[int, int]:
+        return history.cancel_counts(self)
+
     def enqueued_totals(self) -> dict[str, int]:
         return history.enqueued_totals(self)
 
