@@ -254,10 +254,14 @@ class WorkerProcess:
             )
             if cancelled:
                 error = cancels.error(record, f" and did not stop within {self.options.cancel_grace:g} s")
+            # Stop claiming first: the nack gives a retried job back at once, and a sibling thread of this
+            # process, about to be replaced, must not claim it (it would hold it, never run it, until its
+            # lease ran out: one more attempt lost).
+            self.stop(TIMED_OUT)
             try:
                 state = record.nack(error, permanent=cancelled)
             except QueueCorrupted:
-                continue  # it finished just now
+                continue  # it finished just now (the process is replaced all the same)
             with self._lock:  # an attempt that ended: counted as one that ran (and failed, unless cancelled)
                 self.processed += 1
                 self.failed += 0 if cancelled else 1
@@ -268,7 +272,6 @@ class WorkerProcess:
             now_is = "cancelled" if cancelled else state.value
             logger.log(level, "worker %s: %s; it is now %s. This process is replaced, since a thread cannot "
                        "be stopped.", self.worker_id, error, now_is)  # fmt: skip
-            self.stop(TIMED_OUT)
 
     def _end(self, code: int, *, wait: bool) -> int:
         """Let the worker threads finish their running jobs (within the shutdown timeout) when ``wait``;
@@ -287,10 +290,10 @@ class WorkerProcess:
                     last_beat = now
                     self._beat()
         self._acks.close()  # the successes handed over are written before anything held is released
-        timed_out = {slot.record.job_id for slot in self._slots() if slot.timed_out}
-        released = 0
+        timed_out = {id(slot.record) for slot in self._slots() if slot.timed_out}  # the records, not their
+        released = 0  # jobs: a sibling may hold the same job afresh (claimed again after its retry's nack)
         for record in self._held_records():
-            if record.job_id in timed_out:
+            if id(record) in timed_out:
                 continue
             try:
                 if cancels.is_requested(record.job_id):  # not to be run again: a dead letter, as asked

@@ -14,8 +14,8 @@ from queue_max_django.engine import (
     CANCELLED,
     JOB_CANCELLED,
     JOB_FAILED,
-    CancelNote,
     Cancelled,
+    CancelNote,
     CancelOutcome,
     InvalidJob,
     Queue,
@@ -189,7 +189,7 @@ def test_cancelled_dead_letters_are_counted_within_failed_until_they_leave(queue
         record.nack(Cancelled("cancelled"), permanent=True)
         return job_id
 
-    first, second, third, fourth = (cancel_one() for _ in range(4))
+    first, second, _third, _fourth = (cancel_one() for _ in range(4))
     queue.put("f")
     queue.get(0).nack(ValueError("boom"), permanent=True)
     stats = queue.stats()
