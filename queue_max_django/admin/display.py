@@ -216,3 +216,13 @@ def error_box(job: Job) -> ErrorBox:
     else:
         note = f"It will be tried again: attempt {job.attempts + 1} of {allowed}."
     return ErrorBox("The last attempt failed", note, True)
+
+
+def cancelled(job: Job) -> dict[str, Any] | None:
+    """``{"by": "alice", "at": <datetime>}`` for a job cancelled while it ran (``Job.cancelled``: a dead
+    letter by its state, but an outcome someone asked for, not a failure; either may be None when it was
+    not noted); None for any other job."""
+    if not job.cancelled:
+        return None
+    note = job.cancel_note
+    return {"by": None if note is None else note.by, "at": None if note is None else when(note.at)}

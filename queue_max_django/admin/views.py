@@ -380,6 +380,7 @@ class JobAdmin(ModelAdmin):
             metadata=display.as_json(job.metadata) if job.metadata else None,
             attempts=display.attempts(job),
             error_box=display.error_box(job),
+            cancelled=display.cancelled(job),
             running_for=_running_for(job, time.time()),
             times=[
                 ("Enqueued", display.when(job.enqueued_at)),

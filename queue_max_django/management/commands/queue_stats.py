@@ -66,7 +66,7 @@ def render(stats: dict[str, Any]) -> str:
     sharded = stats["shard_count"] > 1  # a table of one shard would repeat the totals
     parts = [f"Store {stats['store']} ({where}{stats['shard_count']} shard{'s' if sharded else ''})"]
     counts = [(s, stats[s]) for s in STATES]
-    counts.insert(STATES.index("failed") + 1, ("  of which cancelled", stats["cancelled"]))
+    counts.insert(STATES.index("failed") + 1, ("cancelled", stats["cancelled"]))  # (within failed)
     parts.append(table(["STATE", "JOBS"], [*counts, ("total puts", stats["total"])]))
     queues = [(name, c["pending"], c["scheduled"], c["running"]) for name, c in stats["queues"].items()]
     title = "Queues (all shards)" if sharded else "Queues"
