@@ -201,6 +201,9 @@ class ErrorBox:
 
 def error_box(job: Job) -> ErrorBox:
     allowed = allowed_attempts(job)
+    if job.cancelled:
+        note = f"The job was cancelled at attempt {job.attempts} of {allowed}: not a failure, not retried."
+        return ErrorBox("Cancelled", note, False)
     if job.state is State.FAILED:
         note = f"The job failed for good after {job.attempts} of {allowed} attempts."
         return ErrorBox("Error", note, False)

@@ -103,7 +103,7 @@ def test_the_admin_notes_its_user_in_the_job_and_in_djangos_log_and_shows_the_ca
     listed = client.get(f"{BASE}failed/").content.decode()
     assert listed.count('data-testid="cancelled"') == 1 and "ValueError" in listed
     page = client.get(f"{BASE}{job_id}/").content.decode()
-    assert re.search(r'data-testid="state">Cancelled<', page)
+    assert re.search(r'data-testid="state">Cancelled<', page) and "failed for good" not in page
     assert re.search(
         r'data-testid="cancelled-by">by view_job-cancel_job at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d', page
     )
