@@ -36,7 +36,7 @@ logger = logging.getLogger("queue_max_django.worker")
 
 __all__ = [
     "after_run", "before_start", "ended_by_cancel", "error", "forget", "is_requested", "learn",
-    "log_cancelled", "request", "requested", "requested_ids", "running", "who",
+    "log_cancelled", "request", "requested", "requested_ids", "running", "who", "who_of",
 ]  # fmt: skip
 
 
@@ -46,6 +46,11 @@ def who(note: CancelNote | None) -> str:
         return ""
     by = f" by {note.by}" if note.by else ""
     return f"{by} at {time.strftime('%H:%M:%S', time.localtime(note.at))}"
+
+
+def who_of(record: Record) -> str:
+    """``who`` of the note in ``record.metadata`` (``learn`` put it there)."""
+    return who(CancelNote.of(record.metadata))
 
 
 def error(record: Record, why: str = "") -> Cancelled:

@@ -37,7 +37,7 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from ..engine import CancelNote, Queue, QueueClosed, QueueCorrupted, QueueEmpty, QueueError, Record, State
+from ..engine import Queue, QueueClosed, QueueCorrupted, QueueEmpty, QueueError, Record, State
 from ..runner import Outcome, TaskNotRegistered, run_job, use_event_loop
 from ..signals import job_signals_connected, record_run
 from . import cancels
@@ -45,7 +45,7 @@ from .acks import AckLine, acknowledge
 from .claims import CLAIM_LOG_EVERY as CLAIM_LOG_EVERY
 from .claims import STORE_RETRY as STORE_RETRY
 from .claims import ClaimTrouble
-from .logs import Throttle, summary
+from .logs import Throttle, log_stopped, summary
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
 from .tally import Tally
 
@@ -238,9 +238,8 @@ class WorkerProcess:
                 slot.cancel_deadline = time.monotonic() + grace
         if record.finished:  # it ended meanwhile: nothing to stop
             cancels.forget(record.job_id)
-        asked = cancels.who(CancelNote.of(record.metadata))
         logger.info("worker %s: job %s (%s): cancel requested%s; the task has %g s to stop", self.worker_id,
-                    record.job_id, record.name, asked, grace)  # fmt: skip
+                    record.job_id, record.name, cancels.who_of(record), grace)  # fmt: skip
 
     def _check_timeouts(self, now: float) -> None:
         for slot in self._slots():
@@ -254,31 +253,22 @@ class WorkerProcess:
             )
             if cancelled:
                 error = cancels.error(record, f" and did not stop within {self.options.cancel_grace:g} s")
-            # Stop claiming first: the nack gives a retried job back at once, and a sibling thread of this
-            # process, about to be replaced, must not claim it (it would hold it, never run it, until its
-            # lease ran out: one more attempt lost).
-            self.stop(TIMED_OUT)
+            self.stop(TIMED_OUT)  # first: no sibling thread claims (and strands) the job the nack gives back
             try:
                 state = record.nack(error, permanent=cancelled)
             except QueueCorrupted:
                 continue  # it finished just now (the process is replaced all the same)
             with self._lock:  # an attempt that ended: counted as one that ran (and failed, unless cancelled)
-                self.processed += 1
-                self.failed += 0 if cancelled else 1
+                self.processed, self.failed = self.processed + 1, self.failed + (not cancelled)
             self._add("cancelled" if cancelled else "dead" if state is State.FAILED else "retried")
-            # A cancel is an outcome someone asked for (INFO); a timeout that runs again is a retried failure
-            # (WARNING, as _log_failure logs those); one that made a dead letter is an ERROR.
-            level = logging.INFO if cancelled else logging.ERROR if state is State.FAILED else logging.WARNING
-            now_is = "cancelled" if cancelled else state.value
-            logger.log(level, "worker %s: %s; it is now %s. This process is replaced, since a thread cannot "
-                       "be stopped.", self.worker_id, error, now_is)  # fmt: skip
+            log_stopped(self.worker_id, error, state, cancelled=cancelled)
 
     def _end(self, code: int, *, wait: bool) -> int:
         """Let the worker threads finish their running jobs (within the shutdown timeout) when ``wait``;
         release every job still held (back to waiting, no attempt counted)."""
         self._claiming = False
-        if not wait:
-            self._let_idle_threads_go()
+        if not wait:  # idle threads leave their claim first: the store is not closed under them (QueueClosed)
+            self._join_idle(POLL + WATCH_EVERY)
         if wait:
             deadline = time.monotonic() + self.options.shutdown_timeout
             last_beat = time.monotonic()
@@ -290,8 +280,8 @@ class WorkerProcess:
                     last_beat = now
                     self._beat()
         self._acks.close()  # the successes handed over are written before anything held is released
-        timed_out = {id(slot.record) for slot in self._slots() if slot.timed_out}  # the records, not their
-        released = 0  # jobs: a sibling may hold the same job afresh (claimed again after its retry's nack)
+        timed_out = {id(slot.record) for slot in self._slots() if slot.timed_out}  # records, not job ids
+        released = 0
         for record in self._held_records():
             if id(record) in timed_out:
                 continue
@@ -313,15 +303,10 @@ class WorkerProcess:
             self.refused)  # fmt: skip
         return code
 
-    def _let_idle_threads_go(self) -> None:
-        """The process ends without waiting for running jobs (one overran its timeout, or its cancel grace):
-        still, the worker threads that run no job are in a claim that returns within ``POLL`` now that
-        ``_claiming`` is False. Wait that long for them to leave it, so that the store is not closed under
-        them (``entry.run`` closes it next): a claim that the close woke would raise ``QueueClosed``, an
-        error of nothing but this ending (issue 29). Threads running a job are not waited for."""
-        deadline = time.monotonic() + POLL + WATCH_EVERY
-        with self._lock:
-            busy = set(self._running)
+    def _join_idle(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the worker threads that run no job to end (their claim returns within
+        ``POLL`` once ``_claiming`` is False); threads running a job are not waited for."""
+        deadline, busy = time.monotonic() + seconds, set(self._running)  # (a copy under the GIL)
         for number, thread in list(self._threads.items()):
             if number not in busy:
                 thread.join(max(0.0, deadline - time.monotonic()))
@@ -460,8 +445,8 @@ class WorkerProcess:
                 self.stop(DONE)
             return []
         except QueueError as exc:
-            if isinstance(exc, QueueClosed) and self._exit_code is not None:
-                return []  # the process is ending and closed its store: nothing went wrong
+            if isinstance(exc, QueueClosed) and self._exit_code is not None:  # ending: its store closed
+                return []
             corrupted = isinstance(exc, QueueCorrupted)
             problem = str(exc) if corrupted else f"claiming failed: {type(exc).__name__}: {exc}"
             message, wait = self._trouble.failed(problem)
@@ -520,8 +505,7 @@ class WorkerProcess:
         cancelled = cancels.ended_by_cancel(outcome)
         with self._lock:
             self.processed += 1
-            if outcome.state is not State.DONE and not cancelled:
-                self.failed += 1
+            self.failed += outcome.state is not State.DONE and not cancelled
             done = self.processed
         if outcome.state is State.DONE:
             self._add("done")
