@@ -7,6 +7,12 @@ reports it to the holder (``Record.cancel_requested``), which stops the job and 
 a dead letter, not retried (``Cancelled`` is ``Permanent``), that ``requeue`` brings back (and forgets the
 mark). A job released or retried while marked is still marked: its next holder sees the mark at its first
 heartbeat. Marks of jobs that ended are dropped by ``requeue`` and by the store's vacuum.
+
+A cancel is its own outcome, not a failure (issue 29): the request notes who asked and when in the running
+job's metadata (``job.CANCEL_KEY``, in the same transaction as the mark; a holder's ``save_metadata`` keeps
+it), the ended job reads as ``Job.cancelled``, the stores count such dead letters within ``failed``
+(``stats()["cancelled"]``, ``Store.cancel_counts``), and its ``nack`` sends ``JOB_CANCELLED`` instead of
+``JOB_FAILED`` and reports nothing to the circuit breakers.
 """
 
 from __future__ import annotations
