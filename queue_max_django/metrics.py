@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .engine import Queue
-from .engine.throughput import enqueued_totals, finished_totals
+from .engine.throughput import cancel_counts, enqueued_totals, finished_totals
 
 PREFIX = "queue_max"
 EXTRA_HINT = 'pip install "queue-max-django[metrics]"'
@@ -66,10 +66,14 @@ class QueueCollector:
         now = q.now()
 
         jobs = gauge(
-            f"{PREFIX}_jobs", "Jobs in the store per state (done ones until vacuumed).", labels=["state"]
+            f"{PREFIX}_jobs",
+            "Jobs in the store per state (done ones until vacuumed; failed: the dead letters that are not "
+            "cancels, cancelled: those that are).",
+            labels=["state"],
         )
         for state in ("pending", "scheduled", "running", "done", "failed"):
-            jobs.add_metric([state], stats[state])
+            jobs.add_metric([state], stats[state] - (stats["cancelled"] if state == "failed" else 0))
+        jobs.add_metric(["cancelled"], stats["cancelled"])  # dead letters: the failures and the cancels apart
         yield jobs
 
         counts = q.queue_counts()
@@ -94,13 +98,21 @@ class QueueCollector:
             per_queue_puts.add_metric([name], puts.get(name, 0))
         yield per_queue_puts
         done_ever, failed_ever = finished_totals(q)
+        _cancelled_now, cancelled_ever = cancel_counts(q)  # cancels are kept as dead letters, not failures
         yield counter(
             f"{PREFIX}_done", "Jobs ever finished successfully (vacuumed ones included).", value=done_ever
         )
         yield counter(
             f"{PREFIX}_failed",
-            "Jobs ever dead-lettered (failed for good; purged, deleted and requeued ones included).",
-            value=failed_ever,
+            "Jobs ever dead-lettered (failed for good; purged, deleted and requeued ones included), not "
+            "counting cancelled ones.",
+            value=failed_ever - cancelled_ever,
+        )
+        yield counter(
+            f"{PREFIX}_cancelled",
+            "Jobs ever cancelled while they ran (kept with the dead letters, error Cancelled; purged, "
+            "deleted and requeued ones included).",
+            value=cancelled_ever,
         )
 
         lag = gauge(

@@ -290,8 +290,10 @@ class JobResult:
     def last_attempted_at(self) -> dt.datetime | None:
         return self.started_at
 
-    def cancel(self) -> CancelOutcome:
-        """Cancel the job, whatever its state. -> what happened (``CancelOutcome``, a str):
+    def cancel(self, *, by: str | None = None) -> CancelOutcome:
+        """Cancel the job, whatever its state. -> what happened (``CancelOutcome``, a str). ``by``: who asks,
+        or why (a user name, a reason: 200 characters kept), noted with the time in a running job's metadata
+        (``cancelled_by``, ``cancelled_at``):
 
         - ``"removed"``: it was waiting or scheduled; it is gone and never runs;
         - ``"requested"``: it is running; its worker sees the request at its next heartbeat and stops it (the
@@ -302,7 +304,26 @@ class JobResult:
         - ``"missing"``: the store no longer has it (purged, vacuumed, or cancelled before it ran).
 
         The handle's snapshot is not read again: call ``refresh()`` to see the job's state."""
-        return get_queue().request_cancel(self.job_id)
+        return get_queue().request_cancel(self.job_id, by=by)
+
+    @property
+    def cancelled(self) -> bool:
+        """Did the job end because it was cancelled while it ran (``status`` ``FAILED``, error ``Cancelled``)?
+        As of the last ``refresh()``."""
+        return self._job.cancelled
+
+    @property
+    def cancelled_by(self) -> str | None:
+        """Who asked to cancel the job (``cancel(by=)``, the admin user, ``"queue_cancel command"``); None
+        if it was not cancelled or nobody was named. As of the last ``refresh()``."""
+        note = self._job.cancel_note
+        return note.by if note is not None and self._job.cancelled else None
+
+    @property
+    def cancelled_at(self) -> dt.datetime | None:
+        """When the cancel was asked for (aware, UTC); None if the job was not cancelled."""
+        note = self._job.cancel_note
+        return _aware(note.at) if note is not None and self._job.cancelled else None
 
     @property
     def cancel_requested(self) -> bool:
@@ -310,9 +331,9 @@ class JobResult:
         stop it? Read from the store now, with the state as of the last ``refresh()``."""
         return self.status is JobStatus.RUNNING and get_queue().cancel_requested(self.job_id)
 
-    async def acancel(self) -> CancelOutcome:
+    async def acancel(self, *, by: str | None = None) -> CancelOutcome:
         """``cancel()`` from async code, off the event loop."""
-        return await asyncio.to_thread(self.cancel)
+        return await asyncio.to_thread(self.cancel, by=by)
 
     def refresh(self) -> None:
         """Read the job again from the store. ``JobNotFound`` once the store no longer has it;

@@ -30,10 +30,21 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import Signal
 
-from .engine import ALERT, JOB_ENQUEUED, JOB_FAILED, JOB_LOST, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Queue
+from .engine import (
+    ALERT,
+    JOB_CANCELLED,
+    JOB_ENQUEUED,
+    JOB_FAILED,
+    JOB_LOST,
+    JOB_RETRIED,
+    JOB_STARTED,
+    JOB_SUCCEEDED,
+    Queue,
+)
 from .lostjobs import log_lost
 
 __all__ = [
+    "job_cancelled",
     "job_enqueued",
     "job_failed",
     "job_retried",
@@ -51,6 +62,7 @@ job_started = Signal()  # job_id, queue, name, attempt
 job_succeeded = Signal()  # job_id, queue, name, result
 job_retried = Signal()  # job_id, queue, name, error, state
 job_failed = Signal()  # job_id, queue, name, error, state (the job is a dead letter)
+job_cancelled = Signal()  # job_id, queue, name, error, state (cancelled while it ran: not a failure)
 queue_alert = Signal()  # kind, pending, threshold (sender None)
 
 _NAMES: dict[Signal, str] = {
@@ -59,6 +71,7 @@ _NAMES: dict[Signal, str] = {
     job_succeeded: "job_succeeded",
     job_retried: "job_retried",
     job_failed: "job_failed",
+    job_cancelled: "job_cancelled",
     queue_alert: "queue_alert",
 }
 
@@ -106,7 +119,9 @@ class TaskStats:
         self._started: dict[int, float] = {}  # job_id -> monotonic start, oldest first
 
     def _count(self, name: str, key: str) -> None:
-        counts = self._counts.setdefault(name, {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0})
+        counts = self._counts.setdefault(
+            name, {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0, "cancelled": 0}
+        )
         counts[key] += 1
 
     def enqueued(self, name: str | None) -> None:
@@ -144,7 +159,11 @@ class TaskStats:
 
     def get(self, name: str) -> dict[str, Any]:
         with self._lock:
-            counts = dict(self._counts.get(name, {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0}))
+            counts = dict(
+                self._counts.get(
+                    name, {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0, "cancelled": 0}
+                )
+            )
             total, runs = self._run_time.get(name, (0.0, 0))
         return {**counts, "mean_run_time": total / runs if runs else None}
 
@@ -174,7 +193,8 @@ def job_signals_connected() -> bool:
     """Whether any receiver listens to a job's start or outcome. When none does, the worker skips the
     engine's per-job events for claims and acknowledgements (two callbacks a job) and reports to
     ``record_run`` itself: ``Task.get_stats()`` stays the same."""
-    return any(signal.receivers for signal in (job_started, job_succeeded, job_retried, job_failed))
+    signals = (job_started, job_succeeded, job_retried, job_failed, job_cancelled)
+    return any(signal.receivers for signal in signals)
 
 
 def reset_stats() -> None:
@@ -229,6 +249,11 @@ def _on_failed(*, job_id: int, queue: str, name: str | None, error: str, state: 
     send(job_failed, name, job_id=job_id, queue=queue, name=name, error=error, state=state)
 
 
+def _on_cancelled(*, job_id: int, queue: str, name: str | None, error: str, state: Any) -> None:
+    _stats.finished(job_id, name, "cancelled")
+    send(job_cancelled, name, job_id=job_id, queue=queue, name=name, error=error, state=state)
+
+
 def _on_alert(*, type: str, pending: int, threshold: int, **fields: Any) -> None:
     send(queue_alert, None, kind=type, pending=pending, threshold=threshold)
 
@@ -239,6 +264,7 @@ CALLBACKS = (
     (JOB_SUCCEEDED, _on_succeeded),
     (JOB_RETRIED, _on_retried),
     (JOB_FAILED, _on_failed),
+    (JOB_CANCELLED, _on_cancelled),
     (JOB_LOST, log_lost),  # a log line, no signal: job_retried or job_failed went out for it already
     (ALERT, _on_alert),
 )

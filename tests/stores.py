@@ -14,10 +14,10 @@ server can be had. Two markers leave the other kinds out, each for its own reaso
   that multi-process tests spend fast); the tests of the same code that do reach the store run on every
   kind.
 
-A new kind of store is one entry of ``KINDS``: its name, how to open a ``Store`` of it for one test, and the
-markers its tests carry (``postgres``: needs a server), and the suites it runs in (the in-memory
-reference store: the engine's and the store contract's only). The store contract suite (``tests/store_contract``)
-then runs on it; the Queue-level suites also need it in ``tests/engine/locations.py`` (``OPENERS``: a Queue
+A new kind of store is one entry of ``KINDS``: its name, how to open a ``Store`` of it for one test, the
+markers its tests carry (``postgres``: needs a server), and the suites it runs in (the in-memory reference
+store: the engine's and the store contract's only). The store contract suite (``tests/store_contract``) then
+runs on it; the Queue-level suites also need it in ``tests/engine/locations.py`` (``OPENERS``: a Queue
 another process can open) and a ``StoreProbe`` (``tests/engine/probes.py``).
 """
 

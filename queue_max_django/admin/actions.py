@@ -36,9 +36,14 @@ VERBS = {
     RUN: ("Run now", "Moved to the waiting jobs, to run now:"),
     CANCEL_RUNNING: ("Cancel", "Cancel requested for"),
 }
+# What Django's admin log (``LogEntry``) says of a job an action changed (cancels: who cancelled what, when).
+LOGGED = {
+    CANCEL: "Cancelled (removed before it ran).",
+    CANCEL_RUNNING: "Cancel requested (its worker stops it).",
+}
 
 
-def _operation(queue: Queue, action: str) -> Callable[[int], bool]:
+def _operation(queue: Queue, action: str, by: str | None = None) -> Callable[[int], bool]:
     if action == RETRY:
         return queue.requeue
     if action == CANCEL:
@@ -48,7 +53,7 @@ def _operation(queue: Queue, action: str) -> Callable[[int], bool]:
     if action == RUN:
         return lambda job_id: run_now(queue, job_id)
     if action == CANCEL_RUNNING:
-        return lambda job_id: queue.request_cancel(job_id) is CancelOutcome.REQUESTED
+        return lambda job_id: queue.request_cancel(job_id, by=by) is CancelOutcome.REQUESTED
     raise ValueError(f"unknown action {action!r}")
 
 
@@ -61,6 +66,7 @@ class Outcome:
     done: int
     skipped: int
     corrupted: int = 0
+    changed: tuple[int, ...] = ()  # the ids of the jobs it changed (for Django's admin log)
 
     def message(self) -> str:
         """The admin message: "Retried 12 jobs." plus the skipped ones, if any."""
@@ -75,20 +81,25 @@ class Outcome:
         return text
 
 
-def apply(queue: Queue, action: str, job_ids: Iterable[int], *, state: State) -> Outcome:
+def apply(
+    queue: Queue, action: str, job_ids: Iterable[int], *, state: State, by: str | None = None
+) -> Outcome:
     """Run ``action`` on each job that is still in ``state`` (the list it was picked from). -> how many it
-    changed and how many it skipped."""
-    operation = _operation(queue, action)
+    changed and how many it skipped. ``by``: who asks, noted with a cancel of a running job (its metadata
+    then says who cancelled it and when)."""
+    operation = _operation(queue, action, by)
     done = skipped = corrupted = 0
+    changed: list[int] = []
     for job_id in job_ids:
         job = queue.job(job_id)
         if job is not None and job.state is state and operation(job_id):
             done += 1
+            changed.append(job_id)
         elif action == RETRY and job is not None and job.corrupted:
             corrupted += 1
         else:
             skipped += 1
-    return Outcome(action, done, skipped, corrupted)
+    return Outcome(action, done, skipped, corrupted, tuple(changed))
 
 
 def purge_failed(queue: Queue, *, failed_before: float, now: float) -> Outcome:

@@ -13,7 +13,7 @@ from typing import Any
 from django.utils import timezone
 
 from .. import serving
-from ..engine import Queue, QueueError, State, WorkerInfo
+from ..engine import CANCELLED, Queue, QueueError, State, WorkerInfo
 from ..engine.throughput import history, minute_of, per_minute
 from . import chart, periodic
 from .display import duration, when
@@ -157,6 +157,8 @@ def snapshot(queue: Queue, now: float) -> dict[str, Any]:
         "unserved": unserved(queue_counts, [row.info for row in workers]),
         "states": [StateCount(state.value, LABELS[state], Count(stats[state.value])) for state in State],
         "total": Count(stats["total"]),
+        "cancelled": Count(stats.get("cancelled", 0)),  # dead letters that are cancels (within failed)
+        "cancelled_type": CANCELLED,
         "queues": {
             name: {state: Count(value) for state, value in counts.items()}
             for name, counts in queue_counts.items()

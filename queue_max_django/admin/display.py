@@ -225,6 +225,9 @@ class ErrorBox:
 
 def error_box(job: Job) -> ErrorBox:
     allowed = allowed_attempts(job)
+    if job.cancelled:
+        note = f"The job was cancelled at attempt {job.attempts} of {allowed}: not a failure, not retried."
+        return ErrorBox("Cancelled", note, False)
     if job.state is State.FAILED:
         note = f"The job failed for good after {job.attempts} of {allowed} attempts."
         return ErrorBox("Error", note, False)
@@ -240,3 +243,13 @@ def error_box(job: Job) -> ErrorBox:
     else:
         note = f"It will be tried again: attempt {job.attempts + 1} of {allowed}."
     return ErrorBox("The last attempt failed", note, True)
+
+
+def cancelled(job: Job) -> dict[str, Any] | None:
+    """``{"by": "alice", "at": <datetime>}`` for a job cancelled while it ran (``Job.cancelled``: a dead
+    letter by its state, but an outcome someone asked for, not a failure; either may be None when it was
+    not noted); None for any other job."""
+    if not job.cancelled:
+        return None
+    note = job.cancel_note
+    return {"by": None if note is None else note.by, "at": None if note is None else when(note.at)}

@@ -283,9 +283,10 @@ class JobAdmin(ModelAdmin):
                     "not after now): nothing was done. Ask for the action again.",
                 )
                 return HttpResponseRedirect(back)
-            outcome, note = self._act_on_matching(current, action, filters, as_of)
+            outcome, note = self._act_on_matching(request, current, action, filters, as_of)
         else:
-            outcome, note = actions.apply(queue, action, ids, state=current), ""
+            outcome, note = actions.apply(queue, action, ids, state=current, by=_who(request)), ""
+        self._log_actions(request, outcome)
         messages.success(request, outcome.message() + note)
         return HttpResponseRedirect(back)
 
@@ -338,7 +339,7 @@ class JobAdmin(ModelAdmin):
         return self._url("list", state.value, query=filters.as_query())
 
     def _act_on_matching(
-        self, state: State, action: str, filters: listing.Filters, as_of: float
+        self, request: HttpRequest, state: State, action: str, filters: listing.Filters, as_of: float
     ) -> tuple[actions.Outcome, str]:
         """Act on every job that matched when the confirmation page was shown (``as_of``, unix seconds):
         jobs that failed or were enqueued after it are left alone."""
@@ -359,7 +360,16 @@ class JobAdmin(ModelAdmin):
                 f" Only the first {listing.SCAN_LIMIT:,} jobs were looked at: more may match, run the action "
                 f"again."
             )
-        return actions.apply(queue, action, ids, state=state), note
+        return actions.apply(queue, action, ids, state=state, by=_who(request)), note
+
+    def _log_actions(self, request: HttpRequest, outcome: actions.Outcome) -> None:
+        """Django's admin log (``LogEntry``, the "Recent actions" box and each object's history): one entry
+        per job a cancel changed, by this user, now."""
+        message = actions.LOGGED.get(outcome.action)
+        if message is None:
+            return
+        for job_id in outcome.changed:
+            self.log_change(request, self.model(pk=job_id), message)
 
     # ------------------------------------------------------------------ one job
 
@@ -390,6 +400,7 @@ class JobAdmin(ModelAdmin):
             metadata=display.as_json(job.metadata) if job.metadata else None,
             attempts=display.attempts(job),
             error_box=display.error_box(job),
+            cancelled=display.cancelled(job),
             running_for=_running_for(job, time.time()),
             times=[
                 ("Enqueued", display.when(job.enqueued_at)),
@@ -437,7 +448,10 @@ class JobAdmin(ModelAdmin):
         if action == actions.ENQUEUE:
             return self._enqueue_again(request, job)
         fits = action in actions.STATE_ACTIONS[job.state]
-        outcome = actions.apply(get_queue(), action, [job.job_id] if fits else [], state=job.state)
+        outcome = actions.apply(
+            get_queue(), action, [job.job_id] if fits else [], state=job.state, by=_who(request)
+        )
+        self._log_actions(request, outcome)
         if outcome.corrupted:
             messages.error(
                 request,
@@ -512,3 +526,8 @@ def _listed_by(state: State, order: str) -> str:
     if order == listing.FAILED_OLDEST:
         return "failed at, oldest first"
     return listing.DIRECTIONS[state][order == listing.INDEX_LAST]
+
+
+def _who(request: HttpRequest) -> str:
+    """Who asks, as a cancel notes it: the admin user's name."""
+    return str(request.user.get_username())

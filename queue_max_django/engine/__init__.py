@@ -25,6 +25,7 @@ from .errors import (
 from .events import (
     ALERT,
     EVENTS,
+    JOB_CANCELLED,
     JOB_ENQUEUED,
     JOB_FAILED,
     JOB_LOST,
@@ -34,7 +35,7 @@ from .events import (
     Events,
 )
 from .flowstate import GLOBAL_KEY, NAME_KEY_PREFIX, QUEUE_KEY_PREFIX, job_keys
-from .job import Job, State
+from .job import CANCELLED, CancelNote, Job, State
 from .metadata import METADATA_MAX_BYTES, METADATA_MAX_DEPTH
 from .queue import Queue
 from .ratelimit import InvalidRate, Rate, parse_rate
@@ -45,8 +46,10 @@ from .stores.types import LockHolder, WorkerInfo
 
 __all__ = [
     "ALERT",
+    "CANCELLED",
     "EVENTS",
     "GLOBAL_KEY",
+    "JOB_CANCELLED",
     "JOB_ENQUEUED",
     "JOB_FAILED",
     "JOB_LOST",
@@ -61,6 +64,7 @@ __all__ = [
     "AsyncRecord",
     "BreakerPolicy",
     "BreakerState",
+    "CancelNote",
     "CancelOutcome",
     "Cancelled",
     "ConfigurationError",

@@ -204,8 +204,8 @@ class AsyncQueue:
     async def cancel(self, job_id: int) -> bool:
         return await asyncio.to_thread(self.queue.cancel, job_id)
 
-    async def request_cancel(self, job_id: int) -> CancelOutcome:
-        return await asyncio.to_thread(self.queue.request_cancel, job_id)
+    async def request_cancel(self, job_id: int, *, by: str | None = None) -> CancelOutcome:
+        return await asyncio.to_thread(self.queue.request_cancel, job_id, by=by)
 
     async def purge(self, state: State | str, *, older_than: float | None = None) -> int:
         return await asyncio.to_thread(lambda: self.queue.purge(state, older_than=older_than))

@@ -7,6 +7,12 @@ reports it to the holder (``Record.cancel_requested``), which stops the job and 
 a dead letter, not retried (``Cancelled`` is ``Permanent``), that ``requeue`` brings back (and forgets the
 mark). A job released or retried while marked is still marked: its next holder sees the mark at its first
 heartbeat. Marks of jobs that ended are dropped by ``requeue`` and by the store's vacuum.
+
+A cancel is its own outcome, not a failure (issue 29): the request notes who asked and when in the running
+job's metadata (``job.CANCEL_KEY``, in the same transaction as the mark; a holder's ``save_metadata`` keeps
+it), the ended job reads as ``Job.cancelled``, the stores count such dead letters within ``failed``
+(``stats()["cancelled"]``, ``Store.cancel_counts``), and its ``nack`` sends ``JOB_CANCELLED`` instead of
+``JOB_FAILED`` and reports nothing to the circuit breakers.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import enum
 
 from .classify import Permanent
+from .job import CANCELLED
 
 
 class Cancelled(Permanent):
@@ -24,6 +31,9 @@ class Cancelled(Permanent):
     letter (not retried); requeue it to run it again."""
 
 
+MAX_CANCEL_BY = 200  # characters of ``request_cancel(by=)`` kept (who asked: a user, a command, a reason)
+
+
 class CancelOutcome(enum.StrEnum):
     """What ``Queue.request_cancel`` did."""
 
@@ -31,3 +41,11 @@ class CancelOutcome(enum.StrEnum):
     REQUESTED = "requested"  # it is running: marked; its holder stops it at its next heartbeat
     FINISHED = "finished"  # it already ended (done or a dead letter): nothing to cancel, nothing changed
     MISSING = "missing"  # no such job (never existed, or deleted, purged or vacuumed)
+
+
+assert f"{Cancelled.__module__}.{Cancelled.__qualname__}" == CANCELLED  # the error type nack() stores for it
+
+
+def is_cancel(error: object) -> bool:
+    """Is ``error`` (what a job's attempt ended with) a cancel, not a failure?"""
+    return isinstance(error, Cancelled)

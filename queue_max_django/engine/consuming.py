@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import codec
+from .cancels import is_cancel
 from .errors import InvalidJob, QueueEmpty, UnknownQueue
-from .events import JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
+from .events import JOB_CANCELLED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .job import State
 from .metadata import pack_metadata, unpack_metadata
 from .record import Record
@@ -193,6 +194,11 @@ class Consumer:
                           base=owner.retry_backoff, cap=owner.retry_backoff_max, rng=owner._rng)  # fmt: skip
         state = store.fail(now, job_id, record._token, described, retry_at, owner.sync)
         record.finished = True
+        if is_cancel(error):  # asked for, not a failure: no circuit breaker counts it, no job_failed event
+            if owner.events.listening(JOB_CANCELLED):
+                owner.events.emit(JOB_CANCELLED, job_id=job_id, queue=record.queue, name=record.name,
+                                  error=described[0], state=state)  # fmt: skip
+            return state
         owner._flow.record_outcome(record.queue, record.name, False)
         self.emit_failure(job_id, record.queue, record.name, state, described[0])
         return state

@@ -1,5 +1,5 @@
-"""Engine-level callbacks: job enqueued, started, succeeded, retried, failed, lost with its worker, and
-alerts.
+"""Engine-level callbacks: job enqueued, started, succeeded, retried, failed, cancelled, lost with its worker,
+and alerts.
 
 Emitting with no listener costs one dict lookup; ``listening()`` lets the caller skip building the arguments.
 Registration is copy-on-write (a new dict of tuples under a lock), so ``emit`` reads without locking. A
@@ -20,10 +20,13 @@ JOB_STARTED = "job_started"
 JOB_SUCCEEDED = "job_succeeded"
 JOB_RETRIED = "job_retried"
 JOB_FAILED = "job_failed"  # failed for good (dead-lettered)
+JOB_CANCELLED = "job_cancelled"  # ended because someone cancelled it while it ran (not a failure)
 JOB_LOST = "job_lost"  # recovery took back a job whose holder died or stalled (after its retried/failed)
 ALERT = "alert"  # e.g. waiting jobs over a threshold; not a per-job event, so batch() does not silence it
 
-EVENTS: tuple[str, ...] = (JOB_ENQUEUED, JOB_STARTED, JOB_SUCCEEDED, JOB_RETRIED, JOB_FAILED, JOB_LOST, ALERT)
+EVENTS: tuple[str, ...] = (
+    JOB_ENQUEUED, JOB_STARTED, JOB_SUCCEEDED, JOB_RETRIED, JOB_FAILED, JOB_CANCELLED, JOB_LOST, ALERT,
+)  # fmt: skip
 PER_JOB_EVENTS: frozenset[str] = frozenset(EVENTS) - {ALERT}
 
 logger = logging.getLogger("queue_max_django.engine.events")

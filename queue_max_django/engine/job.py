@@ -52,6 +52,13 @@ class State(enum.StrEnum):
 # payload, partition key or metadata): it can be read and deleted, never requeued (nothing is left to run).
 CORRUPTED = "Corrupted"
 
+# The error type of a job ended because someone cancelled it while it ran (``cancels.Cancelled``, by its
+# module path as ``nack`` stores error types): stored as a dead letter, but its own outcome, not a failure
+# (``Job.cancelled``). Who cancelled it and when are in its metadata under ``CANCEL_KEY`` (``cancel_note``).
+CANCELLED = "queue_max_django.engine.cancels.Cancelled"
+CANCEL_KEY = "_cancel"  # {"by": who, "at": unix seconds}: written by Queue.request_cancel
+
+
 # Order matters: the integer code of a state is its index here, and that code is what is stored on disk.
 STATES: tuple[State, ...] = (State.PENDING, State.SCHEDULED, State.RUNNING, State.DONE, State.FAILED)
 STATE_CODE: dict[State, int] = {state: code for code, state in enumerate(STATES)}
@@ -94,6 +101,41 @@ class Job:
         return self.state is State.FAILED and self.error_type == CORRUPTED
 
     @property
+    def cancelled(self) -> bool:
+        """Ended because someone cancelled it while it ran (error type ``Cancelled``): stored as a dead
+        letter (state ``failed``) but shown and counted as cancelled, not as a failure. A job cancelled
+        while it waited is removed instead, and leaves no job behind."""
+        return self.state is State.FAILED and self.error_type == CANCELLED
+
+    @property
+    def cancel_note(self) -> CancelNote | None:
+        """Who asked to cancel this job and when (``Queue.request_cancel(by=)``), as stored in its metadata
+        under ``CANCEL_KEY``; None when no cancel was requested of it (or the note does not read)."""
+        return CancelNote.of(self.metadata)
+
+    @property
     def shard(self) -> int:
         """The shard that holds this job (derivable from its id)."""
         return shard_of(self.job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelNote:
+    """A cancel request as the job's metadata keeps it: ``by`` whom (None: not said) ``at`` what time (unix
+    seconds)."""
+
+    by: str | None
+    at: float
+
+    def stored(self) -> dict[str, Any]:
+        """The note as the metadata's value under ``CANCEL_KEY``."""
+        return {"by": self.by, "at": self.at}
+
+    @classmethod
+    def of(cls, metadata: dict[str, Any] | None) -> CancelNote | None:
+        """The note in ``metadata`` (a job's), or None."""
+        note = (metadata or {}).get(CANCEL_KEY)
+        if not isinstance(note, dict) or not isinstance(note.get("at"), (int, float)):
+            return None
+        by = note.get("by")
+        return cls(by if isinstance(by, str) else None, float(note["at"]))

@@ -78,6 +78,31 @@ def normalized(metadata: Any) -> dict[str, Any]:
     return unpack_metadata(pack_metadata(metadata))
 
 
+def with_cancel_note(stored: bytes | None, note: dict[str, Any]) -> bytes | None:
+    """``stored`` metadata (a running job's) with ``note`` under ``job.CANCEL_KEY`` (a cancel request's who
+    and when); ``stored`` unchanged when it does not decode or the note would take it over the size limit."""
+    from .job import CANCEL_KEY
+
+    try:
+        return pack_metadata({**unpack_metadata(stored), CANCEL_KEY: note})
+    except (ValueError, InvalidMetadata):
+        return stored
+
+
+def keeping_cancel_note(stored: bytes | None, new: bytes | None) -> bytes | None:
+    """``new`` metadata (a holder's save) with the cancel note ``stored`` holds, if any: the note is the
+    store's (written by ``cancel``), so a task that saves its own metadata never erases who cancelled it."""
+    from .job import CANCEL_KEY
+
+    if stored is None or CANCEL_KEY.encode() not in stored:
+        return new
+    try:
+        note = unpack_metadata(stored).get(CANCEL_KEY)
+        return new if note is None else pack_metadata({**unpack_metadata(new), CANCEL_KEY: note})
+    except (ValueError, InvalidMetadata):
+        return new
+
+
 def unpack_metadata(raw: bytes | str | None) -> dict[str, Any]:
     """Stored metadata (JSON text as bytes or str; None: none) as a dict; ``ValueError`` if it is not
     the JSON of a dict (``codec.job_from_stored`` reports that as damage)."""

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from .cancels import CancelOutcome
+from .cancels import MAX_CANCEL_BY, CancelOutcome
 from .claiming import Claimer
 from .consuming import MAX_IDLE_WAIT as MAX_IDLE_WAIT
 from .consuming import Consumer
@@ -335,7 +335,9 @@ class Queue(Coordination):
 
     def stats(self) -> dict[str, Any]:
         """Counts per state, ``total`` puts ever, and ``shards``; plus ``rate_limits`` and
-        ``circuit_breakers`` when there are any. O(shards + keys): no scan."""
+        ``circuit_breakers`` when there are any. O(shards + keys): no scan. ``cancelled``: the dead letters
+        that are cancels (``Job.cancelled``), counted within ``failed`` (so the states still add up to at
+        most ``total``); ``failed - cancelled`` are the failures."""
         out: dict[str, Any] = self._live().counts()
         out["shards"] = self.shard_count
         out.update(self._flow.stats())
@@ -426,10 +428,14 @@ class Queue(Coordination):
         _check_id(job_id)
         return self._live().delete(self._clock(), job_id, (State.PENDING, State.SCHEDULED))
 
-    def request_cancel(self, job_id: int) -> CancelOutcome:
-        """Cancel a job in any state: remove a waiting one, mark a running one (cancels.py)."""
+    def request_cancel(self, job_id: int, *, by: str | None = None) -> CancelOutcome:
+        """Cancel a job in any state: remove a waiting one, mark a running one (cancels.py). ``by``: who
+        asks (a user name, a command, a reason; at most ``MAX_CANCEL_BY`` characters), noted with the time
+        in the running job's metadata (``Job.cancel_note``)."""
         _check_id(job_id)
-        return self._live().cancel(self._clock(), job_id)
+        if by is not None and not isinstance(by, str):
+            raise InvalidJob(f"by must be a str or None, not {type(by).__name__}")
+        return self._live().cancel(self._clock(), job_id, None if by is None else by[:MAX_CANCEL_BY])
 
     def cancel_requested(self, job_id: int) -> bool:
         """Was a cancel of this running job requested (``request_cancel``), its worker yet to stop it? The

@@ -66,6 +66,12 @@ def finished_totals(queue: Queue) -> tuple[int, int]:
     return queue._live().finished_totals()
 
 
+def cancel_counts(queue: Queue) -> tuple[int, int]:
+    """(dead letters that are cancels now, jobs ever cancelled while they ran): the second is a counter,
+    counted within ``finished_totals``' dead letters (``Store.cancel_counts``)."""
+    return queue._live().cancel_counts()
+
+
 def enqueued_totals(queue: Queue) -> dict[str, int]:
     """Per queue, sorted by name: jobs ever put into it (``Store.enqueued_totals``; a counter too)."""
     return queue._live().enqueued_totals()

@@ -231,14 +231,15 @@ def id_text(job_id: int | None) -> str | None:
 
 
 def job_dict(job: Job) -> dict[str, Any]:
-    """A job as JSON-ready data: every field of ``Job`` plus its ``shard`` and ``attempts_allowed``; the
-    name is its ``task``, the id a string (``id_text``)."""
+    """A job as JSON-ready data: every field of ``Job`` plus its ``shard``, ``attempts_allowed`` and
+    ``cancelled`` (``Job.cancelled``); the name is its ``task``, the id a string (``id_text``)."""
     data = {field.name: getattr(job, field.name) for field in dataclasses.fields(job)}
     data["job_id"] = id_text(job.job_id)
     data["task"] = data.pop("name")
     data["state"] = job.state.value
     data["shard"] = job.shard
     data["attempts_allowed"] = job.max_retries + 1  # the first and max_retries more (as the admin counts)
+    data["cancelled"] = job.cancelled  # a dead letter that is a cancel (who and when: metadata "_cancel")
     return data
 
 

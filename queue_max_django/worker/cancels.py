@@ -12,27 +12,82 @@ the job is failed with ``Cancelled`` and its process is replaced (a thread canno
 
 The registry is per process and safe to read from any thread (a set of ints under the GIL). Outside a
 worker (the immediate mode, tests, a shell) nothing is ever requested.
+
+A cancel is an outcome someone asked for, not a failure (issue 29): the worker logs it at INFO with who asked
+and when (``log_cancelled``, no traceback), counts it as cancelled, never as failed; the engine sends no
+``job_failed`` for it and no circuit breaker counts it (``engine/consuming.py``).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 # The registry itself is cancel_requests.py (outside this package, so that context.py's
 # ``current_job().cancelled`` can read it without importing the worker): its names, here too.
 from ..cancel_requests import forget, is_requested, request, requested, requested_ids, running
-from ..engine import Cancelled, Record, State
+from ..engine import Cancelled, CancelNote, Queue, QueueError, Record, State
+from ..engine.cancels import is_cancel
+from ..engine.job import CANCEL_KEY
 from ..outcome import Outcome
 
+logger = logging.getLogger("queue_max_django.worker")
+
 __all__ = [
-    "after_run", "before_start", "error", "forget", "is_requested", "request", "requested", "requested_ids",
-    "running",
+    "after_run", "before_start", "ended_by_cancel", "error", "forget", "is_requested", "learn",
+    "log_cancelled", "request", "requested", "requested_ids", "running", "who", "who_of",
 ]  # fmt: skip
 
 
+def who(note: CancelNote | None) -> str:
+    """`` by alice at 14:02:07`` (local time, as the log's own), or ``""`` when nothing was noted."""
+    if note is None:
+        return ""
+    by = f" by {note.by}" if note.by else ""
+    return f"{by} at {time.strftime('%H:%M:%S', time.localtime(note.at))}"
+
+
+def who_of(record: Record) -> str:
+    """``who`` of the note in ``record.metadata`` (``learn`` put it there)."""
+    return who(CancelNote.of(record.metadata))
+
+
 def error(record: Record, why: str = "") -> Cancelled:
-    """The ``Cancelled`` a job ends with."""
-    return Cancelled(f"job {record.job_id} ({record.name}) was cancelled{why}")
+    """The ``Cancelled`` a job ends with: who asked and when, as the job's metadata notes it."""
+    return Cancelled(
+        f"job {record.job_id} ({record.name}) was cancelled{who(CancelNote.of(record.metadata))}{why}"
+    )
+
+
+def ended_by_cancel(outcome: Outcome) -> bool:
+    """Did this attempt end the job because it was cancelled (a dead letter with ``Cancelled``)?"""
+    return outcome.state is State.FAILED and is_cancel(outcome.error)
+
+
+def log_cancelled(record: Record, error: object) -> None:
+    """One INFO line, no traceback: a cancel is an outcome someone asked for, not a failure. The error of a
+    cancel the worker ended says who asked and when (``error``); one the task raised itself gets them here."""
+    text = str(error)
+    if not text.startswith(f"job {record.job_id} ("):
+        text = (
+            f"job {record.job_id} ({record.name}) was cancelled{who(CancelNote.of(record.metadata))}: {text}"
+        )
+    logger.info("%s; not retried (a cancel, not a failure)", text,
+                extra={"job_id": str(record.job_id), "task": record.name, "queue": record.queue,
+                       "cancelled": True})  # fmt: skip
+
+
+def learn(queue: Queue, record: Record) -> None:
+    """The heartbeat found ``record``'s job marked: read who asked and when (the note the cancel wrote in
+    the job's metadata) into ``record.metadata``, which holds the metadata as stored, for ``error`` and
+    ``log_cancelled``. A store that fails leaves them unsaid, nothing worse."""
+    try:
+        job = queue.job(record.job_id)
+    except QueueError:
+        return
+    if job is not None and job.cancel_note is not None:
+        record.metadata = {**record.metadata, CANCEL_KEY: job.cancel_note.stored()}
 
 
 def before_start(record: Record) -> Outcome | None:

@@ -18,6 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from ..engine import State
 from ..engine.validate import error_text
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.INFO, 3: logging.DEBUG}
@@ -101,3 +102,14 @@ class Throttle:
                 return None
             held, seen[0], seen[1] = int(seen[1]), now, 0
             return held
+
+
+def log_stopped(worker_id: str, error: object, state: State, *, cancelled: bool) -> None:
+    """The line of a job this process's main thread ended (over its timeout, or past its cancel grace),
+    after which the process is replaced: INFO for a cancel (an outcome someone asked for), WARNING for a
+    timeout that runs again (as every retried failure), ERROR for one that made a dead letter."""
+    level = logging.INFO if cancelled else logging.ERROR if state is State.FAILED else logging.WARNING
+    logging.getLogger("queue_max_django.worker").log(
+        level, "worker %s: %s; it is now %s. This process is replaced, since a thread cannot be stopped.",
+        worker_id, error, "cancelled" if cancelled else state.value,
+    )  # fmt: skip

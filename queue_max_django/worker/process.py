@@ -37,7 +37,7 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from ..engine import Queue, QueueCorrupted, QueueEmpty, QueueError, Record, State
+from ..engine import Queue, QueueClosed, QueueCorrupted, QueueEmpty, QueueError, Record, State
 from ..runner import Outcome, TaskNotRegistered, run_job, use_event_loop
 from ..signals import job_signals_connected, record_run
 from . import cancels
@@ -45,7 +45,7 @@ from .acks import AckLine, acknowledge
 from .claims import CLAIM_LOG_EVERY as CLAIM_LOG_EVERY
 from .claims import STORE_RETRY as STORE_RETRY
 from .claims import ClaimTrouble
-from .logs import Throttle, summary
+from .logs import Throttle, log_stopped, summary
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
 from .tally import Tally
 
@@ -230,6 +230,7 @@ class WorkerProcess:
     def _cancel_seen(self, record: Record) -> None:
         """The heartbeat found ``record``'s job marked "cancel requested": tell the task (``cancels``), and
         give it ``--cancel-grace`` seconds to stop (``_check_timeouts``)."""
+        cancels.learn(self.queue, record)  # who asked and when, before the task can see the request
         cancels.request(record.job_id)
         grace = self.options.cancel_grace
         for slot in self._slots():
@@ -237,8 +238,8 @@ class WorkerProcess:
                 slot.cancel_deadline = time.monotonic() + grace
         if record.finished:  # it ended meanwhile: nothing to stop
             cancels.forget(record.job_id)
-        logger.info("worker %s: job %s (%s): cancel requested; the task has %g s to stop",
-                    self.worker_id, record.job_id, record.name, grace)  # fmt: skip
+        logger.info("worker %s: job %s (%s): cancel requested%s; the task has %g s to stop", self.worker_id,
+                    record.job_id, record.name, cancels.who_of(record), grace)  # fmt: skip
 
     def _check_timeouts(self, now: float) -> None:
         for slot in self._slots():
@@ -252,22 +253,22 @@ class WorkerProcess:
             )
             if cancelled:
                 error = cancels.error(record, f" and did not stop within {self.options.cancel_grace:g} s")
+            self.stop(TIMED_OUT)  # first: no sibling thread claims (and strands) the job the nack gives back
             try:
                 state = record.nack(error, permanent=cancelled)
             except QueueCorrupted:
-                continue  # it finished just now
-            with self._lock:  # an attempt that ended: counted as one that ran and failed
-                self.processed += 1
-                self.failed += 1
-            self._add("dead" if state is State.FAILED else "retried")
-            logger.error("worker %s: %s; it is now %s. This process is replaced, since a thread cannot be "
-                         "stopped.", self.worker_id, error, state.value)  # fmt: skip
-            self.stop(TIMED_OUT)
+                continue  # it finished just now (the process is replaced all the same)
+            with self._lock:  # an attempt that ended: counted as one that ran (and failed, unless cancelled)
+                self.processed, self.failed = self.processed + 1, self.failed + (not cancelled)
+            self._add("cancelled" if cancelled else "dead" if state is State.FAILED else "retried")
+            log_stopped(self.worker_id, error, state, cancelled=cancelled)
 
     def _end(self, code: int, *, wait: bool) -> int:
         """Let the worker threads finish their running jobs (within the shutdown timeout) when ``wait``;
         release every job still held (back to waiting, no attempt counted)."""
         self._claiming = False
+        if not wait:  # idle threads leave their claim first: the store is not closed under them (QueueClosed)
+            self._join_idle(POLL + WATCH_EVERY)
         if wait:
             deadline = time.monotonic() + self.options.shutdown_timeout
             last_beat = time.monotonic()
@@ -279,10 +280,10 @@ class WorkerProcess:
                     last_beat = now
                     self._beat()
         self._acks.close()  # the successes handed over are written before anything held is released
-        timed_out = {slot.record.job_id for slot in self._slots() if slot.timed_out}
+        timed_out = {id(slot.record) for slot in self._slots() if slot.timed_out}  # records, not job ids
         released = 0
         for record in self._held_records():
-            if record.job_id in timed_out:
+            if id(record) in timed_out:
                 continue
             try:
                 if cancels.is_requested(record.job_id):  # not to be run again: a dead letter, as asked
@@ -301,6 +302,14 @@ class WorkerProcess:
             "taken back: its lease expired)", self.worker_id, self.processed, self.failed,
             self.refused)  # fmt: skip
         return code
+
+    def _join_idle(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the worker threads that run no job to end (their claim returns within
+        ``POLL`` once ``_claiming`` is False); threads running a job are not waited for."""
+        deadline, busy = time.monotonic() + seconds, set(self._running)  # (a copy under the GIL)
+        for number, thread in list(self._threads.items()):
+            if number not in busy:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------ registry
 
@@ -436,6 +445,8 @@ class WorkerProcess:
                 self.stop(DONE)
             return []
         except QueueError as exc:
+            if isinstance(exc, QueueClosed) and self._exit_code is not None:  # ending: its store closed
+                return []
             corrupted = isinstance(exc, QueueCorrupted)
             problem = str(exc) if corrupted else f"claiming failed: {type(exc).__name__}: {exc}"
             message, wait = self._trouble.failed(problem)
@@ -504,13 +515,16 @@ class WorkerProcess:
             self._add("waiting")  # given back, not run: neither processed nor failed
             self._log_waiting(record, outcome)
             return
+        cancelled = cancels.ended_by_cancel(outcome)
         with self._lock:
             self.processed += 1
-            if outcome.state is not State.DONE:
-                self.failed += 1
+            self.failed += outcome.state is not State.DONE and not cancelled
             done = self.processed
         if outcome.state is State.DONE:
             self._add("done")
+        elif cancelled:  # an outcome someone asked for: not a failure, no traceback (cancels.log_cancelled)
+            self._add("cancelled")
+            cancels.log_cancelled(record, outcome.error)
         else:
             self._add("dead" if outcome.state is State.FAILED else "retried")
             self._log_failure(record, outcome)

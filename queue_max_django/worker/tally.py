@@ -18,9 +18,11 @@ from typing import Any
 
 from ..engine import Queue, State
 
-KINDS = ("done", "retried", "dead", "waiting")
+KINDS = ("done", "retried", "dead", "waiting", "cancelled")
 """done: succeeded; retried: failed, runs again; dead: failed for good (a dead letter); waiting: its task is
-not registered in the worker, given back to wait for a worker that has it (runner.TaskNotRegistered)."""
+not registered in the worker, given back to wait for a worker that has it (runner.TaskNotRegistered);
+cancelled: stopped because someone cancelled it (stored as a dead letter with ``Cancelled``, not a
+failure)."""
 
 
 class Tally:
@@ -86,17 +88,21 @@ def _clock_time(moment: float, now: float) -> str:
 
 
 def closing_line(counts: dict[str, int], left: Left | None = None, *, now: float | None = None) -> str:
-    """``"stopped after 12 jobs (9 done, 2 failed and retried, 1 dead letter)"``: the jobs it ran. Jobs
+    """``"stopped after 12 jobs (9 done, 2 failed and retried, 1 dead letter)"``: the jobs it ran (and
+    ``", 1 cancelled"`` when some were cancelled while they ran). Jobs
     given back to wait for their task ran nothing, so they are not among them: they follow, only when there
     were some (``"; 3 given back to wait for their task"``), and so do the retries a ``--burst`` run leaves
     behind (``"; 1 retry scheduled for 14:02:07 (in 59.8 s) left behind"``; ``now``: the time to count from,
     unix seconds)."""
-    total = counts["done"] + counts["retried"] + counts["dead"]
+    cancelled = counts.get("cancelled", 0)
+    total = counts["done"] + counts["retried"] + counts["dead"] + cancelled
     parts = [
         f"{counts['done']} done",
         f"{counts['retried']} failed and retried",
         f"{counts['dead']} dead letter{'' if counts['dead'] == 1 else 's'}",
     ]
+    if cancelled:
+        parts.append(f"{cancelled} cancelled")
     line = f"stopped after {total} job{'' if total == 1 else 's'} ({', '.join(parts)})"
     if counts["waiting"]:
         line += f"; {counts['waiting']} given back to wait for their task"

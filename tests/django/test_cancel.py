@@ -139,7 +139,7 @@ def test_queue_cancel_says_per_id_what_happened(store: Queue) -> None:
     assert out.splitlines() == [
         f"job {waiting}: removed: it was waiting or scheduled, and never runs",
         f"job {busy}: cancel requested: it is running; its worker stops it at its next heartbeat (then it "
-        f"is a dead letter with the error Cancelled)",
+        f"is cancelled: kept with the dead letters, error Cancelled, not counted as a failure)",
         f"job {done}: not cancelled: it already finished (nothing to cancel, nothing changed)",
     ]
     assert store.job(waiting) is None and marked(record) and store.job(done).state is State.DONE

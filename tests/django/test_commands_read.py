@@ -97,6 +97,7 @@ def test_stats_prints_a_table_per_state_queue_shard_worker_breaker_and_limit(sto
         "running        1\n"
         "done           1\n"
         "failed         1\n"
+        "cancelled      0\n"
         "total puts     8\n"
         "\n"
         "Queues\n"  # one shard: no "(all shards)", no table of shards
@@ -148,11 +149,21 @@ def test_stats_json_holds_the_state_counts_at_the_top_level(store: Store) -> Non
         "running": 1,
         "done": 1,
         "failed": 1,
+        "cancelled": 0,
         "total": 7,
         "store": q.path,
         "shard_count": 1,
         "shards": [
-            {"shard": 0, "pending": 3, "scheduled": 1, "running": 1, "done": 1, "failed": 1, "total": 7}
+            {
+                "shard": 0,
+                "pending": 3,
+                "scheduled": 1,
+                "running": 1,
+                "done": 1,
+                "failed": 1,
+                "total": 7,
+                "cancelled": 0,
+            }
         ],
         "queues": {
             "default": {"pending": 2, "scheduled": 1, "running": 1},
@@ -190,7 +201,16 @@ def test_stats_of_one_shard(queue_max: Configure) -> None:
         data = json.loads(call("queue_stats", "--json", "--shard", "1"))
         assert (data["pending"], data["total"], data["shard"], data["shard_count"]) == (2, 2, 1, 3)
         assert data["shards"] == [
-            {"shard": 1, "pending": 2, "scheduled": 0, "running": 0, "done": 0, "failed": 0, "total": 2}
+            {
+                "shard": 1,
+                "pending": 2,
+                "scheduled": 0,
+                "running": 0,
+                "done": 0,
+                "failed": 0,
+                "total": 2,
+                "cancelled": 0,
+            }
         ]
         assert data["queues"] == {"default": {"pending": 7, "scheduled": 0, "running": 0}}  # store-wide
         text = call("queue_stats", "--shard", "2")

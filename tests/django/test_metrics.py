@@ -15,7 +15,7 @@ from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from queue_max_django.conf import get_queue
-from queue_max_django.engine import Queue, State
+from queue_max_django.engine import Cancelled, Queue, State
 from tests.admin_clients import logged_in
 
 pytestmark = pytest.mark.django_db
@@ -206,3 +206,27 @@ def test_every_known_queue_has_a_sample_of_each_per_queue_metric_even_when_nothi
     assert value(found, "queue_max_queue_enqueued_total", queue="reports") == 0
     queues = {dict(labels)["queue"] for name, labels in found if name == "queue_max_queue_jobs"}
     assert queues == {"default", "mail", "reports"}
+
+
+def test_cancelled_jobs_are_their_own_counter_not_failures(store: Queue) -> None:
+    """Issue 29: a job cancelled while it ran is kept with the dead letters but counted apart: the
+    ``cancelled`` gauge and ``queue_max_cancelled_total``, never in ``failed`` nor ``queue_max_failed_total``
+    (which a dead-letter alert watches)."""
+    q = store
+    for _ in range(3):
+        job_id = q.put("work")
+        record = q.get(timeout=0)
+        assert q.request_cancel(job_id, by="alice").value == "requested"
+        record.nack(Cancelled(f"job {job_id} was cancelled"), permanent=True)
+    q.put("boom")
+    q.get(timeout=0).nack("boom", permanent=True)
+    found = samples(scrape().content.decode())
+    assert value(found, "queue_max_jobs", state="failed") == 1
+    assert value(found, "queue_max_jobs", state="cancelled") == 3
+    assert value(found, "queue_max_failed_total") == 1 and value(found, "queue_max_cancelled_total") == 3
+    assert q.purge(State.FAILED) == 4  # the jobs go, the counters stay
+    found = samples(scrape().content.decode())
+    assert value(found, "queue_max_jobs", state="cancelled") == 0
+    assert value(found, "queue_max_failed_total") == 1 and value(found, "queue_max_cancelled_total") == 3
+    kinds = {family.name: family.type for family in text_string_to_metric_families(scrape().content.decode())}
+    assert kinds["queue_max_cancelled"] == "counter"

@@ -12,7 +12,7 @@ from queue_max_django.testing import run_queued
 from tests.testapp import tasks as t
 
 Configure = Callable[..., override_settings]
-ZERO = {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0, "mean_run_time": None}
+ZERO = {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0, "cancelled": 0, "mean_run_time": None}
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +41,7 @@ def test_counts_and_mean_run_time(queue_max: Configure) -> None:
         "succeeded": 3,
         "failed": 0,
         "retried": 0,
+        "cancelled": 0,
     }
     assert isinstance(stats["mean_run_time"], float) and 0 <= stats["mean_run_time"] < 5
     failing = t.fail_always.get_stats()
@@ -76,5 +77,7 @@ def test_the_mean_is_over_timed_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     stats.started(4)  # 31
     stats.started(5)  # 32: job 3 is forgotten (bounded)
     stats.finished(3, "a", "failed")  # 33: counted, not timed
-    assert stats.get("a") == {"enqueued": 0, "succeeded": 1, "retried": 1, "failed": 1, "mean_run_time": 2.0}
+    assert stats.get("a") == {
+        "enqueued": 0, "succeeded": 1, "retried": 1, "failed": 1, "cancelled": 0, "mean_run_time": 2.0,
+    }  # fmt: skip
     assert len(stats._started) == 2

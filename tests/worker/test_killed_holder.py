@@ -93,5 +93,5 @@ def test_a_tally_counts_each_process_in_its_own_row_and_adds_them_up() -> None:
     for index, kind in [(0, "done"), (2, "done"), (2, "dead"), (1, "retried"), (1, "waiting")]:
         tally.add(index, kind)
 
-    assert tally.counts() == {"done": 2, "retried": 1, "dead": 1, "waiting": 1}
-    assert list(tally._counts) == [1, 0, 0, 0, 0, 1, 0, 1, 1, 0, 1, 0]  # what is stored: a row per process
+    assert tally.counts() == {"done": 2, "retried": 1, "dead": 1, "waiting": 1, "cancelled": 0}
+    assert list(tally._counts) == [1, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0]  # a row per process

@@ -116,7 +116,7 @@ def test_retries_are_one_line_dead_letters_have_their_traceback_and_the_tally_co
         assert job is not None and (job.state, job.retries, job.attempts) == (State.SCHEDULED, 0, 0)
 
     counts = tally.counts()
-    assert counts == {"done": 1, "retried": 1, "dead": 2, "waiting": 3}
+    assert counts == {"done": 1, "retried": 1, "dead": 2, "waiting": 3, "cancelled": 0}
     assert closing_line(counts) == (
         "stopped after 4 jobs (1 done, 1 failed and retried, 2 dead letters); "
         "3 given back to wait for their task"

@@ -469,7 +469,8 @@ class Store(Protocol):
 
     def save_metadata(self, now: float, job_id: int, token: bytes, metadata: bytes | None) -> None:
         """Replace the metadata of the running job ``token`` holds (its JSON text, ``metadata.py``; None:
-        none); the job stays as it is. [sc_save_metadata]"""
+        none), keeping the cancel note ``cancel`` wrote there, if any; the job stays as it is.
+        [sc_save_metadata]"""
 
     # -- management and upkeep
     def requeue(self, now: float, job_id: int) -> bool:
@@ -478,10 +479,12 @@ class Store(Protocol):
         stay. -> False, nothing changed, if it is not a dead letter (or missing) or is one quarantined as
         corrupted (``CORRUPTED``). [sc_requeue]"""
 
-    def cancel(self, now: float, job_id: int) -> CancelOutcome:
+    def cancel(self, now: float, job_id: int, by: str | None = None) -> CancelOutcome:
         """In one transaction: remove the job if it is pending or scheduled (``REMOVED``); mark it "cancel
-        requested" if it is running (``REQUESTED``: kept apart from its record, reported by ``heartbeat``);
-        else ``FINISHED`` (done or failed) or ``MISSING``, changing nothing. [sc_cancel]"""
+        requested" if it is running (``REQUESTED``: kept apart from its record, reported by ``heartbeat``
+        until the job is requeued or vacuumed) and put ``{"by": by, "at": now}`` in its metadata under
+        ``job.CANCEL_KEY`` (which ``save_metadata`` keeps); else ``FINISHED`` (done or failed) or
+        ``MISSING``, changing nothing. [sc_cancel]"""
 
     def cancel_requested(self, job_id: int) -> bool:
         """Is the job marked "cancel requested" (``cancel``)? A running job keeps its mark until its holder
@@ -569,6 +572,12 @@ class Store(Protocol):
         left it since (vacuumed, purged, deleted, requeued), so both only grow. Counted by the operations
         that remove such jobs, never by ``complete`` or ``fail``: no write on the hot path. O(shards).
         [sc_finished_totals]"""
+
+    def cancel_counts(self) -> tuple[int, int]:
+        """(dead letters that are cancels now, jobs ever cancelled while they ran), store-wide: a dead letter
+        whose error type is ``job.CANCELLED`` counts from the ``fail`` that made it until it leaves the
+        failed state (requeued, deleted, purged), then as one that left; ``counts()["cancelled"]`` is the
+        first. Kept in step with the state counts in the same transactions. O(shards)."""
 
     def enqueued_totals(self) -> dict[str, int]:
         """Per queue that ever had one, sorted by name: jobs ever put into it (its share of ``counts()``'s

@@ -10,11 +10,13 @@ from ...engine import CancelOutcome
 from ..base import QueueCommand
 from ..common import engine_errors, id_text, job_id, open_queue, to_json
 
+BY = "queue_cancel command"  # who cancelled, as the job's metadata notes it (``Job.cancel_note``)
+
 SAID = {
     CancelOutcome.REMOVED: "removed: it was waiting or scheduled, and never runs",
     CancelOutcome.REQUESTED: (
-        "cancel requested: it is running; its worker stops it at its next heartbeat (then it is a dead "
-        "letter with the error Cancelled)"
+        "cancel requested: it is running; its worker stops it at its next heartbeat (then it is "
+        "cancelled: kept with the dead letters, error Cancelled, not counted as a failure)"
     ),
     CancelOutcome.FINISHED: "not cancelled: it already finished (nothing to cancel, nothing changed)",
     CancelOutcome.MISSING: "not found: no such job (purged, vacuumed, cancelled before it ran, or never one)",
@@ -33,12 +35,18 @@ class Command(QueueCommand):
         parser.add_argument(
             "--json", action="store_true", help='Print one JSON object (a list under "jobs").'
         )
+        parser.add_argument(
+            "--reason",
+            default="",
+            help="Why, noted with who cancelled a running job ('queue_cancel command: REASON').",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         ids: list[int] = list(dict.fromkeys(options["job_ids"]))  # each once, in the order given
         queue = open_queue()
         with engine_errors():
-            outcomes = [(each, queue.request_cancel(each)) for each in ids]
+            by = BY + (f": {options['reason']}" if options["reason"] else "")
+            outcomes = [(each, queue.request_cancel(each, by=by)) for each in ids]
         if options["json"]:
             counts = {outcome.value: 0 for outcome in CancelOutcome}
             for _each, outcome in outcomes:

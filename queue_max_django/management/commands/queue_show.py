@@ -28,11 +28,14 @@ def job_lines(job: Job, *, cancel_requested: bool = False) -> list[str]:
     one a line, for people; the traceback last, under its own heading. ``cancel_requested``: a running
     job's cancel was requested (a line after its state says so)."""
     fields = job_dict(job)
+    fields.pop("cancelled")  # said after the state, for a cancelled job only
     data: dict[str, Any] = {}
     for key in FIRST:
         data[key] = fields.pop(key)
         if key == "state" and cancel_requested:  # why a job asked to stop still runs
             data["cancel"] = "requested: its worker stops it at its next heartbeat"
+        if key == "state" and job.cancelled:  # a dead letter by its store, but an outcome someone asked for
+            data["cancelled"] = cancelled_text(job)
     for key, value in fields.items():  # attempts as the admin and queue_list count them, where retries were
         if key == "retries":
             data["attempts"] = attempts_text(job)
@@ -48,6 +51,15 @@ def job_lines(job: Job, *, cancel_requested: bool = False) -> list[str]:
         lines += ["", "traceback (of the last failed attempt):"]
         lines += [f"  {printable(line)}" for line in traceback.rstrip("\n").split("\n")]
     return lines
+
+
+def cancelled_text(job: Job) -> str:
+    """``by alice at 2026-12-03 14:02:07 UTC (not a failure)``: who cancelled a cancelled job and when."""
+    note = job.cancel_note
+    if note is None:
+        return "yes (not a failure; who and when were not noted)"
+    by = f"by {note.by} " if note.by else ""
+    return f"{by}at {when(note.at)} UTC (not a failure)"
 
 
 def attempts_text(job: Job) -> str:

@@ -39,7 +39,10 @@ def collect(queue: Queue, shard: int | None) -> dict[str, Any]:
     rows = [{"shard": index, **counts} for index, counts in enumerate(queue.shard_stats())]
     if shard is not None:
         rows = [rows[shard]]
-    out: dict[str, Any] = {key: sum(row[key] for row in rows) for key in (*STATES, "total")}
+    # "cancelled": the dead letters that are cancels (Job.cancelled), counted within "failed".
+    out: dict[str, Any] = {
+        key: sum(row.get(key, 0) for row in rows) for key in (*STATES, "cancelled", "total")
+    }
     out.update(store=queue.path, shard_count=queue.shard_count)
     if shard is not None:
         out["shard"] = shard
@@ -62,7 +65,9 @@ def render(stats: dict[str, Any]) -> str:
     where = f"shard {stats['shard']} of " if "shard" in stats else ""
     sharded = stats["shard_count"] > 1  # a table of one shard would repeat the totals
     parts = [f"Store {stats['store']} ({where}{stats['shard_count']} shard{'s' if sharded else ''})"]
-    parts.append(table(["STATE", "JOBS"], [*((s, stats[s]) for s in STATES), ("total puts", stats["total"])]))
+    counts = [(s, stats[s]) for s in STATES]
+    counts.insert(STATES.index("failed") + 1, ("cancelled", stats["cancelled"]))  # (within failed)
+    parts.append(table(["STATE", "JOBS"], [*counts, ("total puts", stats["total"])]))
     queues = [(name, c["pending"], c["scheduled"], c["running"]) for name, c in stats["queues"].items()]
     title = "Queues (all shards)" if sharded else "Queues"
     parts.append(_section(title, ["QUEUE", "PENDING", "SCHEDULED", "RUNNING"], queues))

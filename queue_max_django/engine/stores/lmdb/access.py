@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from ...errors import QueueCorrupted
-from ...job import STATES, State
+from ...job import CANCELLED, STATES, State
 from . import layout
 from .env import Env
 from .keys import (
@@ -110,6 +110,11 @@ COUNTED = {PENDING: 0, SCHEDULED: 1}  # state code -> its place in a queue's cou
 # or a failure writes nothing more for them.
 FINISHED_LEFT_KEY = COUNTERS_KEY + b"r"
 FINISHED_LEFT = struct.Struct(">QQ")
+# And (cancelled jobs among the dead letters now, cancelled ones that left the failed state since): a job
+# counts while it is a dead letter whose error type is ``job.CANCELLED``, kept in step by ``index_job`` and
+# ``unindex_job`` as the state counts are (``Store.cancel_counts``).
+CANCELLED_KEY = COUNTERS_KEY + b"c"
+CANCELLED_COUNTS = struct.Struct(">qQ")
 UNIQUE = struct.Struct(">QQ")  # a unique key's value: (job id, when the key was used, µs)
 
 
@@ -154,6 +159,23 @@ def unindex_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> No
         tally(shard, txn, record[F_QUEUE].encode(), place, -1)
     elif state in (DONE, FAILED):
         finished_left(shard, txn, state)
+        if state == FAILED and record[F_ERROR_TYPE] == CANCELLED:
+            cancelled_count(shard, txn, -1)
+
+
+def cancelled_count(shard: ShardDbs, txn: Any, change: int) -> None:
+    """A cancelled dead letter came (+1) or went (-1, counted as one that left) (``CANCELLED_KEY``)."""
+    raw = txn.get(CANCELLED_KEY, db=shard.jobs)
+    now, left = CANCELLED_COUNTS.unpack(raw) if raw is not None else (0, 0)
+    now, left = max(0, now + change), left + (change < 0)
+    txn.put(CANCELLED_KEY, CANCELLED_COUNTS.pack(now, left), db=shard.jobs)
+
+
+def cancel_counts(shard: ShardDbs, txn: Any) -> tuple[int, int]:
+    """(cancelled dead letters now, jobs ever cancelled) in this shard, from ``CANCELLED_KEY``."""
+    raw = txn.get(CANCELLED_KEY, db=shard.jobs)
+    now, left = CANCELLED_COUNTS.unpack(raw) if raw is not None else (0, 0)
+    return now, now + left
 
 
 def finished_left(shard: ShardDbs, txn: Any, state: int) -> None:
@@ -176,6 +198,8 @@ def index_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> None
     place = COUNTED.get(record[F_STATE])
     if place is not None:
         tally(shard, txn, record[F_QUEUE].encode(), place, 1)
+    elif record[F_STATE] == FAILED and record[F_ERROR_TYPE] == CANCELLED:
+        cancelled_count(shard, txn, 1)
 
 
 def queue_counts_of(raw: bytes) -> tuple[int, int, int]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...cancels import CancelOutcome
 from ...job import CORRUPTED
+from ...metadata import with_cancel_note
 from ..types import CorruptedJobQuarantined
 from .access import ShardDbs, delete_job, index_job, store_record, unindex_job
 from .keys import id_key, micros
@@ -19,6 +20,7 @@ from .layout import (
     F_ERROR,
     F_ERROR_TYPE,
     F_FINISHED_AT,
+    F_METADATA,
     F_READY_AT,
     F_RETRIES,
     F_STARTED_AT,
@@ -88,9 +90,10 @@ def delete(shard: ShardDbs, job_id: int, states: tuple[int, ...] = NOT_RUNNING, 
 _WHEN = struct.Struct(">Q")
 
 
-def cancel(shard: ShardDbs, now: float, job_id: int) -> CancelOutcome:
+def cancel(shard: ShardDbs, now: float, job_id: int, by: str | None = None) -> CancelOutcome:
     """Remove the job if it is pending or scheduled; if it is running, mark it "cancel requested" in the
-    ``cancels`` database (its holder's next ``touch`` reports it); else change nothing. One transaction."""
+    ``cancels`` database (its holder's next ``touch`` reports it) and note who asked and when in its
+    metadata (``job.CANCEL_KEY``); else change nothing. One transaction."""
     now_us = micros(now)
     found: list[CorruptedJobQuarantined] = []
 
@@ -105,6 +108,8 @@ def cancel(shard: ShardDbs, now: float, job_id: int) -> CancelOutcome:
             return CancelOutcome.REMOVED
         if state == RUNNING:
             txn.put(id_key(job_id), _WHEN.pack(now_us), db=shard.cancels)
+            record[F_METADATA] = with_cancel_note(record[F_METADATA], {"by": by, "at": now_us / 1_000_000})
+            store_record(shard, txn, job_id, record)
             return CancelOutcome.REQUESTED
         return CancelOutcome.FINISHED
 

@@ -24,6 +24,7 @@ from .access import (
     QUEUE_COUNTS_KEY,
     QUEUE_COUNTS_TOTAL,
     ShardDbs,
+    cancel_counts,
     entry_count,
     index_key_of,
     load_payload,
@@ -277,6 +278,7 @@ def counts(shard: ShardDbs) -> dict[str, int]:
         out = {state.value: entry_count(txn, db) for state, db in shard.indexes.items()}
         raw = txn.get(COUNTERS_KEY, db=shard.jobs)
         out["total"] = COUNTERS.unpack_from(raw)[1] if raw is not None else 0
+        out["cancelled"] = cancel_counts(shard, txn)[0]
         return out
 
     return shard.env.read(txn_fn)

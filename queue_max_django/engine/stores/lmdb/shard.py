@@ -21,6 +21,7 @@ from ...cancels import CancelOutcome
 from ...errors import QueueCorrupted, StoreFull
 from ...job import STATES, Job, State
 from ...jobspec import JobSpec
+from ...metadata import keeping_cancel_note
 from ..types import Candidate, NewJobs, Recovered
 from . import claims, layout, manage, reads, upkeep
 from .access import (
@@ -29,6 +30,7 @@ from .access import (
     QUEUE_COUNTS_EXACT,
     QUEUE_COUNTS_KEY,
     UNIQUE,
+    cancel_counts,
     entry_count,
     fail_record,
     index_job,
@@ -314,7 +316,7 @@ class Shard:
 
         def txn_fn(txn: Any) -> None:
             record = self._held(txn, job_id, token, whole=False)
-            record[F_METADATA] = metadata
+            record[F_METADATA] = keeping_cancel_note(record[F_METADATA], metadata)
             store_record(self, txn, job_id, record)
 
         self.env.write(txn_fn)
@@ -417,8 +419,8 @@ class Shard:
     def requeue(self, now: float, job_id: int) -> bool:
         return manage.requeue(self, now, job_id)
 
-    def cancel(self, now: float, job_id: int) -> CancelOutcome:
-        return manage.cancel(self, now, job_id)
+    def cancel(self, now: float, job_id: int, by: str | None = None) -> CancelOutcome:
+        return manage.cancel(self, now, job_id, by)
 
     def cancel_requested(self, job_id: int) -> bool:
         """Is the job marked in this shard's ``cancels`` database? One read."""
@@ -460,6 +462,11 @@ class Shard:
 
     def counts(self) -> dict[str, int]:
         return reads.counts(self)
+
+    def cancel_counts(self) -> tuple[int, int]:
+        """(cancelled dead letters now, jobs ever cancelled) in this shard: one read."""
+        counted: tuple[int, int] = self.env.read(lambda txn: cancel_counts(self, txn))
+        return counted
 
     def queue_counts(self, *, now: float) -> dict[str, dict[str, int]]:
         return reads.queue_counts(self, now=now)

@@ -381,10 +381,10 @@ class LmdbStore:
         self.hints.notify(one.index)
         return True
 
-    def cancel(self, now: float, job_id: int) -> CancelOutcome:
+    def cancel(self, now: float, job_id: int, by: str | None = None) -> CancelOutcome:
         """Remove a waiting job, mark a running one "cancel requested" (``manage.cancel``)."""
         one = self._job_shard(job_id)
-        return CancelOutcome.MISSING if one is None else one.cancel(now, job_id)
+        return CancelOutcome.MISSING if one is None else one.cancel(now, job_id, by)
 
     def cancel_requested(self, job_id: int) -> bool:
         one = self._job_shard(job_id)
@@ -471,7 +471,7 @@ class LmdbStore:
         if shard is not None:
             return self._shards[shard].counts()
         out: dict[str, int] = {state.value: 0 for state in State}
-        out["total"] = 0
+        out["total"] = out["cancelled"] = 0
         for one in self._shards:
             for key, value in one.counts().items():
                 out[key] += value
@@ -517,6 +517,14 @@ class LmdbStore:
             shard_done, shard_failed = finished_totals(one)
             done, failed = done + shard_done, failed + shard_failed
         return done, failed
+
+    def cancel_counts(self) -> tuple[int, int]:
+        """(cancelled dead letters now, jobs ever cancelled while they ran): O(shards)."""
+        now = ever = 0
+        for one in self._shards:
+            shard_now, shard_ever = one.cancel_counts()
+            now, ever = now + shard_now, ever + shard_ever
+        return now, ever
 
     def enqueued_totals(self) -> dict[str, int]:
         """Per queue, sorted by name: jobs ever put into it. O(shards x queues)."""

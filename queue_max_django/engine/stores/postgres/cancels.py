@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ...cancels import CancelOutcome
 from ...errors import StoreError
+from ...job import CANCEL_KEY
 from .rows import micros
 from .schema import PENDING, RUNNING, SCHEDULED
 from .sql import tally
@@ -31,7 +32,11 @@ WITH del AS (DELETE FROM qm_jobs WHERE id = %(id)s AND state IN ({PENDING}, {SCH
 {tally(("del", "state", -1))},
 mark AS (INSERT INTO qm_cancels (job_id, requested_us)
          SELECT id, %(now)s FROM qm_jobs WHERE id = %(id)s AND state = {RUNNING}
-         ON CONFLICT (job_id) DO UPDATE SET requested_us = EXCLUDED.requested_us RETURNING job_id)
+         ON CONFLICT (job_id) DO UPDATE SET requested_us = EXCLUDED.requested_us RETURNING job_id),
+note AS (UPDATE qm_jobs SET metadata = coalesce(metadata, '{{}}'::jsonb) || jsonb_build_object(
+             '{CANCEL_KEY}', jsonb_build_object('by', %(by)s::text, 'at', %(now)s::float8 / 1000000))
+         WHERE id = %(id)s AND state = {RUNNING} AND coalesce(jsonb_typeof(metadata), 'object') = 'object'
+         RETURNING id)
 SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM mark),
        (SELECT state FROM qm_jobs WHERE id = %(id)s), EXISTS (SELECT 1 FROM qm_finished WHERE id = %(id)s)
 """
@@ -41,10 +46,12 @@ MARKED = "SELECT EXISTS (SELECT 1 FROM qm_cancels WHERE job_id = %s)"
 FORGET_ENDED = "DELETE FROM qm_cancels c WHERE NOT EXISTS (SELECT 1 FROM qm_jobs j WHERE j.id = c.job_id)"
 
 
-def cancel(store: Statements, now: float, job_id: int) -> CancelOutcome:
-    """Remove the job if it is pending or scheduled, mark it if it is running, else change nothing."""
+def cancel(store: Statements, now: float, job_id: int, by: str | None = None) -> CancelOutcome:
+    """Remove the job if it is pending or scheduled, mark it if it is running (and note ``by`` and when in
+    its metadata), else change nothing."""
     for _ in range(TRIES):
-        removed, marked, live_state, finished = store.one(CANCEL, store.params(id=job_id, now=micros(now)))
+        params = store.params(id=job_id, now=micros(now), by=by)
+        removed, marked, live_state, finished = store.one(CANCEL, params)
         if removed:
             return CancelOutcome.REMOVED
         if marked:

@@ -6,7 +6,7 @@ rows (the done and failed counts plus ``DONE_LEFT`` and ``FAILED_LEFT``, which t
 from __future__ import annotations
 
 from ..types import Sample
-from .schema import DONE, DONE_LEFT, FAILED, FAILED_LEFT, TOTAL
+from .schema import CANCELLED, CANCELLED_LEFT, DONE, DONE_LEFT, FAILED, FAILED_LEFT, TOTAL
 from .sql import Statements
 
 _TOTALS = f"""
@@ -27,6 +27,17 @@ _SAMPLES = "SELECT minute, done, failed, lag FROM qm_samples WHERE minute >= %s 
 def finished_totals(store: Statements) -> tuple[int, int]:
     done, failed = store.one(_TOTALS, None)
     return int(done), int(failed)
+
+
+_CANCELS = f"""
+SELECT coalesce(sum(n) FILTER (WHERE state = {CANCELLED}), 0)::bigint, coalesce(sum(n), 0)::bigint
+FROM qm_counts WHERE state IN ({CANCELLED}, {CANCELLED_LEFT})
+"""
+
+
+def cancel_counts(store: Statements) -> tuple[int, int]:
+    now, ever = store.one(_CANCELS, None)
+    return int(now), int(ever)
 
 
 def enqueued_totals(store: Statements) -> dict[str, int]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import functools
 
+from ...job import CANCEL_KEY
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED
-from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
+from .schema import CANCELLED, DONE, FAILED, IS_CANCEL, PENDING, RUNNING, SCHEDULED, TOTAL
 from .sql import appended, notify_if, tally
 
 
@@ -157,10 +158,14 @@ SELECT array_agg(id) FROM ins
 COMPLETE = _complete_sql(one=False)
 COMPLETE_ONE = _complete_sql(one=True)
 
-SAVE_METADATA = (
-    f"UPDATE qm_jobs SET metadata = %s::text::jsonb WHERE id = %s AND state = {RUNNING} AND token = %s "
-    f"RETURNING id"
-)
+SAVE_METADATA = f"""
+UPDATE qm_jobs SET metadata = CASE
+    WHEN jsonb_typeof(metadata) = 'object' AND metadata ? '{CANCEL_KEY}'
+    THEN coalesce(%s::text::jsonb, '{{}}'::jsonb)
+         || jsonb_build_object('{CANCEL_KEY}', metadata -> '{CANCEL_KEY}')
+    ELSE %s::text::jsonb END
+WHERE id = %s AND state = {RUNNING} AND token = %s RETURNING id
+"""  # the cancel note (cancels.py) stays: it is the store's, not the task's
 
 RETRY = f"""
 WITH upd AS (
@@ -185,8 +190,8 @@ ins AS (
         %(now)s, timeout, partition_key, payload, NULL, worker_ids,
         {appended("error_types", "%(error_type)s")}, {appended("error_msgs", "%(error)s")},
         %(error)s, %(error_type)s, %(traceback)s, metadata
-    FROM gone RETURNING id, queue),
-{tally(("ins", str(RUNNING), -1), ("ins", str(FAILED), 1))}
+    FROM gone RETURNING id, queue, error_type),
+{tally(("ins", str(RUNNING), -1), ("ins", str(FAILED), 1), ("ins", str(CANCELLED), IS_CANCEL))}
 SELECT (SELECT id FROM ins)
 """
 

@@ -9,7 +9,7 @@ from ... import codec
 from ...errors import InvalidJob, QueueCorrupted
 from ...job import CORRUPTED, STATE_CODE, Job, State
 from .rows import FINISHED, LIVE_AS_FINISHED, as_job
-from .schema import DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
+from .schema import CANCELLED, DONE, FAILED, PENDING, RUNNING, SCHEDULED, TOTAL
 
 if TYPE_CHECKING:
     from .sql import Statements
@@ -103,10 +103,12 @@ _COUNTS = "SELECT state, sum(n)::bigint FROM qm_counts GROUP BY state"
 def counts(store: Statements) -> dict[str, int]:
     """Jobs per state and ``total`` puts ever, from the counter rows: no scan of a job table."""
     out: dict[str, int] = {state.value: 0 for state in State}
-    out["total"] = 0
+    out["total"] = out["cancelled"] = 0
     for code, count in store.rows(_COUNTS, None):
         if code == TOTAL:
             out["total"] = count
+        elif code == CANCELLED:
+            out["cancelled"] = count
         elif 0 <= code < len(State):
             out[list(State)[code].value] = count
     return out

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import SchemaError
+from ...job import CANCELLED as CANCELLED_TYPE
 
 SCHEMA_VERSION = 2  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples
 COUNTER_SLOTS = 16
@@ -38,6 +39,10 @@ TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats
 # Counter "states" of the done jobs and dead letters that ever left that state (vacuumed, purged, deleted,
 # requeued): with the state counts, the jobs ever done and ever dead-lettered (``finished_totals``).
 DONE_LEFT, FAILED_LEFT = -2, -3
+# Counter "states" of the dead letters that are cancels (error type ``job.CANCELLED``) now, and of those that
+# left the failed state since (``Store.cancel_counts``); the statements that move dead letters keep them.
+CANCELLED, CANCELLED_LEFT = -4, -5
+IS_CANCEL = f"(error_type IS NOT DISTINCT FROM '{CANCELLED_TYPE}')::int"  # per row of dead letters: 1 or 0
 
 # State codes, as the LMDB store numbers them (job.STATES).
 PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4

@@ -442,7 +442,7 @@ class PostgresStore:
 
     def save_metadata(self, now: float, job_id: int, token: bytes, metadata: bytes | None) -> None:
         text = None if metadata is None else metadata.decode()
-        if self.one(job_sql.SAVE_METADATA, (text, job_id, token)) is None:
+        if self.one(job_sql.SAVE_METADATA, (text, text, job_id, token)) is None:
             raise self._not_held(job_id, token)
 
     def _not_held(self, job_id: int, token: bytes) -> QueueCorrupted:
@@ -467,8 +467,8 @@ class PostgresStore:
     def requeue(self, now: float, job_id: int) -> bool:
         return upkeep.requeue(self, now, job_id)
 
-    def cancel(self, now: float, job_id: int) -> CancelOutcome:
-        return cancels.cancel(self, now, job_id)
+    def cancel(self, now: float, job_id: int, by: str | None = None) -> CancelOutcome:
+        return cancels.cancel(self, now, job_id, by)
 
     def cancel_requested(self, job_id: int) -> bool:
         return bool(self.one(cancels.MARKED, (job_id,))[0])
@@ -519,6 +519,9 @@ class PostgresStore:
 
     def finished_totals(self) -> tuple[int, int]:
         return history.finished_totals(self)
+
+    def cancel_counts(self) -> tuple[int, int]:
+        return history.cancel_counts(self)
 
     def enqueued_totals(self) -> dict[str, int]:
         return history.enqueued_totals(self)

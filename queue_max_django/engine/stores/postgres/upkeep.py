@@ -13,7 +13,18 @@ from ...retry import decide
 from ..types import UNIQUE_KEY_MIN_TTL, Recovered
 from . import cancels
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, micros
-from .schema import DONE, DONE_LEFT, FAILED, FAILED_LEFT, PENDING, RUNNING, SCHEDULED
+from .schema import (
+    CANCELLED,
+    CANCELLED_LEFT,
+    DONE,
+    DONE_LEFT,
+    FAILED,
+    FAILED_LEFT,
+    IS_CANCEL,
+    PENDING,
+    RUNNING,
+    SCHEDULED,
+)
 from .sql import appended, notify_if, tally
 
 if TYPE_CHECKING:
@@ -161,12 +172,18 @@ def _purge_sql(state: State) -> str:
     code = STATE_CODE[state]
     table = "qm_finished" if code in (DONE, FAILED) else "qm_jobs"
     stamp = "finished_us" if code in (DONE, FAILED) else "enqueued_us"
-    left = {DONE: [("gone", str(DONE_LEFT), 1)], FAILED: [("gone", str(FAILED_LEFT), 1)]}.get(code, [])
+    left: list[tuple[str, str, int | str]] = []
+    if code == DONE:
+        left = [("gone", str(DONE_LEFT), 1)]
+    elif code == FAILED:
+        left = [("gone", str(FAILED_LEFT), 1), ("gone", str(CANCELLED), f"-{IS_CANCEL}"),
+                ("gone", str(CANCELLED_LEFT), IS_CANCEL)]  # fmt: skip
+    error_type = "t.error_type" if code == FAILED else "NULL::text AS error_type"
     return f"""
 WITH old AS (SELECT id FROM {table}
              WHERE state = {code} AND (%(cutoff)s::bigint IS NULL OR {stamp} <= %(cutoff)s)
              ORDER BY id LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
-gone AS (DELETE FROM {table} t USING old WHERE t.id = old.id RETURNING t.id, t.queue),
+gone AS (DELETE FROM {table} t USING old WHERE t.id = old.id RETURNING t.id, t.queue, {error_type}),
 {tally(("gone", str(code), -1), *left)}
 SELECT count(*) FROM gone
 """
@@ -196,7 +213,15 @@ ins AS (
         partition_key, payload, worker_ids, error_types, error_msgs, metadata
     FROM gone RETURNING id, queue),
 unmark AS (DELETE FROM qm_cancels c USING ins WHERE c.job_id = ins.id),
-{tally(("ins", str(FAILED), -1), ("ins", str(FAILED_LEFT), 1), ("ins", str(PENDING), 1))}
+{
+    tally(
+        ("ins", str(FAILED), -1),
+        ("ins", str(FAILED_LEFT), 1),
+        ("ins", str(PENDING), 1),
+        ("gone", str(CANCELLED), f"-{IS_CANCEL}"),
+        ("gone", str(CANCELLED_LEFT), IS_CANCEL),
+    )
+}
 SELECT (SELECT id FROM ins), {notify_if("EXISTS (SELECT 1 FROM ins)")}
 """
 
@@ -221,10 +246,19 @@ def delete(store: Statements, job_id: int, states: tuple[State, ...] | None) -> 
     ]
     assert RUNNING not in codes
     sql = f"""
-WITH a AS (DELETE FROM qm_jobs WHERE id = %(id)s AND state = ANY(%(states)s) RETURNING id, queue, state),
-b AS (DELETE FROM qm_finished WHERE id = %(id)s AND state = ANY(%(states)s) RETURNING id, queue, state),
+WITH a AS (DELETE FROM qm_jobs WHERE id = %(id)s AND state = ANY(%(states)s)
+           RETURNING id, queue, state, NULL::text AS error_type),
+b AS (DELETE FROM qm_finished WHERE id = %(id)s AND state = ANY(%(states)s)
+      RETURNING id, queue, state, error_type),
 gone AS (SELECT * FROM a UNION ALL SELECT * FROM b),
-{tally(("gone", "state", -1), ("gone", _LEFT_OF_STATE, f"(state IN ({DONE}, {FAILED}))::int"))}
+{
+        tally(
+            ("gone", "state", -1),
+            ("gone", _LEFT_OF_STATE, f"(state IN ({DONE}, {FAILED}))::int"),
+            ("gone", str(CANCELLED), f"-(state = {FAILED})::int * {IS_CANCEL}"),
+            ("gone", str(CANCELLED_LEFT), f"(state = {FAILED})::int * {IS_CANCEL}"),
+        )
+    }
 SELECT count(*) FROM gone
 """
     return bool(store.one(sql, store.params(id=job_id, states=codes))[0])
