@@ -1,6 +1,6 @@
 """A job whose outcome the store cannot take as it is still ends, stored, on every store (issue 28).
 
-A task can leave an outcome that the store refuses as it is (``workapp.tasks.leave``): metadata with a
+A task can leave an outcome that the store refuses as it is (``workapp.outcomes.leave``): metadata with a
 non-string key, 5,000 levels deep, or with a NUL or a lone surrogate in a string; an exception whose message
 has a lone surrogate (a file name decoded with ``surrogateescape``) or a NUL (which PostgreSQL's text
 refuses), or whose ``str()`` fails; a return value with a lone surrogate or 5,000 levels deep. Each attempt
@@ -29,12 +29,13 @@ from queue_max_django.engine import Job, Queue, State
 from queue_max_django.engine import metadata as metadata_module
 from queue_max_django.outcome import UNSTORED, OutcomeNotStored
 from queue_max_django.testing import run_queued
-from tests.worker.conftest import TASKS, Site
-from tests.worker.workapp import tasks as workapp
-from tests.worker.workapp.tasks import TRIGGERS
+from tests.worker.conftest import Site
+from tests.worker.workapp import outcomes as workapp
+from tests.worker.workapp.outcomes import TRIGGERS
 
 HAS_DJANGO_TASKS = importlib.util.find_spec("django.tasks") is not None
 DJANGO_TASK = "tests.worker.workapp.outcome_django_tasks.unfinishable"
+OUTCOMES = "tests.worker.workapp.outcomes."  # where the @task twin lives (workapp/outcomes.py)
 INVALID_METADATA = "queue_max_django.engine.errors.InvalidMetadata"
 KINDS = ["task", pytest.param("django", marks=pytest.mark.skipif(not HAS_DJANGO_TASKS, reason="Django < 6"))]
 
@@ -58,7 +59,7 @@ EXPECTED = {
     "error-surrogate": Expected(State.FAILED, 2, "ValueError", rf"cannot read {ESCAPED['surrogate']}"),
     "error-nul": Expected(State.FAILED, 2, "ValueError", rf"cannot read {ESCAPED['nul']}"),
     "error-unprintable": Expected(
-        State.FAILED, 2, "tests.worker.workapp.tasks.Unprintable", r"<exception str\(\) failed>"
+        State.FAILED, 2, "tests.worker.workapp.outcomes.Unprintable", r"<exception str\(\) failed>"
     ),
     "result-surrogate": Expected(
         State.FAILED, 1, None, r".*cannot be stored.*lone surrogate.*", django_error_type=NOT_SERIALIZABLE
@@ -171,7 +172,7 @@ def test_the_last_resort_fails_for_good_a_job_whose_attempt_cannot_end_otherwise
     with in_process.queue() as queue:
         check_last_resort(queue, job_id)
         assert queue.stats()["running"] == 0
-    logged = f"job {job_id} ({TASKS}unfinishable): its outcome could not be stored (RecursionError)"
+    logged = f"job {job_id} ({OUTCOMES}unfinishable): its outcome could not be stored (RecursionError)"
     assert logged in caplog.text
 
 
@@ -215,5 +216,5 @@ def test_a_real_worker_ends_each_such_job_counts_it_and_exits(in_process: Site) 
     counts = f"{succeeded} done, {retried} failed and retried, {dead} dead letters"
     assert done.stderr.endswith(f"stopped after {total} jobs ({counts})\n"), done.stderr[-2000:]
     assert "could not be finished" not in done.stderr
-    logged = f"job {old} ({TASKS}unfinishable) failed (attempt 1 of 2), not retried (its outcome could not be"
+    logged = f"job {old} ({OUTCOMES}unfinishable) failed (attempt 1 of 2), not retried (its outcome could not"
     assert logged in done.stderr

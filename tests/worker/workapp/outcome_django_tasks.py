@@ -1,5 +1,5 @@
 """A ``django.tasks`` task (Django >= 6.0) whose outcome the store cannot take as it is
-(tests/faults/test_unfinishable_outcome.py): the twin of ``tasks.unfinishable``. Not autodiscovered; listed
+(tests/faults/test_unfinishable_outcome.py): the twin of ``outcomes.unfinishable``. Not autodiscovered; listed
 in the backend's ``OPTIONS["MODULES"]`` when ``$QUEUE_MAX_TEST_DJANGO_TASKS`` is ``outcomes``
 (tests/worker/settings.py)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.tasks import task
 
-from .tasks import leave
+from .outcomes import leave
 
 
 @task

@@ -11,11 +11,8 @@ from pathlib import Path
 
 from queue_max_django import Retry, current_job, periodic_task, task
 
-
-def mark(kind: str, value: object) -> None:
-    folder = Path(os.environ["QUEUE_MAX_TEST_MARKS"])
-    with open(folder / kind, "a", encoding="utf-8") as marks:
-        marks.write(f"{value} {os.getpid()}\n")
+from .marks import mark
+from .outcomes import unfinishable as unfinishable  # registered where the worker discovers tasks
 
 
 @task
@@ -142,58 +139,3 @@ def stubborn(value: int) -> None:
     """Ignores cancel requests: the worker ends its process after the cancel grace period."""
     mark("started", value)
     time.sleep(3600)
-
-
-TRIGGERS = (
-    "metadata-key",
-    "metadata-deep",
-    "metadata-nul",
-    "metadata-surrogate",
-    "error-surrogate",
-    "error-nul",
-    "error-unprintable",
-    "result-surrogate",
-    "result-nul",
-    "result-deep",
-)
-"""What ``leave`` can leave behind: each one an outcome the store cannot take as it is."""
-
-
-class Unprintable(Exception):
-    def __str__(self) -> str:
-        raise RuntimeError("this exception cannot be shown")
-
-
-def deep(levels: int) -> dict[str, object]:
-    nested: dict[str, object] = {}
-    for _ in range(levels):
-        nested = {"d": nested}
-    return nested
-
-
-def leave(trigger: str) -> object:
-    """Leaves what ``trigger`` (one of ``TRIGGERS``) names in the outcome of the running job: metadata with a
-    non-string key, 5,000 levels deep, or with a NUL or a lone surrogate in a string; an exception whose
-    message has a lone surrogate (a file name decoded with ``surrogateescape``) or a NUL, or whose ``str()``
-    fails; a return value with either, or 5,000 levels deep. Marks ``trigger`` first. Shared by
-    ``unfinishable`` and its ``django.tasks`` twin."""
-    mark("left", trigger)
-    kind, what = trigger.split("-")
-    odd = {"surrogate": b"caf\xe9.txt".decode("utf-8", "surrogateescape"), "nul": "a\x00b"}.get(what, "")
-    if kind == "metadata":
-        metadata = current_job().metadata
-        if what == "key":
-            metadata[1] = "one"
-        elif what == "deep":
-            metadata["deep"] = deep(5000)
-        else:
-            metadata["name"] = odd
-        return "ok"
-    if kind == "error":
-        raise Unprintable() if what == "unprintable" else ValueError(f"cannot read {odd}")
-    return deep(5000) if what == "deep" else odd
-
-
-@task(max_retries=1)
-def unfinishable(trigger: str) -> object:
-    return leave(trigger)
