@@ -10,10 +10,12 @@ system checks (checks.py) find no error in.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,7 @@ from django.dispatch import receiver
 
 from . import database, teststore
 from .checks import settings_problems
+from .commits import COMMITTED, OPEN, Commit
 from .defaults import (
     CIRCUIT_BREAKER_DEFAULTS,
     DATA_DIR_NAME,
@@ -54,6 +57,7 @@ __all__ = [  # with the defaults (defaults.py), whose names were this module's b
     "MIN_LEASE_TIME",
     "NESTED_DEFAULTS",
     "WORKER_DEFAULTS",
+    "Applied",
     "CircuitBreakerConfig",
     "PostgresConfig",
     "QueueMaxConfig",
@@ -63,6 +67,7 @@ __all__ = [  # with the defaults (defaults.py), whose names were this module's b
     "callers_alias",
     "get_config",
     "get_queue",
+    "lent_to",
     "merge_defaults",
     "read_settings",
     "require_installed",
@@ -210,6 +215,48 @@ def _names(value: list[str] | tuple[str, ...] | None) -> tuple[str, ...] | None:
     return None if value is None else tuple(value)
 
 
+def lent_to(queue: Queue, joined: Any | None) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, this thread's operations of ``queue`` run on ``joined`` (what
+    ``caller_connection()`` returned: the caller's connection in its transaction), or on the store's own
+    connections when it is None."""
+    return contextlib.nullcontext() if joined is None else queue.on_connection(joined)
+
+
+class Applied:
+    """Whether settings this process writes to a ``Queue``'s store (rate limits, a task's breaker) are there,
+    so that they are read and written once per Queue, not at every use. Written in the caller's transaction
+    (``lent_to``), they count once it has committed: until then ``due()`` says to look again (they are read,
+    and written only if missing); after a rollback, which took them back, the next look writes them again.
+    Several threads may race here: at worst one looks once more than needed."""
+
+    def __init__(self) -> None:
+        self._queue: weakref.ref[Queue] | None = None  # the Queue they were applied to
+        self._commit: Commit | None = None  # the transaction they were written in, until it committed
+
+    def due(self, queue: Queue) -> bool:
+        """Are they to be looked at (and written where they differ) before ``queue`` is used?"""
+        if self._queue is None or self._queue() is not queue:
+            return True
+        commit = self._commit
+        if commit is None:
+            return False
+        if commit.state == COMMITTED:
+            self._commit = None
+            return False
+        return True  # open (another thread would not see them) or rolled back
+
+    def done(self, queue: Queue, joined: Any | None, wrote: bool) -> None:
+        """They were looked at for ``queue`` (on ``joined``, the caller's connection, or None: the store's
+        own), and written there if ``wrote``."""
+        pending = self._commit if self._queue is not None and self._queue() is queue else None
+        alias = callers_alias(joined)
+        if alias is not None and wrote:
+            pending = Commit(alias)
+        elif alias is None or pending is None or pending.state != OPEN:
+            pending = None  # what was read is committed: no write of ours is waiting for a commit
+        self._queue, self._commit = weakref.ref(queue), pending
+
+
 class _Cache:
     """This process's config and queue. ``pid`` tells a forked child not to use its parent's queue."""
 
@@ -220,6 +267,7 @@ class _Cache:
         self.pid = os.getpid()
         self.test_state: tuple[bool, int] | None = None  # teststore.state() when config was built
         self.queue_config: QueueMaxConfig | None = None  # the config the queue was opened with
+        self.limits = Applied()  # RATE_LIMIT and QUEUE_RATE_LIMITS, as applied to the queue's store
 
 
 _cache = _Cache()
@@ -254,7 +302,13 @@ def get_queue(*, create: bool = True) -> Queue:
 
     ``create=False``, for what only reads (the read-only commands, the admin, the metrics view): where the
     LMDB directory holds no store, ``NoStore`` and nothing is created (opening would make a new, empty store
-    and report it healthy). The PostgreSQL store never makes its tables when it opens."""
+    and report it healthy). The PostgreSQL store never makes its tables when it opens.
+
+    Inside ``transaction.atomic()`` on the PostgreSQL store's ``DATABASE`` alias, the store opens on the
+    caller's connection and the limits are applied in the caller's transaction (``lent_to``): no second
+    server connection is needed, which through a pool of one would wait for the caller's transaction. Limits
+    written so count once that transaction has committed; after a rollback the next call applies them
+    again (``Applied``)."""
     with _cache.lock:  # reset() takes it too: a queue is never cached for a config already forgotten
         config = get_config()
         queue = _cache.queue
@@ -274,6 +328,8 @@ def get_queue(*, create: bool = True) -> Queue:
                 )
             queue = _cache.queue = _open_queue(config)
             _cache.queue_config = config
+        elif _cache.limits.due(queue):
+            _apply_rate_limits(queue, config, caller_connection())
         return queue
 
 
@@ -345,9 +401,10 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
         from .engine.stores.postgres.store import PostgresStore  # psycopg only for this store
 
         pg = config.postgres
+        joined = caller_connection()  # inside atomic() on the alias: the opening runs in the transaction
         store = PostgresStore.open(
             store_url(config), listen=pg.listen, notify=pg.notify, poll_interval=pg.poll_interval,
-            prepare_threshold=pg.prepare_threshold,
+            prepare_threshold=pg.prepare_threshold, connection=joined,
         )  # fmt: skip
         try:
             queue = Queue(store, **options)  # none of the LMDB-only options: Queue(store) refuses them
@@ -359,26 +416,34 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
     else:
         assert config.data_dir is not None
         queue = Queue(config.data_dir, shards=config.shards, sync=config.sync, **options)
+        joined = None
     try:
         connect(queue)  # its engine events become Django signals (signals.py)
-        _apply_rate_limits(queue, config)
+        _apply_rate_limits(queue, config, joined)
     except BaseException:
         queue.close()
         raise
     return queue
 
 
-def _apply_rate_limits(queue: Queue, config: QueueMaxConfig) -> None:
+def _apply_rate_limits(queue: Queue, config: QueueMaxConfig, joined: Any | None) -> None:
+    """Make the store's limits on ``"*"`` and ``"queue:<name>"`` those of the settings (on ``joined``, the
+    caller's connection in its transaction, when not None: each write a savepoint in it)."""
     wanted = {QUEUE_KEY_PREFIX + name: rate for name, rate in config.queue_rate_limits.items()}
     if config.rate_limit is not None:
         wanted[GLOBAL_KEY] = config.rate_limit
-    current = queue.rate_limits()
-    for key, rate in wanted.items():
-        if current.get(key) != rate:
-            queue.set_rate_limit(key, rate)
-    for key in current:
-        if (key == GLOBAL_KEY or key.startswith(QUEUE_KEY_PREFIX)) and key not in wanted:
-            queue.remove_rate_limit(key)
+    wrote = False
+    with lent_to(queue, joined):
+        current = queue.rate_limits()
+        for key, rate in wanted.items():
+            if current.get(key) != rate:
+                queue.set_rate_limit(key, rate)
+                wrote = True
+        for key in current:
+            if (key == GLOBAL_KEY or key.startswith(QUEUE_KEY_PREFIX)) and key not in wanted:
+                queue.remove_rate_limit(key)
+                wrote = True
+    _cache.limits.done(queue, joined, wrote)
 
 
 def reset() -> None:
