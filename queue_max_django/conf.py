@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import socket
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -30,7 +31,7 @@ from django.dispatch import receiver
 
 from . import database, teststore
 from .checks import settings_problems
-from .commits import COMMITTED, OPEN, Commit
+from .commits import OPEN, Commit
 from .defaults import (
     CIRCUIT_BREAKER_DEFAULTS,
     DATA_DIR_NAME,
@@ -49,6 +50,8 @@ from .signals import connect
 
 if TYPE_CHECKING:
     from .engine.stores.postgres.store import PostgresStore
+
+logger = logging.getLogger("queue_max_django")
 
 __all__ = [  # with the defaults (defaults.py), whose names were this module's before checks.py needed them
     "CIRCUIT_BREAKER_DEFAULTS",
@@ -223,38 +226,52 @@ def lent_to(queue: Queue, joined: Any | None) -> contextlib.AbstractContextManag
 
 
 class Applied:
-    """Whether settings this process writes to a ``Queue``'s store (rate limits, a task's breaker) are there,
-    so that they are read and written once per Queue, not at every use. Written in the caller's transaction
-    (``lent_to``), they count once it has committed: until then ``due()`` says to look again (they are read,
-    and written only if missing); after a rollback, which took them back, the next look writes them again.
-    Several threads may race here: at worst one looks once more than needed."""
+    """Settings this process keeps in a ``Queue``'s store (rate limits, a task's breaker), looked at once per
+    Queue rather than at every use: ``apply(queue, joined, fn)`` runs ``fn(write)``, which reads them in the
+    store, writes them where they differ if ``write``, and says whether they differed.
+
+    Inside the caller's transaction (``joined``, the caller's connection) they are only read, on it. Where
+    they differ they are written right after that transaction commits, on the store's own connection
+    (a ``Commit`` callback; ``commits.flush()`` runs it too): not in the caller's transaction, whose writes
+    would hold the rows every worker's admission locks (a flow write's version row) for as long as it lasts,
+    and which the same thread's next flow write on the store's own connection would wait for forever. Until
+    that commit nobody looks again; after a rollback nothing was written, and the next use looks again. A
+    write after the commit that fails is logged, and the next use looks again."""
 
     def __init__(self) -> None:
-        self._queue: weakref.ref[Queue] | None = None  # the Queue they were applied to
-        self._commit: Commit | None = None  # the transaction they were written in, until it committed
+        self._queue: weakref.ref[Queue] | None = None  # the Queue they are known to be applied to
+        self._pending: tuple[weakref.ref[Queue], Commit] | None = None  # written at that commit
 
     def due(self, queue: Queue) -> bool:
-        """Are they to be looked at (and written where they differ) before ``queue`` is used?"""
-        if self._queue is None or self._queue() is not queue:
-            return True
-        commit = self._commit
-        if commit is None:
+        """Are they to be looked at before ``queue`` is used?"""
+        if self._queue is not None and self._queue() is queue:
             return False
-        if commit.state == COMMITTED:
-            self._commit = None
-            return False
-        return True  # open (another thread would not see them) or rolled back
+        pending = self._pending
+        return pending is None or pending[0]() is not queue or pending[1].state != OPEN
 
-    def done(self, queue: Queue, joined: Any | None, wrote: bool) -> None:
-        """They were looked at for ``queue`` (on ``joined``, the caller's connection, or None: the store's
-        own), and written there if ``wrote``."""
-        pending = self._commit if self._queue is not None and self._queue() is queue else None
+    def apply(self, queue: Queue, joined: Any | None, fn: Callable[[bool], bool]) -> None:
+        if joined is None:
+            fn(True)
+            self._queue = weakref.ref(queue)
+            return
+        with lent_to(queue, joined):
+            differ = fn(False)
+        if not differ:
+            self._queue = weakref.ref(queue)
+            return
         alias = callers_alias(joined)
-        if alias is not None and wrote:
-            pending = Commit(alias)
-        elif alias is None or pending is None or pending.state != OPEN:
-            pending = None  # what was read is committed: no write of ours is waiting for a commit
-        self._queue, self._commit = weakref.ref(queue), pending
+        assert alias is not None
+
+        def write() -> None:  # after the commit: this thread holds no transaction, nor a server connection
+            try:
+                fn(True)
+            except Exception:
+                logger.warning("queue_max: could not apply rate limits or breakers after a commit; the "
+                               "next use of the store tries again", exc_info=True)  # fmt: skip
+                return
+            self._queue = weakref.ref(queue)
+
+        self._pending = (weakref.ref(queue), Commit(alias, store=write))
 
 
 class _Cache:
@@ -305,10 +322,9 @@ def get_queue(*, create: bool = True) -> Queue:
     and report it healthy). The PostgreSQL store never makes its tables when it opens.
 
     Inside ``transaction.atomic()`` on the PostgreSQL store's ``DATABASE`` alias, the store opens on the
-    caller's connection and the limits are applied in the caller's transaction (``lent_to``): no second
-    server connection is needed, which through a pool of one would wait for the caller's transaction. Limits
-    written so count once that transaction has committed; after a rollback the next call applies them
-    again (``Applied``)."""
+    caller's connection and the limits are read on it (``lent_to``): no second server connection is needed,
+    which through a pool of one would wait for the caller's transaction. Limits that differ are written
+    right after that transaction commits; after a rollback the next call looks again (``Applied``)."""
     with _cache.lock:  # reset() takes it too: a queue is never cached for a config already forgotten
         config = get_config()
         queue = _cache.queue
@@ -427,23 +443,25 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
 
 
 def _apply_rate_limits(queue: Queue, config: QueueMaxConfig, joined: Any | None) -> None:
-    """Make the store's limits on ``"*"`` and ``"queue:<name>"`` those of the settings (on ``joined``, the
-    caller's connection in its transaction, when not None: each write a savepoint in it)."""
+    """Make the store's limits on ``"*"`` and ``"queue:<name>"`` those of the settings (read on ``joined``,
+    the caller's connection in its transaction, when not None, and written after it commits: ``Applied``)."""
     wanted = {QUEUE_KEY_PREFIX + name: rate for name, rate in config.queue_rate_limits.items()}
     if config.rate_limit is not None:
         wanted[GLOBAL_KEY] = config.rate_limit
-    wrote = False
-    with lent_to(queue, joined):
+
+    def apply(write: bool) -> bool:
         current = queue.rate_limits()
-        for key, rate in wanted.items():
-            if current.get(key) != rate:
+        changes = [(key, rate) for key, rate in wanted.items() if current.get(key) != rate]
+        gone = [key for key in current if (key == GLOBAL_KEY or key.startswith(QUEUE_KEY_PREFIX))
+                and key not in wanted]  # fmt: skip
+        if write:
+            for key, rate in changes:
                 queue.set_rate_limit(key, rate)
-                wrote = True
-        for key in current:
-            if (key == GLOBAL_KEY or key.startswith(QUEUE_KEY_PREFIX)) and key not in wanted:
+            for key in gone:
                 queue.remove_rate_limit(key)
-                wrote = True
-    _cache.limits.done(queue, joined, wrote)
+        return bool(changes or gone)
+
+    _cache.limits.apply(queue, joined, apply)
 
 
 def reset() -> None:

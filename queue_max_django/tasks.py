@@ -392,33 +392,35 @@ class Task(Generic[P, R]):
 
     def _prepare(self, queue: Queue, joined: Any = None) -> Queue:
         """Apply this task's rate limit and breaker to the store, once per ``Queue`` (the first enqueue in
-        a process, and again after the settings changed): on ``joined`` when not None (the caller's
-        connection, in the transaction the job joins: no second server connection; then they count once
-        it commits, and are applied again after a rollback: ``conf.Applied``)."""
-        if not self._flow_applied.due(queue):
-            return queue
+        a process, and again after the settings changed). With ``joined`` (the caller's connection, in the
+        transaction the job joins) they are read on it, and written after it commits (``conf.Applied``)."""
+        if self._flow_applied.due(queue):
+            self._flow_applied.apply(queue, joined, functools.partial(self._apply_flow, queue))
+        return queue
+
+    def _apply_flow(self, queue: Queue, write: bool) -> bool:
+        """Read this task's limit and breaker in the store, and set them where they differ if ``write``.
+        -> whether they differed."""
         key = NAME_KEY_PREFIX + self.name
-        wrote = False
-        with lent_to(queue, joined):
-            if self.rate_limit is not None and queue.rate_limits().get(key) != self.rate_limit:
+        differ = False
+        if self.rate_limit is not None and queue.rate_limits().get(key) != self.rate_limit:
+            differ = True
+            if write:
                 queue.set_rate_limit(key, self.rate_limit)
-                wrote = True
-            policy = self.circuit_breaker
-            if policy is True:
-                breaker = get_config().circuit_breaker
-                policy = BreakerPolicy(breaker.threshold, breaker.timeout)
-            if isinstance(policy, BreakerPolicy):
-                current = queue.circuit_breakers().get(key)
-                if current is None or (current["threshold"], current["recovery_timeout"]) != (
-                    policy.threshold,
-                    policy.recovery_timeout,
-                ):
+        policy = self.circuit_breaker
+        if policy is True:
+            breaker = get_config().circuit_breaker
+            policy = BreakerPolicy(breaker.threshold, breaker.timeout)
+        if isinstance(policy, BreakerPolicy):
+            current = queue.circuit_breakers().get(key)
+            wanted = (policy.threshold, policy.recovery_timeout)
+            if current is None or (current["threshold"], current["recovery_timeout"]) != wanted:
+                differ = True
+                if write:
                     queue.set_circuit_breaker(
                         key, threshold=policy.threshold, recovery_timeout=policy.recovery_timeout
                     )
-                    wrote = True
-        self._flow_applied.done(queue, joined, wrote)
-        return queue
+        return differ
 
     def _enqueue_maybe_on_commit(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> JobResult:
         joined = caller_connection()  # the store's database is the one the caller is in a transaction on

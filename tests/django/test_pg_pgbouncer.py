@@ -27,8 +27,9 @@ from tests.pgbouncer import HOW_TO_ENABLE, Bouncer, backends, find_pgbouncer
 from tests.pgbouncer import bouncer as bouncer
 from tests.pgserver import dbname_of, in_ci, server
 
-from .pgdjango import ALIAS, Worker, alias_settings, database_alias, sql, wait_for
+from .pgdjango import ALIAS, Configure, Worker, alias_settings, database_alias, sql, wait_for
 from .pgdjango import pg_alias as pg_alias
+from .pgdjango import pg_store as pg_store
 from .pgdjango import start_worker as start_worker
 
 ID = "queue_max_django."
@@ -256,10 +257,11 @@ def test_the_first_enqueue_inside_a_transaction_behind_a_pool_of_one_needs_no_se
     pool_of_one: Callable[[Callable[[], Any]], Any], pg_url: str, how: str
 ) -> None:
     """A statement inside ``transaction.atomic()`` holds the pool's ONE server connection; the process's
-    first enqueue then opens the store (its schema version, the server's clock), writes the settings' rate
+    first enqueue then opens the store (its schema version, the server's clock), reads the settings' rate
     limits and the task's limit and breaker, and writes the job, all on the caller's connection, in its
     transaction: nothing waits for a second server connection (which would wait for this transaction:
-    ``StoreUnavailable`` after ``POOL_WAIT``, or a hang), and it all commits with the caller's write."""
+    ``StoreUnavailable`` after ``POOL_WAIT``, or a hang). The job commits with the caller's write, and the
+    limits and breaker, which the store did not have, are written right after that commit."""
     if how == "django_tasks" and not HAS_TASKS:
         pytest.skip("django.tasks needs Django >= 6.0")
 
@@ -289,9 +291,9 @@ def test_the_first_enqueue_inside_a_transaction_behind_a_pool_of_one_needs_no_se
 def test_limits_written_in_a_transaction_that_rolls_back_are_written_again(
     pool_of_one: Callable[[Callable[[], Any]], Any], pg_url: str
 ) -> None:
-    """The limits and breaker written at the first enqueue, in the caller's transaction, roll back with it
-    (a transaction, then a savepoint): the process does not take them for applied, and its next enqueue
-    writes them again, in the transaction that then commits."""
+    """The limits and breaker the store lacks are written after the commit of the transaction of the first
+    enqueue: when it rolls back (a transaction, then a savepoint), nothing is written, the process does not
+    take them for applied, and its next enqueue looks again, and writes them once its transaction commits."""
     limited = registry[LIMITED]
 
     def rolled_back_then_again() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int]:
@@ -303,8 +305,8 @@ def test_limits_written_in_a_transaction_that_rolls_back_are_written_again(
         with transaction.atomic(using=ALIAS):
             connections[ALIAS].cursor().execute("SELECT 1")
             with pytest.raises(Rollback), transaction.atomic(using=ALIAS):
-                limited.delay(3, 4)  # they are in the transaction now ...
-                raise Rollback  # ... and no longer
+                limited.delay(3, 4)  # they are to be written at the commit ...
+                raise Rollback  # ... of a savepoint that rolls back
             inside = connections[ALIAS].cursor()
             inside.execute("SELECT count(*) FROM qm_limits UNION ALL SELECT count(*) FROM qm_breakers")
             inside = inside.fetchall()
@@ -365,3 +367,45 @@ def test_a_reading_of_the_store_inside_the_transaction_still_needs_a_second_conn
     assert "query_wait_timeout" in str(error) and "transaction.atomic()" in str(error)
     assert "A pool of one server connection" in str(error)
     assert sql(pg_url, "SELECT id FROM qm_jobs") == [(job_id,)]
+
+
+def test_a_first_enqueue_inside_a_transaction_leaves_no_flow_row_locked_in_it(
+    pg_store: Configure, pg_url: str
+) -> None:
+    """The limits and breaker of a first enqueue are not written in the caller's transaction: such writes
+    would lock the rows of flow control (the version row every flow write updates) until it ends, and the
+    same thread's next flow write on the store's own connection (``try_acquire``) would wait for its own
+    transaction forever; every worker's admission would wait for it too. Here it takes a token at once."""
+    from tests.testapp.tasks import limited
+
+    def first_enqueue_then_a_token() -> bool:
+        try:
+            with transaction.atomic(using=ALIAS):
+                limited.delay()
+                return get_queue().try_acquire("name:" + limited.name)
+        finally:
+            connections[ALIAS].close()
+
+    outcome: list[Any] = []
+    with Queue(PostgresStore.open(pg_url)) as queue:
+        queue.set_rate_limit("name:" + limited.name, "5/m")  # a limit the task has changed since
+    with pg_store(**SETTINGS):
+        reset()
+        caller = threading.Thread(target=lambda: outcome.append(first_enqueue_then_a_token()))
+        caller.start()
+        caller.join(JOIN_BOUND)
+        hung = caller.is_alive()
+        if hung:  # end the wait on the server, so that the thread ends before the test does
+            sql(
+                pg_url,
+                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()",
+            )
+            caller.join(JOIN_BOUND)
+        reset()
+    assert not hung, "a flow write waited for the caller's own transaction"
+    assert outcome == [True]
+    assert sql(pg_url, "SELECT key FROM qm_limits ORDER BY key") == [("*",), ("name:" + limited.name,),
+                                                                     ("queue:pooled",)]  # fmt: skip
+    with Queue(PostgresStore.open(pg_url)) as queue:  # changed once the transaction committed
+        assert queue.rate_limits()["name:" + limited.name] == parse_rate("10/m")
