@@ -50,7 +50,7 @@ from django.utils.json import normalize_json
 
 from . import tracing
 from .commits import Commit, find, placeholder, waits_for_commit, written
-from .conf import caller_connection, callers_alias, get_config, get_queue
+from .conf import caller_connection, callers_alias, get_config, get_queue, lent_to
 from .context import JobContext, NoCurrentJob, running, running_context
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, codec, is_interrupt
 from .engine.validate import validate_queue_name
@@ -205,7 +205,8 @@ class QueueMaxBackend(BaseTaskBackend):
         ``enqueued_at``; then ``task_enqueued``."""
         alias = callers_alias(joined)
         with tracing.sending(task.module_path, task.queue_name, options) as sending:
-            with in_callers_transaction(alias):  # job_enqueued is sent at the commit
+            # job_enqueued is sent at the commit; all the put asks of the store is on ``joined`` (lent_to)
+            with in_callers_transaction(alias), lent_to(queue, joined):
                 job_id = queue.put(payload, connection=joined, **options)
             sending.sent(job_id)
         written(alias, [job_id])

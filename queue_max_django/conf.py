@@ -10,11 +10,14 @@ system checks (checks.py) find no error in.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import socket
 import threading
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -28,6 +31,7 @@ from django.dispatch import receiver
 
 from . import database, teststore
 from .checks import settings_problems
+from .commits import OPEN, Commit
 from .defaults import (
     CIRCUIT_BREAKER_DEFAULTS,
     DATA_DIR_NAME,
@@ -47,6 +51,8 @@ from .signals import connect
 if TYPE_CHECKING:
     from .engine.stores.postgres.store import PostgresStore
 
+logger = logging.getLogger("queue_max_django")
+
 __all__ = [  # with the defaults (defaults.py), whose names were this module's before checks.py needed them
     "CIRCUIT_BREAKER_DEFAULTS",
     "DATA_DIR_NAME",
@@ -54,6 +60,7 @@ __all__ = [  # with the defaults (defaults.py), whose names were this module's b
     "MIN_LEASE_TIME",
     "NESTED_DEFAULTS",
     "WORKER_DEFAULTS",
+    "Applied",
     "CircuitBreakerConfig",
     "PostgresConfig",
     "QueueMaxConfig",
@@ -63,6 +70,7 @@ __all__ = [  # with the defaults (defaults.py), whose names were this module's b
     "callers_alias",
     "get_config",
     "get_queue",
+    "lent_to",
     "merge_defaults",
     "read_settings",
     "require_installed",
@@ -210,6 +218,62 @@ def _names(value: list[str] | tuple[str, ...] | None) -> tuple[str, ...] | None:
     return None if value is None else tuple(value)
 
 
+def lent_to(queue: Queue, joined: Any | None) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, this thread's operations of ``queue`` run on ``joined`` (what
+    ``caller_connection()`` returned: the caller's connection in its transaction), or on the store's own
+    connections when it is None."""
+    return contextlib.nullcontext() if joined is None else queue.on_connection(joined)
+
+
+class Applied:
+    """Settings this process keeps in a ``Queue``'s store (rate limits, a task's breaker), looked at once per
+    Queue rather than at every use: ``apply(queue, joined, fn)`` runs ``fn(write)``, which reads them in the
+    store, writes them where they differ if ``write``, and says whether they differed.
+
+    Inside the caller's transaction (``joined``, the caller's connection) they are only read, on it. Where
+    they differ they are written right after that transaction commits, on the store's own connection
+    (a ``Commit`` callback; ``commits.flush()`` runs it too): not in the caller's transaction, whose writes
+    would hold the rows every worker's admission locks (a flow write's version row) for as long as it lasts,
+    and which the same thread's next flow write on the store's own connection would wait for forever. Until
+    that commit nobody looks again; after a rollback nothing was written, and the next use looks again. A
+    write after the commit that fails is logged, and the next use looks again."""
+
+    def __init__(self) -> None:
+        self._queue: weakref.ref[Queue] | None = None  # the Queue they are known to be applied to
+        self._pending: tuple[weakref.ref[Queue], Commit] | None = None  # written at that commit
+
+    def due(self, queue: Queue) -> bool:
+        """Are they to be looked at before ``queue`` is used?"""
+        if self._queue is not None and self._queue() is queue:
+            return False
+        pending = self._pending
+        return pending is None or pending[0]() is not queue or pending[1].state != OPEN
+
+    def apply(self, queue: Queue, joined: Any | None, fn: Callable[[bool], bool]) -> None:
+        if joined is None:
+            fn(True)
+            self._queue = weakref.ref(queue)
+            return
+        with lent_to(queue, joined):
+            differ = fn(False)
+        if not differ:
+            self._queue = weakref.ref(queue)
+            return
+        alias = callers_alias(joined)
+        assert alias is not None
+
+        def write() -> None:  # after the commit: this thread holds no transaction, nor a server connection
+            try:
+                fn(True)
+            except Exception:
+                logger.warning("queue_max: could not apply rate limits or breakers after a commit; the "
+                               "next use of the store tries again", exc_info=True)  # fmt: skip
+                return
+            self._queue = weakref.ref(queue)
+
+        self._pending = (weakref.ref(queue), Commit(alias, store=write))
+
+
 class _Cache:
     """This process's config and queue. ``pid`` tells a forked child not to use its parent's queue."""
 
@@ -220,6 +284,7 @@ class _Cache:
         self.pid = os.getpid()
         self.test_state: tuple[bool, int] | None = None  # teststore.state() when config was built
         self.queue_config: QueueMaxConfig | None = None  # the config the queue was opened with
+        self.limits = Applied()  # RATE_LIMIT and QUEUE_RATE_LIMITS, as applied to the queue's store
 
 
 _cache = _Cache()
@@ -254,7 +319,12 @@ def get_queue(*, create: bool = True) -> Queue:
 
     ``create=False``, for what only reads (the read-only commands, the admin, the metrics view): where the
     LMDB directory holds no store, ``NoStore`` and nothing is created (opening would make a new, empty store
-    and report it healthy). The PostgreSQL store never makes its tables when it opens."""
+    and report it healthy). The PostgreSQL store never makes its tables when it opens.
+
+    Inside ``transaction.atomic()`` on the PostgreSQL store's ``DATABASE`` alias, the store opens on the
+    caller's connection and the limits are read on it (``lent_to``): no second server connection is needed,
+    which through a pool of one would wait for the caller's transaction. Limits that differ are written
+    right after that transaction commits; after a rollback the next call looks again (``Applied``)."""
     with _cache.lock:  # reset() takes it too: a queue is never cached for a config already forgotten
         config = get_config()
         queue = _cache.queue
@@ -274,6 +344,8 @@ def get_queue(*, create: bool = True) -> Queue:
                 )
             queue = _cache.queue = _open_queue(config)
             _cache.queue_config = config
+        elif _cache.limits.due(queue):
+            _apply_rate_limits(queue, config, caller_connection())
         return queue
 
 
@@ -345,9 +417,10 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
         from .engine.stores.postgres.store import PostgresStore  # psycopg only for this store
 
         pg = config.postgres
+        joined = caller_connection()  # inside atomic() on the alias: the opening runs in the transaction
         store = PostgresStore.open(
             store_url(config), listen=pg.listen, notify=pg.notify, poll_interval=pg.poll_interval,
-            prepare_threshold=pg.prepare_threshold,
+            prepare_threshold=pg.prepare_threshold, connection=joined,
         )  # fmt: skip
         try:
             queue = Queue(store, **options)  # none of the LMDB-only options: Queue(store) refuses them
@@ -359,26 +432,36 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
     else:
         assert config.data_dir is not None
         queue = Queue(config.data_dir, shards=config.shards, sync=config.sync, **options)
+        joined = None
     try:
         connect(queue)  # its engine events become Django signals (signals.py)
-        _apply_rate_limits(queue, config)
+        _apply_rate_limits(queue, config, joined)
     except BaseException:
         queue.close()
         raise
     return queue
 
 
-def _apply_rate_limits(queue: Queue, config: QueueMaxConfig) -> None:
+def _apply_rate_limits(queue: Queue, config: QueueMaxConfig, joined: Any | None) -> None:
+    """Make the store's limits on ``"*"`` and ``"queue:<name>"`` those of the settings (read on ``joined``,
+    the caller's connection in its transaction, when not None, and written after it commits: ``Applied``)."""
     wanted = {QUEUE_KEY_PREFIX + name: rate for name, rate in config.queue_rate_limits.items()}
     if config.rate_limit is not None:
         wanted[GLOBAL_KEY] = config.rate_limit
-    current = queue.rate_limits()
-    for key, rate in wanted.items():
-        if current.get(key) != rate:
-            queue.set_rate_limit(key, rate)
-    for key in current:
-        if (key == GLOBAL_KEY or key.startswith(QUEUE_KEY_PREFIX)) and key not in wanted:
-            queue.remove_rate_limit(key)
+
+    def apply(write: bool) -> bool:
+        current = queue.rate_limits()
+        changes = [(key, rate) for key, rate in wanted.items() if current.get(key) != rate]
+        gone = [key for key in current if (key == GLOBAL_KEY or key.startswith(QUEUE_KEY_PREFIX))
+                and key not in wanted]  # fmt: skip
+        if write:
+            for key, rate in changes:
+                queue.set_rate_limit(key, rate)
+            for key in gone:
+                queue.remove_rate_limit(key)
+        return bool(changes or gone)
+
+    _cache.limits.apply(queue, joined, apply)
 
 
 def reset() -> None:

@@ -15,7 +15,6 @@ import inspect
 import math
 import sys
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
@@ -25,7 +24,7 @@ from django.db import transaction
 
 from . import tracing
 from .commits import Commit, waits_for_commit, written
-from .conf import caller_connection, callers_alias, get_config, get_queue
+from .conf import Applied, caller_connection, callers_alias, get_config, get_queue, lent_to
 from .engine import (
     NAME_KEY_PREFIX,
     BreakerPolicy,
@@ -150,7 +149,7 @@ class Task(Generic[P, R]):
         self.enqueue_on_commit: bool | None = None  # None: QUEUE_MAX["ENQUEUE_ON_COMMIT"]
         self.is_async = inspect.iscoroutinefunction(func)
         self._signature = inspect.signature(func)
-        self._flow_applied: weakref.ref[Queue] | None = None
+        self._flow_applied = Applied()  # this task's limit and breaker, in the store (_prepare)
         functools.update_wrapper(self, func)
 
     def __repr__(self) -> str:
@@ -273,13 +272,14 @@ class Task(Generic[P, R]):
 
     def _store_many(self, payloads: list[dict[str, Any]], joined: Any) -> list[int]:
         """``.map()``'s puts: spread over the shards, or in the caller's transaction on ``joined``."""
-        queue = self._prepare(get_queue())
+        queue = self._prepare(get_queue(), joined)
         options = self._put_options()
         with tracing.sending(self.name, self.queue, options) as sending:
             if joined is None:
                 ids = queue.put_parts(payloads, **options)
             else:  # the PostgreSQL store has one shard: one put_many is what put_parts would do, in the
-                with in_callers_transaction(callers_alias(joined)):  # caller's transaction
+                # caller's transaction; all it asks of the store on the caller's connection (lent_to)
+                with in_callers_transaction(callers_alias(joined)), lent_to(queue, joined):
                     ids = queue.put_many(payloads, connection=joined, **options)
             sending.sent_many(ids)
         return ids
@@ -390,30 +390,37 @@ class Task(Generic[P, R]):
             "metadata": self.metadata or None,
         }
 
-    def _prepare(self, queue: Queue) -> Queue:
+    def _prepare(self, queue: Queue, joined: Any = None) -> Queue:
         """Apply this task's rate limit and breaker to the store, once per ``Queue`` (the first enqueue in
-        a process, and again after the settings changed)."""
-        applied = self._flow_applied
-        if applied is not None and applied() is queue:
-            return queue
+        a process, and again after the settings changed). With ``joined`` (the caller's connection, in the
+        transaction the job joins) they are read on it, and written after it commits (``conf.Applied``)."""
+        if self._flow_applied.due(queue):
+            self._flow_applied.apply(queue, joined, functools.partial(self._apply_flow, queue))
+        return queue
+
+    def _apply_flow(self, queue: Queue, write: bool) -> bool:
+        """Read this task's limit and breaker in the store, and set them where they differ if ``write``.
+        -> whether they differed."""
         key = NAME_KEY_PREFIX + self.name
+        differ = False
         if self.rate_limit is not None and queue.rate_limits().get(key) != self.rate_limit:
-            queue.set_rate_limit(key, self.rate_limit)
+            differ = True
+            if write:
+                queue.set_rate_limit(key, self.rate_limit)
         policy = self.circuit_breaker
         if policy is True:
             breaker = get_config().circuit_breaker
             policy = BreakerPolicy(breaker.threshold, breaker.timeout)
         if isinstance(policy, BreakerPolicy):
             current = queue.circuit_breakers().get(key)
-            if current is None or (current["threshold"], current["recovery_timeout"]) != (
-                policy.threshold,
-                policy.recovery_timeout,
-            ):
-                queue.set_circuit_breaker(
-                    key, threshold=policy.threshold, recovery_timeout=policy.recovery_timeout
-                )
-        self._flow_applied = weakref.ref(queue)
-        return queue
+            wanted = (policy.threshold, policy.recovery_timeout)
+            if current is None or (current["threshold"], current["recovery_timeout"]) != wanted:
+                differ = True
+                if write:
+                    queue.set_circuit_breaker(
+                        key, threshold=policy.threshold, recovery_timeout=policy.recovery_timeout
+                    )
+        return differ
 
     def _enqueue_maybe_on_commit(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> JobResult:
         joined = caller_connection()  # the store's database is the one the caller is in a transaction on
@@ -440,11 +447,11 @@ class Task(Generic[P, R]):
             self._check_storable(args, kwargs)
         if get_config().immediate:
             return self._run_now(payload)
-        queue = self._prepare(get_queue())
+        queue = self._prepare(get_queue(), connection)
         options = self._put_options()
         alias = callers_alias(connection)
         with tracing.sending(self.name, self.queue, options) as sending:
-            with in_callers_transaction(alias):
+            with in_callers_transaction(alias), lent_to(queue, connection):  # (a clock's reading too)
                 job_id = queue.put(payload, connection=connection, **options)
             sending.sent(job_id)
         return JobResult(job_id, task_name=self.name, commit=written(alias, [job_id]))

@@ -2,9 +2,10 @@
 
 Several machines share one PostgreSQL store and their clocks disagree; leases, ETAs, backoff, rate limits
 and locks must not depend on them agreeing. So the store's one clock is the server's: a ``ServerClock``
-asks the server for its time (``clock_timestamp()``) and remembers how far this machine's clock is from it,
-measured at the midpoint of the round trip, and then answers ``now()`` as this machine's time plus that
-offset, with no round trip. It asks again every ``RESAMPLE`` seconds (from the store's upkeep), so a
+asks the server for its time (``clock_timestamp()``, on a connection of its own, or on the caller's that the
+calling thread lent the store) and remembers how far this machine's clock is from it, measured at the
+midpoint of the round trip, and then answers ``now()`` as this machine's time plus that offset, with no
+round trip. It asks again every ``RESAMPLE`` seconds (from the store's upkeep), so a
 machine whose clock is 30 s off still reads the server's time to within a round trip; and at once when this
 machine's clock stepped (``STEP``: NTP set it, a virtual machine was restored or resumed), which every
 reading checks against ``time.monotonic()``, so that no lease, ETA or token is written in a stepped time.
@@ -38,8 +39,14 @@ class ServerClock:
         guard: Callable[[Any], contextlib.AbstractContextManager[Any]] = lambda conn: (
             contextlib.nullcontext()
         ),
+        lent: Callable[[], Any] = lambda: None,
     ) -> None:
         self._connect = connect  # a new connection of the store's (closed after each reading)
+        # the connection the calling thread lent the store (the caller's, in its open transaction), or None:
+        # a reading then runs on it (clock_timestamp() is the time of the statement, not of the transaction)
+        # and needs no connection of its own, which through a pool of one server connection would wait for
+        # the caller's transaction, itself waiting for the reading
+        self._lent = lent
         self._guard = guard  # the store's errors for psycopg's, around a reading
         self._local = local  # this machine's clock (tests give a wrong one)
         self._monotonic = monotonic
@@ -71,14 +78,16 @@ class ServerClock:
             return self._sample()
 
     def _sample(self) -> float:
-        conn = self._connect()
+        lent = self._lent()
+        conn = self._connect() if lent is None else lent
         try:
             with self._guard(conn):
                 monotonic_before, before = self._monotonic(), self._local()
                 row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
                 after, monotonic_after = self._local(), self._monotonic()
         finally:
-            conn.close()
+            if lent is None:
+                conn.close()
         local_at = (before + after) / 2
         offset = float(row[0]) - local_at
         self._base = (offset, local_at, (monotonic_before + monotonic_after) / 2)

@@ -28,7 +28,10 @@ its socket) and replaced, so the operation runs on a new one instead of failing.
 A thread may lend the store its own connection for a while (``Connections.borrowed``: Django's, inside the
 caller's open transaction): the store's operations of that thread then run in the caller's transaction,
 so they see the jobs it wrote and what they write commits or rolls back with it (a test inside Django's
-``TestCase``). A borrowed connection is never closed, committed or dropped by the store.
+``TestCase``; the store's opening and a task's limits on a first enqueue inside ``transaction.atomic()``,
+which then need no second server connection behind a pooler). A borrowed connection is never closed,
+committed or dropped by the store; a transaction of the store's on it is a savepoint (``Borrowed``), so
+that one that fails leaves the caller's transaction usable.
 """
 
 from __future__ import annotations
@@ -217,6 +220,11 @@ class Connections:
             self._all[conn] = closer
         self._local.held = held
         return conn
+
+    def lent(self) -> Borrowed | None:
+        """The caller's connection that this thread lent the store (``borrowed``), or None."""
+        lent: Borrowed | None = getattr(self._local, "lent", None)
+        return lent
 
     @contextlib.contextmanager
     def borrowed(self, conn: Any) -> Iterator[None]:

@@ -28,7 +28,10 @@ seconds of this process's monotonic clock, so most claims cost no round trip. Th
 limit or breaker another process set, or a token it took, is seen here up to ``VERSION_TTL`` (5 ms) late,
 as if that call had come 5 ms later. This process's own writes are seen at once (a write keeps the version
 it committed). Admission itself never reads the cache: ``take`` and ``admit`` lock the rows, so a stale
-version can only make a consumer look again (or not yet) at jobs that the rows then decide about.
+version can only make a consumer look again (or not yet) at jobs that the rows then decide about. A version
+read or written on a connection the thread lent the store (``Connections.borrowed``) is not kept: it is the
+caller's transaction's, which may yet roll back, and another thread of the process would take it for a
+committed one (and keep the state of another version under it).
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ class PgControl:
         nothing), which becomes the cached one once the transaction has committed."""
         with self._db.transaction() as conn:
             result, version = fn(conn)
-        if version is not None:
+        if version is not None and self._db.lent() is None:
             self._saw(version, time.monotonic())
         return result
 
@@ -167,7 +170,8 @@ class PgControl:
             return cached
         with self._db.transaction() as conn:
             version = int(conn.execute("SELECT version FROM qm_flow WHERE id = 1").fetchone()[0])
-        self._saw(version, asked)
+        if self._db.lent() is None:
+            self._saw(version, asked)
         return version
 
     # ------------------------------------------------------------------ limits

@@ -78,6 +78,7 @@ class PostgresStore:
         poll_interval: float = 1.0,
         local_clock: Callable[[], float] = time.time,
         prepare_threshold: int | None = PREPARE_THRESHOLD,
+        connection: Any = None,
     ) -> PostgresStore:
         """The store in the database at ``url`` (created tables: ``schema.create``, or ``manage.py
         migrate``). ``clock``: a test's; None: the server's, read through ``local_clock`` (this machine's;
@@ -85,9 +86,14 @@ class PostgresStore:
         ``poll_interval``: the longest poll-only wait. ``prepare_threshold``: psycopg's for the store's
         connections (None: no server-side prepared statements). Behind PgBouncer in transaction mode:
         ``listen=False, prepare_threshold=None``, and the store keeps no state in a server session
-        (``connection.py``). ``SchemaError`` when the tables are missing or at another version."""
+        (``connection.py``). ``connection``: the caller's, inside its open transaction on that database;
+        the opening's statements (the schema's version, a reading of the server's clock: both read only)
+        then run on it, and the store opens no connection of its own (through a pool of one server
+        connection, one would wait for the caller's transaction). ``SchemaError`` when the tables are
+        missing or at another version."""
         return cls(url, clock=clock, listen=listen, notify=notify, poll_interval=poll_interval,
-                   local_clock=local_clock, prepare_threshold=prepare_threshold)  # fmt: skip
+                   local_clock=local_clock, prepare_threshold=prepare_threshold,
+                   connection=connection)  # fmt: skip
 
     def __init__(
         self,
@@ -99,29 +105,32 @@ class PostgresStore:
         poll_interval: float,
         local_clock: Callable[[], float] = time.time,
         prepare_threshold: int | None = PREPARE_THRESHOLD,
+        connection: Any = None,
     ) -> None:
         self.url = url
         self.path = display_url(url)
         self.db = Connections(url, prepare_threshold=prepare_threshold)
-        conn = self.db.connection()
-        with self.db.guard(conn):
-            found = schema.version(conn)
-        if found != schema.SCHEMA_VERSION:
-            what = "has no queue_max tables" if found is None else f"has queue_max schema version {found}"
-            raise SchemaError(
-                f"the database at {self.path} {what}; this version of queue_max_django needs version "
-                f"{schema.SCHEMA_VERSION}: run `manage.py migrate` (or schema.create() outside Django)"
+        self.server_clock: ServerClock | None = None
+        if clock is None:
+            guard = self.db.guard
+            self.server_clock = ServerClock(
+                self.db.connect, local_clock, guard=lambda conn: guard(conn, drop=False), lent=self.db.lent
             )
-        self.server_clock = (
-            ServerClock(self.db.connect, local_clock, guard=lambda conn: self.db.guard(conn, drop=False))
-            if clock is None
-            else None
-        )
-        if self.server_clock is not None:
-            # Read now, not on the first clock() inside some transaction: no operation then needs a
-            # second connection while it holds one (through a pool of one server connection, it would
-            # wait for itself).
-            self.server_clock.sample()
+        with self.db.borrowed(connection) if connection is not None else contextlib.nullcontext():
+            conn = self.db.connection()
+            with self.db.guard(conn):
+                found = schema.version(conn)
+            if found != schema.SCHEMA_VERSION:
+                what = "has no queue_max tables" if found is None else f"has queue_max schema version {found}"
+                raise SchemaError(
+                    f"the database at {self.path} {what}; this version of queue_max_django needs version "
+                    f"{schema.SCHEMA_VERSION}: run `manage.py migrate` (or schema.create() outside Django)"
+                )
+            if self.server_clock is not None:
+                # Read now, not on the first clock() inside some transaction: no operation then needs a
+                # second connection while it holds one (through a pool of one server connection, it would
+                # wait for itself).
+                self.server_clock.sample()
         self.clock: Callable[[], float] = clock or self.server_clock  # type: ignore[assignment]
         self._ready_floor = 0  # the ready time (µs) of the last job this process put pending
         self._vacuum_check_due = 0.0  # time.monotonic() of maintain()'s next look at the churned tables
