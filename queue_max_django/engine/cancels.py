@@ -6,7 +6,8 @@ holder, so it is marked "cancel requested": the mark is kept apart from the job'
 reports it to the holder (``Record.cancel_requested``), which stops the job and fails it with ``Cancelled``:
 a dead letter, not retried (``Cancelled`` is ``Permanent``), that ``requeue`` brings back (and forgets the
 mark). A job released or retried while marked is still marked: its next holder sees the mark at its first
-heartbeat. Marks of jobs that ended are dropped by ``requeue`` and by the store's vacuum.
+heartbeat. A mark stays while its job is stored: ``requeue`` drops it, and it goes with the job that
+``delete``, ``purge``, the vacuum or a cancel removes (``Store.cancel_requested``).
 
 A cancel is its own outcome, not a failure (issue 29): the request notes who asked and when in the running
 job's metadata (``job.CANCEL_KEY``, in the same transaction as the mark; a holder's ``save_metadata`` keeps

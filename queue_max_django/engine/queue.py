@@ -439,7 +439,8 @@ class Queue(Coordination):
 
     def cancel_requested(self, job_id: int) -> bool:
         """Was a cancel of this running job requested (``request_cancel``), its worker yet to stop it? The
-        answer for a job that is not running says nothing (a mark stays until the vacuum drops it)."""
+        answer for a job that is not running says nothing (a mark stays until the job is requeued or
+        removed)."""
         _check_id(job_id)
         return self._live().cancel_requested(job_id)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from queue_max_django.engine import ConfigurationError, Queue, QueueEmpty, State, StoreError
+from queue_max_django.engine import Cancelled, ConfigurationError, Queue, QueueEmpty, State, StoreError
 from queue_max_django.engine.stores.postgres.store import PostgresStore
 from tests import pgserver
 from tests.engine.procs import wait_for
@@ -497,3 +497,25 @@ def test_the_store_vacuums_its_hot_table_where_autovacuum_does_not(
 
         with pgserver.connect(pg_url) as own:  # few dead rows: nothing to do
             assert upkeep.vacuum_churned(own) == []
+
+
+def test_the_vacuum_drops_a_mark_whose_job_is_gone_and_keeps_a_stored_jobs(pg_url: str) -> None:
+    """Every statement that removes jobs takes their cancel marks; a mark can still be left behind by a
+    cancel that read its job as running while the job ended and was removed (its insert not yet committed
+    for the removal to see). The vacuum drops such a mark, never one of a job still stored."""
+    q = Queue(pg_url, do_recover=False, do_vacuum=False)
+    admin = pgserver.connect(pg_url)
+    try:
+        job_id = q.put("long")
+        record = q.get(timeout=0)
+        q.request_cancel(job_id)
+        record.nack(Cancelled("cancelled"), permanent=True)
+        orphan = job_id + (1 << 40)  # no such job
+        admin.execute("INSERT INTO qm_cancels (job_id, requested_us) VALUES (%s, 0)", (orphan,))
+        assert q.cancel_requested(orphan)
+        q.vacuum(older_than=0)
+        assert not q.cancel_requested(orphan)
+        assert q.cancel_requested(job_id)  # a dead letter keeps its mark until it is removed or requeued
+    finally:
+        admin.close()
+        q.close()

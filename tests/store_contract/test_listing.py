@@ -73,7 +73,7 @@ def test_counts_per_state_and_queue(store: Store) -> None:
     put(store, T0, "d", queue="q2", shard=store.shards - 1)
     claim(store, T0, queues=("q1",))
     counts = store.counts()
-    assert set(counts) == {*(s.value for s in State), "total"}
+    assert set(counts) == {*(s.value for s in State), "cancelled", "total"}
     assert (counts["pending"], counts["scheduled"], counts["running"], counts["total"]) == (2, 1, 1, 4)
     assert store.pending_count() == 2
     assert sum(store.counts(s)["total"] for s in range(store.shards)) == 4

@@ -65,7 +65,7 @@ def test_cancel_removes_waiting_jobs_marks_running_ones_and_leaves_the_rest(stor
 
 
 @pytest.mark.sc_cancel_mark
-def test_a_mark_outlives_a_release_and_is_gone_after_a_delete_and_the_vacuum(store: Store) -> None:
+def test_a_mark_outlives_a_release_and_a_completion_and_goes_with_a_delete(store: Store) -> None:
     [job_id] = put(store, T0, "x")
     [held] = claim(store, T0)
     store.cancel(T0 + 1, job_id)
@@ -74,8 +74,8 @@ def test_a_mark_outlives_a_release_and_is_gone_after_a_delete_and_the_vacuum(sto
     [again] = claim(store, T0 + 3)
     assert store.heartbeat(T0 + 4, job_id, again.token, 30.0)[1] is True
     store.complete(T0 + 5, job_id, again.token, None, False)
+    assert store.cancel_requested(job_id)
     assert store.delete(T0 + 6, job_id, None)
-    store.vacuum(T0 + 7, T0, 0.0)
     assert not store.cancel_requested(job_id)
 
 

@@ -469,8 +469,8 @@ class Store(Protocol):
 
     def save_metadata(self, now: float, job_id: int, token: bytes, metadata: bytes | None) -> None:
         """Replace the metadata of the running job ``token`` holds (its JSON text, ``metadata.py``; None:
-        none), keeping the cancel note ``cancel`` wrote there, if any; the job stays as it is.
-        [sc_save_metadata]"""
+        none), keeping the cancel note ``cancel`` wrote there, if any [sc_cancel_note]; the job stays as
+        it is. [sc_save_metadata]"""
 
     # -- management and upkeep
     def requeue(self, now: float, job_id: int) -> bool:
@@ -481,16 +481,16 @@ class Store(Protocol):
 
     def cancel(self, now: float, job_id: int, by: str | None = None) -> CancelOutcome:
         """In one transaction: remove the job if it is pending or scheduled (``REMOVED``); mark it "cancel
-        requested" if it is running (``REQUESTED``: kept apart from its record, reported by ``heartbeat``
-        until the job is requeued or vacuumed) and put ``{"by": by, "at": now}`` in its metadata under
-        ``job.CANCEL_KEY`` (which ``save_metadata`` keeps); else ``FINISHED`` (done or failed) or
-        ``MISSING``, changing nothing. [sc_cancel]"""
+        requested" if it is running (``REQUESTED``: kept apart from its record, reported by ``heartbeat``:
+        ``cancel_requested``); else ``FINISHED`` (done or failed) or ``MISSING``, changing nothing.
+        [sc_cancel] [sc_cancel_note] A mark also puts ``{"by": by, "at": now}`` in the job's metadata under
+        ``job.CANCEL_KEY``, over an earlier note (``save_metadata`` keeps it; ``Job.cancel_note``)."""
 
     def cancel_requested(self, job_id: int) -> bool:
-        """Is the job marked "cancel requested" (``cancel``)? A running job keeps its mark until its holder
-        stops it, and while it is released or retried (its next holder sees it). ``requeue`` drops it; once
-        the job is no longer live (done, a dead letter, deleted), ``vacuum`` drops it, or the store sooner
-        (LMDB: with the job it deletes). [sc_cancel_mark]"""
+        """Is the job marked "cancel requested" (``cancel``)? [sc_cancel_mark] A mark stays while its job is
+        stored (released or retried: its next holder sees it; done; a dead letter): ``requeue`` drops it,
+        and it goes with the job in the transaction that removes it (``delete``, ``purge``, ``vacuum``,
+        ``cancel``)."""
 
     def delete(self, now: float, job_id: int, states: tuple[State, ...] | None) -> bool:
         """Remove the job (its record, payload and result) if it is in one of ``states`` (None:
@@ -521,10 +521,10 @@ class Store(Protocol):
           stretch of such jobs on each call, charging them as expired."""
 
     def vacuum(self, now: float, cutoff: float, unique_ttl: float) -> int:
-        """Remove done jobs that finished at or before ``cutoff`` (never failed ones), drop the cancel marks
-        of jobs no longer live (``cancel_requested``), and forget unique keys used more than
-        ``max(unique_ttl, types.UNIQUE_KEY_MIN_TTL)`` seconds before ``now`` (a put with such a key then
-        writes a new job). In bounded batches. -> how many jobs. [sc_vacuum] [sc_vacuum_unique]"""
+        """Remove done jobs that finished at or before ``cutoff`` (never failed ones; their cancel marks with
+        them), and forget unique keys used more than ``max(unique_ttl, types.UNIQUE_KEY_MIN_TTL)`` seconds
+        before ``now`` (a put with such a key then writes a new job). In bounded batches. -> how many jobs.
+        [sc_vacuum] [sc_vacuum_unique]"""
 
     # -- reads (each one consistent snapshot)
     def job(self, now: float, job_id: int) -> Job | None:
@@ -552,8 +552,9 @@ class Store(Protocol):
         for a listing by time); a listing by id goes on from any id. [sc_list_after]"""
 
     def counts(self, shard: int | None = None) -> dict[str, int]:
-        """Jobs per state (every ``State`` value a key) and ``total`` (puts ever), of ``shard`` or of the
-        whole store, from counters (never a walk of the jobs). [sc_counts]"""
+        """Jobs per state (every ``State`` value a key), ``cancelled`` (``cancel_counts``' first, within
+        ``failed``) and ``total`` (puts ever), of ``shard`` or of the whole store, from counters (never a
+        walk of the jobs). [sc_counts]"""
 
     def pending_count(self) -> int:
         """``counts()["pending"]``, as cheaply as the store can (the idle path asks it). [sc_counts]"""
@@ -574,10 +575,10 @@ class Store(Protocol):
         [sc_finished_totals]"""
 
     def cancel_counts(self) -> tuple[int, int]:
-        """(dead letters that are cancels now, jobs ever cancelled while they ran), store-wide: a dead letter
-        whose error type is ``job.CANCELLED`` counts from the ``fail`` that made it until it leaves the
-        failed state (requeued, deleted, purged), then as one that left; ``counts()["cancelled"]`` is the
-        first. Kept in step with the state counts in the same transactions. O(shards)."""
+        """(dead letters that are cancels now, jobs ever cancelled while they ran), store-wide.
+        [sc_cancel_counts] A dead letter whose error type is ``job.CANCELLED`` counts from the ``fail`` that
+        made it until it leaves the failed state (requeued, deleted, purged), then as one that left (the
+        second only grows), in step with the state counts (the same transactions). O(shards)."""
 
     def enqueued_totals(self) -> dict[str, int]:
         """Per queue that ever had one, sorted by name: jobs ever put into it (its share of ``counts()``'s

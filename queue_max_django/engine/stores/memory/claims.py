@@ -17,7 +17,7 @@ from typing import Any
 from ... import codec
 from ...errors import QueueCorrupted
 from ...job import State
-from ...metadata import unpack_metadata
+from ...metadata import keeping_cancel_note, unpack_metadata
 from ..types import Claimed, ClaimOutcome, CorruptedJobQuarantined
 from .space import CLAIM_ALONE_NEXT, CLAIM_BATCH, Row, Space, micros
 from .upkeep import promote, quarantine
@@ -207,4 +207,6 @@ def release(space: Space, now: float, job_id: int, token: bytes, retry_at: float
 
 
 def save_metadata(space: Space, job_id: int, token: bytes, metadata: bytes | None) -> None:
-    held(space, job_id, token).metadata = metadata
+    """The holder's metadata replaces the job's, keeping the cancel note ``cancel`` wrote there, if any."""
+    row = held(space, job_id, token)
+    row.metadata = keeping_cancel_note(row.metadata, metadata)

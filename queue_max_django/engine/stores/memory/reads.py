@@ -8,7 +8,7 @@ from ...errors import InvalidJob, QueueCorrupted
 from ...job import CORRUPTED, Job, State
 from ...metadata import unpack_metadata
 from ..types import Sample
-from .space import Row, Space, ready_key
+from .space import Row, Space, is_cancel, ready_key
 
 
 def as_job(row: Row) -> Job:
@@ -73,6 +73,7 @@ def counts(space: Space) -> dict[str, int]:
     for (_queue, state), count in space.counts.items():
         out[state.value] += count
     out["total"] = sum(space.enqueued.values())
+    out["cancelled"] = space.cancelled  # within failed
     return out
 
 
@@ -131,6 +132,9 @@ def verify(space: Space) -> list[str]:
         actual[row.queue, row.state] = actual.get((row.queue, row.state), 0) + 1
     if actual != dict(space.counts):
         problems.append(f"the counts {dict(space.counts)} are not the jobs' {actual}")
+    cancelled = sum(map(is_cancel, space.rows.values()))
+    if cancelled != space.cancelled:
+        problems.append(f"{space.cancelled} dead letters are counted as cancels, {cancelled} are")
     for row in space.rows.values():
         if row.error_type == CORRUPTED and row.state is State.FAILED:
             continue

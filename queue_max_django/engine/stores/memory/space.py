@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...forks import fork_generation
-from ...job import State
+from ...job import CANCELLED, State
 from ..types import Sample
 
 HISTORY_MAX = 10  # the error and worker histories keep the last ten, as the other stores do
@@ -74,6 +74,11 @@ class Row:
         self.worker_ids = [*self.worker_ids, worker][-HISTORY_MAX:]
 
 
+def is_cancel(row: Row) -> bool:
+    """Is the row a dead letter that is a cancel (``Job.cancelled``)?"""
+    return row.state is State.FAILED and row.error_type == CANCELLED
+
+
 def ready_key(row: Row) -> tuple[int, int, int]:
     """Where a pending job sorts, in its queue and across queues: the smallest is claimed first."""
     return (-row.priority, row.ready_us, row.job_id)
@@ -94,6 +99,8 @@ class Space:
         self.counts: Counter[tuple[str, State]] = Counter()  # (queue, state) -> jobs
         self.enqueued: Counter[str] = Counter()  # queue -> jobs ever put
         self.left: Counter[State] = Counter()  # DONE/FAILED -> jobs that left that state (removed, requeued)
+        self.cancelled = 0  # dead letters that are cancels (error type ``job.CANCELLED``) now
+        self.cancelled_left = 0  # such dead letters that left the failed state (removed, requeued)
         self.sequence = 0  # the last job id's sequence (job.py: max(previous + 1, now in µs))
         self.floor_us = 0  # the ready time of the last job put pending: FIFO when the clock steps back
         self.unique: dict[bytes, tuple[int, int]] = {}  # unique key -> (job id, when it was used, µs)
@@ -132,10 +139,14 @@ class Space:
         elif state is State.DONE:
             assert row.finished_us is not None
             bisect.insort(self.done, (row.finished_us, row.job_id))
+        elif is_cancel(row):
+            self.cancelled += 1
         self.counts[row.queue, state] += 1
 
     def unindex(self, row: Row) -> None:
-        """Take ``row`` out of its state's index and its count (before its state or sort fields change)."""
+        """Take ``row`` out of its state's index and its count (before its state or sort fields change). A
+        done or failed row is only ever unindexed to leave its state (removed, requeued): it is counted as
+        one that left (``finished_totals``, ``cancel_counts``)."""
         state = row.state
         if state is State.PENDING:
             entries = self.ready[row.queue]
@@ -148,6 +159,11 @@ class Space:
             _remove(self.leases, (row.lease_us, row.job_id))
         elif state is State.DONE:
             _remove(self.done, (row.finished_us, row.job_id))
+        if state in (State.DONE, State.FAILED):
+            self.left[state] += 1
+            if is_cancel(row):
+                self.cancelled -= 1
+                self.cancelled_left += 1
         self.counts[row.queue, state] -= 1
         if not self.counts[row.queue, state]:
             del self.counts[row.queue, state]
@@ -157,13 +173,10 @@ class Space:
         self.index(row)
 
     def remove(self, row: Row) -> None:
-        """Delete the job: its row, its index entry, its cancel mark; a done or failed job is counted as
-        one that left its state (``finished_totals``)."""
+        """Delete the job: its row, its index entry, its cancel mark (it goes with the job)."""
         self.unindex(row)
         del self.rows[row.job_id]
         self.cancels.pop(row.job_id, None)
-        if row.state in (State.DONE, State.FAILED):
-            self.left[row.state] += 1
 
     def next_id(self, now_us: int) -> int:
         """A new job id: ``sequence << 8`` (shard 0), the sequence ``max(previous + 1, now in µs)``."""

@@ -273,9 +273,9 @@ class MemoryStore:
         with self.lock:
             return upkeep.requeue(self.space, now, job_id)
 
-    def cancel(self, now: float, job_id: int) -> CancelOutcome:
+    def cancel(self, now: float, job_id: int, by: str | None = None) -> CancelOutcome:
         with self.lock:
-            return upkeep.cancel(self.space, now, job_id)
+            return upkeep.cancel(self.space, now, job_id, by)
 
     def cancel_requested(self, job_id: int) -> bool:
         with self.lock:
@@ -339,6 +339,10 @@ class MemoryStore:
     def finished_totals(self) -> tuple[int, int]:
         with self.lock:
             return reads.finished_totals(self.space)
+
+    def cancel_counts(self) -> tuple[int, int]:
+        with self.lock:
+            return self.space.cancelled, self.space.cancelled + self.space.cancelled_left
 
     def enqueued_totals(self) -> dict[str, int]:
         with self.lock:

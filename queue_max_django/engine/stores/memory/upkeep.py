@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ...cancels import CancelOutcome
 from ...job import CORRUPTED, State
+from ...metadata import with_cancel_note
 from ...retry import decide
 from ..types import UNIQUE_KEY_MIN_TTL, Recovered
 from .space import CLAIM_ALONE_NEXT, CLAIM_BATCH, Row, Space, micros
@@ -70,16 +71,11 @@ def recover_expired(space: Space, now: float) -> list[Recovered]:
 
 
 def vacuum(space: Space, now: float, cutoff: float, unique_ttl: float) -> int:
-    """Delete done jobs finished at or before ``cutoff``; forget unique keys used at or before ``now -
-    max(unique_ttl, UNIQUE_KEY_MIN_TTL)`` and the cancel marks of jobs that are no longer live. -> how
-    many jobs."""
+    """Delete done jobs finished at or before ``cutoff`` (their cancel marks with them); forget unique keys
+    used at or before ``now - max(unique_ttl, UNIQUE_KEY_MIN_TTL)``. -> how many jobs."""
     forget_us = micros(now - max(unique_ttl, UNIQUE_KEY_MIN_TTL))
     for key in [key for key, (_id, used_us) in space.unique.items() if used_us <= forget_us]:
         del space.unique[key]
-    for job_id in list(space.cancels):
-        row = space.rows.get(job_id)
-        if row is None or row.state in (State.DONE, State.FAILED):
-            del space.cancels[job_id]
     cutoff_us = micros(cutoff)
     removed = 0
     while space.done and space.done[0][0] <= cutoff_us:
@@ -111,7 +107,6 @@ def requeue(space: Space, now: float, job_id: int) -> bool:
     if row is None or row.state is not State.FAILED or row.error_type == CORRUPTED:
         return False
     space.unindex(row)
-    space.left[State.FAILED] += 1
     row.state, row.retries, row.ready_us = State.PENDING, 0, micros(now)
     row.started_us = row.finished_us = None
     row.error = row.error_type = row.traceback = None
@@ -132,8 +127,9 @@ def delete(space: Space, job_id: int, states: tuple[State, ...] | None) -> bool:
     return True
 
 
-def cancel(space: Space, now: float, job_id: int) -> CancelOutcome:
-    """Remove the job if it is pending or scheduled; mark it if it is running; else change nothing."""
+def cancel(space: Space, now: float, job_id: int, by: str | None) -> CancelOutcome:
+    """Remove the job if it is pending or scheduled; mark it if it is running, and note ``by`` and when in
+    its metadata (``job.CANCEL_KEY``); else change nothing."""
     row = space.rows.get(job_id)
     if row is None:
         return CancelOutcome.MISSING
@@ -141,6 +137,8 @@ def cancel(space: Space, now: float, job_id: int) -> CancelOutcome:
         space.remove(row)
         return CancelOutcome.REMOVED
     if row.state is State.RUNNING:
-        space.cancels[job_id] = micros(now)
+        now_us = micros(now)
+        space.cancels[job_id] = now_us
+        row.metadata = with_cancel_note(row.metadata, {"by": by, "at": now_us / 1_000_000})
         return CancelOutcome.REQUESTED
     return CancelOutcome.FINISHED

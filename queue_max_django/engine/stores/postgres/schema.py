@@ -180,7 +180,7 @@ CREATE TABLE IF NOT EXISTS qm_samples (
 );
 
 -- Running jobs marked "cancel requested", apart from their qm_jobs rows: the holder's heartbeat reads the
--- mark (cancels.py); requeue and the vacuum drop marks.
+-- mark (cancels.py); requeue drops a mark, and the statements that remove jobs drop theirs.
 CREATE TABLE IF NOT EXISTS qm_cancels (
     job_id bigint PRIMARY KEY,
     requested_us bigint NOT NULL

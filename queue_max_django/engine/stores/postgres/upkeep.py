@@ -141,6 +141,7 @@ _VACUUM = f"""
 WITH old AS (SELECT id FROM qm_finished WHERE state = {DONE} AND finished_us <= %(cutoff)s
              ORDER BY finished_us, id LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
 gone AS (DELETE FROM qm_finished f USING old WHERE f.id = old.id RETURNING f.id, f.queue),
+{cancels.UNMARK_GONE},
 {tally(("gone", str(DONE), -1), ("gone", str(DONE_LEFT), 1))}
 SELECT count(*) FROM gone
 """
@@ -151,15 +152,15 @@ DELETE FROM qm_unique u USING old WHERE u.key = old.key
 
 
 def vacuum(store: Statements, now: float, cutoff: float, unique_ttl: float) -> int:
-    """Delete done jobs finished at or before ``cutoff``, and unique keys used more than ``max(unique_ttl,
-    UNIQUE_KEY_MIN_TTL)`` ago, a batch per statement. -> how many jobs."""
+    """Delete done jobs finished at or before ``cutoff`` (their cancel marks with them), and unique keys used
+    more than ``max(unique_ttl, UNIQUE_KEY_MIN_TTL)`` ago, a batch per statement. -> how many jobs."""
     forget = {"cutoff": micros(now - max(unique_ttl, UNIQUE_KEY_MIN_TTL)), "batch": BATCH}
     while True:
         conn = store.db.connection()
         with store.db.guard(conn):
             if conn.execute(_FORGET, forget).rowcount < BATCH:
                 break
-    cancels.forget_ended(store)
+    cancels.forget_orphans(store)
     total = 0
     while True:
         removed: int = store.one(_VACUUM, store.params(cutoff=micros(cutoff), batch=BATCH))[0]
@@ -184,6 +185,7 @@ WITH old AS (SELECT id FROM {table}
              WHERE state = {code} AND (%(cutoff)s::bigint IS NULL OR {stamp} <= %(cutoff)s)
              ORDER BY id LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
 gone AS (DELETE FROM {table} t USING old WHERE t.id = old.id RETURNING t.id, t.queue, {error_type}),
+{cancels.UNMARK_GONE},
 {tally(("gone", str(code), -1), *left)}
 SELECT count(*) FROM gone
 """
@@ -251,6 +253,7 @@ WITH a AS (DELETE FROM qm_jobs WHERE id = %(id)s AND state = ANY(%(states)s)
 b AS (DELETE FROM qm_finished WHERE id = %(id)s AND state = ANY(%(states)s)
       RETURNING id, queue, state, error_type),
 gone AS (SELECT * FROM a UNION ALL SELECT * FROM b),
+{cancels.UNMARK_GONE},
 {
         tally(
             ("gone", "state", -1),
