@@ -11,6 +11,7 @@ import pytest
 from queue_max_django.engine.events import (
     ALERT,
     EVENTS,
+    JOB_CANCELLED,
     JOB_ENQUEUED,
     JOB_FAILED,
     JOB_LOST,
@@ -49,7 +50,9 @@ def test_event_names() -> None:
         "job_failed",
         "alert",
     )
-    assert EVENTS == (JOB_ENQUEUED, JOB_STARTED, JOB_SUCCEEDED, JOB_RETRIED, JOB_FAILED, JOB_LOST, ALERT)
+    assert EVENTS == (
+        JOB_ENQUEUED, JOB_STARTED, JOB_SUCCEEDED, JOB_RETRIED, JOB_FAILED, JOB_CANCELLED, JOB_LOST, ALERT
+    )  # fmt: skip
     assert frozenset(EVENTS) - PER_JOB_EVENTS == {ALERT}
 
 
