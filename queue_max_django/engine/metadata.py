@@ -18,6 +18,10 @@ from .errors import InvalidMetadata
 
 METADATA_MAX_BYTES = 64 * 1024  # the JSON text, UTF-8 encoded
 METADATA_MAX_DEPTH = 64  # dicts and lists within one another, the metadata dict itself the first
+TOO_DEEP = (
+    f"metadata is nested over {METADATA_MAX_DEPTH} levels deep (dicts and lists within one another): "
+    "keep it flat"
+)
 RESERVED_PREFIX = "_"
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # an escaped NUL character in JSON text
 
@@ -40,15 +44,14 @@ def pack_metadata(metadata: Any) -> bytes | None:
     try:
         text = json.dumps(metadata, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
         data = text.encode()
-    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+    except RecursionError:  # nested past what the encoder can walk (Python 3.11's gives up first)
+        raise InvalidMetadata(TOO_DEEP) from None
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidMetadata(f"metadata must be JSON-serializable: {exc}") from None
     if "\\u0000" in text and _NUL.search(text):
         raise InvalidMetadata("metadata strings cannot hold NUL characters (PostgreSQL's jsonb refuses them)")
     if text.count("{") + text.count("[") > METADATA_MAX_DEPTH and _depth(metadata) > METADATA_MAX_DEPTH:
-        raise InvalidMetadata(
-            f"metadata is nested over {METADATA_MAX_DEPTH} levels deep (dicts and lists within one another): "
-            f"keep it flat"
-        )
+        raise InvalidMetadata(TOO_DEEP)
     if len(data) > METADATA_MAX_BYTES:
         raise InvalidMetadata(
             f"metadata is {len(data):,} bytes as JSON, over the limit of {METADATA_MAX_BYTES:,} bytes: keep "
