@@ -42,9 +42,10 @@ class Kind(enum.Enum):
     CANCELLED = "cancelled"  # a dead letter with ``Cancelled``: an outcome someone asked for, not a failure
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once per job on the worker's hot path (a frozen one costs 5x)
 class Verdict:
-    """An attempt's end as its runner judged it, before anything is written. Built with the class methods."""
+    """An attempt's end as its runner judged it, before anything is written. Built with the class methods,
+    and not changed after (a completer that decides otherwise builds another)."""
 
     kind: Kind
     result: Packed | None = None  # DONE: the return value with its stored bytes

@@ -66,14 +66,20 @@ class Batch(Completer):
         return len(self._held)
 
     def run(self, record: Record, runner: Runner, /, **options: Any) -> Outcome:
-        return cancels.before_start(record, self) or super().run(record, runner, **options)
+        if cancels.is_requested(record.job_id):
+            cancelled = cancels.before_start(record, self)
+            if cancelled is not None:
+                return cancelled
+        return Completer.run(self, record, runner, **options)
 
     def write(self, record: Record, verdict: Verdict) -> Outcome:
         if verdict.kind is Kind.DONE and not verdict.at_once:
-            verdict = cancels.after_run(record, verdict)
-            if verdict.result is not None:  # still a success: held for the batch
-                self._held.append((record, verdict.result))
-                return Outcome(record.job_id, State.DONE, result=verdict.result.value)
+            if cancels.is_requested(record.job_id):
+                verdict = cancels.after_run(record, verdict)
+            result = verdict.result
+            if result is not None:  # still a success: held for the batch
+                self._held.append((record, result))
+                return Outcome(record.job_id, State.DONE, result=result.value)
         return self._write(record, verdict)
 
     def flush(self, held: list[Record], quiet: bool) -> None:
