@@ -48,14 +48,14 @@ class Verdict:
     and not changed after (a completer that decides otherwise builds another)."""
 
     kind: Kind
-    result: Packed | None = None  # DONE: the return value with its stored bytes
+    result: Packed | None = None  # DONE: the return value with its stored bytes (None: it returned None)
     error: BaseException | str | None = None  # RETRY, DEAD, CANCELLED; RELEASED: why, for the Outcome
     delay: float | None = None  # RETRY: instead of the backoff; RELEASED: scheduled that many seconds
     reason: str | None = None  # why an error was judged as it was (the Outcome's)
     at_once: bool = False  # DONE: written now by every completer (the runner acts on it right after)
 
     @classmethod
-    def done(cls, result: Packed, *, at_once: bool = False) -> Verdict:
+    def done(cls, result: Packed | None, *, at_once: bool = False) -> Verdict:
         return cls(Kind.DONE, result=result, at_once=at_once)
 
     @classmethod
@@ -92,8 +92,9 @@ class Completer:
     through ``write`` (the runners' verdicts, the last resort, and the worker's own: a timeout, a cancel
     past its grace, a release at shutdown), and each job that ended is then passed to ``_ended``, once,
     after the store took its end: by ``_write`` here, and for the successes a batching completer holds, by
-    its batch write (``worker.acks.Batch``). What must happen when a job ends, whatever ended it and in
-    every mode (a workflow releasing the jobs that wait for this one), goes in ``_ended``.
+    its batch write (``worker.acks.write_successes``, through ``_ended_done``). What must happen when a job
+    ends, whatever ended it and in every mode (a workflow releasing the jobs that wait for this one), goes
+    in ``_ended`` (and ``_ended_done`` then calls it for each job of the batch).
     """
 
     def run(self, record: Record, runner: Runner, /, **options: Any) -> Outcome:
@@ -104,6 +105,9 @@ class Completer:
         expired, another may run it), what is raised once the job ended (``record.finished``), what is not
         an ``Exception`` (a ``KeyboardInterrupt``), and an error of the last resort's own store call (the
         store fails: the caller gives the job up, and its lease brings it back, an attempt counted)."""
+        first = self._before(record)
+        if first is not None:
+            return first
         try:
             return runner(record, self, **options)
         except QueueCorrupted:
@@ -121,14 +125,18 @@ class Completer:
         """Write ``verdict`` of the job ``record`` holds. -> what became of the job."""
         return self._write(record, verdict)
 
+    def _before(self, record: Record) -> Outcome | None:
+        """Before the runner: the Outcome of a job ended without running it, or None to run it."""
+        return None
+
     def _write(self, record: Record, verdict: Verdict) -> Outcome:
         """The store call of ``verdict``: one ``Record`` operation. -> the Outcome, with the new state."""
         kind = verdict.kind
         if kind is Kind.DONE:
-            assert verdict.result is not None
-            record.ack(verdict.result)
+            result = verdict.result
+            record.ack(result)
             self._ended(record, State.DONE)
-            return Outcome(record.job_id, State.DONE, result=verdict.result.value)
+            return Outcome(record.job_id, State.DONE, result=None if result is None else result.value)
         if kind is Kind.RELEASED:
             record.release(delay=verdict.delay)
             state = State.SCHEDULED if verdict.delay else State.PENDING
@@ -140,6 +148,10 @@ class Completer:
     def _ended(self, record: Record, state: State) -> None:
         """The job of ``record`` ended this attempt in ``state`` (done, scheduled for a retry, or failed for
         good), and the store has it. Nothing to do yet: the one place for what follows a job's end."""
+
+    def _ended_done(self, records: list[Record]) -> None:
+        """``_ended(record, State.DONE)`` of each of ``records``, acknowledged together by a batching
+        completer: one call per batch while ``_ended`` does nothing (a worker's hot path)."""
 
 
 _UNSTORED_REASON = "its outcome could not be stored"

@@ -184,7 +184,7 @@ def _run_job(
         error = InvalidMetadata(f"task {task.name!r} left metadata that cannot be stored: {problem}")
         return completer.write(record, Verdict.failed(error, permanent=True))
     try:
-        packed = Packed(result, record.pack_result(result))
+        packed = None if result is None else Packed(result, record.pack_result(result))
     except (PayloadNotSerializable, PayloadTooLarge) as exc:
         message = f"task {task.name!r} returned a value that cannot be stored as its result: {exc}"
         return completer.write(record, Verdict.failed(message, permanent=True))

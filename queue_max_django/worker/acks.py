@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..completer import INLINE, Completer, Kind, Runner, Verdict
+from ..completer import INLINE, Completer, Kind, Verdict
 from ..engine import Queue, QueueError, Record, State
 from ..engine.codec import Packed
 from ..outcome import Outcome
@@ -58,28 +58,24 @@ class Batch(Completer):
         self._worker_id = worker_id
         self._line = line
         self._settle = settle
-        self._held: list[tuple[Record, Packed]] = []
+        self._held: list[tuple[Record, Packed | None]] = []
 
     @property
     def waiting(self) -> int:
         """How many successes wait for their acknowledgement here."""
         return len(self._held)
 
-    def run(self, record: Record, runner: Runner, /, **options: Any) -> Outcome:
-        if cancels.is_requested(record.job_id):
-            cancelled = cancels.before_start(record, self)
-            if cancelled is not None:
-                return cancelled
-        return Completer.run(self, record, runner, **options)
+    def _before(self, record: Record) -> Outcome | None:
+        return cancels.before_start(record, self) if cancels.is_requested(record.job_id) else None
 
     def write(self, record: Record, verdict: Verdict) -> Outcome:
         if verdict.kind is Kind.DONE and not verdict.at_once:
             if cancels.is_requested(record.job_id):
                 verdict = cancels.after_run(record, verdict)
-            result = verdict.result
-            if result is not None:  # still a success: held for the batch
+            if verdict.kind is Kind.DONE:  # still a success: held for the batch
+                result = verdict.result
                 self._held.append((record, result))
-                return Outcome(record.job_id, State.DONE, result=result.value)
+                return Outcome(record.job_id, State.DONE, result=None if result is None else result.value)
         return self._write(record, verdict)
 
     def flush(self, held: list[Record], quiet: bool) -> None:
@@ -127,9 +123,7 @@ def write_successes(
     skipped, gave_up = acknowledge(queue, items, worker_id)
     if gave_up:
         return {id(record) for record, _result in items}, 0
-    for record, _result in items:
-        if record.job_id not in skipped:
-            INLINE._ended(record, State.DONE)
+    INLINE._ended_done([record for record, _result in items if record.job_id not in skipped])
     return set(), len(skipped)
 
 
