@@ -50,11 +50,13 @@ from django.utils.json import normalize_json
 
 from . import tracing
 from .commits import Commit, find, placeholder, waits_for_commit, written
+from .completer import INLINE, Completer, Verdict
 from .conf import caller_connection, callers_alias, get_config, get_queue, lent_to
 from .context import JobContext, NoCurrentJob, running, running_context
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, codec, is_interrupt
+from .engine.codec import Packed
 from .engine.validate import validate_queue_name
-from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now, ended
+from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
 from .results import attempt_errors, attempt_workers, exception_class_path, read_job
 from .signals import in_callers_transaction
 
@@ -221,7 +223,7 @@ class QueueMaxBackend(BaseTaskBackend):
         without the detour through ``runner.run_job``, which would hand this job back to this module."""
         record = claim_now(queue, job_id)
         if record is not None:
-            ended(record, run_django_task_job, final=True)
+            INLINE.run(record, run_django_task_job, final=True)
         job = queue.job(job_id)
         if job is not None:  # None: the store forgot it at once (RESULT_TTL 0): the result stays READY
             fresh = result_of(job, result.task, job.payload)
@@ -414,14 +416,19 @@ def _raw_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- run side
 
 
-def _fail_now(record: Record, message: str) -> Outcome:
-    return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
-
-
-def run_django_task_job(record: Record, *, retry_delay: float | None = None, final: bool = False) -> Outcome:
+def run_django_task_job(
+    record: Record,
+    completer: Completer = INLINE,
+    *,
+    retry_delay: float | None = None,
+    final: bool = False,
+) -> Outcome:
     """Run one claimed django.tasks job as ``ImmediateBackend._execute_task`` does (statuses, timestamps,
-    ``TaskContext``, ``TaskError`` with the traceback, ``task_started``/``task_finished``), then ack with
-    the return value or nack (retried per the queue's ``MAX_RETRIES``; ``final``: not retried). A
+    ``TaskContext``, ``TaskError`` with the traceback, ``task_started``/``task_finished``), and end it
+    through ``completer`` (completer.py): done with the return value, or failed (retried per the queue's
+    ``MAX_RETRIES``; ``final``: not retried). A success is written at once by every completer
+    (``Verdict.at_once``), and a failure is written inside its ``except`` block: ``task_finished`` follows
+    each, with the job's new status, from the thread that ran it, where Django's receivers expect it. A
     ``SystemExit`` or ``KeyboardInterrupt`` the task raises is a failed attempt like any exception (Django's
     ``ImmediateBackend`` and django-tasks' database worker record them FAILED), except a
     ``KeyboardInterrupt`` on the main thread (a test's ``run_queued()``, the immediate mode): that is the
@@ -431,10 +438,12 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
     module_path, alias = payload.get("task"), payload.get("backend")
     task = lookup(module_path, alias)
     if task is None:
-        return _fail_now(record, unknown_django_task_message(module_path))
+        message = unknown_django_task_message(module_path)
+        return completer.write(record, Verdict.failed(message, permanent=True))
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(alias, str):
-        return _fail_now(record, f"the payload of django.tasks job {record.job_id} is malformed")
+        message = f"the payload of django.tasks job {record.job_id} is malformed"
+        return completer.write(record, Verdict.failed(message, permanent=True))
     task = stored_task(task, payload, priority=record.priority, queue_name=record.queue)
     sender = QueueMaxBackend
     started = timezone.now()
@@ -471,7 +480,7 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
         except BaseException as exc:  # SystemExit and KeyboardInterrupt too: as runner.run_job has it
             if is_interrupt(exc):
                 if not record.finished:
-                    record.release()
+                    completer.write(record, Verdict.released())
                 raise
             span.failed(exc)
             with contextlib.suppress(Exception):  # changed metadata, saved; the task's own error wins
@@ -479,28 +488,28 @@ def run_django_task_job(record: Record, *, retry_delay: float | None = None, fin
             decision = classify(exc, now=time.time())
             delay = (decision.delay if retry_delay is None else retry_delay) if decision.retry else None
             permanent = final or not decision.retry
-            return _finish_failed(
-                record, result, exc, delay=delay, permanent=permanent, reason=decision.reason
-            )
+            verdict = Verdict.failed(exc, delay=delay, permanent=permanent, reason=decision.reason)
+            return _finish_failed(record, completer, result, exc, verdict)
         try:
             _save_at_end(django_context, ours)
         except Exception as exc:  # metadata that cannot be stored fails the attempt, as in Django
-            reason = "the metadata cannot be stored"
-            return _finish_failed(record, result, exc, delay=None, permanent=True, reason=reason)
+            verdict = Verdict.failed(exc, permanent=True, reason="the metadata cannot be stored")
+            return _finish_failed(record, completer, result, exc, verdict)
     try:
         try:
             value = normalize_json(value)  # as Django requires: JSON data (which msgpack stores as is)
         except RecursionError:
             raise PayloadNotSerializable("result cannot be stored: it is nested too deep") from None
-        record.ack(value)
+        packed = Packed(value, record.pack_result(value))
+        outcome = completer.write(record, Verdict.done(packed, at_once=True))
     except (TypeError, ValueError, PayloadNotSerializable, PayloadTooLarge) as exc:
-        reason = "the return value cannot be stored"
-        return _finish_failed(record, result, exc, delay=None, permanent=True, reason=reason)
+        verdict = Verdict.failed(exc, permanent=True, reason="the return value cannot be stored")
+        return _finish_failed(record, completer, result, exc, verdict)
     object.__setattr__(result, "finished_at", timezone.now())
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
     object.__setattr__(result, "_return_value", value)
     task_finished.send(sender, task_result=result)
-    return Outcome(record.job_id, State.DONE, result=value)
+    return outcome
 
 
 def _save_at_end(django_context: TaskContext[Any, Any] | None, ours: JobContext) -> None:
@@ -515,17 +524,13 @@ def _save_at_end(django_context: TaskContext[Any, Any] | None, ours: JobContext)
 
 
 def _finish_failed(
-    record: Record,
-    result: TaskResult[Any, Any],
-    exc: BaseException,
-    *,
-    delay: float | None,
-    permanent: bool,
-    reason: str | None,
+    record: Record, completer: Completer, result: TaskResult[Any, Any], exc: BaseException, verdict: Verdict
 ) -> Outcome:
-    """Nack the job, record the error on ``result`` and send ``task_finished`` (called inside the except
-    block, so that Django's logging receiver sees the exception). A retried job's status is READY."""
-    state = record.nack(exc, delay=delay, permanent=permanent)
+    """Write the failed ``verdict`` of ``exc``, record the error on ``result`` and send ``task_finished``
+    (called inside the except block, so that Django's logging receiver sees the exception). A retried
+    job's status is READY."""
+    outcome = completer.write(record, verdict)
+    state = outcome.state
     kind = type(exc)
     result.errors.append(
         TaskError(
@@ -537,7 +542,7 @@ def _finish_failed(
         object.__setattr__(result, "finished_at", timezone.now())
     object.__setattr__(result, "status", _STATUS[state])
     task_finished.send(QueueMaxBackend, task_result=result)
-    return Outcome(record.job_id, state, error=exc, reason=reason)
+    return outcome
 
 
 __all__ = ["QueueMaxBackend", "registered", "run_django_task_job", "task_backends"]

@@ -1,9 +1,10 @@
 """What the two runners share: runner.py runs ``@task`` jobs, backend.py runs django.tasks jobs.
 
-The ``Outcome`` of running one job, the last resort that ends a job whose outcome could not be stored
-(``ended``), the payload key that marks a django.tasks job, the thread's event loop that coroutine tasks
-run on, and the claim of one job by the immediate mode. A leaf of the Django layer, so that backend.py
-needs nothing of runner.py, while runner.py hands django.tasks jobs to backend.py.
+The ``Outcome`` of running one job, the error and text of the last resort that ends a job whose outcome
+could not be stored (``OutcomeNotStored``, which completer.py's ``Completer.run`` applies), the payload key
+that marks a django.tasks job, the thread's event loop that coroutine tasks run on, and the claim of one job
+by the immediate mode. A leaf of the Django layer, so that backend.py needs nothing of runner.py, while
+runner.py hands django.tasks jobs to backend.py.
 """
 
 from __future__ import annotations
@@ -11,25 +12,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import JOB_STARTED, Queue, QueueCorrupted, Record, State
+from .engine import JOB_STARTED, Queue, Record, State
 
-__all__ = ["DJANGO_TASK_KEY", "Outcome", "OutcomeNotStored", "claim_now", "ended", "use_event_loop"]
-
-logger = logging.getLogger("queue_max_django.runner")
+__all__ = ["DJANGO_TASK_KEY", "Outcome", "OutcomeNotStored", "claim_now", "use_event_loop"]
 
 DJANGO_TASK_KEY = "django_task"  # in a payload: a job of Django's Tasks framework (backend.py runs it)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What ``run_job`` did: the job's new state, the return value (when done), the exception (when not),
-    and why an error was classified as it was."""
+    """What became of a job a runner ran (``Completer.write``'s answer): the job's new state (``DONE`` for a
+    success a batching completer still holds), the return value (when done), the exception (when not), and
+    why an error was classified as it was."""
 
     job_id: int
     state: State
@@ -52,30 +51,6 @@ UNSTORED = (
     "the outcome of this attempt could not be stored ({kind} raised while the job ran or its outcome was "
     "stored), so the job was failed for good instead: the log of the process that ran it has the traceback"
 )
-
-
-def ended(record: Record, run: Callable[..., Outcome], /, **options: Any) -> Outcome:
-    """``run(record, **options)``, which runs the claimed job ``record`` and stores its outcome
-    (``runner.run_job``'s work, or ``backend.run_django_task_job``'s), and the job ended even when that
-    raised: it is then failed for good with ``OutcomeNotStored`` (the last resort), so that it is never
-    left running, held by a process that renews its lease. Passed on: a ``QueueCorrupted`` (this process
-    no longer holds the job: its lease expired, another may run it), what is raised once the job ended
-    (``record.finished``), what is not an ``Exception`` (a ``KeyboardInterrupt``), and an error of the
-    last resort's own store call (the store fails: the caller gives the job up, and its lease brings it
-    back, an attempt counted)."""
-    try:
-        return run(record, **options)
-    except QueueCorrupted:
-        raise
-    except Exception as exc:
-        if record.finished:
-            raise
-        kind = type(exc).__qualname__
-        logger.error("job %s (%s): its outcome could not be stored (%s); it is failed for good instead",
-                     record.job_id, record.name, kind, exc_info=exc)  # fmt: skip
-        error = OutcomeNotStored(UNSTORED.format(kind=kind))
-        state = record.nack(error, permanent=True)
-        return Outcome(record.job_id, state, error=error, reason="its outcome could not be stored")
 
 
 _thread = threading.local()

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import tracing
+from .completer import INLINE, Completer, Verdict
 from .conf import get_config
 from .context import running
 from .engine import (
@@ -23,12 +24,12 @@ from .engine import (
     PayloadTooLarge,
     Queue,
     Record,
-    State,
     backoff_delay,
     classify,
     is_interrupt,
 )
-from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now, ended, use_event_loop
+from .engine.codec import Packed
+from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now, use_event_loop
 from .registry import RegisteredTask, registry
 
 __all__ = [  # with outcome.py's names, which were this module's before backend.py needed them
@@ -105,36 +106,36 @@ def run_job(
     *,
     retry_delay: float | None = None,
     final: bool = False,
-    acks: list[tuple[Record, Any]] | None = None,
     clock: Callable[[], float] = time.time,
+    completer: Completer = INLINE,
 ) -> Outcome:
-    """Run the claimed job ``record`` and finish it: ``ack`` with the return value, or ``nack`` with the
-    exception classified by ``engine.classify`` (the task's ``retry_on``/``permanent_on``; a task's own
-    ``retry_backoff`` gives the delay when it differs from the queue's). ``retry_delay`` overrides every
-    retry delay. ``final``: a failure is not retried (the immediate mode). A task that raises
-    ``SystemExit`` (``sys.exit()``, argparse or click given bad arguments) or ``KeyboardInterrupt`` fails
-    like any other exception and nothing propagates, except a ``KeyboardInterrupt`` on the main thread,
-    where it is the user's Ctrl-C: the job is released (no attempt counted) and it propagates (a worker's
-    jobs never run on its main thread). ``acks``: a success is not acked
-    here but appended as (record, result), for the caller's ``Queue.ack_many`` (the worker acks in
-    batches); the result is checked to be storable first. A django.tasks job (its payload has
-    ``DJANGO_TASK_KEY``) is run by backend.py, which needs Django >= 6.0. A job whose task this process
-    does not have is given back to wait (``unknown_task_wait``; not counted as an attempt; its ``Outcome``
-    is scheduled, with a ``TaskNotRegistered`` error), unless ``final`` or its grace period is over (a dead
-    letter). ``clock``: now, in unix seconds (tests pass a fake one). While the task runs, ``current_job()``
-    is its job (context.py); metadata it changed is saved when it returns or raises, before the outcome.
-    An outcome the store cannot take as it is still ends the job (``outcome.ended``): metadata that cannot
-    be stored fails it with ``InvalidMetadata``, an error's text is stored escaped, and as a last resort
-    the job is failed for good with ``OutcomeNotStored``."""
-    return ended(record, _run_job, retry_delay=retry_delay, final=final, acks=acks, clock=clock)
+    """Run the claimed job ``record`` and end it through ``completer`` (completer.py; by default the
+    inline one, which writes at once): done with the return value, or failed with the exception classified
+    by ``engine.classify`` (the task's ``retry_on``/``permanent_on``; a task's own ``retry_backoff`` gives
+    the delay when it differs from the queue's). ``retry_delay`` overrides every retry delay. ``final``: a
+    failure is not retried (the immediate mode). A task that raises ``SystemExit`` (``sys.exit()``,
+    argparse or click given bad arguments) or ``KeyboardInterrupt`` fails like any other exception and
+    nothing propagates, except a ``KeyboardInterrupt`` on the main thread, where it is the user's Ctrl-C:
+    the job is released (no attempt counted) and it propagates (a worker's jobs never run on its main
+    thread). A result is packed (checked to be storable) once, when the task returns; the worker's
+    completer acknowledges it later, in a batch. A django.tasks job (its payload has ``DJANGO_TASK_KEY``)
+    is run by backend.py, which needs Django >= 6.0. A job whose task this process does not have is given
+    back to wait (``unknown_task_wait``; not counted as an attempt; its ``Outcome`` is scheduled, with a
+    ``TaskNotRegistered`` error), unless ``final`` or its grace period is over (a dead letter). ``clock``:
+    now, in unix seconds (tests pass a fake one). While the task runs, ``current_job()`` is its job
+    (context.py); metadata it changed is saved when it returns or raises, before the outcome. An outcome
+    the store cannot take as it is still ends the job (``Completer.run``): metadata that cannot be stored
+    fails it with ``InvalidMetadata``, an error's text is stored escaped, and as a last resort the job is
+    failed for good with ``OutcomeNotStored``."""
+    return completer.run(record, _run_job, retry_delay=retry_delay, final=final, clock=clock)
 
 
 def _run_job(
     record: Record,
+    completer: Completer,
     *,
     retry_delay: float | None,
     final: bool,
-    acks: list[tuple[Record, Any]] | None,
     clock: Callable[[], float],
 ) -> Outcome:
     if isinstance(record.payload, dict) and DJANGO_TASK_KEY in record.payload:
@@ -142,22 +143,24 @@ def _run_job(
             from .backend import lookup, run_django_task_job, unknown_django_task_message
         except ImportError as exc:  # Django < 6.0: the job cannot run in this process
             message = f"job {record.job_id} is a django.tasks job: {exc}"
-            return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
+            return completer.write(record, Verdict.failed(message, permanent=True))
         module_path = record.payload.get("task")
         if lookup(module_path, record.payload.get("backend")) is None:
             named = isinstance(module_path, str)
-            return _unknown_task(record, final, clock, unknown_django_task_message(module_path), named)
-        return run_django_task_job(record, retry_delay=retry_delay, final=final)
+            verdict = _unknown_task(record, final, clock, unknown_django_task_message(module_path), named)
+            return completer.write(record, verdict)
+        return run_django_task_job(record, completer, retry_delay=retry_delay, final=final)
     task = registry.get(record.name) if record.name is not None else None
     if task is None:
-        return _unknown_task(record, final, clock, unknown_task_message(record.name), record.name is not None)
+        message = unknown_task_message(record.name)
+        return completer.write(record, _unknown_task(record, final, clock, message, record.name is not None))
     arguments = _arguments(record.payload)
     if arguments is None:
         message = (
             f"the payload of job {record.job_id} is not a task call ({{'args': [...], 'kwargs': {{...}}}}): "
             f"{record.payload!r:.200}"
         )
-        return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
+        return completer.write(record, Verdict.failed(message, permanent=True))
     with (
         running(record, task.name) as context,  # current_job() inside the task
         tracing.processing(task.name, record.queue, record.job_id, record.attempts, record.metadata) as span,
@@ -167,34 +170,30 @@ def _run_job(
         except Exception as exc:
             span.failed(exc)
             context.save_at_end()  # metadata the task changed, before the outcome (its own error wins)
-            return _failed(record, task, exc, retry_delay, final)
+            return completer.write(record, _failed(record, task, exc, retry_delay, final))
         except BaseException as exc:
             if is_interrupt(exc):
                 if not record.finished:
-                    record.release()
+                    completer.write(record, Verdict.released())
                 raise
             span.failed(exc)
             context.save_at_end()
-            return _failed(record, task, exc, retry_delay, final)
+            return completer.write(record, _failed(record, task, exc, retry_delay, final))
         problem = context.save_at_end()
     if problem is not None:  # the attempt fails for good: the same code would fail the same way again
         error = InvalidMetadata(f"task {task.name!r} left metadata that cannot be stored: {problem}")
-        return Outcome(record.job_id, record.nack(error, permanent=True), error=error)
+        return completer.write(record, Verdict.failed(error, permanent=True))
     try:
-        if acks is None:
-            record.ack(result)
-        else:
-            record.pack_result(result)
-            acks.append((record, result))
+        packed = None if result is None else Packed(result, record.pack_result(result))
     except (PayloadNotSerializable, PayloadTooLarge) as exc:
         message = f"task {task.name!r} returned a value that cannot be stored as its result: {exc}"
-        return Outcome(record.job_id, record.nack(message, permanent=True), error=message)
-    return Outcome(record.job_id, State.DONE, result=result)
+        return completer.write(record, Verdict.failed(message, permanent=True))
+    return completer.write(record, Verdict.done(packed))
 
 
 def _unknown_task(
     record: Record, final: bool, clock: Callable[[], float], message: str, named: bool
-) -> Outcome:
+) -> Verdict:
     """The job names no task of this process (an ``@task`` one, or a ``django.tasks`` one: ``message`` says
     which): give it back to wait for a worker that has the task, or, a job that names no task at all
     (``named`` false), out of its grace period or run ``final``, a dead letter."""
@@ -207,16 +206,14 @@ def _unknown_task(
         if grace and named and not final:
             message += f" It waited QUEUE_MAX['UNKNOWN_TASK_GRACE'] ({grace:g} s) for a worker that has it."
             reason = "no worker had its task within QUEUE_MAX['UNKNOWN_TASK_GRACE']"
-        error = TaskNotRegistered(message)
-        return Outcome(record.job_id, record.nack(error, permanent=True), error=error, reason=reason)
-    record.release(delay=wait)
+        return Verdict.failed(TaskNotRegistered(message), permanent=True, reason=reason)
     error = TaskNotRegistered(message)
-    return Outcome(record.job_id, State.SCHEDULED, error=error, reason=f"waits {wait:.1f} s for its task")
+    return Verdict.released(delay=wait, error=error, reason=f"waits {wait:.1f} s for its task")
 
 
 def _failed(
     record: Record, task: RegisteredTask, exc: BaseException, retry_delay: float | None, final: bool = False
-) -> Outcome:
+) -> Verdict:
     decision = classify(exc, retry_on=task.retry_on, permanent_on=task.permanent_on, now=time.time())
     delay = decision.delay
     if decision.retry and retry_delay is not None:
@@ -225,8 +222,7 @@ def _failed(
         config = get_config()
         if task.retry_backoff != config.retry_backoff:
             delay = backoff_delay(record.retries + 1, task.retry_backoff, config.retry_backoff_max)
-    state = record.nack(exc, delay=delay, permanent=final or not decision.retry)
-    return Outcome(record.job_id, state, error=exc, reason=decision.reason)
+    return Verdict.failed(exc, delay=delay, permanent=final or not decision.retry, reason=decision.reason)
 
 
 def run_now(queue: Queue, job_id: int) -> Outcome | None:

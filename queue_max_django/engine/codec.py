@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -79,6 +80,17 @@ def pack_value(value: Any, *, what: str, limit: int) -> bytes:
     if len(data) > limit:
         raise _too_large(what, len(data), limit)
     return data
+
+
+@dataclass(slots=True)  # not frozen: built once per job on the worker's hot path (a frozen one costs 2x)
+class Packed:
+    """A job's result and its bytes as they will be stored (``Record.pack_result``'s), packed once: given
+    to ``Record.ack`` or ``Queue.ack_many`` as the result, ``data`` is stored as it is (not packed again)
+    and the success event carries ``value``. The worker's completer packs each result when the task
+    returns (a result that cannot be stored fails the job then) and acknowledges it later, in a batch."""
+
+    value: Any
+    data: bytes | None
 
 
 def pack_values(values: Iterable[Any], *, what: str, limit: int) -> list[bytes]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import codec
 from .cancels import is_cancel
+from .codec import Packed
 from .errors import InvalidJob, QueueEmpty, UnknownQueue
 from .events import JOB_CANCELLED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .job import State
@@ -150,8 +151,7 @@ class Consumer:
             if record.finished:
                 skipped[record.job_id] = "this record was already acked, nacked or released"
                 continue
-            packed = None if result is None else self._pack_result(result)
-            items.append((record.job_id, record._token, packed))
+            items.append((record.job_id, record._token, self._packed(result)))
         owner = self._owner
         if items:
             skipped.update(owner._live().complete_many(owner._clock(), items, owner.sync))
@@ -159,14 +159,20 @@ class Consumer:
         breakers = flow is not None and bool(flow.breakers)
         for record, result in done:
             if record.job_id not in skipped and not record.finished:
-                self._succeeded(record, result, breakers)
+                self._succeeded(record, result.value if type(result) is Packed else result, breakers)
         return skipped
 
     def _ack(self, record: Record, result: Any) -> None:
         owner = self._owner
-        packed = None if result is None else self._pack_result(result)
+        packed = self._packed(result)
         owner._live().complete(owner._clock(), record.job_id, record._token, packed, owner.sync)
-        self._succeeded(record, result, True)
+        self._succeeded(record, result.value if type(result) is Packed else result, True)
+
+    def _packed(self, result: Any) -> bytes | None:
+        """What is stored of ``result``: a ``Packed`` one's bytes as they are (packed once), else packed."""
+        if type(result) is Packed:
+            return result.data
+        return None if result is None else self._pack_result(result)
 
     def _succeeded(self, record: Record, result: Any, count_outcome: bool) -> None:
         record.finished = True

@@ -303,7 +303,8 @@ class Queue(Coordination):
         """Acknowledge many (record, result) pairs: one transaction per shard. A record already finished,
         or that no longer holds its job (lease expired and recovered), is skipped; the others complete.
         Results are checked before anything is written (``PayloadNotSerializable``/``PayloadTooLarge``, and
-        ``InvalidJob`` for a job listed twice). -> {job id: why} for the skipped ones."""
+        ``InvalidJob`` for a job listed twice); a result given as a ``codec.Packed`` was packed (and
+        checked) already and is stored as it is. -> {job id: why} for the skipped ones."""
         return self._consumer.ack_many(done)
 
     @contextlib.contextmanager

@@ -78,7 +78,8 @@ class Record:
         return f"<Record job_id={self.job_id} queue={self.queue!r} name={self.name!r} retries={self.retries}>"
 
     def ack(self, result: Any = None) -> None:
-        """Done. ``result`` (msgpack data) is kept with the job until vacuum (``result_ttl``)."""
+        """Done. ``result`` (msgpack data) is kept with the job until vacuum (``result_ttl``); a
+        ``codec.Packed`` one (``pack_result``'s bytes with the value) is stored as it was packed."""
         self._owner._ack(self, result)
 
     def pack_result(self, result: Any) -> bytes | None:

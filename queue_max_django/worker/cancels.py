@@ -5,8 +5,9 @@ are marked "cancel requested" (``engine/cancels.py``): it adds them here (``requ
 ``requested()`` (the job this thread runs) or ``is_requested(job_id)`` and stops, by returning or by raising
 ``Cancelled``. Either way the job ends as a
 dead letter with the error ``Cancelled`` (not retried): a job that returns after its cancel was requested
-keeps no result (``after_run``), and a job claimed but not yet started when the request arrived never starts
-(``before_start``). A task that does not stop within the worker's cancel grace period
+keeps no result (``after_run``: the worker's completer, ``acks.Batch``, applies it to each success it would
+hold), and a job claimed but not yet started when the request arrived never starts (``before_start``, the
+first step of that completer's ``run``). A task that does not stop within the worker's cancel grace period
 (``QUEUE_MAX["WORKER"]["CANCEL_GRACE"]``, ``queue_worker --cancel-grace``) is ended as a timed-out one is:
 the job is failed with ``Cancelled`` and its process is replaced (a thread cannot be stopped).
 
@@ -22,11 +23,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 # The registry itself is cancel_requests.py (outside this package, so that context.py's
 # ``current_job().cancelled`` can read it without importing the worker): its names, here too.
 from ..cancel_requests import forget, is_requested, request, requested, requested_ids, running
+from ..completer import INLINE, Completer, Kind, Verdict
 from ..engine import Cancelled, CancelNote, Queue, QueueError, Record, State
 from ..engine.cancels import is_cancel
 from ..engine.job import CANCEL_KEY
@@ -90,25 +91,19 @@ def learn(queue: Queue, record: Record) -> None:
         record.metadata = {**record.metadata, CANCEL_KEY: job.cancel_note.stored()}
 
 
-def before_start(record: Record) -> Outcome | None:
-    """A job claimed but not started when its cancel was seen: a dead letter now, never run."""
+def before_start(record: Record, completer: Completer = INLINE) -> Outcome | None:
+    """A job claimed but not started when its cancel was seen: a dead letter now, never run (written by
+    ``completer``). None: no cancel was requested, run it."""
     if not is_requested(record.job_id):
         return None
-    cancelled = error(record, " before it started")
-    return Outcome(record.job_id, record.nack(cancelled, permanent=True), error=cancelled, reason="cancelled")
+    return completer.write(record, Verdict.cancelled(error(record, " before it started")))
 
 
-def after_run(record: Record, outcome: Outcome, acks: list[tuple[Record, Any]] | None) -> Outcome:
-    """A job whose cancel was requested while it ran and that then returned: its success (still waiting in
-    ``acks`` for the batched acknowledgement) becomes a dead letter with ``Cancelled``, its result dropped.
-    Any other outcome stands (a task that raised ``Cancelled`` is already a dead letter)."""
-    if not is_requested(record.job_id) or outcome.state is not State.DONE or record.finished or acks is None:
-        return outcome
-    for index, (waiting, _result) in enumerate(acks):
-        if waiting is record:
-            del acks[index]
-            break
-    else:
-        return outcome
-    cancelled = error(record, ": it stopped when asked")
-    return Outcome(record.job_id, record.nack(cancelled, permanent=True), error=cancelled, reason="cancelled")
+def after_run(record: Record, verdict: Verdict) -> Verdict:
+    """A job whose cancel was requested while it ran and that then returned: the verdict of its success,
+    which the worker's completer would hold for its batched acknowledgement, becomes a dead letter with
+    ``Cancelled``, its result dropped. Any other verdict stands (a task that raised ``Cancelled`` is
+    already a dead letter), and so does a success whose record no longer holds its job."""
+    if verdict.kind is not Kind.DONE or record.finished or not is_requested(record.job_id):
+        return verdict
+    return Verdict.cancelled(error(record, ": it stopped when asked"))

@@ -37,11 +37,12 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
+from ..completer import INLINE, Verdict
 from ..engine import Queue, QueueClosed, QueueCorrupted, QueueEmpty, QueueError, Record, State
 from ..runner import Outcome, TaskNotRegistered, run_job, use_event_loop
 from ..signals import job_signals_connected, record_run
 from . import cancels
-from .acks import AckLine, acknowledge
+from .acks import AckLine, Batch, quietly, write_successes
 from .claims import CLAIM_LOG_EVERY as CLAIM_LOG_EVERY
 from .claims import STORE_RETRY as STORE_RETRY
 from .claims import ClaimTrouble
@@ -126,9 +127,9 @@ class WorkerProcess:
         self._tally = tally  # the supervisor's count of what its processes did (its closing line)
         self._unknown = Throttle(UNKNOWN_TASK_LOG_EVERY)  # log lines about jobs of tasks this worker lacks
         # The successes of a process with one worker thread, acknowledged by a thread of their own, on a
-        # store whose commits are a server's work (_hand_over)
+        # store whose commits are a server's work (acks.Batch.flush)
         self._background_acks = queue.server_commits and options.max_threads == 1
-        self._acks = AckLine(self._flush_quietly, self._end_ack_thread, name=f"queue-acks-{self.index}")
+        self._acks = AckLine(self._write_handed, self._end_ack_thread, name=f"queue-acks-{self.index}")
 
     # ------------------------------------------------------------------ signals
 
@@ -255,7 +256,8 @@ class WorkerProcess:
                 error = cancels.error(record, f" and did not stop within {self.options.cancel_grace:g} s")
             self.stop(TIMED_OUT)  # first: no sibling thread claims (and strands) the job the nack gives back
             try:
-                state = record.nack(error, permanent=cancelled)
+                verdict = Verdict.cancelled(error) if cancelled else Verdict.failed(error)
+                state = INLINE.write(record, verdict).state
             except QueueCorrupted:
                 continue  # it finished just now (the process is replaced all the same)
             with self._lock:  # an attempt that ended: counted as one that ran (and failed, unless cancelled)
@@ -287,9 +289,9 @@ class WorkerProcess:
                 continue
             try:
                 if cancels.is_requested(record.job_id):  # not to be run again: a dead letter, as asked
-                    record.nack(cancels.error(record), permanent=True)
+                    INLINE.write(record, Verdict.cancelled(cancels.error(record)))
                 else:
-                    record.release()
+                    INLINE.write(record, Verdict.released())
                     released += 1
             except QueueCorrupted:
                 pass  # finished meanwhile
@@ -340,16 +342,17 @@ class WorkerProcess:
         held: list[Record] = []
         with self._lock:
             self._held[number] = held
-        acks: list[tuple[Record, Any]] = []
+        line = self._acks if self._background_acks else None
+        completer = Batch(self.queue, self.worker_id, line=line, settle=self._settle)
         mean: float | None = None  # running mean of this thread's job times
         quiet = False
         try:
             while self._claiming and number < self._wanted:
                 size = 1 if mean is None else max(1, min(BATCH_MAX, int(BATCH_SECONDS / max(mean, 1e-6))))
-                # Nobody listens to job signals: claims and acks skip the per-job events, and _count reports
+                # Nobody listens to job signals: claims and acks skip the per-job events, and _run reports
                 # each attempt to the task statistics itself (a task's own enqueues still send theirs).
                 quiet = not job_signals_connected()
-                with self._events(quiet):
+                with quietly(self.queue, quiet):
                     records = self._claim(size)
                 with self._lock:
                     held.extend(records)
@@ -358,44 +361,32 @@ class WorkerProcess:
                     if not self._claiming:
                         break  # the rest are released (by _end) unstarted
                     started = time.monotonic()
-                    self._run(number, record, acks, quiet)
+                    self._run(number, record, completer, quiet)
                     now = time.monotonic()
                     mean = now - started if mean is None else 0.9 * mean + 0.1 * (now - started)
-                    if acks and now - flushed >= ACK_EVERY:
-                        self._hand_over(acks, held, quiet)
+                    if completer.waiting and now - flushed >= ACK_EVERY:
+                        completer.flush(held, quiet)
                         flushed = now
-                self._hand_over(acks, held, quiet)
+                completer.flush(held, quiet)
         finally:
             self._acks.drain()  # what this thread handed over is written first
-            with self._events(quiet):  # successes left here were counted quietly when they ran
-                self._flush(acks, held)
+            completer.close(held, quiet)  # successes left here were counted quietly when they ran
             use_event_loop(None)
             loop.close()
             self._end_thread()
 
-    def _hand_over(self, acks: list[tuple[Record, Any]], held: list[Record], quiet: bool) -> None:
-        """Acknowledge the successes in ``acks``: by the process's ``AckLine``, while this thread claims and
-        runs its next jobs, when the process has one worker thread, the store's commits are a server's work
-        (PostgreSQL) and no receiver listens to the job signals (1 thread: 1,840 -> 2,540 jobs/s here).
-        Else here and now, after what the line has. Measured, each of these is no faster with the line: on
-        LMDB a commit is this process's own work (8% slower with the line; with ``SYNC``, 13% slower: the
-        claim waits for the ack's fsync on the shard's write lock); several worker threads already overlap
-        one another's commits (one line for 2 threads: 12% slower; a line per thread: the same, at a store
-        connection each). And the signals of a success are sent from the thread that ran the job."""
-        if not acks:
-            return
-        if quiet and self._background_acks:
-            self._acks.send(acks[:])
-            acks.clear()
-            return
-        self._acks.drain()
-        with self._events(quiet):
-            self._flush(acks, held)
-
-    def _flush_quietly(self, acks: list[tuple[Record, Any]]) -> None:
+    def _write_handed(self, items: list[tuple[Record, Any]]) -> None:
         """The ``AckLine``'s flush: without the per-job events (the successes were counted when they ran)."""
-        with self._events(True):
-            self._flush(acks, None)
+        with quietly(self.queue, True):
+            self._settle(None, *write_successes(self.queue, items, self.worker_id))
+
+    def _settle(self, held: list[Record] | None, abandoned: set[int], refused: int) -> None:
+        """After a batch write: count what the store refused; what is no longer held (finished, or given up,
+        ``abandoned``: its lease is no longer renewed) leaves this thread's ``held``, or every thread's."""
+        with self._lock:
+            self.refused += refused
+            for kept in [held] if held is not None else list(self._held.values()):
+                kept[:] = [record for record in kept if not record.finished and id(record) not in abandoned]
 
     def _end_ack_thread(self) -> None:
         """The ``AckLine``'s thread ends: release what the store keeps for it (a connection)."""
@@ -410,27 +401,6 @@ class WorkerProcess:
             logger.exception("worker %s: closing a thread's database connections failed", self.worker_id)
         with contextlib.suppress(QueueError):
             self.queue.end_thread()
-
-    def _events(self, quiet: bool) -> contextlib.AbstractContextManager[None]:
-        """Silence this thread's per-job engine events while inside, when ``quiet``."""
-        return self.queue.events.batch() if quiet else contextlib.nullcontext()
-
-    def _flush(self, acks: list[tuple[Record, Any]], held: list[Record] | None) -> None:
-        """Acknowledge the successes waiting in ``acks`` (``acks.acknowledge``: tried again while the store
-        fails). If every try fails, give the jobs up: their leases are no longer renewed, so they expire and
-        the jobs run again (at-least-once), instead of staying running for as long as this process lives."""
-        abandoned: set[int] = set()
-        if acks:
-            skipped, gave_up = acknowledge(self.queue, acks, self.worker_id)
-            if gave_up:
-                abandoned = {id(record) for record, _result in acks}
-            if skipped:
-                with self._lock:
-                    self.refused += len(skipped)
-            acks.clear()
-        with self._lock:  # what is no longer held: by this thread (``held``), or by any (None)
-            for kept in [held] if held is not None else list(self._held.values()):
-                kept[:] = [record for record in kept if not record.finished and id(record) not in abandoned]
 
     def _claim(self, size: int) -> list[Record]:
         """Claim up to ``size`` jobs (none if none came within POLL). A claim that fails waits a little
@@ -457,20 +427,19 @@ class WorkerProcess:
         self._trouble.worked()
         return records
 
-    def _run(self, number: int, record: Record, acks: list[tuple[Record, Any]], quiet: bool = False) -> None:
+    def _run(self, number: int, record: Record, completer: Batch, quiet: bool = False) -> None:
         started = time.monotonic()
         timeout = record.timeout
         slot = Slot(record, started, None if timeout is None else started + timeout)
         with self._lock:
             self._running[number] = slot
         outcome: Outcome | None = None
-        waiting = len(acks)
+        waiting = completer.waiting
         try:
             close_old_connections()  # as Django does when a request starts and ends
             cancels.running(record.job_id)
             try:
-                outcome = cancels.before_start(record) or run_job(record, acks=acks)
-                outcome = cancels.after_run(record, outcome, acks)
+                outcome = run_job(record, completer=completer)  # its end, through the completer
             finally:
                 cancels.running(None)
                 close_old_connections()
@@ -481,7 +450,7 @@ class WorkerProcess:
                 with self._lock:
                     self.refused += 1
         except Exception:
-            if not record.finished:  # run_job failed it for good as a last resort, and the store refused that
+            if not record.finished:  # the last resort failed it for good, and the store refused that
                 self._give_up(number, record)
             else:
                 logger.exception("worker %s: job %s ended, then failed", self.worker_id, record.job_id)
@@ -492,8 +461,8 @@ class WorkerProcess:
         if slot.timed_out or outcome is None:
             return
         seconds = time.monotonic() - started
-        if quiet:  # a deferred success sends no event (acked quietly): count it; any other outcome sent one
-            record_run(record.name, seconds, "succeeded" if len(acks) > waiting else None)
+        if quiet:  # a held success sends no event (acked quietly): count it; any other outcome sent one
+            record_run(record.name, seconds, "succeeded" if completer.waiting > waiting else None)
         self._count(outcome, seconds, record)
 
     def _give_up(self, number: int, record: Record) -> None:

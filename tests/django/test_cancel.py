@@ -9,7 +9,7 @@ import io
 import json
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from django.core.management import call_command
@@ -23,6 +23,7 @@ from queue_max_django.results import JobStatus
 from queue_max_django.runner import run_job
 from queue_max_django.testing import run_queued
 from queue_max_django.worker import cancels
+from queue_max_django.worker.acks import Batch
 from queue_max_django.worker.options import DONE, TIMED_OUT, WorkerOptions
 from queue_max_django.worker.process import Slot, WorkerProcess
 from tests.admin_clients import logged_in
@@ -78,11 +79,11 @@ def test_cancel_of_a_running_job_marks_it_and_the_worker_makes_it_a_cancelled_de
     cancels.request(record.job_id)  # what the worker's heartbeat does with the report
     try:
         assert cancels.is_requested(record.job_id) and cancels.is_requested(str(record.job_id))
-        acks: list[tuple[Record, Any]] = []
-        outcome = cancels.after_run(record, run_job(record, acks=acks), acks)  # the task returned
+        batch = Batch(store, "w", line=None, settle=lambda *_: None)  # a worker thread's completer
+        outcome = run_job(record, completer=batch)  # the task returned: its success is not held
     finally:
         cancels.forget(record.job_id)
-    assert outcome.state is State.FAILED and isinstance(outcome.error, Cancelled) and acks == []
+    assert outcome.state is State.FAILED and isinstance(outcome.error, Cancelled) and batch.waiting == 0
     result.refresh()
     assert result.status is JobStatus.FAILED
     assert [error.exception_class_path for error in result.errors] == [CANCELLED]

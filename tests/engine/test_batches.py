@@ -32,6 +32,7 @@ from queue_max_django.engine import (
     Record,
     State,
 )
+from queue_max_django.engine.codec import Packed
 from tests.engine.conftest import FakeClock
 from tests.engine.locations import StoreLocation
 from tests.engine.probes import LmdbProbe, StoreProbe
@@ -503,6 +504,24 @@ def test_ack_many_emits_job_succeeded_once_per_acked_job(
         ]
         assert q.ack_many([]) == {}
         assert len(succeeded) == 4
+
+
+def test_a_packed_result_is_stored_as_it_was_packed(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
+    """A result given as a ``codec.Packed`` (to ``ack`` and to ``ack_many``) is stored as its bytes, not
+    packed again (the worker packs each result once, when its task returns), and the success event carries
+    its value. Here the bytes are another value's, to tell the two apart."""
+    with make_queue(shards=1) as q:
+        q.put_many_to_shard(0, ["a", "b", "c"])
+        one, *many = q.get_many(3, timeout=0)
+        succeeded: list[Any] = []
+        q.events.on(JOB_SUCCEEDED, lambda **fields: succeeded.append(fields["result"]))
+        one.ack(Packed("shown", one.pack_result("stored")))
+        assert q.ack_many([(r, Packed(f"shown {r.payload}", r.pack_result(r.payload))) for r in many]) == {}
+        assert [q.job(r.job_id).result for r in (one, *many)] == ["stored", "b", "c"]  # type: ignore[union-attr]
+        assert succeeded == ["shown", "shown b", "shown c"]
+        assert q.verify() == []
 
 
 def test_ack_many_feeds_the_circuit_breaker(clock: FakeClock, make_queue: Callable[..., Queue]) -> None:

@@ -160,7 +160,7 @@ def test_a_worker_s_successes_are_stored_whichever_thread_acknowledges_them(
     store: bool, threads: int
 ) -> None:
     """The line acknowledges for a process with one thread on PostgreSQL; elsewhere each worker thread
-    does (measured no faster with the line: worker/process.py's _hand_over). Either way, every job is
+    does (measured no faster with the line: worker/acks.py's Batch.flush). Either way, every job is
     stored done with its result, and the line's thread is gone once the process ends."""
     handles = t.add.map(range(300), 1)
     failed = t.fail_always.delay("boom")
