@@ -55,6 +55,7 @@ from .conf import caller_connection, callers_alias, get_config, get_queue, lent_
 from .context import JobContext, NoCurrentJob, running, running_context
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, codec, is_interrupt
 from .engine.codec import Packed
+from .engine.nesting import depth
 from .engine.validate import validate_queue_name
 from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
 from .results import attempt_errors, attempt_workers, exception_class_path, read_job
@@ -496,6 +497,10 @@ def run_django_task_job(
             verdict = Verdict.failed(exc, permanent=True, reason="the metadata cannot be stored")
             return _finish_failed(record, completer, result, exc, verdict)
     try:
+        if depth(value, codec.MAX_DEPTH) > codec.MAX_DEPTH:  # refused before a recursive walk goes there
+            raise PayloadNotSerializable(
+                f"result cannot be stored: nested more than {codec.MAX_DEPTH} levels deep"
+            )
         try:
             value = normalize_json(value)  # as Django requires: JSON data (which msgpack stores as is)
         except RecursionError:

@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from .errors import InvalidMetadata
+from .nesting import depth
 
 METADATA_MAX_BYTES = 64 * 1024  # the JSON text, UTF-8 encoded
 METADATA_MAX_DEPTH = 64  # dicts and lists within one another, the metadata dict itself the first
@@ -50,7 +51,10 @@ def pack_metadata(metadata: Any) -> bytes | None:
         raise InvalidMetadata(f"metadata must be JSON-serializable: {exc}") from None
     if "\\u0000" in text and _NUL.search(text):
         raise InvalidMetadata("metadata strings cannot hold NUL characters (PostgreSQL's jsonb refuses them)")
-    if text.count("{") + text.count("[") > METADATA_MAX_DEPTH and _depth(metadata) > METADATA_MAX_DEPTH:
+    if (
+        text.count("{") + text.count("[") > METADATA_MAX_DEPTH
+        and depth(metadata, METADATA_MAX_DEPTH) > METADATA_MAX_DEPTH
+    ):
         raise InvalidMetadata(TOO_DEEP)
     if len(data) > METADATA_MAX_BYTES:
         raise InvalidMetadata(
@@ -58,21 +62,6 @@ def pack_metadata(metadata: Any) -> bytes | None:
             f"it small (progress, ids, labels) and store large data elsewhere"
         )
     return data
-
-
-def _depth(value: Any) -> int:
-    """How many dicts and lists deep ``value`` nests, counted without recursion (and no further than one
-    past ``METADATA_MAX_DEPTH``); only called for JSON data, which has no cycles."""
-    deepest = 0
-    todo = [(value, 1)]
-    while todo:
-        item, depth = todo.pop()
-        deepest = max(deepest, depth)
-        if depth > METADATA_MAX_DEPTH:
-            break
-        children = item.values() if isinstance(item, dict) else item
-        todo.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
-    return deepest
 
 
 def normalized(metadata: Any) -> dict[str, Any]:
