@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import socket
 from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
+from ..reports import alive, pack_report, unpack_report
 from ..types import UNKNOWN_HOLDER, LockHolder, WorkerInfo, id_bytes, lock_damage
 from .env import Env
 
@@ -37,10 +36,6 @@ logger = logging.getLogger("queue_max_django.engine")
 def check_id(what: str, value: Any) -> str:
     id_bytes(what, value)
     return str(value)
-
-
-def default_host() -> str:
-    return socket.gethostname()
 
 
 class Coordination:
@@ -144,21 +139,12 @@ class Coordination:
         def txn_fn(txn: Any) -> None:
             now = self._clock()
             raw = txn.get(key, db=self.workers_db)
-            before = None if raw is None else _unpack_worker(key, raw)
-            first_seen = now if before is None else before.started_at
-            value = [
-                os.getpid() if pid is None else pid,
-                default_host() if host is None else host,
-                first_seen if started_at is None else started_at,
-                now,
-                stale_after,
-                None if queues is None else list(queues),
-                threads,
-                list(current_jobs),
-                processed,
-                failed,
-            ]
-            txn.put(key, msgpack.packb(value, use_bin_type=True), db=self.workers_db)
+            before = None if raw is None else unpack_report(worker_id, raw)
+            report = pack_report(
+                before, now, stale_after=stale_after, started_at=started_at, pid=pid, host=host,
+                queues=queues, threads=threads, current_jobs=current_jobs, processed=processed, failed=failed,
+            )  # fmt: skip
+            txn.put(key, report, db=self.workers_db)
 
         self.env.write(txn_fn)
 
@@ -170,7 +156,7 @@ class Coordination:
         """The registered workers, ordered by id; only live ones unless ``include_dead``."""
 
         def txn_fn(txn: Any) -> list[WorkerInfo | None]:
-            return [_unpack_worker(k, v) for k, v in txn.cursor(db=self.workers_db)]
+            return [unpack_report(k, v) for k, v in txn.cursor(db=self.workers_db)]
 
         everyone = self.env.read(txn_fn)
         now = self._clock()
@@ -181,7 +167,7 @@ class Coordination:
 
         def txn_fn(txn: Any) -> int:
             now = self._clock()
-            dead = [k for k, v in txn.cursor(db=self.workers_db) if not _alive(_unpack_worker(k, v), now)]
+            dead = [k for k, v in txn.cursor(db=self.workers_db) if not alive(unpack_report(k, v), now)]
             for key in dead:
                 txn.delete(key, db=self.workers_db)
             return len(dead)
@@ -202,35 +188,3 @@ def _lease(raw: bytes | None) -> tuple[str, float, float] | None:
     if not isinstance(owner, str) or not all(type(t) in (int, float) and math.isfinite(t) for t in times):
         return None
     return owner, expires_at, since
-
-
-def _alive(worker: WorkerInfo | None, now: float) -> bool:
-    return worker is not None and worker.alive(now)
-
-
-def _unpack_worker(key: bytes, raw: bytes) -> WorkerInfo | None:
-    """A stored report as a ``WorkerInfo``; None for one that does not decode or has another shape (written
-    past the engine): such a worker tells nothing, so it is not listed, and counts as dead (pruned), until
-    its own next report replaces the row."""
-    try:
-        pid, host, started_at, last, stale_after, queues, threads, jobs, processed, failed = msgpack.unpackb(
-            raw, raw=False
-        )
-        times = (started_at, last, stale_after)
-        if not all(type(value) in (int, float) for value in times) or not isinstance(jobs, list):
-            return None
-        return WorkerInfo(
-            worker_id=key.decode(),
-            pid=pid,
-            host=host,
-            started_at=started_at,
-            last_heartbeat=last,
-            stale_after=stale_after,
-            queues=None if queues is None else tuple(queues),
-            threads=threads,
-            current_jobs=tuple(jobs),
-            processed=processed,
-            failed=failed,
-        )
-    except (ValueError, TypeError, msgpack.UnpackException):  # not msgpack, or not the list of ten we write
-        return None

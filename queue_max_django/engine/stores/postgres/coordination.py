@@ -28,13 +28,10 @@ PostgreSQL's text cannot hold NUL, which is refused the same way. SQL here never
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Callable
 from typing import Any
 
-import msgpack
-
+from ..reports import alive, pack_report, unpack_report
 from ..types import UNKNOWN_HOLDER, LockHolder, WorkerInfo, id_bytes, lock_damage
 from .connection import Connections
 from .control import check_text
@@ -171,24 +168,15 @@ class PgCoordination:
         with self._db.transaction() as conn:
             raw = _lock_or_create_worker(conn, worker_id)
             now = self._clock()
-            before = None if raw is None else _unpack_worker(worker_id, raw)
-            first_seen = now if before is None else before.started_at
-            value = [
-                os.getpid() if pid is None else pid,
-                socket.gethostname() if host is None else host,
-                first_seen if started_at is None else started_at,
-                now,
-                stale_after,
-                None if queues is None else list(queues),
-                threads,
-                list(current_jobs),
-                processed,
-                failed,
-            ]
+            before = None if raw is None else unpack_report(worker_id, raw)
+            report = pack_report(
+                before, now, stale_after=stale_after, started_at=started_at, pid=pid, host=host,
+                queues=queues, threads=threads, current_jobs=current_jobs, processed=processed, failed=failed,
+            )  # fmt: skip
             conn.execute(
                 "UPDATE qm_workers SET report = %s, last_heartbeat_us = %s, stale_after = %s "
                 "WHERE worker_id = %s",
-                (msgpack.packb(value, use_bin_type=True), _to_us(now), stale_after, worker_id),
+                (report, _to_us(now), stale_after, worker_id),
             )
 
     def remove_worker(self, worker_id: str) -> bool:
@@ -203,7 +191,7 @@ class PgCoordination:
             rows = conn.execute(
                 'SELECT worker_id, report FROM qm_workers ORDER BY worker_id COLLATE "C"'
             ).fetchall()
-        everyone = [_unpack_worker(worker_id, bytes(raw)) for worker_id, raw in rows]
+        everyone = [unpack_report(worker_id, bytes(raw)) for worker_id, raw in rows]
         now = self._clock()
         return [w for w in everyone if w is not None and (include_dead or w.alive(now))]
 
@@ -214,7 +202,7 @@ class PgCoordination:
                 'SELECT worker_id, report FROM qm_workers ORDER BY worker_id COLLATE "C" FOR UPDATE'
             ).fetchall()
             now = self._clock()
-            dead = [key for key, raw in rows if not _alive(_unpack_worker(key, bytes(raw)), now)]
+            dead = [key for key, raw in rows if not alive(unpack_report(key, bytes(raw)), now)]
             if dead:
                 conn.execute("DELETE FROM qm_workers WHERE worker_id = ANY(%s)", (dead,))
             return len(dead)
@@ -259,35 +247,3 @@ def _lock_or_create_worker(conn: Any, worker_id: str) -> bytes | None:
         ).fetchone()
         if created is not None:
             return None
-
-
-def _alive(worker: WorkerInfo | None, now: float) -> bool:
-    return worker is not None and worker.alive(now)
-
-
-def _unpack_worker(worker_id: str, raw: bytes) -> WorkerInfo | None:
-    """A stored report as a ``WorkerInfo``; None for one that does not decode or has another shape (written
-    past the engine): such a worker tells nothing, so it is not listed, and counts as dead (pruned), until
-    its own next report replaces the row."""
-    try:
-        pid, host, started_at, last, stale_after, queues, threads, jobs, processed, failed = msgpack.unpackb(
-            raw, raw=False
-        )
-        times = (started_at, last, stale_after)
-        if not all(type(value) in (int, float) for value in times) or not isinstance(jobs, list):
-            return None
-        return WorkerInfo(
-            worker_id=worker_id,
-            pid=pid,
-            host=host,
-            started_at=started_at,
-            last_heartbeat=last,
-            stale_after=stale_after,
-            queues=None if queues is None else tuple(queues),
-            threads=threads,
-            current_jobs=tuple(jobs),
-            processed=processed,
-            failed=failed,
-        )
-    except (ValueError, TypeError, msgpack.UnpackException):  # not msgpack, or not the list of ten we write
-        return None
