@@ -100,14 +100,19 @@ CONTRACTS: dict[str, str] = {
 
 
 def _store_rules() -> dict[str, str]:
-    """The store contract's rule ids, ``[sc_...]`` in ``engine/stores/base.py``'s docstrings: each is a marker
-    that the store contract suite (tests/store_contract) puts on the tests of that rule."""
+    """The store contract's rule ids, ``[sc_...]`` in the docstrings of ``engine/stores/base.py`` and
+    ``engine/stores/contract/``: each is a marker that the store contract suite (tests/store_contract) puts on
+    the tests of that rule."""
     import pathlib
     import re
 
-    base = pathlib.Path(__file__).parent.parent / "queue_max_django" / "engine" / "stores" / "base.py"
-    ids = sorted(set(re.findall(r"\[(sc_[a-z0-9_]+)\]", base.read_text())))
-    return {rule: "a rule of the store contract (engine/stores/base.py)" for rule in ids}
+    stores = pathlib.Path(__file__).parent.parent / "queue_max_django" / "engine" / "stores"
+    rules = {}
+    for path in [stores / "base.py", *sorted((stores / "contract").glob("*.py"))]:
+        where = path.relative_to(stores.parent.parent).as_posix()
+        for rule in re.findall(r"\[(sc_[a-z0-9_]+)\]", path.read_text()):
+            rules[rule] = f"a rule of the store contract ({where})"
+    return dict(sorted(rules.items()))
 
 
 STORE_RULES = _store_rules()

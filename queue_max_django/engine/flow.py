@@ -32,7 +32,7 @@ from .flowstate import (
     job_keys,
 )
 from .ratelimit import Rate, parse_rate
-from .stores.base import FlowOps
+from .stores.contract.flow import FlowOps
 from .tokens import new_token
 
 if TYPE_CHECKING:

@@ -1,5 +1,6 @@
-"""The suite covers the contract: every rule id ``[sc_...]`` of ``engine/stores/base.py`` is the marker of at
-least one test of this folder (and ``--strict-markers`` refuses any id that is not there)."""
+"""The suite covers the contract: every rule id ``[sc_...]`` of ``engine/stores/base.py`` and
+``engine/stores/contract/`` is the marker of at least one test of this folder (and ``--strict-markers``
+refuses any id that is not there)."""
 
 from __future__ import annotations
 

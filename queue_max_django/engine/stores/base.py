@@ -73,7 +73,8 @@ use it:
 - ``server_commits``: a commit is a server's work, which this process waits for and can overlap with its
   own (the worker then writes its acknowledgements while it runs the next jobs).
 
-Every method of ``Store``, ``FlowOps``, ``LockOps`` and ``Hints`` must exist; where a store has nothing to
+Every method of ``Store`` and of the protocols it hands out (``contract/``: ``Hints``, ``FlowOps``,
+``LockOps``) must exist; where a store has nothing to
 do, the method says so (``reader_check`` returns 0, ``Hints.watch`` returns None, ``end_thread`` does
 nothing). The ``durable`` arguments ask for the commit to be on disk before the call returns; a store whose
 every commit already is (PostgreSQL with ``synchronous_commit``) ignores them.
@@ -99,191 +100,25 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from ..breaker import BreakerPolicy
 from ..cancels import CancelOutcome
-from ..flowstate import FlowState
 from ..job import Job, State
 from ..jobspec import JobSpec
-from ..ratelimit import Rate
+from .contract.flow import FlowOps
+from .contract.hints import Hints
+from .contract.locks import LockOps
 from .types import (
     Candidate,
     Claimed,
     ClaimOutcome,
     Head,
-    LockHolder,
     NewJobs,
     Recovered,
     Sample,
     StoreInfo,
-    WorkerInfo,
 )
 
 Queues = tuple[str, ...] | None  # a queue filter: sorted names, or None for every queue
 ErrorInfo = tuple[str | None, str | None, str | None]  # a failure's message, type and traceback
-
-
-class Hints(Protocol):
-    """How a store wakes consumers that wait for work (LMDB: the wake file, ``lmdb/wake.py``; PostgreSQL:
-    LISTEN/NOTIFY, ``postgres/hints.py``). A store with no way to reach other processes still hints its
-    own (``notify``), and its consumers poll: every wait is bounded."""
-
-    def changed(self) -> bool:
-        """Did a hint arrive since this thread last waited or asked? Consumes them; True when unknown (the
-        first time a thread asks, or when the store cannot tell)."""
-
-    def mark(self) -> Any:
-        """An opaque reading of the hints, to compare with a later one (``changed_since``)."""
-
-    def changed_since(self, old: Any, new: Any) -> list[int] | None:
-        """The shards hinted between two marks, or None when any shard may have been. [sc_hints_marks] A
-        hinting operation committed between the two marks: never ``[]``, and, if a list, it names the
-        shard of the job it made claimable."""
-
-    def wait(self, timeout: float) -> None:
-        """Return when a hint arrives or ``timeout`` seconds pass, whichever is first (at once for a
-        timeout of 0 or less, and after ``close``)."""
-
-    def reset_poll(self) -> None:
-        """Work was found: a polling fallback starts short again."""
-
-    def watch(self) -> int | None:
-        """A new non-blocking file descriptor that becomes readable when a hint arrives, for an event loop
-        (``AsyncQueue``), or None when the store has none (then the caller polls). The caller drains it
-        with ``os.read`` after each wake-up and closes it."""
-
-    def notify(self, shard: int | None = None) -> None:
-        """Hint that a job of ``shard`` (None: of any shard) may have become claimable."""
-
-    def close(self) -> None:
-        """Wake every waiter; later waits return at once. [sc_hints_close]"""
-
-
-class FlowOps(Protocol):
-    """Rate limits (token buckets) and circuit breakers shared by every process of a store (``flow.py``
-    asks; the policies are the pure ``ratelimit`` and ``breaker``, and what each operation makes of the
-    stored values is a pure step of ``flowstate``: a store only reads, locks and writes, and keeps each value
-    as the bytes ``flowstate.pack_limit``/``pack_breaker`` give).
-
-    Keys are ``"*"``, ``"queue:<name>"`` and ``"name:<job name>"`` (``flowstate.job_keys``); a key with no
-    limit (or breaker) limits (or breaks) nothing. [sc_flow_atomic] Each call is one transaction that reads
-    the values it needs, reads ``now`` from the store's clock *after* it holds them, applies the step, and
-    writes the result: two processes taking tokens at once never both spend the same one, nor both get a
-    half-open breaker's one trial. [sc_flow_damage] A stored value that does not decode is ignored for
-    admission (a limit nobody can read limits nothing; a breaker nobody can read is closed), left out of
-    ``state()`` but named in its ``damaged_limits``/``damaged_breakers`` and by ``verify()``, and written
-    over only by ``set_limit``/``set_breaker`` (or dropped by ``remove_*``). The store never charges a
-    breaker itself: the Queue calls ``record`` when a job ends (including a charged lease expiry)."""
-
-    def state(self) -> FlowState:
-        """Every limit and breaker, as one consistent read. [sc_flow_state]"""
-
-    def verify(self) -> list[str]:
-        """Every limit and breaker whose stored value does not decode (``Store.verify`` includes them)."""
-
-    def version(self) -> int:
-        """A number that changes whenever any process commits a flow change (a cheap cache key; it may be
-        read from a cache for a few ms, but this process's own writes show at once). [sc_flow_version]"""
-
-    def set_limit(self, key: str, rate: Rate) -> None:
-        """Create or change ``key``'s limit; a change keeps the tokens there are (at most the new burst),
-        a new limit starts full. [sc_flow_limits]"""
-
-    def remove_limit(self, key: str) -> bool:
-        """Drop ``key``'s limit. -> False if there was none. [sc_flow_remove]"""
-
-    def reset_limit(self, key: str) -> bool:
-        """Fill ``key``'s bucket again. -> False if there is no such limit (or it does not decode)."""
-
-    def take(self, keys: Sequence[str], n: int = 1) -> tuple[bool, float]:
-        """``n`` tokens from every limited key of ``keys``, all or none. -> (granted, seconds to wait before
-        there would be enough: 0 when granted). [sc_flow_take]"""
-
-    def take_up_to(self, key: str, most: int, *, give_back: int = 0) -> int:
-        """Return ``give_back`` unused tokens (up to the burst), then take as many whole tokens as ``key``
-        has, at most ``most``. -> how many (``most`` for a key without a limit). [sc_flow_take_up_to]"""
-
-    def give_back(self, keys: Sequence[str], n: int = 1) -> None:
-        """Undo an ``admit`` whose job could not be claimed after all: the tokens go back (up to the
-        burst), and a half-open breaker's trial is handed back, so the next job can be the trial.
-        [sc_flow_give_back]"""
-
-    def set_breaker(self, key: str, policy: BreakerPolicy) -> None:
-        """Create ``key``'s breaker (closed), or change its policy keeping its state. [sc_flow_breaker]"""
-
-    def remove_breaker(self, key: str) -> bool:
-        """Drop ``key``'s breaker. -> False if there was none."""
-
-    def reset_breaker(self, key: str) -> bool:
-        """Close ``key``'s breaker now. -> False if there is no such breaker (or it does not decode)."""
-
-    def admit(self, keys: Sequence[str], n: int = 1) -> tuple[bool, float]:
-        """Every breaker of ``keys`` allows a job (a half-open one hands out its one trial) and every limit
-        has ``n`` tokens: all or nothing, taken together. -> (admitted, seconds to wait before trying
-        again). [sc_flow_admit]"""
-
-    def record(self, keys: Sequence[str], success: bool) -> None:
-        """A job under ``keys`` finished: count it in each of their breakers (``threshold`` failures in a
-        row open one; a success closes it). [sc_flow_breaker]"""
-
-
-class LockOps(Protocol):
-    """Named locks (leases with a ttl, on the store's clock) and the worker registry, shared by every process
-    of the store. Names, owners and worker ids are checked by ``types.id_bytes`` before anything is written
-    (``errors.InvalidJob``). [sc_lock_names]"""
-
-    def acquire_lock(self, name: str, owner: str, ttl: float) -> bool:
-        """Take the lock ``name`` for ``ttl`` seconds from now (the store's clock), if it is free, expired,
-        or ``owner``'s already (a renewal, which keeps ``since``; an owner taking its expired lock again
-        starts anew). -> False, nothing changed, if another owner holds it. [sc_lock_acquire]
-        [sc_lock_damage] A lock record that does not decode tells neither who holds it nor until when, so it
-        is never free at once: the first call that meets it refuses, logs ``types.lock_damage``, and
-        replaces it by a lease of nobody known (``types.UNKNOWN_HOLDER``) for this call's ``ttl``; then the
-        lock is free."""
-
-    def release_lock(self, name: str, owner: str) -> bool:
-        """Give the lock up if ``owner`` holds it (an expired lease is held by nobody). -> whether it did.
-        The record stays, expired as of now, so ``last_lock_holder`` still tells who held it last.
-        [sc_lock_release]"""
-
-    def lock_holder(self, name: str) -> LockHolder | None:
-        """Who holds ``name`` now; None when nobody does (never taken, expired, released, or a lease of
-        nobody known). [sc_lock_acquire]"""
-
-    def last_lock_holder(self, name: str) -> LockHolder | None:
-        """The last record of ``name``, expired (or released) or not; None if nobody ever took it (or its
-        record does not decode). [sc_lock_release]"""
-
-    def verify(self) -> list[str]:
-        """Every lock whose record does not decode (``Store.verify`` includes them)."""
-
-    def report_worker(
-        self,
-        worker_id: str,
-        *,
-        stale_after: float,
-        started_at: float | None = None,
-        pid: int | None = None,
-        host: str | None = None,
-        queues: tuple[str, ...] | None = None,
-        threads: int = 1,
-        current_jobs: tuple[int, ...] = (),
-        processed: int = 0,
-        failed: int = 0,
-    ) -> None:
-        """Record (or refresh) one worker's report; its last heartbeat is now (the store's clock). Unset
-        fields: this process's pid and host, and ``started_at`` of its first report (kept by later ones).
-        [sc_workers_report]"""
-
-    def remove_worker(self, worker_id: str) -> bool:
-        """Forget one worker. -> False if it was not there. [sc_workers_prune]"""
-
-    def workers(self, *, include_dead: bool = False) -> list[WorkerInfo]:
-        """The registered workers, ordered by id: those that reported within their ``stale_after``, or all
-        with ``include_dead``. A report that does not decode is not listed. [sc_workers_report]"""
-
-    def prune_workers(self) -> int:
-        """Forget the workers that stopped reporting (past their ``stale_after``). -> how many.
-        [sc_workers_prune]"""
 
 
 class Store(Protocol):
