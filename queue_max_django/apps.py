@@ -21,7 +21,7 @@ class QueueMaxAppConfig(AppConfig):
         # connects (teststore.py)
         teststore.adopt_test_database()
         checks.register(check_settings, TAG)
-        from .metrics_checks import check_metrics_extra
+        from .observability.checks import check_metrics_extra
 
         checks.register(check_metrics_extra, TAG, checks.Tags.urls)
         from .postgres_tables import upgrade_after_migrate

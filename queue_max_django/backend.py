@@ -48,7 +48,6 @@ from django.core import checks
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from . import tracing
 from .commits import Commit, find, placeholder, waits_for_commit, written
 from .completer import INLINE, Completer, Verdict
 from .conf import caller_connection, callers_alias, get_config, get_queue, lent_to
@@ -57,6 +56,7 @@ from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State,
 from .engine.codec import Packed
 from .engine.nesting import depth
 from .engine.validate import validate_queue_name
+from .observability import tracing
 from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
 from .results import attempt_errors, attempt_workers, exception_class_path, read_job
 from .signals import in_callers_transaction

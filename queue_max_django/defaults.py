@@ -63,7 +63,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "IMMEDIATE": False,
         "ENQUEUE_ON_COMMIT": True,  # inside a transaction, a job is stored at its commit (commits.py)
         "UNKNOWN_TASK_GRACE": 3600.0,  # seconds a job of a task the worker lacks waits for one that has it
-        "METRICS_TOKEN": None,  # a bearer token that may read the metrics view (metrics_view.py)
+        "METRICS_TOKEN": None,  # a bearer token that may read the metrics view (observability/views.py)
         "WORKER": WORKER_DEFAULTS,
     }
 )

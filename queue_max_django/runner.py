@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import tracing
 from .completer import INLINE, Completer, Verdict
 from .conf import get_config
 from .context import running
@@ -29,6 +28,7 @@ from .engine import (
     is_interrupt,
 )
 from .engine.codec import Packed
+from .observability import tracing
 from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now, use_event_loop
 from .registry import RegisteredTask, registry
 
