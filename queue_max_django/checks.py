@@ -39,7 +39,7 @@ from .engine.stores.lmdb.store import LmdbStore
 from .engine.stores.opening import URL_SCHEMES
 from .engine.validate import MAX_RETRIES_LIMIT, MAX_SECONDS, validate_name, validate_queue_name
 from .problems import PREFIX, Problem
-from .registry import registry
+from .running.registry import registry
 
 TAG = "queue_max_django"  # `manage.py check --tag queue_max_django` runs these checks alone
 

@@ -39,10 +39,10 @@ from .engine.classify import exception_types
 from .engine.metadata import normalized as normalized_metadata
 from .engine.validate import validate_queue_name
 from .observability import tracing
-from .registry import Registry as Registry  # its name here too, as before registry.py
-from .registry import registry as _registry
 from .results import JobMismatch, JobResult
-from .runner import run_now
+from .running.registry import Registry
+from .running.registry import registry as _registry
+from .running.runner import run_now
 from .signals import in_callers_transaction
 
 P = ParamSpec("P")
