@@ -305,7 +305,8 @@ def test_the_graph_holds_the_imports_known_to_exist() -> None:
     assert (f"{PACKAGE}.worker.forkserver", f"{PACKAGE}.worker.entry") in pairs  # from . import entry
     assert (f"{ENGINE}.queue", f"{ENGINE}.record") in pairs
     lazy = {(edge.source, edge.target) for edge in GRAPH.edges if edge.lazy}
-    assert (f"{PACKAGE}.running.runner", f"{PACKAGE}.backend") in lazy  # django.tasks exists from Django 6.0 only
+    # django.tasks exists from Django 6.0 only
+    assert (f"{PACKAGE}.running.runner", f"{PACKAGE}.backend") in lazy
     assert {f"{PACKAGE}.conf", f"{PACKAGE}.tasks", f"{ENGINE}.queue"} <= GRAPH.modules
     assert len(DJANGO_LAYER) > 20 and len(ENGINE_MODULES) > 20
 

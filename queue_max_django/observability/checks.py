@@ -11,7 +11,7 @@ from django.apps import AppConfig
 from django.core import checks
 from django.urls import URLResolver, get_resolver
 
-from ..problems import PREFIX
+from ..conf.problems import PREFIX
 from .metrics import EXTRA_HINT, MissingExtra, prometheus
 
 URLCONF = "queue_max_django.urls"

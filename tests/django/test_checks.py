@@ -19,8 +19,8 @@ from django.test import override_settings
 from django.test.utils import override_system_checks
 
 from queue_max_django import apps as app_module
-from queue_max_django.checks import TAG, check_settings
 from queue_max_django.conf import get_queue
+from queue_max_django.conf.checks import TAG, check_settings
 from queue_max_django.engine import Queue
 from queue_max_django.periodic import periodic_task
 from queue_max_django.tasks import registry, task

@@ -32,10 +32,6 @@ WORKER_DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "CANCEL_GRACE": 10.0,
     }
 )
-STORES = ("lmdb", "postgresql")  # QUEUE_MAX["STORE"]: the embedded LMDB store (the default), or PostgreSQL
-LMDB_KEYS = ("DATA_DIR", "SHARDS", "SYNC")  # only say where and how to open an LMDB store
-# only for the PostgreSQL store
-POSTGRES_KEYS = ("DATABASE", "URL", "LISTEN", "NOTIFY", "POLL_INTERVAL", "TRANSACTION_POOLING")
 DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {
         "STORE": "lmdb",
