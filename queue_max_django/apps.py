@@ -8,8 +8,8 @@ from django.core import checks
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
-from . import teststore
-from .checks import TAG, check_settings
+from .conf import teststore
+from .conf.checks import TAG, check_settings
 
 
 class QueueMaxAppConfig(AppConfig):
@@ -21,11 +21,11 @@ class QueueMaxAppConfig(AppConfig):
         # connects (teststore.py)
         teststore.adopt_test_database()
         checks.register(check_settings, TAG)
-        from .metrics_checks import check_metrics_extra
+        from .observability.checks import check_metrics_extra
 
         checks.register(check_metrics_extra, TAG, checks.Tags.urls)
-        from .postgres_tables import upgrade_after_migrate
+        from .conf import upgrade_after_migrate
 
-        # migrate brings the PostgreSQL store's tables to this code's schema version (postgres_tables.py)
+        # migrate brings the PostgreSQL store's tables to this code's schema version (the store kind's)
         post_migrate.connect(upgrade_after_migrate, sender=self, dispatch_uid="queue_max_django.tables")
         autodiscover_modules("tasks")

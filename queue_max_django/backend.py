@@ -48,17 +48,17 @@ from django.core import checks
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from . import tracing
 from .commits import Commit, find, placeholder, waits_for_commit, written
-from .completer import INLINE, Completer, Verdict
 from .conf import caller_connection, callers_alias, get_config, get_queue, lent_to
 from .context import JobContext, NoCurrentJob, running, running_context
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, codec, is_interrupt
 from .engine.codec import Packed
 from .engine.nesting import depth
 from .engine.validate import validate_queue_name
-from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
+from .observability import tracing
 from .results import attempt_errors, attempt_workers, exception_class_path, read_job
+from .running.completer import INLINE, Completer, Verdict
+from .running.outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
 from .signals import in_callers_transaction
 
 OPTION_KEYS = frozenset({"MODULES", "MAX_RETRIES", "ENQUEUE_ON_COMMIT"})

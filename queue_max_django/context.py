@@ -23,9 +23,9 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-from . import cancel_requests
 from .engine import Cancelled, InvalidMetadata, QueueCorrupted, Record
 from .engine.metadata import RESERVED_PREFIX
+from .running import cancels
 
 __all__ = ["JobContext", "NoCurrentJob", "current_job", "user_metadata"]
 
@@ -82,7 +82,7 @@ class JobContext:
         worker learns it at its next heartbeat; a task that checks stops where it is safe to, by returning
         or by raising ``Cancelled`` (either way a dead letter with ``Cancelled``, not retried). Always False
         outside a worker (the immediate mode, ``run_queued()``)."""
-        return cancel_requests.is_requested(self._record.job_id)
+        return cancels.is_requested(self._record.job_id)
 
     @property
     def raw_metadata(self) -> dict[str, Any]:

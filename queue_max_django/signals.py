@@ -41,7 +41,7 @@ from .engine import (
     JOB_SUCCEEDED,
     Queue,
 )
-from .lostjobs import log_lost
+from .observability.lostjobs import log_lost
 
 __all__ = [
     "job_cancelled",

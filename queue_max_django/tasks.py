@@ -22,7 +22,6 @@ import msgpack
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
-from . import tracing
 from .commits import Commit, waits_for_commit, written
 from .conf import Applied, caller_connection, callers_alias, get_config, get_queue, lent_to
 from .engine import (
@@ -39,10 +38,11 @@ from .engine import (
 from .engine.classify import exception_types
 from .engine.metadata import normalized as normalized_metadata
 from .engine.validate import validate_queue_name
-from .registry import Registry as Registry  # its name here too, as before registry.py
-from .registry import registry as _registry
+from .observability import tracing
 from .results import JobMismatch, JobResult
-from .runner import run_now
+from .running.registry import Registry
+from .running.registry import registry as _registry
+from .running.runner import run_now
 from .signals import in_callers_transaction
 
 P = ParamSpec("P")

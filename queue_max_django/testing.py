@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from . import commits
 from .conf import caller_connection, get_queue
 from .engine import QueueEmpty
-from .runner import Outcome, run_job
+from .running.outcome import Outcome
+from .running.runner import run_job
 
 
 def run_queued(

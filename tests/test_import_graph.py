@@ -9,7 +9,11 @@ constant name. Relative imports are resolved against the importing module's pack
   Django, never the Django layer;
 - the engine has no import circle either;
 - only the LMDB store (``engine/stores/lmdb/``) imports lmdb, and no more of the engine reaches into it
-  than does now; a shard's upkeep and reads import neither each other nor ``shard.py``.
+  than does now; a shard's upkeep and reads import neither each other nor ``shard.py``;
+- the Django layer keeps the layout of docs/architecture.md: the top level holds only the public API and
+  Django's entry points; the configuration (``conf/``) imports nothing of running a job, the worker, the
+  admin or the commands; running a job (``running/``) imports no worker, admin or command; and a store
+  kind's modules (``conf/storekinds/<kind>``) are reached only through the registry ``STORE_KINDS``.
 
 Nothing here imports the modules it reads, so a circle is reported as a path of edges (file:line), not as
 the ImportError that import order may or may not raise.
@@ -305,7 +309,8 @@ def test_the_graph_holds_the_imports_known_to_exist() -> None:
     assert (f"{PACKAGE}.worker.forkserver", f"{PACKAGE}.worker.entry") in pairs  # from . import entry
     assert (f"{ENGINE}.queue", f"{ENGINE}.record") in pairs
     lazy = {(edge.source, edge.target) for edge in GRAPH.edges if edge.lazy}
-    assert (f"{PACKAGE}.runner", f"{PACKAGE}.backend") in lazy  # django.tasks exists from Django 6.0 only
+    # django.tasks exists from Django 6.0 only
+    assert (f"{PACKAGE}.running.runner", f"{PACKAGE}.backend") in lazy
     assert {f"{PACKAGE}.conf", f"{PACKAGE}.tasks", f"{ENGINE}.queue"} <= GRAPH.modules
     assert len(DJANGO_LAYER) > 20 and len(ENGINE_MODULES) > 20
 
@@ -382,3 +387,81 @@ def test_a_shards_upkeep_reads_and_management_stand_apart() -> None:
     assert {(f"{LMDB_STORE}.shard", part) for part in parts[:3]} <= {
         (e.source, e.target) for e in GRAPH.edges
     }
+
+
+# -------------------------------------------------------------------------------------- the Django layer
+
+# The modules at the top of the package: the public API and Django's fixed entry points (and commits.py,
+# the commit state of a job enqueued in a transaction that tasks, results, backend and testing share).
+# Anything else goes in the package of its kind: conf/, running/, observability/, worker/, admin/...
+TOP_LEVEL = frozenset(
+    f"{PACKAGE}.{name}"
+    for name in (
+        "apps", "backend", "commits", "context", "models", "periodic", "results", "schedules", "signals",
+        "tasks", "testing", "urls",
+    )
+)  # fmt: skip
+CONF = f"{PACKAGE}.conf"
+STORE_KINDS = f"{CONF}.storekinds"
+RUNNING = f"{PACKAGE}.running"
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
+def test_the_top_level_holds_only_the_public_api_and_djangos_entry_points() -> None:
+    top = {
+        name
+        for name in DJANGO_LAYER
+        if name.count(".") == 1 and not (PACKAGE_DIR / name.partition(".")[2] / "__init__.py").exists()
+    }
+    assert top == TOP_LEVEL, (
+        f"modules moved to the top: {sorted(top - TOP_LEVEL)}, gone: {sorted(TOP_LEVEL - top)}"
+    )
+
+
+def test_the_configuration_imports_nothing_of_running_jobs_workers_admin_or_commands() -> None:
+    """``conf/`` sits under everything that runs: only the task registry (a leaf the task checks read)."""
+    above = [f"{PACKAGE}.{name}" for name in ("worker", "admin", "management", "observability", "backend")]
+    wrong = [
+        str(edge)
+        for edge in GRAPH.edges
+        if within(edge.source, CONF)
+        and (
+            any(within(edge.target, package) for package in above)
+            or (within(edge.target, RUNNING) and edge.target != f"{RUNNING}.registry")
+        )
+    ]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_running_a_job_imports_no_worker_admin_or_command() -> None:
+    above = [f"{PACKAGE}.{name}" for name in ("worker", "admin", "management")]
+    wrong = [
+        str(edge)
+        for edge in GRAPH.edges
+        if within(edge.source, RUNNING) and any(within(edge.target, package) for package in above)
+    ]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_a_store_kind_is_reached_only_through_the_registry() -> None:
+    """Outside ``conf/storekinds/``, no module imports a kind's modules (only ``STORE_KINDS`` and
+    ``StoreKind``), but for types and for the migration that makes the PostgreSQL store's tables."""
+    shared = {STORE_KINDS, f"{STORE_KINDS}.kind"}
+    kinds = {name for name in DJANGO_LAYER if within(name, STORE_KINDS) and name not in shared}
+    assert {f"{STORE_KINDS}.lmdb", f"{STORE_KINDS}.postgresql"} <= kinds
+    wrong = [
+        str(edge)
+        for edge in GRAPH.edges
+        if edge.target in kinds
+        and not within(edge.source, STORE_KINDS)
+        and not edge.type_only
+        and not within(edge.source, f"{PACKAGE}.migrations")
+    ]
+    assert wrong == [], "\n".join(wrong)
+    kinds_importing_conf = [
+        str(edge) for edge in GRAPH.edges if edge.source in kinds and edge.target == CONF
+    ]  # (conf's door imports the registry: a kind that imported it back would be a circle at start-up)
+    assert kinds_importing_conf == [], "\n".join(kinds_importing_conf)

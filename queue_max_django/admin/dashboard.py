@@ -12,9 +12,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import serving
 from ..engine import CANCELLED, Queue, QueueError, State, WorkerInfo
 from ..engine.throughput import history, minute_of, per_minute
+from ..observability import serving
 from . import chart, periodic
 from .display import duration, when
 from .listing import LABELS, Count, Filters, Scan, matching

@@ -14,9 +14,9 @@ from typing import Any
 
 from ..engine import Job, State
 from ..engine.job import utc_datetime
-from ..outcome import DJANGO_TASK_KEY
-from ..registry import registry
-from ..runner import _arguments as task_arguments
+from ..running.outcome import DJANGO_TASK_KEY
+from ..running.registry import registry
+from ..running.runner import _arguments as task_arguments
 
 WIDTH = 100  # characters per line of pretty-printed values
 

@@ -31,9 +31,9 @@ from django.urls import URLPattern, path, re_path, reverse
 from .. import conf
 from ..conf import NoStore
 from ..engine import InvalidJob, Job, Queue, QueueCorrupted, State
-from ..lazy import lazy_module
 from ..models import Job as JobModel
 from ..tasks import registry
+from .lazy import lazy_module
 
 if TYPE_CHECKING:
     from . import actions, dashboard, display, listing

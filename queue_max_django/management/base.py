@@ -13,7 +13,7 @@ from typing import Any, NoReturn, TextIO
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandParser, OutputWrapper
 
-from ..checks import TAG
+from ..conf.checks import TAG
 
 
 class OutputClosed(Exception):

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import serving
 from ..engine import Queue
 from ..engine.stores.types import WorkerInfo
+from ..observability import serving
 from .common import printable
 
 DEFAULT_HEARTBEAT_WITHIN = 60.0  # seconds: a worker reports every few seconds (at most 17 s apart under load)

@@ -9,7 +9,7 @@ imports no psycopg.
 
 The tables are made through Django's own connection when the store lives in the alias being migrated (in
 the migration's transaction: a failed migration leaves no half-made schema), else on a connection of their
-own to ``URL`` (``queue_max_django/postgres_tables.py``, which also keeps them at this code's schema version
+own to ``URL`` (``conf/storekinds/postgresql/tables.py``, which also keeps them at this code's schema version
 after every later ``migrate``).
 """
 
@@ -25,10 +25,11 @@ from django.db.migrations.state import StateApps
 
 def _run(step_name: str) -> Callable[[StateApps, BaseDatabaseSchemaEditor], None]:
     def operation(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-        from queue_max_django import postgres_tables
+        from queue_max_django.conf import store_connection
+        from queue_max_django.conf.storekinds.postgresql import tables
 
-        step: Callable[[Any], None] = getattr(postgres_tables, step_name)
-        with postgres_tables.store_connection(schema_editor.connection.alias) as conn:
+        step: Callable[[Any], None] = getattr(tables, step_name)
+        with store_connection(schema_editor.connection.alias) as conn:
             if conn is not None:
                 step(conn)
 

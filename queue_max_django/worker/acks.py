@@ -29,11 +29,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..completer import INLINE, Completer, Kind, Verdict
 from ..engine import Queue, QueueError, Record, State
 from ..engine.codec import Packed
-from ..outcome import Outcome
-from . import cancels
+from ..running import cancels
+from ..running.completer import INLINE, Completer, Kind, Verdict
+from ..running.outcome import Outcome
 
 logger = logging.getLogger("queue_max_django.worker")
 

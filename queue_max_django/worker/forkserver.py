@@ -29,7 +29,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
-from .. import teststore
+from ..conf import teststore
 from ..engine.errors import QueueError
 from ..engine.forks import refuse_fork_with_store
 from . import entry

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..conf import MIN_LEASE_TIME, WorkerConfig
+from ..conf import WorkerConfig
+from ..conf.defaults import MIN_LEASE_TIME
 from ..engine.errors import InvalidJob
 from ..engine.validate import MAX_SECONDS, bad_character, validate_queue_name
 
@@ -21,7 +22,7 @@ TIMED_OUT = 76  # a job overran its timeout (or its cancel grace); its thread ca
 # Leases. The main loop of a worker process ticks every WATCH_EVERY seconds (process.WATCH_EVERY; a test
 # keeps the two equal) and renews the leases of its jobs on a tick, every ``heartbeat_every()`` seconds: at
 # least RENEWALS times per lease time, so that a late heartbeat never costs a running job its lease; a lease
-# shorter than conf.MIN_LEASE_TIME is refused (the system checks refuse it as LEASE_TIME too).
+# shorter than MIN_LEASE_TIME is refused (the system checks refuse it as LEASE_TIME too).
 WATCH_EVERY = 0.1
 RENEWALS = 3
 HEARTBEAT_MAX = 5.0  # seconds between heartbeats at most, however long the lease

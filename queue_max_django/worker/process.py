@@ -37,14 +37,13 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from ..completer import INLINE, Verdict
 from ..engine import Queue, QueueClosed, QueueCorrupted, QueueEmpty, QueueError, Record, State
-from ..runner import Outcome, TaskNotRegistered, run_job, use_event_loop
+from ..running import cancels
+from ..running.completer import INLINE, Verdict
+from ..running.outcome import Outcome, use_event_loop
+from ..running.runner import TaskNotRegistered, run_job
 from ..signals import job_signals_connected, record_run
-from . import cancels
 from .acks import AckLine, Batch, quietly, write_successes
-from .claims import CLAIM_LOG_EVERY as CLAIM_LOG_EVERY
-from .claims import STORE_RETRY as STORE_RETRY
 from .claims import ClaimTrouble
 from .logs import Throttle, log_stopped, summary
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions

@@ -309,7 +309,7 @@ def test_a_job_naming_an_unregistered_task_waits_then_is_a_dead_letter_and_nothi
             assert outcome.state is State.FAILED
             job = get_queue().job(job_id)
             assert job is not None and job.error == unknown_django_task_message("os.system")
-            assert job.error_type == "queue_max_django.runner.TaskNotRegistered"
+            assert job.error_type == "queue_max_django.running.runner.TaskNotRegistered"
             assert job.retries == 1  # permanent: not retried
 
 

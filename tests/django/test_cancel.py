@@ -1,6 +1,6 @@
 """Cancelling from Django (issue 20, "Cancelling"): ``JobResult.cancel()``, ``manage.py queue_cancel`` and the
 admin's action with its own permission (``cancel_job``); and the worker's side of a job cancelled while
-claimed or while it ran (worker/cancels.py), in this process. The real worker's paths are
+claimed or while it ran (running/cancels.py), in this process. The real worker's paths are
 tests/worker/test_cancel.py's, the store's tests/engine/test_contract_cancel.py's."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from queue_max_django import Cancelled
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import CancelOutcome, Queue, Record, State, classify
 from queue_max_django.results import JobStatus
-from queue_max_django.runner import run_job
+from queue_max_django.running import cancels
+from queue_max_django.running.runner import run_job
 from queue_max_django.testing import run_queued
-from queue_max_django.worker import cancels
 from queue_max_django.worker.acks import Batch
 from queue_max_django.worker.options import DONE, TIMED_OUT, WorkerOptions
 from queue_max_django.worker.process import Slot, WorkerProcess

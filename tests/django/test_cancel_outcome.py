@@ -22,7 +22,7 @@ from queue_max_django import signals
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, Record, State
 from queue_max_django.results import JobStatus
-from queue_max_django.worker import cancels
+from queue_max_django.running import cancels
 from tests.django.test_cancel import BASE, cancel_running, staff
 from tests.testapp import tasks as t
 
@@ -36,7 +36,7 @@ def store(queue_max: Configure) -> Iterator[Queue]:
 
 
 def stop_as_the_worker_does(queue: Queue, record: Record) -> None:
-    """What a worker does once its heartbeat reported the cancel and the task stopped (worker/cancels.py)."""
+    """What a worker does once its heartbeat reported the cancel and the task stopped (running/cancels.py)."""
     record.touch()
     assert record.cancel_requested
     cancels.learn(queue, record)

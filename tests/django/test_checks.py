@@ -19,8 +19,8 @@ from django.test import override_settings
 from django.test.utils import override_system_checks
 
 from queue_max_django import apps as app_module
-from queue_max_django.checks import TAG, check_settings
 from queue_max_django.conf import get_queue
+from queue_max_django.conf.checks import TAG, check_settings
 from queue_max_django.engine import Queue
 from queue_max_django.periodic import periodic_task
 from queue_max_django.tasks import registry, task
@@ -792,10 +792,7 @@ def test_ready_registers_the_checks_and_imports_tasks_modules(monkeypatch: pytes
 
 
 def test_every_check_id_is_documented() -> None:
-    source = "".join(
-        (ROOT / "queue_max_django" / name).read_text()
-        for name in ("checks.py", "postgres_checks.py", "metrics_checks.py")
-    )
+    source = "".join(path.read_text() for path in sorted((ROOT / "queue_max_django").rglob("*.py")))
     docs = (ROOT / "docs" / "reference" / "checks.md").read_text()
     ids = sorted(set(re.findall(r"\{PREFIX\}\.([EW]\d{3})", source)))
     assert ids == [f"E{n:03d}" for n in range(1, 28)] + ["W001", "W002", "W003", "W004"]

@@ -14,7 +14,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from queue_max_django import conf
-from queue_max_django.conf import CircuitBreakerConfig, QueueMaxConfig, WorkerConfig, get_config, get_queue
+from queue_max_django.conf import (
+    CircuitBreakerConfig,
+    QueueMaxConfig,
+    WorkerConfig,
+    defaults,
+    get_config,
+    get_queue,
+)
 from queue_max_django.engine import Queue, State, parse_rate
 from tests.engine.locations import StoreLocation
 
@@ -164,9 +171,9 @@ def test_the_config_is_frozen(queue_max: Configure) -> None:
 
 def test_defaults_are_read_only() -> None:
     with pytest.raises(TypeError):
-        conf.DEFAULTS["SHARDS"] = 8  # type: ignore[index]
+        defaults.DEFAULTS["SHARDS"] = 8  # type: ignore[index]
     with pytest.raises(TypeError):
-        conf.DEFAULTS["WORKER"]["THREADS"] = 8
+        defaults.DEFAULTS["WORKER"]["THREADS"] = 8
 
 
 @pytest.mark.parametrize(
@@ -192,9 +199,9 @@ def test_warnings_do_not_stop_the_config(tmp_path: Path) -> None:
 
 def test_every_key_is_documented() -> None:
     docs = (ROOT / "docs" / "reference" / "settings.md").read_text()
-    for key in conf.DEFAULTS:
+    for key in defaults.DEFAULTS:
         assert f"| `{key}` |" in docs, key
-    for nested in conf.NESTED_DEFAULTS.values():
+    for nested in defaults.NESTED_DEFAULTS.values():
         for key in nested:
             assert f"`{key}`" in docs, key
 

@@ -12,8 +12,9 @@ from django.core.checks import Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from queue_max_django.checks import check_settings
-from queue_max_django.conf import PostgresConfig, get_config
+from queue_max_django.conf import get_config
+from queue_max_django.conf.checks import check_settings
+from queue_max_django.conf.storekinds.postgresql.config import PostgresConfig
 from queue_max_django.engine.stores.postgres import schema
 
 from .pgdjango import ALIAS, Configure, alias_settings, database_alias, sql

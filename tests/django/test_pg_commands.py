@@ -14,8 +14,10 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 from psycopg.conninfo import conninfo_to_dict
 
-from queue_max_django import conf, database
+from queue_max_django import conf
 from queue_max_django.conf import get_queue, store_class
+from queue_max_django.conf.storekinds.postgresql import database
+from queue_max_django.conf.storekinds.postgresql.config import store_url
 from queue_max_django.engine import State
 from queue_max_django.engine.stores.lmdb.store import LmdbStore
 from queue_max_django.engine.stores.postgres.store import PostgresStore
@@ -159,6 +161,6 @@ def test_an_alias_becomes_a_url_with_every_parameter(django_db_blocker: Any) -> 
 def test_the_alias_connection_reaches_the_database(pg_store: Configure, pg_url: str) -> None:
     with pg_store():
         assert (
-            conninfo_to_dict(conf.store_url(conf.get_config()))["dbname"]
+            conninfo_to_dict(store_url(conf.get_config().postgres))["dbname"]  # type: ignore[arg-type]
             == conninfo_to_dict(pg_url)["dbname"]
         )

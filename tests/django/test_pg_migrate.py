@@ -154,7 +154,7 @@ django.setup()
 settings.QUEUE_MAX = {{"DATA_DIR": {str(tmp_path / "store")!r}}}
 from django.core.checks import run_checks
 from django.core.management import call_command
-from queue_max_django.checks import check_settings
+from queue_max_django.conf.checks import check_settings
 assert check_settings() == [], check_settings()
 call_command("migrate", verbosity=0)
 from tests.testapp.tasks import add

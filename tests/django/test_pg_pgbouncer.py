@@ -18,8 +18,8 @@ from django.core.checks import Error, Warning
 from django.db import connections, transaction
 from django.test import override_settings
 
-from queue_max_django.checks import check_settings
 from queue_max_django.conf import get_config, get_queue, reset
+from queue_max_django.conf.checks import check_settings
 from queue_max_django.engine import Queue, StoreUnavailable, parse_rate
 from queue_max_django.engine.stores.postgres.store import PostgresStore
 from queue_max_django.tasks import registry, task

@@ -15,7 +15,7 @@ from django.utils.module_loading import import_string
 
 from queue_max_django.conf import get_queue
 from queue_max_django.results import JobNotFound, JobResult, JobStatus, exception_class_path
-from queue_max_django.runner import run_job
+from queue_max_django.running.runner import run_job
 from tests.testapp import tasks as t
 
 Configure = Callable[..., override_settings]

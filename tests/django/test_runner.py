@@ -10,7 +10,7 @@ from django.test import override_settings
 
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Job, State
-from queue_max_django.runner import (
+from queue_max_django.running.runner import (
     UNKNOWN_TASK_WAIT_MAX,
     TaskNotRegistered,
     run_job,
@@ -87,7 +87,7 @@ def test_a_job_of_a_task_this_process_lacks_is_a_dead_letter_once_its_grace_peri
             unknown_task_message(UNKNOWN)
             + " It waited QUEUE_MAX['UNKNOWN_TASK_GRACE'] (60 s) for a worker that has it."
         )
-        assert stored.error_type == "queue_max_django.runner.TaskNotRegistered"
+        assert stored.error_type == "queue_max_django.running.runner.TaskNotRegistered"
         assert stored.traceback is None  # nothing was raised: the error and its type say it all
 
 
@@ -107,7 +107,7 @@ def test_a_job_of_an_unknown_task_is_a_dead_letter_at_once_without_grace_name_or
         assert (stored.state, stored.retries) == (State.FAILED, 1)
         assert stored.error == unknown_task_message(name)
         assert f"no task named {name!r} is registered in this process" in (stored.error or "")
-        assert stored.error_type == "queue_max_django.runner.TaskNotRegistered"
+        assert stored.error_type == "queue_max_django.running.runner.TaskNotRegistered"
 
 
 def test_the_wait_for_an_unknown_task_doubles_within_bounds_and_ends_with_the_grace_period() -> None:

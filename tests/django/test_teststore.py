@@ -16,8 +16,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from queue_max_django import conf, teststore
-from queue_max_django.conf import get_config, get_queue
+from queue_max_django import conf
+from queue_max_django.conf import get_config, get_queue, teststore
 from queue_max_django.engine import Queue
 from tests.engine.locations import StoreLocation
 from tests.testapp import tasks as t
@@ -354,7 +354,7 @@ ADOPT = """
 import json, os
 import django
 from django.conf import settings
-from queue_max_django.teststore import ENV_DATABASE, adopt_test_database
+from queue_max_django.conf.teststore import ENV_DATABASE, adopt_test_database
 django.setup()  # (AppConfig.ready() adopts what the environment names: here it names nothing yet)
 found = {}
 for name in json.loads(os.environ["NAMES"]):

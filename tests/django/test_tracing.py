@@ -1,4 +1,4 @@
-"""OpenTelemetry spans (queue_max_django/tracing.py) with the SDK's in-memory exporter: the enqueue span is a
+"""OpenTelemetry spans (observability/tracing.py) with the SDK's in-memory exporter: the enqueue span is a
 PRODUCER child of the enqueuing code's span, its context travels in the job's metadata, and the run span is a
 CONSUMER child of it, in the same trace; a failed run is an error span. Without the API installed, nothing is
 imported and nothing is added to the metadata. Through the Django layer: ``.delay()``, ``.map()`` and the
@@ -21,8 +21,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from queue_max_django import JobResult, tracing
+from queue_max_django import JobResult
 from queue_max_django.conf import get_queue
+from queue_max_django.observability import tracing
 from queue_max_django.testing import run_queued
 from tests.testapp import tasks as t
 
@@ -104,7 +105,7 @@ def test_without_the_api_nothing_is_imported_and_the_metadata_is_unchanged() -> 
         """
         import sys
         sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
-        from queue_max_django import tracing
+        from queue_max_django.observability import tracing
         assert not tracing.enabled()
         with tracing.sending("t", "default") as sending:
             sending.sent(1)

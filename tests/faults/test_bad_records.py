@@ -24,7 +24,7 @@ import pytest
 from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State
 from queue_max_django.engine.errors import StoreError
 from queue_max_django.engine.job import SHARD_BITS
-from queue_max_django.worker import process
+from queue_max_django.worker import claims, process
 from queue_max_django.worker.options import WorkerOptions
 from tests.engine.conftest import FakeClock, open_queue
 from tests.engine.locations import StoreLocation
@@ -383,7 +383,7 @@ def test_a_worker_thread_backs_off_on_failed_claims_and_logs_each_problem_once(
     for _ in range(50):
         assert worker._claim(10) == []
     assert waits[:4] == [0.01, 0.02, 0.04, 0.08]
-    assert waits[-1] == max(waits) == process.STORE_RETRY and len(waits) == 50
+    assert waits[-1] == max(waits) == claims.STORE_RETRY and len(waits) == 50
     assert [entry.getMessage() for entry in caplog.records] == [
         f"worker {worker.worker_id}: job 7: the stored record cannot be decoded"
     ]
@@ -403,7 +403,7 @@ def test_a_problem_that_goes_on_is_logged_again_after_a_while() -> None:
     trouble = process.ClaimTrouble(clock=lambda: now[0])
     assert trouble.failed("disk full") == ("disk full", 0.01)
     assert trouble.failed("disk full") == (None, 0.02)
-    now[0] = process.CLAIM_LOG_EVERY + 1
+    now[0] = claims.CLAIM_LOG_EVERY + 1
     message, _wait = trouble.failed("disk full")
     assert message == "disk full (still: 1 more time(s) since it was last logged)"
     trouble.worked()

@@ -27,7 +27,7 @@ from django.test import override_settings
 from queue_max_django import conf
 from queue_max_django.engine import Job, Queue, State
 from queue_max_django.engine import metadata as metadata_module
-from queue_max_django.outcome import UNSTORED, OutcomeNotStored
+from queue_max_django.running.outcome import UNSTORED, OutcomeNotStored
 from queue_max_django.testing import run_queued
 from tests.worker.conftest import Site
 from tests.worker.workapp import outcomes as workapp
@@ -158,7 +158,7 @@ def check_last_resort(queue: Queue, job_id: int) -> None:
     assert job is not None
     assert (job.state, job.attempts) == (State.FAILED, 1)
     assert (job.error_type, job.error) == (
-        "queue_max_django.outcome.OutcomeNotStored",
+        "queue_max_django.running.outcome.OutcomeNotStored",
         UNSTORED.format(kind="RecursionError"),
     )
 

@@ -66,7 +66,7 @@ def test_jobs_naming_unknown_tasks_are_dead_letters_and_the_worker_serves_the_re
                 f"enqueued? If the code that enqueued it is newer than this worker's, restart or update your "
                 f"workers."
             ), label
-            assert job.error_type == "queue_max_django.runner.TaskNotRegistered", label
+            assert job.error_type == "queue_max_django.running.runner.TaskNotRegistered", label
             assert job.attempts == 1, f"{label}: an unknown task is not retried"
         assert all(queue.job(job_id).state is State.DONE for job_id in good)
         stats = queue.stats()

@@ -22,7 +22,8 @@ import pytest
 from django.test import override_settings
 
 from queue_max_django.engine import Queue, State
-from queue_max_django.runner import DJANGO_TASK_KEY, run_job
+from queue_max_django.running.outcome import DJANGO_TASK_KEY
+from queue_max_django.running.runner import run_job
 from tests.faults.corrupt import _rewrite
 from tests.worker.conftest import Site, site
 

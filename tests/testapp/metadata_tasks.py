@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from queue_max_django import cancel_requests, current_job, task
+from queue_max_django import current_job, task
+from queue_max_django.running import cancels
 
 
 @task
@@ -80,7 +81,7 @@ def sees_its_cancel() -> dict[str, bool]:
     a worker's heartbeat does when the store reports the job's cancel request)."""
     job = current_job()
     before = job.cancelled
-    cancel_requests.request(job.job_id)
+    cancels.request(job.job_id)
     return {"before": before, "after": job.cancelled}
 
 
@@ -93,5 +94,5 @@ def saves_progress_until_cancelled(steps: int, cancel_at: int) -> int:
         job.metadata["done"] = step
         job.save_metadata()
         if step == cancel_at:
-            cancel_requests.request(job.job_id)
+            cancels.request(job.job_id)
     return steps

@@ -1,6 +1,6 @@
 """Cancelling with a real ``queue_worker`` (issue 20, "Cancelling"): a waiting or scheduled job is removed
 before it runs; a running job is marked, its worker sees the mark at its next heartbeat, and the job stops
-cooperatively (the task asks ``worker.cancels``) or, when the task ignores it, its process is ended after
+cooperatively (the task asks ``running.cancels``) or, when the task ignores it, its process is ended after
 ``--cancel-grace``. Either way the job is a dead letter with ``Cancelled``, not retried. The store's side
 (the mark, the heartbeat's report, requeue) is the contract suite's (tests/engine/test_contract_cancel.py).
 """

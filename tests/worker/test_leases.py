@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from queue_max_django.conf import MIN_LEASE_TIME
+from queue_max_django.conf.defaults import MIN_LEASE_TIME
 from queue_max_django.engine import QueueEmpty, Record, State
 from queue_max_django.worker import WorkerOptionError, process, run_worker
 from queue_max_django.worker import options as options_module

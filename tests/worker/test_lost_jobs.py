@@ -1,7 +1,7 @@
 """A job lost with its worker (the worker SIGKILLed while it runs the job: the OOM killer, a node lost) ends
 no attempt, so its worker logs nothing; the recovery that takes it back, in another process, logs one line for
 it: WARNING when it runs again, ERROR when it is a dead letter now, with the structured fields of a failed
-attempt's line and the id of the worker that held it (queue_max_django/lostjobs.py).
+attempt's line and the id of the worker that held it (queue_max_django/observability/lostjobs.py).
 
 A real ``queue_worker`` runs the job and is SIGKILLed, supervisor and worker process alike (so that none of
 its processes recovers the job); this process then recovers it through a Queue connected as the Django layer

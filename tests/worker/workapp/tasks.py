@@ -122,7 +122,7 @@ def poison() -> None:
 def cooperative(value: int) -> str:
     """Works in small steps and stops when the worker says a cancel of its job was requested; marks the ids
     the process had cancel requests for then (this process runs one job at a time: this job's)."""
-    from queue_max_django.worker import cancels
+    from queue_max_django.running import cancels
 
     mark("started", value)
     deadline = time.monotonic() + 60

@@ -14,11 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import tracing
-from .completer import INLINE, Completer, Verdict
-from .conf import get_config
-from .context import running
-from .engine import (
+from ..conf import get_config
+from ..context import running
+from ..engine import (
     InvalidMetadata,
     PayloadNotSerializable,
     PayloadTooLarge,
@@ -28,20 +26,19 @@ from .engine import (
     classify,
     is_interrupt,
 )
-from .engine.codec import Packed
-from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now, use_event_loop
+from ..engine.codec import Packed
+from ..observability import tracing
+from .completer import INLINE, Completer, Verdict
+from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
 from .registry import RegisteredTask, registry
 
-__all__ = [  # with outcome.py's names, which were this module's before backend.py needed them
-    "DJANGO_TASK_KEY",
-    "Outcome",
+__all__ = [
     "TaskNotRegistered",
     "call_task",
     "run_job",
     "run_now",
     "unknown_task_message",
     "unknown_task_wait",
-    "use_event_loop",
 ]
 
 # A job of a task this process does not have is tried again after waiting as long as it has waited since it
@@ -140,7 +137,7 @@ def _run_job(
 ) -> Outcome:
     if isinstance(record.payload, dict) and DJANGO_TASK_KEY in record.payload:
         try:
-            from .backend import lookup, run_django_task_job, unknown_django_task_message
+            from ..backend import lookup, run_django_task_job, unknown_django_task_message
         except ImportError as exc:  # Django < 6.0: the job cannot run in this process
             message = f"job {record.job_id} is a django.tasks job: {exc}"
             return completer.write(record, Verdict.failed(message, permanent=True))

@@ -18,9 +18,9 @@ from typing import Any
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from ....engine.stores.postgres.connection import PREPARE_THRESHOLD, display_url
+from ...problems import PREFIX, Problem
 from . import database
-from .engine.stores.postgres.connection import PREPARE_THRESHOLD, display_url
-from .problems import PREFIX, Problem
 
 CHECK_TIMEOUT = 3  # seconds to wait for the server at check time (libpq's connect_timeout: 2 at least)
 EXTRA = "pip install 'queue-max-django[postgres]'"
@@ -158,7 +158,7 @@ def database_problems(values: Mapping[str, Any]) -> list[Problem]:
     tables missing or at another schema version. The server unreachable is a warning (nothing checked)."""
     import psycopg
 
-    from .engine.stores.postgres import schema
+    from ....engine.stores.postgres import schema
 
     alias = None if values["URL"] is not None else (values["DATABASE"] or DEFAULT_DB_ALIAS)
     url = values["URL"] if alias is None else database.alias_url(alias)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .engine import Queue
-from .engine.throughput import cancel_counts, enqueued_totals, finished_totals
+from ..engine import Queue
+from ..engine.throughput import cancel_counts, enqueued_totals, finished_totals
 
 PREFIX = "queue_max"
 EXTRA_HINT = 'pip install "queue-max-django[metrics]"'

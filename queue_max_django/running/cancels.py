@@ -1,4 +1,6 @@
-"""The cancel requests of the jobs this worker process holds, and how a cancelled job ends.
+"""Cancelling a running job, above the store: the cancel requests of the jobs this process runs, and how a
+cancelled job ends. (The engine's half is ``engine/cancels.py``: ``Queue.request_cancel``, what it did, and
+the ``Cancelled`` error; each store keeps the "cancel requested" marks in its own ``cancels``.)
 
 The main thread's heartbeat renews the leases of held jobs and learns in the same round trip which of them
 are marked "cancel requested" (``engine/cancels.py``): it adds them here (``request``). Task code asks
@@ -22,18 +24,51 @@ and when (``log_cancelled``, no traceback), counts it as cancelled, never as fai
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
-# The registry itself is cancel_requests.py (outside this package, so that context.py's
-# ``current_job().cancelled`` can read it without importing the worker): its names, here too.
-from ..cancel_requests import forget, is_requested, request, requested, requested_ids, running
-from ..completer import INLINE, Completer, Kind, Verdict
 from ..engine import Cancelled, CancelNote, Queue, QueueError, Record, State
 from ..engine.cancels import is_cancel
 from ..engine.job import CANCEL_KEY
-from ..outcome import Outcome
+from .completer import INLINE, Completer, Kind, Verdict
+from .outcome import Outcome
 
 logger = logging.getLogger("queue_max_django.worker")
+
+_requested: set[int] = set()
+_thread = threading.local()  # .job_id: the job this worker thread runs now
+
+
+def requested() -> bool:
+    """Was a cancel requested of the job that the calling thread runs (in a worker)? False elsewhere."""
+    job_id = getattr(_thread, "job_id", None)
+    return job_id is not None and job_id in _requested
+
+
+def running(job_id: int | None) -> None:
+    """The calling worker thread starts running job ``job_id`` (None: it finished it)."""
+    _thread.job_id = job_id
+
+
+def is_requested(job_id: int | str) -> bool:
+    """Was a cancel of job ``job_id`` (run by this process) requested? Task code polls it and stops."""
+    try:
+        return int(job_id) in _requested
+    except (TypeError, ValueError):
+        return False
+
+
+def request(job_id: int) -> None:
+    _requested.add(job_id)
+
+
+def forget(job_id: int) -> None:
+    _requested.discard(job_id)
+
+
+def requested_ids() -> frozenset[int]:
+    return frozenset(_requested)
+
 
 __all__ = [
     "after_run", "before_start", "ended_by_cancel", "error", "forget", "is_requested", "learn",

@@ -24,7 +24,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .engine.validate import error_text
+from ..engine.validate import error_text
 
 TRACE_KEY = "_trace"  # the job metadata's key for the enqueuing span's context (``_`` keys: the backend's)
 SYSTEM = "queue_max_django"

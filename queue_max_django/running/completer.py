@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import QueueCorrupted, Record, State
-from .engine.codec import Packed
+from ..engine import QueueCorrupted, Record, State
+from ..engine.codec import Packed
 from .outcome import UNSTORED, Outcome, OutcomeNotStored
 
 __all__ = ["INLINE", "Completer", "Kind", "Verdict"]

@@ -2,59 +2,30 @@
 ``queue_max_django.E001``... and ``W001``... (docs/reference/checks.md).
 
 ``settings_problems()`` is the one judge of the values: ``check_settings`` (registered by apps.py) reports
-what it finds, and ``conf.get_config()`` refuses to build a config while it finds an error. The store checks
-read the disk (LMDB) or ask the database server (PostgreSQL: postgres_checks.py) and create nothing.
+what it finds, and ``conf.get_config()`` refuses to build a config while it finds an error. The checks of
+each kind of store's keys and of the store they point at are that kind's (``storekinds/``: LMDB's read the
+disk, PostgreSQL's ask the database server), and create nothing.
 """
 
 from __future__ import annotations
 
 import difflib
-import math
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from django.apps import AppConfig
 from django.core import checks
 
-from . import postgres_checks
-from .defaults import (
-    DATA_DIR_NAME,
-    DEFAULTS,
-    LMDB_KEYS,
-    MIN_LEASE_TIME,
-    NESTED_DEFAULTS,
-    POSTGRES_KEYS,
-    STORES,
-    merge_defaults,
-    read_settings,
-    resolve_data_dir,
-)
-from .engine import BreakerPolicy, InvalidBreakerPolicy, InvalidRate, parse_rate
-from .engine.errors import InvalidJob
-from .engine.job import MAX_SHARDS
-from .engine.stores.lmdb.store import LmdbStore
-from .engine.stores.opening import URL_SCHEMES
-from .engine.validate import MAX_RETRIES_LIMIT, MAX_SECONDS, validate_name, validate_queue_name
-from .problems import PREFIX, Problem
-from .registry import registry
+from ..engine import BreakerPolicy, InvalidBreakerPolicy, InvalidRate, parse_rate
+from ..engine.errors import InvalidJob
+from ..engine.job import MAX_SHARDS
+from ..engine.validate import MAX_RETRIES_LIMIT, MAX_SECONDS, validate_name, validate_queue_name
+from ..running.registry import registry
+from .defaults import DEFAULTS, MIN_LEASE_TIME, NESTED_DEFAULTS, merge_defaults, read_settings
+from .problems import PREFIX, Problem, _is_number, _Number, _number_problems, _path, _wrong_type
+from .storekinds import STORE_KINDS
 
 TAG = "queue_max_django"  # `manage.py check --tag queue_max_django` runs these checks alone
-
-
-@dataclass(frozen=True)
-class _Number:
-    kind: Literal["int", "seconds"]
-    minimum: float
-    maximum: float | None
-    optional: bool = False
-
-    @property
-    def description(self) -> str:
-        text = "an int" if self.kind == "int" else "a number of seconds"
-        return f"{text} or None" if self.optional else text
 
 
 _NUMBERS: Mapping[str, _Number] = {
@@ -79,65 +50,8 @@ _WORKER_NUMBERS: Mapping[str, _Number] = {
     "CANCEL_GRACE": _Number("seconds", 0, MAX_SECONDS),
 }
 _BOOLS = ("SYNC", "IMMEDIATE", "ENQUEUE_ON_COMMIT")
-# The PostgreSQL store's waits: the longest poll-only sleep; above 1 s it would change nothing (every idle
-# wait of the engine is bounded by 1 s, engine/queue.py MAX_IDLE_WAIT).
-_POLL_INTERVAL = _Number("seconds", 0.005, 1.0)
-_URL = "a postgresql:// or postgres:// URL (str), or None"
 _RATE = 'a rate such as "160/m" or an int per minute'
 _QUEUE_NAMES = "a non-empty list of queue names, or None"
-
-
-def _fmt(number: float) -> str:
-    return str(int(number)) if float(number).is_integer() else repr(number)
-
-
-def _path(*keys: object) -> str:
-    return "QUEUE_MAX" + "".join(f"[{key!r}]" for key in keys)
-
-
-def _default_text(keys: tuple[str, ...]) -> str:
-    if keys == ("DATA_DIR",):
-        return f"BASE_DIR / {DATA_DIR_NAME!r}"
-    value: Any = DEFAULTS
-    for key in keys:
-        value = value[key]
-    return repr(dict(value) if isinstance(value, Mapping) else value)
-
-
-def _or_remove(keys: tuple[str, ...]) -> str:
-    if keys[0] == "QUEUE_RATE_LIMITS" and len(keys) == 2:
-        return "or remove it to leave that queue without a limit of its own"
-    return f"or remove it to use the default ({_default_text(keys)})"
-
-
-def _wrong_type(keys: tuple[str, ...], value: Any, expected: str) -> Problem:
-    return Problem(
-        f"{PREFIX}.E003",
-        f"{_path(*keys)} must be {expected}, not {value!r} ({type(value).__name__}).",
-        f"Set {_path(*keys)} to {expected}, {_or_remove(keys)}.",
-    )
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _number_problems(keys: tuple[str, ...], value: Any, spec: _Number) -> list[Problem]:
-    if value is None and spec.optional:
-        return []
-    if not _is_number(value) or (spec.kind == "int" and not isinstance(value, int)):
-        return [_wrong_type(keys, value, spec.description)]
-    low, high = spec.minimum, spec.maximum
-    if math.isfinite(value) and low <= value and (high is None or value <= high):
-        return []
-    span = f"at least {_fmt(low)}" if high is None else f"from {_fmt(low)} to {_fmt(high)}"
-    return [
-        Problem(
-            f"{PREFIX}.E004",
-            f"{_path(*keys)} must be {span}, not {value!r}.",
-            f"Set {_path(*keys)} to a value in that range, {_or_remove(keys)}.",
-        )
-    ]
 
 
 def _unknown_keys(keys: tuple[str, ...], given: Mapping[Any, Any], known: Mapping[str, Any]) -> list[Problem]:
@@ -235,36 +149,6 @@ def _unlisted_queue_problems(keys: tuple[str, ...], names: Any, queues: tuple[st
     ]
 
 
-def _data_dir_problems(value: Any, base_dir: Any) -> list[Problem]:
-    if value is not None and (
-        not isinstance(value, (str, os.PathLike))
-        or not isinstance(os.fspath(value), str)
-        or not os.fspath(value).strip()  # "" is what an unset environment variable gives
-        or "\x00" in os.fspath(value)
-    ):
-        return [_wrong_type(("DATA_DIR",), value, "a path (a non-empty str or a pathlib.Path)")]
-    path = resolve_data_dir(value, base_dir)
-    if path is None:
-        return [
-            Problem(
-                f"{PREFIX}.E008",
-                "QUEUE_MAX['DATA_DIR'] is not set and the settings have no BASE_DIR to put it under.",
-                "Set QUEUE_MAX['DATA_DIR'] to the directory of the job store (an absolute path), or set "
-                "BASE_DIR.",
-            )
-        ]
-    if not path.is_absolute():
-        return [
-            Problem(
-                f"{PREFIX}.W002",
-                f"QUEUE_MAX['DATA_DIR'] is a relative path ({os.fspath(path)!r}): each process would open "
-                f"the store under its own working directory.",
-                "Use an absolute path, such as BASE_DIR / 'queue_max_data'.",
-            )
-        ]
-    return []
-
-
 def settings_problems(raw: Any, base_dir: Any) -> list[Problem]:
     """Every mistake in the ``QUEUE_MAX`` value ``raw`` (with the project's ``BASE_DIR``), in key order.
 
@@ -343,104 +227,19 @@ def _metrics_token_problems(token: Any) -> list[Problem]:
 
 
 def _store_problems(raw: Mapping[str, Any], values: Mapping[str, Any], base_dir: Any) -> list[Problem]:
-    """``STORE``, and the keys that say where that store is (and none of the other store's)."""
-    kind = values["STORE"]
-    if not isinstance(kind, str) or kind not in STORES:
+    """``STORE``, and the keys that say where that store is (and none of another kind's)."""
+    kind = STORE_KINDS.get(values["STORE"]) if isinstance(values["STORE"], str) else None
+    if kind is None:
         return [
             Problem(
                 f"{PREFIX}.E016",
-                f"QUEUE_MAX['STORE'] must be 'lmdb' or 'postgresql', not {kind!r}.",
-                "Set STORE to 'lmdb' (the embedded store in DATA_DIR, the default) or 'postgresql' (tables "
-                "in a PostgreSQL database: DATABASE or URL), or remove it.",
+                f"QUEUE_MAX['STORE'] must be {' or '.join(map(repr, STORE_KINDS))}, not {values['STORE']!r}.",
+                f"Set STORE to {' or '.join(other.summary for other in STORE_KINDS.values())}, or remove it.",
             )
         ]
-    if kind == "lmdb":
-        found = [_other_store_key(key, "PostgreSQL", kind) for key in POSTGRES_KEYS if key in raw]
-        return found + _data_dir_problems(values["DATA_DIR"], base_dir)
-    found = [_other_store_key(key, "LMDB", kind) for key in LMDB_KEYS if key in raw]
-    database = values["DATABASE"]
-    if database is not None and (not isinstance(database, str) or not database):
-        found.append(_wrong_type(("DATABASE",), database, "a DATABASES alias (a non-empty str), or None"))
-    url = values["URL"]
-    if url is not None and (not isinstance(url, str) or not url.startswith(URL_SCHEMES)):
-        found.append(_wrong_type(("URL",), url, _URL))
-    if not isinstance(values["NOTIFY"], bool):
-        found.append(_wrong_type(("NOTIFY",), values["NOTIFY"], "True or False"))
-    found += [_wrong_type((key,), values[key], "True, False or None")
-              for key in ("LISTEN", "TRANSACTION_POOLING")
-              if values[key] is not None and not isinstance(values[key], bool)]  # fmt: skip
-    found += _number_problems(("POLL_INTERVAL",), values["POLL_INTERVAL"], _POLL_INTERVAL)
-    if found:
-        return found
-    return postgres_checks.settings_problems(values)
-
-
-def _other_store_key(key: str, owner: str, kind: str) -> Problem:
-    if owner == "LMDB":
-        return Problem(
-            f"{PREFIX}.E017",
-            f"QUEUE_MAX[{key!r}] is for the LMDB store, but QUEUE_MAX['STORE'] is {kind!r}.",
-            f"Remove {key}: the PostgreSQL store keeps its jobs in the database that DATABASE or URL names, "
-            f"and DATA_DIR, SHARDS and SYNC do not apply to it (its durability is PostgreSQL's "
-            f"synchronous_commit).",
-        )
-    return Problem(
-        f"{PREFIX}.E018",
-        f"QUEUE_MAX[{key!r}] is for the PostgreSQL store, but QUEUE_MAX['STORE'] is {kind!r}"
-        f"{' (the default)' if kind == DEFAULTS['STORE'] else ''}.",
-        f"Set QUEUE_MAX['STORE'] to 'postgresql' to keep the jobs in PostgreSQL, or remove {key}.",
-    )
-
-
-def store_problems(data_dir: Path, shards: int | None) -> list[Problem]:
-    """What stands between ``data_dir`` and a store the engine can open with ``shards``. Creates nothing."""
-    if data_dir.exists() and not data_dir.is_dir():
-        return [
-            Problem(
-                f"{PREFIX}.E009",
-                f"QUEUE_MAX['DATA_DIR'] ({os.fspath(data_dir)!r}) exists and is not a directory.",
-                "Point DATA_DIR at a directory (it is created if missing), or move that file away.",
-            )
-        ]
-    existing = data_dir.absolute()
-    while not existing.exists():
-        existing = existing.parent
-    if not os.access(existing, os.R_OK | os.W_OK | os.X_OK):
-        return [
-            Problem(
-                f"{PREFIX}.E010",
-                f"QUEUE_MAX['DATA_DIR'] ({os.fspath(data_dir)!r}) is not writable: this process lacks read, "
-                f"write or search permission on {os.fspath(existing)!r}.",
-                "Give the user that runs Django and the workers write access there, or choose another "
-                "DATA_DIR.",
-            )
-        ]
-    problem = LmdbStore.unopenable(os.fspath(data_dir), shards)
-    if problem is None:
-        return []
-    if problem.foreign is not None:
-        return [_not_our_store(data_dir, problem.foreign)]
-    if problem.shards_on_disk is not None:
-        on_disk = problem.shards_on_disk
-        return [
-            Problem(
-                f"{PREFIX}.E011",
-                f"QUEUE_MAX['SHARDS'] is {shards}, but the store at {os.fspath(data_dir)!r} has "
-                f"{on_disk} shards.",
-                f"Set SHARDS to {on_disk} or None (the count on disk). To change the shard count, drain "
-                f"this store and point DATA_DIR at a new directory.",
-            )
-        ]
-    return []
-
-
-def _not_our_store(data_dir: Path, reason: str) -> Problem:
-    return Problem(
-        f"{PREFIX}.E012",
-        f"QUEUE_MAX['DATA_DIR'] ({os.fspath(data_dir)!r}) holds a store this version cannot open: "
-        f"{reason.rstrip('.')}.",
-        "Point DATA_DIR at an empty or new directory, or drain the old store with the version that wrote it.",
-    )
+    found = [other.foreign_key(key, kind.name) for other in STORE_KINDS.values() if other is not kind
+             for key in other.keys if key in raw]  # fmt: skip
+    return kind.value_problems(values, base_dir, found)
 
 
 def problems() -> list[Problem]:
@@ -451,11 +250,7 @@ def problems() -> list[Problem]:
     if any(problem.is_error for problem in found):
         return found
     values = merge_defaults(raw)
-    if values["STORE"] == "postgresql":
-        return found + postgres_checks.database_problems(values)
-    data_dir = resolve_data_dir(raw.get("DATA_DIR"), base_dir)
-    assert data_dir is not None  # E008 otherwise
-    return found + store_problems(data_dir, raw.get("SHARDS"))
+    return found + STORE_KINDS[values["STORE"]].store_problems(values, base_dir)
 
 
 def task_problems() -> list[Problem]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .engine import WorkerInfo
+from ..engine import WorkerInfo
 
 
 def serves(worker: WorkerInfo, queue: str) -> bool:

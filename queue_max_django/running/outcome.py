@@ -17,7 +17,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import JOB_STARTED, Queue, Record, State
+from ..engine import JOB_STARTED, Queue, Record, State
 
 __all__ = ["DJANGO_TASK_KEY", "Outcome", "OutcomeNotStored", "claim_now", "use_event_loop"]
 

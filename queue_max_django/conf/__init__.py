@@ -2,8 +2,10 @@
 
 This module is the only door from the Django layer to the engine's store: the embedded LMDB store in
 ``DATA_DIR`` (the default), or with ``STORE = "postgresql"`` the PostgreSQL store in the database of a
-``DATABASES`` alias or a ``URL`` (database.py turns an alias into connection parameters; psycopg is imported
-only then). Settings are read lazily (never at import time), cached, and forgotten on Django's
+``DATABASES`` alias or a ``URL``; what differs by kind of store is asked of the kind the settings name
+(``storekinds/``: ``STORE_KINDS``). The package holds the rest of the configuration: the defaults
+(``defaults.py``), the system checks (``checks.py``, ``problems.py``) and a store of its own for a test run
+(``teststore.py``). Settings are read lazily (never at import time), cached, and forgotten on Django's
 ``setting_changed`` signal, so ``override_settings`` works. A config is built only from values that the
 system checks (checks.py) find no error in.
 """
@@ -17,7 +19,7 @@ import os
 import socket
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -29,40 +31,23 @@ from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS
 from django.dispatch import receiver
 
-from . import database, teststore
+from ..commits import OPEN, Commit
+from ..engine import GLOBAL_KEY, QUEUE_KEY_PREFIX, Queue, Rate, parse_rate
+from ..signals import connect
+from . import teststore
 from .checks import settings_problems
-from .commits import OPEN, Commit
-from .defaults import (
-    CIRCUIT_BREAKER_DEFAULTS,
-    DATA_DIR_NAME,
-    DEFAULTS,
-    MIN_LEASE_TIME,
-    NESTED_DEFAULTS,
-    WORKER_DEFAULTS,
-    merge_defaults,
-    read_settings,
-    resolve_data_dir,
-)
-from .engine import GLOBAL_KEY, QUEUE_KEY_PREFIX, Queue, Rate, parse_rate
-from .engine.stores.lmdb.store import LmdbStore
-from .engine.stores.postgres.connection import PREPARE_THRESHOLD  # (psycopg is not imported by it)
-from .signals import connect
+from .defaults import DEFAULTS, merge_defaults, read_settings
+from .storekinds import STORE_KINDS
 
 if TYPE_CHECKING:
-    from .engine.stores.postgres.store import PostgresStore
+    from ..engine.stores.base import Store
+    from .storekinds.postgresql.config import PostgresConfig
 
 logger = logging.getLogger("queue_max_django")
 
-__all__ = [  # with the defaults (defaults.py), whose names were this module's before checks.py needed them
-    "CIRCUIT_BREAKER_DEFAULTS",
-    "DATA_DIR_NAME",
-    "DEFAULTS",
-    "MIN_LEASE_TIME",
-    "NESTED_DEFAULTS",
-    "WORKER_DEFAULTS",
+__all__ = [
     "Applied",
     "CircuitBreakerConfig",
-    "PostgresConfig",
     "QueueMaxConfig",
     "WorkerConfig",
     "build_config",
@@ -71,13 +56,11 @@ __all__ = [  # with the defaults (defaults.py), whose names were this module's b
     "get_config",
     "get_queue",
     "lent_to",
-    "merge_defaults",
-    "read_settings",
     "require_installed",
     "reset",
-    "resolve_data_dir",
     "store_class",
-    "store_url",
+    "store_connection",
+    "upgrade_after_migrate",
 ]
 
 
@@ -101,19 +84,6 @@ class WorkerConfig:
     max_memory_mb: int | None
     burst_wait: float
     cancel_grace: float = 10.0  # seconds a running job that was cancelled has to stop before it is ended
-
-
-@dataclass(frozen=True)
-class PostgresConfig:
-    """The PostgreSQL store's keys of ``QUEUE_MAX`` (``STORE = "postgresql"``)."""
-
-    database: str | None  # the DATABASES alias (DATABASE, or "default"); None when URL names the database
-    url: str | None
-    listen: bool
-    notify: bool
-    poll_interval: float
-    transaction_pooling: bool = False  # TRANSACTION_POOLING, or what the alias says (database.py)
-    prepare_threshold: int | None = PREPARE_THRESHOLD  # of the store's connections (None: never prepare)
 
 
 @dataclass(frozen=True)
@@ -151,34 +121,9 @@ def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
         lines = "\n".join(f"{p.id}: {p.msg} HINT: {p.hint}" for p in errors)
         raise ImproperlyConfigured(f"QUEUE_MAX is misconfigured (see `manage.py check`):\n{lines}")
     values = merge_defaults(raw)
-    postgres = None
-    if values["STORE"] == "postgresql":
-        data_dir = None
-        url = values["URL"]
-        alias = None if url is not None else (values["DATABASE"] or DEFAULT_DB_ALIAS)
-        pooling = database.transaction_pooling(values["TRANSACTION_POOLING"], alias)
-        if pooling:
-            prepare_threshold = None  # a statement prepared in one transaction is gone in the next
-        elif alias is not None:
-            prepare_threshold = database.alias_prepare_threshold(alias, PREPARE_THRESHOLD)
-        else:
-            prepare_threshold = PREPARE_THRESHOLD
-        postgres = PostgresConfig(
-            database=alias,
-            url=url,
-            listen=(not pooling) if values["LISTEN"] is None else values["LISTEN"],
-            notify=values["NOTIFY"],
-            poll_interval=float(values["POLL_INTERVAL"]),
-            transaction_pooling=pooling,
-            prepare_threshold=prepare_threshold,
-        )
-    else:
-        data_dir = resolve_data_dir(values["DATA_DIR"], base_dir)
-        assert data_dir is not None  # settings_problems reported E008 otherwise
     breaker, worker = values["CIRCUIT_BREAKER"], values["WORKER"]
     rate = values["RATE_LIMIT"]
     return QueueMaxConfig(
-        data_dir=data_dir,
         shards=values["SHARDS"],
         lease_time=float(values["LEASE_TIME"]),
         max_retries=values["MAX_RETRIES"],
@@ -208,9 +153,9 @@ def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
             cancel_grace=float(worker["CANCEL_GRACE"]),
         ),
         store=values["STORE"],
-        postgres=postgres,
         unknown_task_grace=float(values["UNKNOWN_TASK_GRACE"]),
         metrics_token=values["METRICS_TOKEN"],
+        **STORE_KINDS[values["STORE"]].config(values, base_dir),  # data_dir, postgres
     )
 
 
@@ -301,8 +246,9 @@ def get_config() -> QueueMaxConfig:
         if moved != config.data_dir:
             config = dataclasses.replace(config, data_dir=moved)
         _cache.config, _cache.test_state = config, test_state
-    if test_state[0] and config.postgres is not None and config.postgres.database is not None:
-        teststore.publish_database(config.postgres.database)  # for the workers a test starts
+    alias = STORE_KINDS[config.store].callers_alias(config) if test_state[0] else None
+    if alias is not None:
+        teststore.publish_database(alias)  # for the workers a test starts
     return config
 
 
@@ -336,12 +282,9 @@ def get_queue(*, create: bool = True) -> Queue:
             queue = None
         if queue is None or queue.closed:
             require_installed()
-            if not create and config.data_dir is not None and not LmdbStore.exists(config.data_dir):
-                raise NoStore(
-                    f"no store at {config.data_dir}: nothing was created. Check QUEUE_MAX['DATA_DIR'] (a "
-                    f"store restored to another path? a volume not mounted?); `queue_worker` and the "
-                    f"commands that write make a new store."
-                )
+            missing = None if create else STORE_KINDS[config.store].missing(config)
+            if missing is not None:
+                raise NoStore(missing)
             queue = _cache.queue = _open_queue(config)
             _cache.queue_config = config
         elif _cache.limits.due(queue):
@@ -362,24 +305,11 @@ def require_installed() -> None:
         )
 
 
-def store_class(config: QueueMaxConfig) -> type[LmdbStore] | type[PostgresStore]:
+def store_class(config: QueueMaxConfig) -> type[Store]:
     """The class of the store the settings name (``STORE``). Its capability attributes (``offline_compact``,
     ``transactional_enqueue``, ``multi_host``) say what the store can do; commands check them before using
     a feature that not every store has. The PostgreSQL store's module (and psycopg) is imported only here."""
-    if config.store == "postgresql":
-        from .engine.stores.postgres.store import PostgresStore
-
-        return PostgresStore
-    return LmdbStore
-
-
-def store_url(config: QueueMaxConfig) -> str:
-    """The connection URL of the PostgreSQL store: ``URL``, or the one of the ``DATABASE`` alias."""
-    assert config.postgres is not None, "the LMDB store has no URL"
-    if config.postgres.url is not None:
-        return config.postgres.url
-    assert config.postgres.database is not None
-    return database.alias_url(config.postgres.database)
+    return STORE_KINDS[config.store].store_class()
 
 
 def caller_connection() -> Any | None:
@@ -387,16 +317,14 @@ def caller_connection() -> Any | None:
     PostgreSQL store lives in the ``DATABASE`` alias and this thread is inside ``transaction.atomic()`` on
     it (not in ``IMMEDIATE`` mode, where the job is claimed at once by another connection). Else None."""
     config = get_config()
-    if config.postgres is None or config.immediate:
-        return None
-    return database.caller_connection(config.postgres.database)
+    return STORE_KINDS[config.store].caller_connection(config)
 
 
 def callers_alias(joined: Any | None) -> str | None:
     """The alias whose transaction a put on ``joined`` (what ``caller_connection()`` returned) is part of:
     the store's ``DATABASE`` alias, or None when the put is a transaction of its own."""
     config = get_config()
-    return None if joined is None or config.postgres is None else config.postgres.database
+    return None if joined is None else STORE_KINDS[config.store].callers_alias(config)
 
 
 def _open_queue(config: QueueMaxConfig) -> Queue:
@@ -413,26 +341,7 @@ def _open_queue(config: QueueMaxConfig) -> Queue:
         "recover_interval": min(15.0, max(0.5, config.lease_time / 2)),
         "worker_id": f"{socket.gethostname()}:{os.getpid()}",  # queue_worker's processes name themselves
     }
-    if config.postgres is not None:
-        from .engine.stores.postgres.store import PostgresStore  # psycopg only for this store
-
-        pg = config.postgres
-        joined = caller_connection()  # inside atomic() on the alias: the opening runs in the transaction
-        store = PostgresStore.open(
-            store_url(config), listen=pg.listen, notify=pg.notify, poll_interval=pg.poll_interval,
-            prepare_threshold=pg.prepare_threshold, connection=joined,
-        )  # fmt: skip
-        try:
-            queue = Queue(store, **options)  # none of the LMDB-only options: Queue(store) refuses them
-        except BaseException:
-            store.close(flush=False)
-            raise
-        if pg.database is not None:  # in a test run: closed before Django drops its test database
-            teststore.close_before_drop(pg.database, reset)
-    else:
-        assert config.data_dir is not None
-        queue = Queue(config.data_dir, shards=config.shards, sync=config.sync, **options)
-        joined = None
+    queue, joined = STORE_KINDS[config.store].open(config, options, reset)
     try:
         connect(queue)  # its engine events become Django signals (signals.py)
         _apply_rate_limits(queue, config, joined)
@@ -462,6 +371,33 @@ def _apply_rate_limits(queue: Queue, config: QueueMaxConfig, joined: Any | None)
         return bool(changes or gone)
 
     _cache.limits.apply(queue, joined, apply)
+
+
+@contextlib.contextmanager
+def store_connection(alias: str) -> Iterator[Any]:
+    """A connection to the store's database when the store the settings name has tables (PostgreSQL) and
+    lives in (or, with ``URL``, is made with) the database of ``alias``: what the migration that makes the
+    tables runs on; None otherwise (the LMDB store, another alias, or settings that name no store: the
+    checks report those), the settings read no further."""
+    raw, _base_dir = read_settings()
+    name = raw.get("STORE", DEFAULTS["STORE"]) if isinstance(raw, Mapping) else None
+    kind = STORE_KINDS.get(name) if isinstance(name, str) else None
+    if kind is None or kind.connection is None:
+        yield None
+        return
+    with kind.connection(get_config(), alias) as conn:  # ImproperlyConfigured, naming the check ids
+        yield conn
+
+
+def upgrade_after_migrate(sender: Any, *, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
+    """``post_migrate`` of this app (apps.py): the store kind's ``after_migrate`` on its connection in
+    ``using``'s database (the PostgreSQL store's schema made current: storekinds/postgresql/tables.py)."""
+    with store_connection(using) as conn:
+        if conn is None:
+            return  # the LMDB store, or another alias: no query at all
+        after = STORE_KINDS[get_config().store].after_migrate
+        if after is not None:
+            after(conn, using)
 
 
 def reset() -> None:

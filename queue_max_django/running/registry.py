@@ -1,6 +1,6 @@
 """This process's tasks by name: the registry that ``@task`` fills and the runner and the checks read.
 
-A leaf of the Django layer (it imports nothing of it), so that runner.py and checks.py can look tasks up
+A leaf of the Django layer (it imports nothing of it), so that runner.py and conf/checks.py can look tasks up
 without importing tasks.py, which imports them. They see a task through ``RegisteredTask``, the part of
 ``tasks.Task`` they read; ``tasks.registry`` is this same object, typed with the ``Task`` objects it holds.
 """

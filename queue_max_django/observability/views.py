@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from .conf import NoStore, get_config, get_queue
+from ..conf import NoStore, get_config, get_queue
 from .metrics import MissingExtra, render
 
 PERMISSION = "queue_max_django.view_job"

@@ -11,8 +11,8 @@ from django.apps import AppConfig
 from django.core import checks
 from django.urls import URLResolver, get_resolver
 
+from ..conf.problems import PREFIX
 from .metrics import EXTRA_HINT, MissingExtra, prometheus
-from .problems import PREFIX
 
 URLCONF = "queue_max_django.urls"
 

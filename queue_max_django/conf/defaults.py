@@ -32,10 +32,6 @@ WORKER_DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "CANCEL_GRACE": 10.0,
     }
 )
-STORES = ("lmdb", "postgresql")  # QUEUE_MAX["STORE"]: the embedded LMDB store (the default), or PostgreSQL
-LMDB_KEYS = ("DATA_DIR", "SHARDS", "SYNC")  # only say where and how to open an LMDB store
-# only for the PostgreSQL store
-POSTGRES_KEYS = ("DATABASE", "URL", "LISTEN", "NOTIFY", "POLL_INTERVAL", "TRANSACTION_POOLING")
 DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {
         "STORE": "lmdb",
@@ -63,7 +59,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "IMMEDIATE": False,
         "ENQUEUE_ON_COMMIT": True,  # inside a transaction, a job is stored at its commit (commits.py)
         "UNKNOWN_TASK_GRACE": 3600.0,  # seconds a job of a task the worker lacks waits for one that has it
-        "METRICS_TOKEN": None,  # a bearer token that may read the metrics view (metrics_view.py)
+        "METRICS_TOKEN": None,  # a bearer token that may read the metrics view (observability/views.py)
         "WORKER": WORKER_DEFAULTS,
     }
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from .engine import State
+from ..engine import State
 
 logger = logging.getLogger("queue_max_django.worker")
 
