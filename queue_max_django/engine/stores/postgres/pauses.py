@@ -29,7 +29,7 @@ from .connection import Connections
 from .hints import PgHints
 
 STALE = -1  # a thread's read version after a refused claim: no committed version (they start at 0)
-VERSION_TTL = 0.05  # seconds a kept version is used without a round trip when no claim told a newer one
+VERSION_TTL = 0.005  # seconds a kept version is used without a round trip when no claim told a newer one
 
 _BUMP = "UPDATE qm_pause_version SET version = version + 1 WHERE id = 1 RETURNING version"
 _LOCK = "SELECT version FROM qm_pause_version WHERE id = 1 FOR UPDATE"
