@@ -91,7 +91,7 @@ class QueueCollector:
         yield per_queue
         paused = gauge(
             f"{PREFIX}_queue_paused",
-            "1 while a queue (task \"\") or a task of it is paused, 0 for a known queue that is not.",
+            '1 while a queue (task "") or a task of it is paused, 0 for a known queue that is not.',
             labels=["queue", "task"],
         )
         pauses = {(pause.queue, pause.task or ""): 1 for pause in q.pauses()}

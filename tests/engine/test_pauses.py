@@ -70,7 +70,9 @@ def test_a_queue_opened_after_the_pause_knows_it(make_queue: Callable[..., Queue
     eventually(later, ["mail"])
 
 
-def test_a_running_queue_sees_a_pause_made_elsewhere_at_its_next_claim(make_queue: Callable[..., Queue]) -> None:
+def test_a_running_queue_sees_a_pause_made_elsewhere_at_its_next_claim(
+    make_queue: Callable[..., Queue],
+) -> None:
     worker, admin = make_queue(), make_queue()
     worker.put("a", queue="mail")
     worker.put("b", queue="mail")
