@@ -8,7 +8,7 @@ the dashboard with a message, and writes Django's admin log (who paused or resum
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -17,8 +17,16 @@ from .. import pausing
 from ..engine import Pause, Queue, QueueError
 from .display import when
 
-if TYPE_CHECKING:
-    from .views import JobAdmin
+
+class JobAdmin(Protocol):
+    """What of the admin (views.py's ``JobAdmin``) these views use."""
+
+    model: Any
+
+    def _url(self, view: str, *args: Any, query: dict[str, str] | None = None) -> str: ...
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any: ...
+
 
 # The durations the pause form offers: (value of the form, label); "" pauses until resumed.
 DURATIONS = [
