@@ -35,6 +35,7 @@ def kept_long(monkeypatch: pytest.MonkeyPatch) -> None:
     module = sys.modules.get("queue_max_django.engine.stores.postgres.pauses")
     if module is not None:
         monkeypatch.setattr(module, "VERSION_TTL", 3600.0)
+        monkeypatch.setattr(module, "QUIET_TTL", 3600.0)
 
 
 @pytest.mark.sc_pause_set

@@ -7,8 +7,10 @@ version row first (two pauses at once: one waits), then reads ``now`` from the s
 
 ``version()`` is asked by every claim, so it is kept: the number this process last saw, from its own
 writes, from ``pauses()``, or from the claims themselves (each claim's statement returns the committed
-version, for free: ``guard``), and read in a round trip only when nothing told it for ``VERSION_TTL``
-seconds. Kept numbers may be stale: another process's pause is not in them yet. So the claims check
+version, for free: ``guarded``), and read in a round trip only when nothing told it for ``QUIET_TTL``
+seconds while nothing is paused (a busy worker then never asks the server), or ``VERSION_TTL`` while
+something is (a consumer whose claims are all held back issues no claim statement, and must see a resume
+soon). Kept numbers may be stale: another process's pause is not in them yet. So the claims check
 (``[sc_pause_fresh]``): each thread's claim statement carries the version that thread last read, and takes
 nothing when the committed one differs; the store then keeps the committed one, so that the thread's next
 ``version()`` returns it and its Queue reads the pauses again, and hints its own consumers to claim again at
@@ -29,7 +31,8 @@ from .connection import Connections
 from .hints import PgHints
 
 STALE = -1  # a thread's read version after a refused claim: no committed version (they start at 0)
-VERSION_TTL = 0.005  # seconds a kept version is used without a round trip when no claim told a newer one
+VERSION_TTL = 0.005  # seconds a kept version is used without a round trip, while anything is paused
+QUIET_TTL = 1.0  # the same while nothing is paused: each claim's statement checks it anyway
 
 _BUMP = "UPDATE qm_pause_version SET version = version + 1 WHERE id = 1 RETURNING version"
 _LOCK = "SELECT version FROM qm_pause_version WHERE id = 1 FOR UPDATE"
@@ -49,6 +52,7 @@ class PgPauses:
         self._kept: tuple[int, float] = (-1, -float("inf"))  # (version, monotonic time it was committed)
         self._lock = threading.Lock()
         self._local = threading.local()  # .read: the version this thread last read (its claims' guard)
+        self._paused = False  # did the last read of the pauses find any in force
 
     # ------------------------------------------------------------------ the kept version
 
@@ -79,7 +83,7 @@ class PgPauses:
     def version(self) -> int:
         version, at = self._kept
         asked = time.monotonic()
-        if asked - at >= VERSION_TTL:
+        if asked - at >= (VERSION_TTL if self._paused else QUIET_TTL):
             with self._db.transaction() as conn:
                 version = int(conn.execute("SELECT version FROM qm_pause_version WHERE id = 1").fetchone()[0])
             self.saw(version, asked)
@@ -140,7 +144,9 @@ class PgPauses:
         self.saw(version, asked)
         self._local.read = version
         keyed = [(pausestate.target_key(q, t), bytes(v)) for _, q, t, v in found if q is not None]
-        return version, pausestate.in_force(keyed, self._clock())
+        listed = pausestate.in_force(keyed, self._clock())
+        self._paused = bool(listed)
+        return version, listed
 
     def _drop_ended(self, conn: Any, now: float) -> None:
         rows = conn.execute(_ROWS).fetchall()
