@@ -1,6 +1,7 @@
 """An unmanaged model with no table: it only gives the admin its index entry ("Queue Max", "Jobs") and
 Django's permissions over the queue (view, change = retry/cancel a waiting job, delete = delete/purge, and
-``cancel_job`` = cancel a running job: ask its worker to stop it).
+``cancel_job`` = cancel a running job: ask its worker to stop it, ``pause_queue`` = pause and resume a
+queue or a task of it).
 
 Jobs live in the engine's store, never in the database; nothing ever queries this model.
 """
@@ -17,9 +18,12 @@ class Job(models.Model):
     class Meta:
         managed = False
         default_permissions = ("view", "change", "delete")
-        permissions = [("cancel_job", "Can cancel a running job (its worker stops it)")]
+        permissions = [
+            ("cancel_job", "Can cancel a running job (its worker stops it)"),
+            ("pause_queue", "Can pause and resume a queue (or a task of a queue)"),
+        ]
         verbose_name = "job"
         verbose_name_plural = "jobs"
 
     def __str__(self) -> str:
-        return f"job {self.pk}"
+        return f"job {self.pk}" if isinstance(self.pk, int) else str(self.pk)  # (a queue: admin/pausing.py)

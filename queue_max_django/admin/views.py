@@ -36,10 +36,11 @@ from ..tasks import registry
 from .lazy import lazy_module
 
 if TYPE_CHECKING:
-    from . import actions, dashboard, display, listing
+    from . import actions, dashboard, display, listing, pausing
 else:  # run on the first page served, not when Django starts (every process imports this module then)
-    actions, dashboard, display, listing = (
-        lazy_module(f"{__package__}.{name}") for name in ("actions", "dashboard", "display", "listing")
+    actions, dashboard, display, listing, pausing = (
+        lazy_module(f"{__package__}.{name}")
+        for name in ("actions", "dashboard", "display", "listing", "pausing")
     )
 
 
@@ -81,6 +82,8 @@ class JobAdmin(ModelAdmin):
         return [
             path("", wrap(self.dashboard_view), name=f"{name}_changelist"),
             path("panels/", wrap(self.panels_view), name=f"{name}_panels"),
+            path("queues/pause/", wrap(self.pause_view), name=f"{name}_pause"),
+            path("queues/resume/", wrap(self.resume_view), name=f"{name}_resume"),
             re_path(rf"^(?P<state>{STATE_PATTERN})/$", wrap(self.list_view), name=f"{name}_list"),
             re_path(rf"^(?P<state>{STATE_PATTERN})/action/$", wrap(self.action_view), name=f"{name}_action"),
             path("<int:job_id>/", wrap(self.job_view), name=f"{name}_job"),
@@ -112,6 +115,7 @@ class JobAdmin(ModelAdmin):
             "change": self.has_change_permission,
             "delete": self.has_delete_permission,
             "cancel": self.has_cancel_permission,
+            "pause": self.has_pause_permission,
         }[permission](request)
         if not allowed:
             raise PermissionDenied
@@ -119,6 +123,18 @@ class JobAdmin(ModelAdmin):
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         """May cancel a running job (``queue_max_django.cancel_job``): its worker is asked to stop it."""
         return request.user.has_perm(f"{self.opts.app_label}.cancel_job")
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        """May pause and resume queues (``queue_max_django.pause_queue``): admin/pausing.py."""
+        return request.user.has_perm(f"{self.opts.app_label}.pause_queue")
+
+    def pause_view(self, request: HttpRequest) -> HttpResponse:
+        self._require(request, "pause")
+        return pausing.pause_view(self, request, get_queue())
+
+    def resume_view(self, request: HttpRequest) -> HttpResponse:
+        self._require(request, "pause")
+        return pausing.resume_view(self, request, get_queue())
 
     def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
         return {
@@ -163,6 +179,8 @@ class JobAdmin(ModelAdmin):
         now = time.time()
         data = dashboard.snapshot(get_queue(), now)
         data["now"] = display.when(now)
+        data.update(pausing.rows(get_queue(), data["queues"]), can_pause=self.has_pause_permission(request))
+        data.update(pause_url=self._url("pause"), resume_url=self._url("resume"))
         return data
 
     # ------------------------------------------------------------------ lists

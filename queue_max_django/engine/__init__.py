@@ -37,6 +37,7 @@ from .events import (
 from .flowstate import GLOBAL_KEY, NAME_KEY_PREFIX, QUEUE_KEY_PREFIX, job_keys
 from .job import CANCELLED, CancelNote, Job, State
 from .metadata import METADATA_MAX_BYTES, METADATA_MAX_DEPTH
+from .pausestate import Pause
 from .queue import Queue
 from .ratelimit import InvalidRate, Rate, parse_rate
 from .record import Record
@@ -76,6 +77,7 @@ __all__ = [
     "InvalidRate",
     "Job",
     "LockHolder",
+    "Pause",
     "PayloadNotSerializable",
     "PayloadTooLarge",
     "Permanent",

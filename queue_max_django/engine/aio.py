@@ -23,6 +23,7 @@ from .cancels import CancelOutcome
 from .errors import InvalidJob, QueueEmpty
 from .flow import check_wait
 from .job import Job, State
+from .pausestate import Pause
 from .queue import MAX_IDLE_WAIT, Queue
 from .ratelimit import Rate
 from .record import Record
@@ -315,6 +316,17 @@ class AsyncQueue:
 
     async def flow_damage(self) -> dict[str, dict[str, str]]:
         return await asyncio.to_thread(self.queue.flow_damage)
+
+    # ------------------------------------------------------------------ pauses
+
+    async def pause(self, queues: str | Iterable[str], **options: Any) -> list[Pause]:
+        return await asyncio.to_thread(lambda: self.queue.pause(queues, **options))
+
+    async def resume(self, queues: str | Iterable[str], *, task: str | None = None) -> list[Pause]:
+        return await asyncio.to_thread(lambda: self.queue.resume(queues, task=task))
+
+    async def pauses(self) -> list[Pause]:
+        return await asyncio.to_thread(self.queue.pauses)
 
     # ------------------------------------------------------------------ locks and workers
 

@@ -21,6 +21,7 @@ from .errors import InvalidJob, QueueEmpty, UnknownQueue
 from .events import JOB_CANCELLED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .job import State
 from .metadata import pack_metadata, unpack_metadata
+from .pauses import Held, Pauses, claim_held
 from .record import Record
 from .retry import decide
 from .stores.base import Store
@@ -51,6 +52,7 @@ class ConsumeOwner(Protocol):
     _clock: Callable[[], float]
     _store: Store
     _flow: Flow
+    _pauses: Pauses
     _claimer: Claimer
 
     def _live(self) -> Store: ...
@@ -87,6 +89,13 @@ class Consumer:
         one (``limit``) only when no rate limit or breaker of these queues is set: those admit job by job."""
         owner = self._owner
         store = owner._live()
+        paused = owner._pauses.held(allowed)  # one version read when nothing is paused (pauses.py)
+        if paused is not None:
+            if not paused.narrow:
+                return self._claim_paused(store, allowed, paused)
+            if not paused.allowed:
+                return [], paused.wake_at
+            allowed = paused.allowed
         flow = owner._flow
         state = flow.served(allowed)
         if state is not None:
@@ -107,6 +116,26 @@ class Consumer:
             return [Record(self, job) for job in jobs], next_eta
         jobs, next_eta = owner._claimer.best(allowed, limit, owner.lease_time, owner.worker_id)
         return [Record(self, job) for job in jobs], next_eta
+
+    def _claim_paused(
+        self, store: Store, allowed: tuple[str, ...] | None, paused: Held
+    ) -> tuple[list[Record], float | None]:
+        """``try_claim`` past paused tasks, or paused queues of a claim of every queue: one job at a time,
+        looked for past what the pauses (and the limits and breakers) hold back."""
+        owner = self._owner
+        store.hints.changed()  # as the flow's claim asks it: what get() then waits for comes after the look
+        owner._claimer.forget_mine()
+        state = owner._flow.served(allowed)
+        if state is not None:
+            claimed, next_eta = owner._flow.claim(store, allowed, state, owner.lease_time, owner.worker_id,
+                                                  paused)  # fmt: skip
+        else:
+            claimed, next_eta = claim_held(store, allowed, paused, owner._clock, owner.lease_time,
+                                           owner.worker_id)  # fmt: skip
+        if claimed is None:
+            wake = paused.wake_at
+            return [], wake if next_eta is None or (wake is not None and wake < next_eta) else next_eta
+        return [Record(self, claimed)], None
 
     def get(self, limit: int, timeout: float | None, queues: Iterable[str] | None) -> list[Record]:
         """``Queue.get``/``get_many``: claim up to ``limit`` jobs, waiting up to ``timeout`` (None: for

@@ -31,6 +31,7 @@ from .flowstate import (
     breaker_summary,
     job_keys,
 )
+from .pauses import Held, find_admissible
 from .ratelimit import Rate, parse_rate
 from .stores.contract.flow import FlowOps
 from .tokens import new_token
@@ -270,10 +271,11 @@ class Flow:
         state: FlowState,
         lease_time: float,
         worker_id: str | None,
+        paused: Held | None = None,
     ) -> tuple[Claimed | None, float | None]:
-        """Claim the best job of the store's shards that limits and breakers let start now. -> (the claimed
-        job, or None and the clock time when it is worth looking again: the earliest ETA or unblocking, None
-        if nothing is in sight)."""
+        """Claim the best job of the store's shards that limits and breakers (and the pauses ``paused``
+        holds back: pauses.py) let start now. -> (the claimed job, or None and the clock time when it is
+        worth looking again: the earliest ETA or unblocking, None if nothing is in sight)."""
         for _round in range(MAX_ADMIT_ROUNDS):
             now = self._clock()
             keys = set(state.limits) | set(state.breakers)
@@ -295,7 +297,7 @@ class Flow:
             next_eta: float | None = None
             due = False
             for shard in range(store.shards):
-                candidate, eta = store.find_admissible(shard, now, allowed, skip_queues, skip_names)
+                candidate, eta = find_admissible(store, shard, now, allowed, skip_queues, skip_names, paused)
                 if eta is not None:
                     if eta <= now:
                         due = True

@@ -35,6 +35,8 @@ from .forks import fork_generation
 from .job import MAX_SHARDS, Job, State
 from .maintenance import Maintenance, Round
 from .options import PutOptions
+from .pausecontrol import PauseControl
+from .pauses import Pauses
 from .putting import Putter, joined
 from .record import Record
 from .stores.base import Store
@@ -46,7 +48,7 @@ Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
 
 
-class Queue(Coordination, FlowControl):
+class Queue(Coordination, FlowControl, PauseControl):
     """A persistent, sharded, crash-safe job queue in a directory (or on a store object: see
     ``stores/base.py``). See docs/reference/engine.md."""
 
@@ -121,6 +123,7 @@ class Queue(Coordination, FlowControl):
         background thread (a forked child starts them again)."""
         store = self._store
         self._flow = Flow(store.control, self._clock)
+        self._pauses = Pauses(store.pauses, self._clock)
         self._claimer = Claimer(store, self._clock, self._rng)
         self._generation = fork_generation()
         if len(self._rounds) > 1 or not self.sync:
@@ -335,13 +338,15 @@ class Queue(Coordination, FlowControl):
     # ------------------------------------------------------------------ reads
 
     def stats(self) -> dict[str, Any]:
-        """Counts per state, ``total`` puts ever, and ``shards``; plus ``rate_limits`` and
-        ``circuit_breakers`` when there are any. O(shards + keys): no scan. ``cancelled``: the dead letters
+        """Counts per state, ``total`` puts ever, and ``shards``; plus ``rate_limits``,
+        ``circuit_breakers`` and ``paused`` (``Pause.as_dict()`` each) when there are any. O(shards +
+        keys): no scan. ``cancelled``: the dead letters
         that are cancels (``Job.cancelled``), counted within ``failed`` (so the states still add up to at
         most ``total``); ``failed - cancelled`` are the failures."""
         out: dict[str, Any] = self._live().counts()
         out["shards"] = self.shard_count
         out.update(self._flow.stats())
+        out.update(self._pause_stats())
         return out
 
     def queue_counts(self) -> dict[str, dict[str, int]]:

@@ -89,6 +89,17 @@ class QueueCollector:
             for state in QUEUE_STATES:
                 per_queue.add_metric([name, state], counts.get(name, {}).get(state, 0))
         yield per_queue
+        paused = gauge(
+            f"{PREFIX}_queue_paused",
+            '1 while a queue (task "") or a task of it is paused, 0 for a known queue that is not.',
+            labels=["queue", "task"],
+        )
+        pauses = {(pause.queue, pause.task or ""): 1 for pause in q.pauses()}
+        for name in names:
+            pauses.setdefault((name, ""), 0)
+        for (name, task), value in sorted(pauses.items()):
+            paused.add_metric([name, task], value)
+        yield paused
 
         yield counter(f"{PREFIX}_enqueued", "Jobs ever put into the store.", value=stats["total"])
         per_queue_puts = counter(

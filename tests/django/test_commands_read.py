@@ -88,6 +88,7 @@ def test_stats_prints_a_table_per_state_queue_shard_worker_breaker_and_limit(sto
         failed=1,
     )
     (worker,) = q.workers()
+    (pause,) = q.pause("mail", reason="provider down", by="ops")
     assert call("queue_stats") == (
         f"Store {q.path} (1 shard)\n"
         "\n"
@@ -118,6 +119,10 @@ def test_stats_prints_a_table_per_state_queue_shard_worker_breaker_and_limit(sto
         "Rate limits\n"
         "KEY                               RATE  TOKENS\n"
         "name:tests.testapp.tasks.limited  10/m    10.0\n"
+        "\n"
+        "Paused\n"
+        "QUEUE  TASK   SINCE (UTC)          UNTIL (UTC)  BY   REASON\n"
+        f"mail   (all)  {when(pause.paused_at)}  resumed      ops  provider down\n"
     )
 
 
@@ -133,6 +138,7 @@ def test_stats_says_none_for_empty_sections(queue_max: Configure) -> None:
         "Rate limits",
     ):
         assert f"\n{section}\n(none)\n" in text
+    assert text.endswith("\nPaused\n(none)\n")
     assert "total puts     0\n" in text
 
 
@@ -141,6 +147,7 @@ def test_stats_json_holds_the_state_counts_at_the_top_level(store: Store) -> Non
     t.limited.delay()
     running = [store.running.job_id]
     q.report_worker("w-1", stale_after=3600, pid=1, host="box", threads=2, current_jobs=running)
+    (pause,) = q.pause("default", task="app.export", duration=60, reason="slow disk", by="ops")
     data = json.loads(call("queue_stats", "--json"))
     (worker,) = q.workers()
     assert data == {
@@ -186,6 +193,16 @@ def test_stats_json_holds_the_state_counts_at_the_top_level(store: Store) -> Non
         ],
         "circuit_breakers": {},
         "rate_limits": {"name:tests.testapp.tasks.limited": {"rate": "10/m", "remaining": 10.0}},
+        "paused": [
+            {
+                "queue": "default",
+                "task": "app.export",
+                "paused_at": pause.paused_at,
+                "until": pause.paused_at + 60,
+                "reason": "slow disk",
+                "by": "ops",
+            }
+        ],
     }
     assert {key: data[key] for key in ("pending", "scheduled", "running", "done", "failed", "total")} == {
         key: q.stats()[key] for key in ("pending", "scheduled", "running", "done", "failed", "total")

@@ -74,7 +74,7 @@ use it:
   own (the worker then writes its acknowledgements while it runs the next jobs).
 
 Every method of ``Store`` and of the protocols it hands out (``contract/``: ``Hints``, ``FlowOps``,
-``LockOps``) must exist; where a store has nothing to
+``LockOps``, ``PauseOps``) must exist; where a store has nothing to
 do, the method says so (``reader_check`` returns 0, ``Hints.watch`` returns None, ``end_thread`` does
 nothing). The ``durable`` arguments ask for the commit to be on disk before the call returns; a store whose
 every commit already is (PostgreSQL with ``synchronous_commit``) ignores them.
@@ -106,6 +106,7 @@ from ..jobspec import JobSpec
 from .contract.flow import FlowOps
 from .contract.hints import Hints
 from .contract.locks import LockOps
+from .contract.pauses import PauseOps
 from .types import (
     Candidate,
     Claimed,
@@ -143,6 +144,9 @@ class Store(Protocol):
 
     @property
     def locks(self) -> LockOps: ...
+
+    @property
+    def pauses(self) -> PauseOps: ...
 
     # -- lifecycle
     def info(self) -> StoreInfo:

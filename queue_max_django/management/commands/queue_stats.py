@@ -35,7 +35,8 @@ def watch_seconds(text: str) -> float:
 
 def collect(queue: Queue, shard: int | None) -> dict[str, Any]:
     """The figures as one JSON-ready dict: state counts and ``total`` at the top level (of one shard with
-    ``shard``), then ``shards``, ``queues``, ``workers``, ``circuit_breakers`` and ``rate_limits``."""
+    ``shard``), then ``shards``, ``queues``, ``workers``, ``circuit_breakers``, ``rate_limits`` and
+    ``paused`` (each pause in force: queue, task, paused_at, until, reason, by)."""
     rows = [{"shard": index, **counts} for index, counts in enumerate(queue.shard_stats())]
     if shard is not None:
         rows = [rows[shard]]
@@ -57,6 +58,7 @@ def collect(queue: Queue, shard: int | None) -> dict[str, Any]:
         key: {"rate": str(rate), "remaining": queue.remaining(key)}
         for key, rate in queue.rate_limits().items()
     }
+    out["paused"] = [pause.as_dict() for pause in queue.pauses()]
     return out
 
 
@@ -92,6 +94,13 @@ def render(stats: dict[str, Any]) -> str:
     parts.append(_section("Circuit breakers", headers, breakers))
     limits = [(key, limit["rate"], limit["remaining"]) for key, limit in stats["rate_limits"].items()]
     parts.append(_section("Rate limits", ["KEY", "RATE", "TOKENS"], limits))
+    paused = [
+        (p["queue"], p["task"] or "(all)", when(p["paused_at"]),
+         when(p["until"]) if p["until"] else "resumed", p["by"] or "-", p["reason"] or "-")
+        for p in stats["paused"]
+    ]  # fmt: skip
+    headers = ["QUEUE", "TASK", "SINCE (UTC)", "UNTIL (UTC)", "BY", "REASON"]
+    parts.append(_section("Paused", headers, paused))
     return "\n\n".join(parts)
 
 
@@ -102,8 +111,8 @@ def _section(title: str, headers: list[str], rows: list[Any]) -> str:
 class Command(QueueCommand):
     help = (
         "Show the job queue's figures: jobs per state, per queue and per shard, live workers, circuit "
-        "breakers and rate-limit tokens. --json prints one JSON object whose top level holds the state "
-        "counts."
+        "breakers, rate-limit tokens and paused queues. --json prints one JSON object whose top level "
+        "holds the state counts."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -49,6 +49,7 @@ CONTROL_DB_NAMES = (
     "locks",  # lock name -> (owner, expiry, since): leases such as the periodic scheduler's leadership
     "workers",  # worker id -> its last report (see coordination.py)
     "samples",  # unix minute -> a sample of the store-wide counters (see history.py)
+    "pauses",  # (queue, NUL, task) -> a pause in force (see pauses.py)
 )
 
 T = TypeVar("T")

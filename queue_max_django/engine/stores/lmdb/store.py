@@ -37,6 +37,7 @@ from .meta import (
     read_store_meta,
     shard_dir,
 )
+from .pauses import LmdbPauses
 from .reads import Listed
 from .shard import Shard
 from .wake import Waker
@@ -148,6 +149,7 @@ class LmdbStore:
         self._control_env = control_env
         self.control = Control(control_env, self.clock)
         self.locks = Coordination(control_env, self.clock)
+        self.pauses = LmdbPauses(control_env, self.clock, self.hints)
         self._history = History(control_env)
         self._envs = envs
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]

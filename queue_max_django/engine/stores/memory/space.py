@@ -109,6 +109,8 @@ class Space:
         self.limits: dict[str, bytes] = {}  # flowstate's packed values, as every store keeps them
         self.breakers: dict[str, bytes] = {}
         self.flow_version = 0
+        self.pauses: dict[str, bytes] = {}  # pausestate.target_key -> pausestate.pack (pauses.py)
+        self.pause_version = 0
         self.locks: dict[str, tuple[str, float, float]] = {}  # name -> (owner, expires at, since)
         self.workers: dict[str, dict[str, Any]] = {}  # worker id -> its report (WorkerInfo's fields)
         self.hint_count = 0  # bumped by every write that may make a job claimable (hints.py)

@@ -23,6 +23,7 @@ from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, 
 from . import claims, reads, upkeep
 from .control import MemoryControl, MemoryLocks
 from .hints import MemoryHints
+from .pauses import MemoryPauses
 from .space import Row, Space, micros, ready_key
 
 _SPACES: dict[str, Space] = {}  # the named stores of this process
@@ -91,6 +92,7 @@ class MemoryStore:
         self.hints = MemoryHints(self.space)
         self.control = MemoryControl(self.space, self.clock)
         self.locks = MemoryLocks(self.space, self.clock)
+        self.pauses = MemoryPauses(self.space, self.clock, self.hints)
         _OPEN.add(self)
 
     @property

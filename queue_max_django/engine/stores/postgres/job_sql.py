@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 
 from ...job import CANCEL_KEY
+from . import pauses
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED
 from .schema import CANCELLED, DONE, FAILED, IS_CANCEL, PENDING, RUNNING, SCHEDULED, TOTAL
 from .sql import appended, notify_if, tally
@@ -81,7 +82,7 @@ CLAIM = f"""
 WITH picked AS (
     SELECT id, claim, priority, ready_us FROM qm_jobs
     WHERE state = {PENDING} @QUEUES@
-      @MIN_PRIORITY@
+      @MIN_PRIORITY@ @PAUSED@
     ORDER BY priority DESC, ready_us, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
 ordered AS (SELECT id, claim, row_number() OVER (ORDER BY priority DESC, ready_us, id) AS rn FROM picked),
 cut AS (SELECT coalesce(min(rn) FILTER (WHERE claim = {CLAIM_ALONE_NEXT} AND rn > 1), 2147483647) AS stop,
@@ -99,7 +100,7 @@ head AS (SELECT max(priority) AS priority FROM qm_jobs
     WHERE state = {PENDING} @QUEUES@
       AND id <> ALL (SELECT id FROM chosen)),
 eta AS (SELECT min(ready_us) AS ready_us FROM qm_jobs WHERE state = {SCHEDULED})
-SELECT (SELECT priority FROM head), (SELECT ready_us FROM eta), (SELECT alone FROM cut), upd.*
+SELECT (SELECT priority FROM head), (SELECT ready_us FROM eta), (SELECT alone FROM cut), upd.* @PAUSE_VERSION@
 FROM (SELECT 1) one LEFT JOIN upd ON true ORDER BY upd.rn
 """
 
@@ -110,14 +111,15 @@ SELECT (SELECT max(priority) FROM qm_jobs WHERE state = {PENDING}
 """
 
 CLAIM_JOB = f"""
-WITH old AS (SELECT id, state, queue FROM qm_jobs WHERE id = %(id)s AND state = ANY(%(states)s) FOR UPDATE),
+WITH old AS (SELECT id, state, queue FROM qm_jobs WHERE id = %(id)s AND state = ANY(%(states)s) @PAUSED@
+             FOR UPDATE),
 upd AS (
     UPDATE qm_jobs j SET state = {RUNNING}, started_us = %(now)s, lease_us = %(lease)s, token = %(token)s,
         attempts = j.attempts + 1, worker_ids = {WORKERS}, claim = NULL
     FROM old WHERE j.id = old.id
     RETURNING {", ".join("j." + c.strip() for c in CLAIMED.split(","))}, old.state AS was),
 {tally(("upd", "was", -1), ("upd", str(RUNNING), 1))}
-SELECT * FROM upd
+@CLAIMED_JOB@
 """
 
 
@@ -217,8 +219,14 @@ FROM (SELECT 1) one LEFT JOIN LATERAL (
 
 
 @functools.cache
-def variant(sql: str, filtered: bool, floor: bool = False) -> str:
+def variant(sql: str, filtered: bool, floor: bool = False, guarded: bool = False) -> str:
     """``sql`` with or without its queue filter and priority floor: separate statements, so that each has
-    a plan of its own that uses the right index (a generic plan for "no filter, or this filter" would not)."""
+    a plan of its own that uses the right index (a generic plan for "no filter, or this filter" would not).
+    ``guarded``: a claim that takes nothing unless the pauses' version is ``%(pauses)s``, and returns the
+    committed one as its last column (``pauses.py``)."""
     sql = sql.replace("@QUEUES@", "AND queue = ANY(%(queues)s)" if filtered else "")
+    sql = sql.replace("@PAUSED@", pauses.GUARD if guarded else "")
+    sql = sql.replace("@PAUSE_VERSION@", f", {pauses.COMMITTED}" if guarded else "")
+    claimed_job = f"SELECT upd.*, {pauses.COMMITTED} FROM (SELECT 1) one LEFT JOIN upd ON true"
+    sql = sql.replace("@CLAIMED_JOB@", claimed_job if guarded else "SELECT * FROM upd")
     return sql.replace("@MIN_PRIORITY@", "AND priority >= %(min_priority)s" if floor else "")

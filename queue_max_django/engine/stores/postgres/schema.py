@@ -32,7 +32,7 @@ from typing import Any
 from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
 
-SCHEMA_VERSION = 2  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples
+SCHEMA_VERSION = 3  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -49,7 +49,7 @@ PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 
 TABLES: tuple[str, ...] = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
-    "qm_locks", "qm_workers", "qm_samples", "qm_cancels",
+    "qm_locks", "qm_workers", "qm_samples", "qm_cancels", "qm_pauses", "qm_pause_version",
 )  # fmt: skip
 
 DDL = f"""
@@ -185,6 +185,20 @@ CREATE TABLE IF NOT EXISTS qm_cancels (
     job_id bigint PRIMARY KEY,
     requested_us bigint NOT NULL
 );
+
+-- Version 3: paused queues and tasks (pauses.py): a row per target (task '' for the whole queue), its value
+-- pausestate.pack's bytes; every pause and resume bumps the one version row, which each claim compares.
+CREATE TABLE IF NOT EXISTS qm_pauses (
+    queue text NOT NULL,
+    task text NOT NULL,
+    value bytea NOT NULL,
+    PRIMARY KEY (queue, task)
+);
+CREATE TABLE IF NOT EXISTS qm_pause_version (
+    id smallint PRIMARY KEY CHECK (id = 1),
+    version bigint NOT NULL
+);
+INSERT INTO qm_pause_version VALUES (1, 0) ON CONFLICT DO NOTHING;
 """
 
 

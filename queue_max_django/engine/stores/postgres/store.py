@@ -44,6 +44,7 @@ from .connection import PREPARE_THRESHOLD, Connections, display_url, savepoint
 from .control import PgControl
 from .coordination import PgCoordination
 from .hints import PgHints
+from .pauses import PgPauses
 from .rows import CLAIMED_COLUMNS, as_claimed, micros, pack_key
 from .schema import PENDING, RUNNING, SCHEDULED
 from .sql import FOLD_JOURNAL, slot
@@ -137,6 +138,7 @@ class PostgresStore:
         self.hints = PgHints(self.db.connect, listen=listen, notify=notify, poll_interval=poll_interval)
         self.control = PgControl(self.db, self.clock)
         self.locks = PgCoordination(self.db, self.clock)
+        self.pauses = PgPauses(self.db, self.clock, self.hints)
 
     def params(self, **params: Any) -> dict[str, Any]:
         params["slot"] = slot()
@@ -301,7 +303,11 @@ class PostgresStore:
         params = self.params(queues=None if queues is None else list(queues), min_priority=min_priority,
                               limit=limit, now=micros(now), lease=micros(now + lease_time), token=token,
                               worker=worker)  # fmt: skip
-        sql = job_sql.variant(job_sql.CLAIM, queues is not None, min_priority is not None)
+        expected = params["pauses"] = self.pauses.expected()  # [sc_pause_fresh]: the claim's guard
+        sql = job_sql.variant(
+            job_sql.CLAIM, queues is not None, min_priority is not None, expected is not None
+        )
+        asked = time.monotonic()
         conn = self.db.connection()
         with self.db.guard(conn):
             # Due scheduled jobs become pending first (a claim never passes over a job whose ETA passed
@@ -315,6 +321,8 @@ class PostgresStore:
         if promoted:
             self.hints.local()
         head, eta_us, alone = rows[0][0], rows[0][1], rows[0][2]
+        if expected is not None and self.pauses.guarded(rows[0][-1], expected, asked):
+            return ClaimOutcome([], None, None if eta_us is None else eta_us / 1_000_000, False)
         # As on LMDB: a job whose payload does not decode is quarantined; the jobs before it are the claim,
         # those after it go back (uncharged) for the next claim, and if it came first the claim raises.
         claimed: list[Claimed] = []
@@ -353,7 +361,13 @@ class PostgresStore:
         states = [PENDING, SCHEDULED] if scheduled_too else [PENDING]
         params = self.params(id=job_id, states=states, now=micros(now), lease=micros(now + lease_time),
                               token=token, worker=worker)  # fmt: skip
-        row = self.one(job_sql.CLAIM_JOB, params)
+        expected = params["pauses"] = None if scheduled_too else self.pauses.expected()
+        asked = time.monotonic()
+        row = self.one(job_sql.variant(job_sql.CLAIM_JOB, False, False, expected is not None), params)
+        if expected is not None:  # [sc_pause_fresh]
+            if self.pauses.guarded(row[-1], expected, asked) or row[0] is None:
+                return None
+            row = row[:-1]
         if row is None:
             return None
         try:
