@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 
-from .. import pausing
+from ..coordination import pausing
 from ..engine import Pause, Queue, QueueError
 from .display import when
 

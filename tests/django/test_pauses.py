@@ -16,8 +16,8 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from queue_max_django.conf import get_queue
+from queue_max_django.coordination.pausing import parse_duration
 from queue_max_django.engine import Queue, QueueEmpty
-from queue_max_django.pausing import parse_duration
 from tests.admin_clients import logged_in
 from tests.django.test_metrics import TOKEN, samples, scrape, value
 from tests.testapp import tasks as t

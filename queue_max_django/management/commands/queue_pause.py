@@ -9,8 +9,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from ...coordination.pausing import DURATION_HELP, command_author, parse_duration, warnings
 from ...engine import Pause
-from ...pausing import DURATION_HELP, command_author, parse_duration, warnings
 from ..base import QueueCommand
 from ..common import engine_errors, open_queue, to_json, when
 

@@ -18,11 +18,11 @@ import re
 import socket
 from collections.abc import Iterable
 
-from .conf import get_config
-from .engine import Queue
-from .engine.throughput import enqueued_totals
-from .engine.validate import MAX_SECONDS
-from .tasks import registry
+from ..conf import get_config
+from ..engine import Queue
+from ..engine.throughput import enqueued_totals
+from ..engine.validate import MAX_SECONDS
+from ..tasks import registry
 
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")

@@ -1,0 +1,3 @@
+"""The Django side of coordinating jobs (the decisions themselves are the store's, in its own transactions):
+what the commands and the admin share about pausing queues and tasks, and how a task's unique key is made
+from a call's arguments."""
