@@ -7,16 +7,13 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import tracing
 from .conf import callers_alias, lent_to
 from .engine import Queue
 from .engine.uniqueness import SKIP, STARTED, check_key_option, check_options, key_of
 from .signals import in_callers_transaction
-
-if TYPE_CHECKING:
-    from .tasks import Task
 
 KeyOption = str | bool | Callable[..., str] | None
 
@@ -76,7 +73,16 @@ class UniqueOptions:
 Call = tuple[Sequence[Any], Mapping[str, Any]]
 
 
-def keys_of(task: Task[..., Any], calls: Sequence[Call]) -> list[str] | None:
+class KeyedTask(Protocol):
+    """What these functions read of a ``tasks.Task``."""
+
+    name: str
+    queue: str
+    unique: UniqueOptions | None
+    _signature: inspect.Signature
+
+
+def keys_of(task: KeyedTask, calls: Sequence[Call]) -> list[str] | None:
     """The unique key of each call of ``task`` (None: the task has none), all made before anything is
     stored: ``InvalidJob`` names the first that fails."""
     unique = task.unique
@@ -86,7 +92,7 @@ def keys_of(task: Task[..., Any], calls: Sequence[Call]) -> list[str] | None:
 
 
 def store_one(
-    task: Task[..., Any],
+    task: KeyedTask,
     queue: Queue,
     payload: Any,
     args: Sequence[Any],
@@ -105,7 +111,7 @@ def store_one(
 
 
 def store_many(
-    task: Task[..., Any],
+    task: KeyedTask,
     queue: Queue,
     payloads: list[dict[str, Any]],
     keys: list[str],
