@@ -4,8 +4,9 @@
 Importing this package imports nothing else, Django included: the engine (``queue_max_django.engine``) runs
 without Django. The everyday names are loaded on first access: the decorators (``task``, ``retryable_task``,
 ``periodic_task``), what a task raises to steer its retries (``Permanent``, ``Retry``) or to stop when it was
-cancelled (``Cancelled``), and the handle of an enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``,
-``JobMismatch``, ``JobNotCommitted``), and the running job's context (``current_job``, ``JobContext``,
+cancelled (``Cancelled``), what a put with a unique key raises on a duplicate (``DuplicateJob``), and the
+handle of an enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``, ``JobMismatch``,
+``JobNotCommitted``), and the running job's context (``current_job``, ``JobContext``,
 ``NoCurrentJob``).
 """
 
@@ -15,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .context import JobContext, NoCurrentJob, current_job
-    from .engine import Cancelled, Permanent, Retry
+    from .engine import Cancelled, DuplicateJob, Permanent, Retry
     from .periodic import periodic_task
     from .results import JobMismatch, JobNotCommitted, JobNotFound, JobResult, JobStatus
     from .tasks import retryable_task, task
 
 __all__ = [
     "Cancelled",
+    "DuplicateJob",
     "JobContext",
     "JobMismatch",
     "JobNotCommitted",
@@ -42,6 +44,7 @@ _LAZY = {
     "retryable_task": "tasks",
     "periodic_task": "periodic",
     "Cancelled": "engine",
+    "DuplicateJob": "engine",
     "Permanent": "engine",
     "Retry": "engine",
     "JobResult": "results",

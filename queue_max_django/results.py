@@ -138,8 +138,12 @@ class JobResult:
         *,
         task_name: str | None = None,
         commit: Commit | None = None,
+        deduplicated: bool = False,
     ) -> None:
-        self._job_id = job_id  # None: stored when the transaction commits (see bind())
+        self._job_id = job_id
+        # True: the enqueue stored nothing new, its unique key was held: this is the holder's handle
+        # (skipped, or the holder took the new arguments: on_duplicate="replace").
+        self.deduplicated = deduplicated  # None: stored when the transaction commits (see bind())
         self.task_name = task_name if task_name is not None or job is None else job.name
         self._loaded = job  # None: read from the store on first use
         self._commit = commit  # the transaction it was enqueued in (None: none, or committed before)
@@ -167,7 +171,7 @@ class JobResult:
 
     def bind(self, other: JobResult) -> None:
         """Become the handle of ``other``'s job (the on-commit enqueue calls this)."""
-        self._job_id, self._loaded = other._job_id, other._loaded
+        self._job_id, self._loaded, self.deduplicated = other._job_id, other._loaded, other.deduplicated
 
     @property
     def _job(self) -> Job:

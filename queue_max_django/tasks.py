@@ -24,6 +24,8 @@ from django.db import transaction
 
 from .commits import Commit, waits_for_commit, written
 from .conf import Applied, caller_connection, callers_alias, get_config, get_queue, lent_to
+from .coordination import unique as unique_jobs
+from .coordination.unique import KeyOption, UniqueOptions
 from .engine import (
     NAME_KEY_PREFIX,
     BreakerPolicy,
@@ -37,6 +39,7 @@ from .engine import (
 )
 from .engine.classify import exception_types
 from .engine.metadata import normalized as normalized_metadata
+from .engine.uniqueness import SKIP, STARTED
 from .engine.validate import validate_queue_name
 from .observability import tracing
 from .results import JobMismatch, JobResult
@@ -118,6 +121,9 @@ class Task(Generic[P, R]):
         circuit_breaker: bool | Mapping[str, Any] | None = None,
         retry_on: ExceptionTypes = (),
         permanent_on: ExceptionTypes = (),
+        unique_key: KeyOption = None,
+        unique_until: str | float = STARTED,
+        on_duplicate: str = SKIP,
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task decorates a function, not {func!r}")
@@ -143,6 +149,7 @@ class Task(Generic[P, R]):
         self.circuit_breaker = _breaker_policy(circuit_breaker)
         self.retry_on = exception_types(retry_on, name="retry_on")
         self.permanent_on = exception_types(permanent_on, name="permanent_on")
+        self.unique = UniqueOptions.make(unique_key, unique_until, on_duplicate)  # coordination/unique.py
         self.delay_seconds: float | None = None
         self.eta: float | dt.datetime | None = None
         self.metadata: dict[str, Any] = {}  # stored with each job (using(metadata=...))
@@ -171,6 +178,9 @@ class Task(Generic[P, R]):
         timeout: float | None = None,
         metadata: dict[str, Any] | None = None,
         enqueue_on_commit: bool | None = None,
+        unique_key: KeyOption = None,
+        unique_until: str | float | None = None,
+        on_duplicate: str | None = None,
     ) -> Task[P, R]:
         """A copy with other options (not registered: jobs still name this task). ``enqueue_on_commit``:
         inside a transaction, wait for its commit to store the job (True) or store it at once (False), for
@@ -178,8 +188,10 @@ class Task(Generic[P, R]):
         JSON dict stored with each job (``JobResult.metadata``; ``current_job().metadata`` inside the
         task); ``InvalidMetadata`` unless it is a dict of str keys that JSON encodes within 64 KiB. Keys
         that start with ``_`` are reserved for the backend and libraries, as in Django's Tasks: stored,
-        but not in ``JobResult.metadata`` nor in what the task sees."""
+        but not in ``JobResult.metadata`` nor in what the task sees. ``unique_key``, ``unique_until``,
+        ``on_duplicate``: as ``@task``'s, each replacing the task's (``unique_key=False``: none)."""
         clone = copy.copy(self)
+        clone.unique = UniqueOptions.using(self.unique, unique_key, unique_until, on_duplicate)
         if metadata is not None:
             clone.metadata = normalized_metadata(metadata)  # checked now: nothing is written if bad
         clone.priority = self.priority if priority is None else priority
@@ -252,6 +264,7 @@ class Task(Generic[P, R]):
         self._check_sizes(payloads)  # the item's index in the message (put_parts checks them all too)
         if not payloads:
             return []
+        keys = unique_jobs.keys_of(self, calls)  # before anything is stored: a bad key fails here
         if get_config().immediate:
             return [self._run_now(payload) for payload in payloads]
         joined = caller_connection()
@@ -259,21 +272,26 @@ class Task(Generic[P, R]):
             handles = [JobResult(None, task_name=self.name) for _ in payloads]
 
             def store() -> None:
-                for handle, job_id in zip(handles, self._store_many(payloads, None), strict=True):
-                    handle._job_id = job_id
+                for handle, put in zip(handles, self._store_many(payloads, None, keys), strict=True):
+                    handle._job_id, handle.deduplicated = put
 
             waiting = Commit(store=store)
             for handle in handles:
                 handle._commit = waiting
             return handles
-        ids = self._store_many(payloads, joined)
-        commit = written(callers_alias(joined), ids)
-        return [JobResult(job_id, task_name=self.name, commit=commit) for job_id in ids]
+        puts = self._store_many(payloads, joined, keys)
+        commit = written(callers_alias(joined), [job_id for job_id, _dup in puts])
+        return [JobResult(i, task_name=self.name, commit=commit, deduplicated=dup) for i, dup in puts]
 
-    def _store_many(self, payloads: list[dict[str, Any]], joined: Any) -> list[int]:
-        """``.map()``'s puts: spread over the shards, or in the caller's transaction on ``joined``."""
+    def _store_many(
+        self, payloads: list[dict[str, Any]], joined: Any, keys: list[str] | None
+    ) -> list[tuple[int, bool]]:
+        """``.map()``'s puts: spread over the shards, or in the caller's transaction on ``joined``; with
+        unique ``keys``, each on its key's shard (``coordination/unique.py``). -> (id, deduplicated) each."""
         queue = self._prepare(get_queue(), joined)
         options = self._put_options()
+        if keys is not None:
+            return unique_jobs.store_many(self, queue, payloads, keys, joined, options)
         with tracing.sending(self.name, self.queue, options) as sending:
             if joined is None:
                 ids = queue.put_parts(payloads, **options)
@@ -282,7 +300,7 @@ class Task(Generic[P, R]):
                 with in_callers_transaction(callers_alias(joined)), lent_to(queue, joined):
                     ids = queue.put_many(payloads, connection=joined, **options)
             sending.sent_many(ids)
-        return ids
+        return [(job_id, False) for job_id in ids]
 
     # ------------------------------------------------------------------ results
 
@@ -430,6 +448,7 @@ class Task(Generic[P, R]):
         if config.immediate or not waits_for_commit(self.enqueue_on_commit, config.enqueue_on_commit):
             return self._enqueue(args, kwargs)
         self._bind(args, kwargs)  # fail now, not at commit, on arguments that cannot be stored
+        unique_jobs.keys_of(self, [(args, kwargs)])  # and on a key function that fails
         if _unstorable(self._payload(args, kwargs)) is not None:
             self._check_storable(args, kwargs)
         handle = JobResult(None, task_name=self.name)
@@ -452,9 +471,9 @@ class Task(Generic[P, R]):
         alias = callers_alias(connection)
         with tracing.sending(self.name, self.queue, options) as sending:
             with in_callers_transaction(alias), lent_to(queue, connection):  # (a clock's reading too)
-                job_id = queue.put(payload, connection=connection, **options)
+                job_id, dup = unique_jobs.store_one(self, queue, payload, args, kwargs, connection, options)
             sending.sent(job_id)
-        return JobResult(job_id, task_name=self.name, commit=written(alias, [job_id]))
+        return JobResult(job_id, task_name=self.name, commit=written(alias, [job_id]), deduplicated=dup)
 
     def _run_now(self, payload: dict[str, Any]) -> JobResult:
         """IMMEDIATE: store the job, then claim exactly that job and run it here, once, through the runner
@@ -462,10 +481,13 @@ class Task(Generic[P, R]):
         queue = self._prepare(get_queue())
         options = {**self._put_options(), "delay": None, "eta": None}
         with tracing.sending(self.name, self.queue, options) as sending:
-            job_id = queue.put(payload, **options)
+            job_id, dup = unique_jobs.store_one(
+                self, queue, payload, payload["args"], payload["kwargs"], None, options
+            )
             sending.sent(job_id)
-        run_now(queue, job_id)
-        result = JobResult(job_id, task_name=self.name)
+        if not dup:
+            run_now(queue, job_id)
+        result = JobResult(job_id, task_name=self.name, deduplicated=dup)
         result.refresh()
         return result
 
@@ -529,6 +551,9 @@ def task(
     circuit_breaker: bool | Mapping[str, Any] | None = ...,
     retry_on: ExceptionTypes = ...,
     permanent_on: ExceptionTypes = ...,
+    unique_key: KeyOption = ...,
+    unique_until: str | float = ...,
+    on_duplicate: str = ...,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 def task(func: Callable[P, R] | None = None, /, **options: Any) -> Any:
     """Make a function a task: ``@task`` or ``@task(priority=..., queue=..., ...)``; registers it."""

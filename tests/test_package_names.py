@@ -16,6 +16,7 @@ HOMES = {
     "Permanent": "queue_max_django.engine",
     "Retry": "queue_max_django.engine",
     "Cancelled": "queue_max_django.engine",
+    "DuplicateJob": "queue_max_django.engine",
     "JobResult": "queue_max_django.results",
     "JobStatus": "queue_max_django.results",
     "JobNotFound": "queue_max_django.results",

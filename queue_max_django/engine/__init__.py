@@ -6,6 +6,7 @@ from .cancels import Cancelled, CancelOutcome
 from .classify import Decision, Permanent, Retry, classify, is_interrupt
 from .errors import (
     ConfigurationError,
+    DuplicateJob,
     InvalidJob,
     InvalidMetadata,
     PayloadNotSerializable,
@@ -35,7 +36,7 @@ from .events import (
     Events,
 )
 from .flowstate import GLOBAL_KEY, NAME_KEY_PREFIX, QUEUE_KEY_PREFIX, job_keys
-from .job import CANCELLED, CancelNote, Job, State
+from .job import CANCELLED, CancelNote, Job, State, UniqueNote
 from .metadata import METADATA_MAX_BYTES, METADATA_MAX_DEPTH
 from .pausestate import Pause
 from .queue import Queue
@@ -44,6 +45,7 @@ from .record import Record
 from .retry import backoff_delay
 from .stores.lmdb.env import StoreInUse
 from .stores.types import LockHolder, WorkerInfo
+from .uniqueness import UniquePut
 
 __all__ = [
     "ALERT",
@@ -70,6 +72,7 @@ __all__ = [
     "Cancelled",
     "ConfigurationError",
     "Decision",
+    "DuplicateJob",
     "Events",
     "InvalidBreakerPolicy",
     "InvalidJob",
@@ -97,6 +100,8 @@ __all__ = [
     "StoreInUse",
     "StoreMismatch",
     "StoreUnavailable",
+    "UniqueNote",
+    "UniquePut",
     "UnknownQueue",
     "WorkerInfo",
     "backoff_delay",

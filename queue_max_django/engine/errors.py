@@ -91,3 +91,21 @@ class RateLimited(QueueError):
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class DuplicateJob(QueueError):
+    """A put with a unique key and ``on_duplicate="raise"`` met a job that holds that key: nothing of the
+    put was written. ``job_id`` is the job that holds the key (``Queue.job(job_id)`` reads it); ``key`` is
+    the key. Skip such puts instead with ``on_duplicate="skip"``, or update the waiting job with
+    ``"replace"``."""
+
+    def __init__(self, job_id: int, key: str) -> None:
+        super().__init__(
+            f"job {job_id} holds the unique key {key!r}: this job is its duplicate, and nothing was stored "
+            f"(on_duplicate='raise')"
+        )
+        self.job_id = job_id
+        self.key = key
+
+    def __reduce__(self) -> tuple[type[DuplicateJob], tuple[int, str]]:
+        return DuplicateJob, (self.job_id, self.key)

@@ -57,6 +57,7 @@ CORRUPTED = "Corrupted"
 # (``Job.cancelled``). Who cancelled it and when are in its metadata under ``CANCEL_KEY`` (``cancel_note``).
 CANCELLED = "queue_max_django.engine.cancels.Cancelled"
 CANCEL_KEY = "_cancel"  # {"by": who, "at": unix seconds}: written by Queue.request_cancel
+UNIQUE_NOTE_KEY = "_unique"  # {"key", "until", "on_duplicate"}: a put's unique key (engine/uniqueness.py)
 
 
 # Order matters: the integer code of a state is its index here, and that code is what is stored on disk.
@@ -114,6 +115,12 @@ class Job:
         return CancelNote.of(self.metadata)
 
     @property
+    def unique(self) -> UniqueNote | None:
+        """The unique key this job was put with, its ``unique_until`` and ``on_duplicate``, as its metadata
+        keeps them under ``UNIQUE_NOTE_KEY``; None without one (a periodic tick's key is not noted)."""
+        return UniqueNote.of(self.metadata)
+
+    @property
     def shard(self) -> int:
         """The shard that holds this job (derivable from its id)."""
         return shard_of(self.job_id)
@@ -139,3 +146,27 @@ class CancelNote:
             return None
         by = note.get("by")
         return cls(by if isinstance(by, str) else None, float(note["at"]))
+
+
+@dataclass(frozen=True, slots=True)
+class UniqueNote:
+    """A job's unique key as its metadata keeps it: the ``key``, ``until`` (``"started"``, ``"finished"`` or
+    seconds) and ``on_duplicate`` (``"skip"``, ``"replace"``, ``"raise"``)."""
+
+    key: str
+    until: str | float
+    on_duplicate: str
+
+    def __str__(self) -> str:
+        until = self.until if isinstance(self.until, str) else f"{self.until:g} s"
+        return f"{self.key} (until {until}, on duplicate {self.on_duplicate})"
+
+    @classmethod
+    def of(cls, metadata: dict[str, Any] | None) -> UniqueNote | None:
+        note = (metadata or {}).get(UNIQUE_NOTE_KEY)
+        if not isinstance(note, dict) or not isinstance(note.get("key"), str):
+            return None
+        until, mode = note.get("until"), note.get("on_duplicate")
+        if not isinstance(until, (str, int, float)) or isinstance(until, bool) or not isinstance(mode, str):
+            return None
+        return cls(note["key"], until, mode)

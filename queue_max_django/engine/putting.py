@@ -17,12 +17,13 @@ from typing import Any, Protocol
 import msgpack
 
 from . import codec
-from .errors import ConfigurationError, InvalidJob
+from .errors import ConfigurationError
 from .events import ALERT, JOB_ENQUEUED, Events
 from .jobspec import JobSpec
 from .stores.base import Store
-from .stores.types import NewJobs, id_bytes
-from .validate import MAX_NAME
+from .stores.contract.uniqueness import UniqueRule
+from .stores.types import NewJobs
+from .uniqueness import UniquePut
 
 ALERT_QUIET = 1.0  # seconds from one pending alert to the next, at least
 
@@ -66,19 +67,16 @@ class Putter:
         now: float,
         payload: Any,
         spec: JobSpec,
-        unique_key: str | None,
+        unique: UniqueRule | None,
         partition_key: Any,
         connection: Any = None,
-    ) -> int:
+    ) -> UniquePut:
         """``Queue.put``'s other cases: with a unique key (routed by it: the check and the write meet on
-        its shard), or durable (``sync``: group commit, which picks the shard of a put without a key
-        itself). -> the job's id, or the one the unique key made before."""
-        unique = None
-        if unique_key is not None:
-            unique = id_bytes("unique_key", unique_key, MAX_NAME)
-            if partition_key is not None:  # the key must route the job, or another shard would not know it
-                raise InvalidJob("give unique_key or partition_key, not both")
-            partition_key = unique_key  # one key, one shard: the check and the write meet there
+        its shard; ``uniqueputs.py`` refused a partition key with it), or durable (``sync``: group commit,
+        which picks the shard of a put without a key itself). -> the job's id (or the holder's of the
+        key) and what the put did."""
+        if unique is not None:
+            partition_key = unique.text  # one key, one shard: the check and the write meet there
         job = NewJobs((self.pack(payload),), spec, unique)
         if connection is not None:
             job_id = joined(store).enqueue(now, self.route(partition_key), [job], False, connection)[0]
@@ -91,7 +89,7 @@ class Putter:
             job_id = store.enqueue(now, self.route(partition_key), [job], False)[0]
         if self.watching and not job.unique_hit:
             self.announce([job_id], spec.queue, spec.name)
-        return job_id
+        return UniquePut.of(job_id, job)
 
     def put_many(
         self, shard: int, payloads: Iterable[Any], spec: JobSpec, connection: Any = None

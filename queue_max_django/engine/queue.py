@@ -42,13 +42,15 @@ from .record import Record
 from .stores.base import Store
 from .stores.opening import DEFAULT_MAP_SIZE, open_store
 from .tokens import new_token
+from .uniqueness import SKIP
+from .uniqueputs import UniquePuts, ids_of
 from .validate import check_filter, check_number, check_queue_arguments, parse_state, put_defaults
 
 Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
 
 
-class Queue(Coordination, FlowControl, PauseControl):
+class Queue(Coordination, FlowControl, PauseControl, UniquePuts):
     """A persistent, sharded, crash-safe job queue in a directory (or on a store object: see
     ``stores/base.py``). See docs/reference/engine.md."""
 
@@ -197,20 +199,29 @@ class Queue(Coordination, FlowControl, PauseControl):
         timeout: float | None = None,
         partition_key: Any = None,
         unique_key: str | None = None,
+        unique_until: Any = None,
+        on_duplicate: str = SKIP,
         connection: Any = None,
         metadata: dict[str, Any] | None = None,
     ) -> int:
         """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input. ``metadata``:
         a small JSON dict kept with the job (``Job.metadata``; ``InvalidMetadata``: engine/metadata.py).
 
-        ``unique_key``: put this job only if no put used the same key (``vacuum()`` forgets keys used more
-        than ``result_ttl`` ago, and a day at least); otherwise write nothing and return the id of the job
-        that key made (checked in the same transaction as the write, so it holds across processes and
-        crashes; the periodic scheduler relies on it).
+        ``unique_key``: put this job only if no job holds the same key; otherwise act by ``on_duplicate``
+        and return the holder's id (``put_unique`` says which it did; ``uniqueputs.py`` has the options).
+        Decided in the same transaction as the write, so it holds across processes and crashes. Without
+        ``unique_until`` a key is held until ``vacuum()`` forgets it, ``result_ttl`` (a day at least) after
+        its put, whatever became of its job: the periodic scheduler relies on it.
 
         ``connection``: the caller's own psycopg 3 connection to the store's database (PostgreSQL, where
         ``transactional_enqueue`` is true): the job is written in the caller's transaction and commits or
         rolls back with it. A store that cannot (LMDB) raises ``ConfigurationError``."""
+        if unique_key is not None:
+            return self.put_unique(
+                payload, unique_key=unique_key, unique_until=unique_until, on_duplicate=on_duplicate,
+                priority=priority, delay=delay, eta=eta, queue=queue, name=name, max_retries=max_retries,
+                timeout=timeout, partition_key=partition_key, connection=connection, metadata=metadata,
+            ).job_id  # fmt: skip
         store = self._live()
         now = self._clock()
         spec = self._put_options.check(
@@ -218,8 +229,8 @@ class Queue(Coordination, FlowControl, PauseControl):
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
         putter = self._putter
-        if unique_key is not None or self.sync or connection is not None:
-            return putter.put_one(store, now, payload, spec, unique_key, partition_key, connection)
+        if self.sync or connection is not None:
+            return putter.put_one(store, now, payload, spec, None, partition_key, connection).job_id
         packed = putter.pack(payload)  # the common case: one job straight to its shard
         job_id = store.put_one(now, putter.route(partition_key), packed, spec)
         if putter.watching:
@@ -240,8 +251,18 @@ class Queue(Coordination, FlowControl, PauseControl):
         partition_key: Any = None,
         connection: Any = None,
         metadata: dict[str, Any] | None = None,
+        unique_keys: Iterable[str] | None = None,
+        unique_until: Any = None,
+        on_duplicate: str = SKIP,
     ) -> list[int]:
-        """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing."""
+        """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing. With
+        ``unique_keys`` (one per payload): ``put_many_unique``'s ids (one transaction per key's shard)."""
+        if unique_keys is not None:
+            return ids_of(self.put_many_unique(
+                payloads, unique_keys=unique_keys, unique_until=unique_until, on_duplicate=on_duplicate,
+                priority=priority, delay=delay, eta=eta, queue=queue, name=name, max_retries=max_retries,
+                timeout=timeout, partition_key=partition_key, connection=connection, metadata=metadata,
+            ))  # fmt: skip
         spec = self._put_options.check(
             priority=priority, delay=delay, eta=eta, queue=queue, name=name, metadata=metadata,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),

@@ -126,6 +126,16 @@ class QueueCollector:
             value=cancelled_ever,
         )
 
+        duplicates = counter(
+            f"{PREFIX}_unique_duplicates",
+            "Puts with a unique key that met a job holding it: skipped (nothing stored) or replaced (the "
+            "waiting job took the new arguments).",
+            labels=["outcome"],
+        )
+        for outcome, count in q.unique_counts().items():
+            duplicates.add_metric([outcome], count)
+        yield duplicates
+
         lag = gauge(
             f"{PREFIX}_oldest_pending_age_seconds",
             "Seconds the oldest waiting job of each queue has been ready to run (0 when none waits).",

@@ -230,3 +230,19 @@ def test_cancelled_jobs_are_their_own_counter_not_failures(store: Queue) -> None
     assert value(found, "queue_max_failed_total") == 1 and value(found, "queue_max_cancelled_total") == 3
     kinds = {family.name: family.type for family in text_string_to_metric_families(scrape().content.decode())}
     assert kinds["queue_max_cancelled"] == "counter"
+
+
+def test_duplicates_of_unique_keys_are_counted_skipped_and_replaced(store: Queue) -> None:
+    """Issue 31: ``queue_max_unique_duplicates_total{outcome}``, counted by the store in each put's own
+    transaction (every process once); a periodic tick's key (no ``unique_until``) is not counted."""
+    q = store
+    found = samples(scrape().content.decode())
+    assert value(found, "queue_max_unique_duplicates_total", outcome="skipped") == 0
+    q.put("a", unique_key="k", unique_until="started")
+    q.put("b", unique_key="k", unique_until="started")
+    q.put("c", unique_key="k", unique_until="started", on_duplicate="replace")
+    q.put("tick", unique_key="tick")
+    q.put("tick", unique_key="tick")
+    found = samples(scrape().content.decode())
+    assert value(found, "queue_max_unique_duplicates_total", outcome="skipped") == 1
+    assert value(found, "queue_max_unique_duplicates_total", outcome="replaced") == 1

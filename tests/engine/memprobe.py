@@ -135,7 +135,7 @@ class MemoryProbe:
         return set(self.space.cancels)
 
     def unique_keys(self) -> dict[str, int]:
-        return {key.decode(): job_id for key, (job_id, _used) in self.space.unique.items()}
+        return {key.decode(): entry[0] for key, entry in self.space.unique.items()}
 
     def record_bytes(self, job_id: int) -> bytes | None:
         pytest.skip("the memory store keeps a job as a Python object, not as one msgpack value")

@@ -298,7 +298,7 @@ class LmdbProbe:
                 for key, value in txn.cursor(db=shard.env.dbs["unique"]):
                     name = bytes(key).decode()
                     assert name not in out, f"unique key {name!r} in two shards"
-                    out[name] = _UNIQUE.unpack(bytes(value))[0]
+                    out[name] = _UNIQUE.unpack_from(bytes(value))[0]
         return out
 
     def places(self, job_id: int) -> list[str]:

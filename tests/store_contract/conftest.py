@@ -16,6 +16,7 @@ from queue_max_django.engine import codec
 from queue_max_django.engine.job import Job
 from queue_max_django.engine.jobspec import JobSpec
 from queue_max_django.engine.stores.base import Store
+from queue_max_django.engine.stores.contract.uniqueness import UniqueRule
 from queue_max_django.engine.stores.types import Claimed, NewJobs
 from queue_max_django.engine.tokens import new_token
 from tests.engine.conftest import FakeClock
@@ -65,10 +66,10 @@ def pack(value: Any) -> bytes:
     return codec.pack_value(value, what="payload", limit=1 << 20)
 
 
-def put(store: Store, now: float, *payloads: Any, shard: int = 0, unique_key: bytes | None = None,
+def put(store: Store, now: float, *payloads: Any, shard: int = 0, unique: UniqueRule | None = None,
         **options: Any) -> list[int]:  # fmt: skip
     """Enqueue ``payloads`` (one batch) with ``spec(**options)`` to ``shard``. -> their ids."""
-    batch = NewJobs([pack(p) for p in payloads or ("job",)], spec(**options), unique_key)
+    batch = NewJobs([pack(p) for p in payloads or ("job",)], spec(**options), unique)
     return store.enqueue(now, shard, [batch], False)
 
 

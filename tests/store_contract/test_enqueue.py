@@ -7,6 +7,7 @@ import pytest
 
 from queue_max_django.engine.job import State, shard_of
 from queue_max_django.engine.stores.base import Store
+from queue_max_django.engine.stores.contract.uniqueness import HOLD_REMEMBERED, ON_DUPLICATE_SKIP, UniqueRule
 from queue_max_django.engine.stores.types import NewJobs
 from tests.store_contract.conftest import T0, job, pack, put, spec
 
@@ -65,10 +66,10 @@ def test_counts_and_enqueued_totals_grow_with_the_jobs_written(store: Store) -> 
 
 @pytest.mark.sc_enqueue_unique
 def test_a_seen_unique_key_writes_nothing_and_gives_the_earlier_id(store: Store) -> None:
-    first = NewJobs([pack("a")], spec(), b"tick:1")
+    first = NewJobs([pack("a")], spec(), remembered(b"tick:1"))
     [job_id] = store.enqueue(T0, 0, [first], False)
     assert not first.unique_hit
-    again = NewJobs([pack("b")], spec(), b"tick:1")
+    again = NewJobs([pack("b")], spec(), remembered(b"tick:1"))
     assert store.enqueue(T0 + 1, 0, [again], False) == [job_id]
     assert again.unique_hit
     assert store.counts()["total"] == 1 and job(store, T0, job_id).payload == "a"
@@ -115,3 +116,8 @@ def test_info_says_kind_location_and_shards(store: Store) -> None:
     info = store.info()
     assert (info.kind, info.shards) == (store.kind, store.shards) and info.location == store.path
     assert "password" not in info.location
+
+
+def remembered(key: bytes) -> UniqueRule:
+    """The periodic ticks' rule: held until vacuum forgets the key."""
+    return UniqueRule(key, HOLD_REMEMBERED, 0, ON_DUPLICATE_SKIP)

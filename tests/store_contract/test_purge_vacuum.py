@@ -8,6 +8,7 @@ from queue_max_django.engine.job import State
 from queue_max_django.engine.stores.base import Store
 from queue_max_django.engine.stores.types import UNIQUE_KEY_MIN_TTL, NewJobs
 from tests.store_contract.conftest import T0, claim, pack, put, spec
+from tests.store_contract.test_enqueue import remembered
 
 
 def finish(store: Store, now: float, count: int = 1, *, dead: bool = False) -> list[int]:
@@ -51,7 +52,7 @@ def test_vacuum_removes_done_jobs_finished_by_the_cutoff_never_dead_letters(stor
 @pytest.mark.sc_vacuum_unique
 def test_vacuum_forgets_unique_keys_no_sooner_than_the_minimum_ttl(store: Store) -> None:
     def put_unique(now: float) -> tuple[int, bool]:
-        batch = NewJobs([pack("tick")], spec(), b"tick:1")
+        batch = NewJobs([pack("tick")], spec(), remembered(b"tick:1"))
         [job_id] = store.enqueue(now, 0, [batch], False)
         return job_id, batch.unique_hit
 

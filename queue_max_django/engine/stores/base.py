@@ -194,9 +194,10 @@ class Store(Protocol):
           that shard (if the clock steps back, the new one still goes behind it): FIFO within a priority.
         - [sc_enqueue_counts] ``counts()``: its state and ``total`` grow by the jobs written, and
           ``enqueued_totals()`` of their queue.
-        - [sc_enqueue_unique] A batch with a ``unique_key`` (one payload) whose key was used before (and not
-          yet forgotten by ``vacuum``) writes nothing: its id is the earlier job's, and its ``unique_hit``
-          is set. Otherwise the key is recorded with the new job.
+        - [sc_enqueue_unique] A batch with a ``unique`` rule (one payload) is decided by
+          ``contract/uniqueness.py`` in this transaction. With ``HOLD_REMEMBERED`` (the periodic ticks'),
+          a key used before (and not yet forgotten by ``vacuum``) writes nothing: its id is the earlier
+          job's, and its ``unique_hit`` is set. Otherwise the key is recorded with the new job.
         - [sc_enqueue_connection] ``connection``: the caller's database connection, given only where
           ``transactional_enqueue`` is true (the Queue checks): the jobs are written in the caller's
           transaction, and exist only if it commits.
@@ -418,6 +419,10 @@ class Store(Protocol):
         [sc_cancel_counts] A dead letter whose error type is ``job.CANCELLED`` counts from the ``fail`` that
         made it until it leaves the failed state (requeued, deleted, purged), then as one that left (the
         second only grows), in step with the state counts (the same transactions). O(shards)."""
+
+    def unique_counts(self) -> tuple[int, int]:
+        """(duplicates ever skipped, duplicates ever replaced) by a put's unique key, store-wide
+        (``contract/uniqueness.py``). O(shards). [sc_unique_counts]"""
 
     def enqueued_totals(self) -> dict[str, int]:
         """Per queue that ever had one, sorted by name: jobs ever put into it (its share of ``counts()``'s

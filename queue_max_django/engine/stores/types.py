@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidJob
+from .contract.uniqueness import UniqueRule
 
 if TYPE_CHECKING:
     from ..job import State
@@ -24,8 +25,9 @@ class NewJobs:
 
     payloads: Sequence[bytes]
     spec: JobSpec
-    unique_key: bytes | None = None  # one payload only: if the key was seen, nothing is written
-    unique_hit: bool = False  # set by the store's enqueue: the key was seen, the id is the earlier job's
+    unique: UniqueRule | None = None  # one payload only: the key and its rule (contract/uniqueness.py)
+    unique_hit: bool = False  # set by the store's enqueue: the key was held, the id is its holder's
+    replaced: bool = False  # set with ``unique_hit`` when the holder took this batch's payload (replace)
 
 
 @dataclass(slots=True)

@@ -36,6 +36,8 @@ def job_lines(job: Job, *, cancel_requested: bool = False) -> list[str]:
             data["cancel"] = "requested: its worker stops it at its next heartbeat"
         if key == "state" and job.cancelled:  # a dead letter by its store, but an outcome someone asked for
             data["cancelled"] = cancelled_text(job)
+    if job.unique is not None:  # the key it was put with (kept in its metadata too)
+        data["unique_key"] = str(job.unique)
     for key, value in fields.items():  # attempts as the admin and queue_list count them, where retries were
         if key == "retries":
             data["attempts"] = attempts_text(job)

@@ -23,13 +23,12 @@ from ...job import STATES, Job, State
 from ...jobspec import JobSpec
 from ...metadata import keeping_cancel_note
 from ..types import Candidate, NewJobs, Recovered
-from . import claims, layout, manage, reads, upkeep
+from . import claims, layout, manage, reads, uniqueness, upkeep
 from .access import (
     COUNTERS_KEY,
     PUT_COUNTERS,
     QUEUE_COUNTS_EXACT,
     QUEUE_COUNTS_KEY,
-    UNIQUE,
     cancel_counts,
     entry_count,
     fail_record,
@@ -138,12 +137,12 @@ class Shard:
             for batch in batches:
                 spec = batch.spec
                 parts = encoded(spec)
-                unique_key = batch.unique_key
-                if unique_key is not None:
-                    seen = txn.get(unique_key, db=self.unique)
-                    batch.unique_hit = seen is not None
-                    if seen is not None:
-                        ids.append(UNIQUE.unpack(seen)[0])
+                unique = batch.unique
+                if unique is not None:
+                    holder = uniqueness.decide(self, txn, batch, unique, now_us)
+                    if holder is not None:
+                        ids.append(holder)
+                        wake = wake or batch.replaced
                         continue
                 payloads: Sequence[bytes | None] = batch.payloads
                 count = len(payloads)
@@ -162,8 +161,8 @@ class Shard:
                     job_id = self._write_one(txn, now_us, sequence, payload, parts, scheduled, ready_us)
                     ids.append(job_id)
                     total_new += 1
-                    if unique_key is not None:
-                        put(unique_key, UNIQUE.pack(job_id, now_us), db=self.unique)
+                    if unique is not None:
+                        uniqueness.take(self, txn, unique, job_id, now_us)
                     continue
                 first = sequence + 1 if sequence >= now_us else now_us
                 sequence = first + count - 1
@@ -186,8 +185,8 @@ class Shard:
                 txn.cursor(db=index_db).putmulti(entries)
                 ids.extend(job_ids)
                 total_new += count
-                if unique_key is not None:
-                    put(unique_key, UNIQUE.pack(ids[-1], now_us), db=self.unique)
+                if unique is not None:
+                    uniqueness.take(self, txn, unique, ids[-1], now_us)
             self._count_puts(txn, sequence, total + total_new, floor, total_new)
             return ids, wake
 
@@ -462,6 +461,10 @@ class Shard:
 
     def counts(self) -> dict[str, int]:
         return reads.counts(self)
+
+    def unique_counts(self) -> tuple[int, int]:
+        counted: tuple[int, int] = self.env.read(lambda txn: uniqueness.counts(self, txn))
+        return counted
 
     def cancel_counts(self) -> tuple[int, int]:
         """(cancelled dead letters now, jobs ever cancelled) in this shard: one read."""

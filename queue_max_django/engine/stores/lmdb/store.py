@@ -528,6 +528,11 @@ class LmdbStore:
             now, ever = now + shard_now, ever + shard_ever
         return now, ever
 
+    def unique_counts(self) -> tuple[int, int]:
+        """(duplicates ever skipped, ever replaced): O(shards)."""
+        pairs = [one.unique_counts() for one in self._shards]
+        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
     def enqueued_totals(self) -> dict[str, int]:
         """Per queue, sorted by name: jobs ever put into it. O(shards x queues)."""
         total: dict[str, int] = {}

@@ -12,10 +12,9 @@ from ...errors import QueueCorrupted
 from ...job import SHARD_BITS, STATE_CODE, State
 from ...retry import decide
 from ..types import UNIQUE_KEY_MIN_TTL, CorruptedJobQuarantined, Recovered
-from . import layout
+from . import layout, uniqueness
 from .access import (
     COUNTERS_KEY,
-    UNIQUE,
     ShardDbs,
     delete_job,
     fail_record,
@@ -230,19 +229,11 @@ def vacuum(shard: ShardDbs, cutoff: float, batch: int = 1000, *, now: float) -> 
 
 
 def forget_unique(shard: ShardDbs, now: float, ttl: float, batch: int = 1000) -> int:
-    """Drop unique keys used ``max(ttl, UNIQUE_KEY_MIN_TTL)`` seconds or more before ``now``: a key lives
-    a day at least, so that a periodic tick (which looks back less than that) stays enqueued once
-    whatever the result TTL. -> how many (at most ``batch``). A scan: unique keys are few (one per
-    periodic tick)."""
-    cutoff_us = micros(now - max(ttl, UNIQUE_KEY_MIN_TTL))
-
-    def txn_fn(txn: Any) -> int:
-        old = [k for k, v in txn.cursor(db=shard.unique) if UNIQUE.unpack(v)[1] <= cutoff_us][:batch]
-        for key in old:
-            txn.delete(key, db=shard.unique)
-        return len(old)
-
-    return shard.env.write(txn_fn)
+    """Drop the unique keys that hold nothing any more, and those (remembered or windows) used
+    ``max(ttl, UNIQUE_KEY_MIN_TTL)`` seconds or more before ``now``: a remembered key lives a day at least,
+    so that a periodic tick (which looks back less than that) stays enqueued once whatever the result TTL
+    (``uniqueness.forget``). -> how many (at most ``batch``)."""
+    return uniqueness.forget(shard, now, now - max(ttl, UNIQUE_KEY_MIN_TTL), batch)
 
 
 def purge(

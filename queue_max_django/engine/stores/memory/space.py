@@ -103,7 +103,9 @@ class Space:
         self.cancelled_left = 0  # such dead letters that left the failed state (removed, requeued)
         self.sequence = 0  # the last job id's sequence (job.py: max(previous + 1, now in µs))
         self.floor_us = 0  # the ready time of the last job put pending: FIFO when the clock steps back
-        self.unique: dict[bytes, tuple[int, int]] = {}  # unique key -> (job id, when it was used, µs)
+        # unique key -> (job id, when it was taken, µs; hold; window end, µs): uniqueness.py
+        self.unique: dict[bytes, tuple[int, int, int, int]] = {}
+        self.duplicates = [0, 0]  # duplicates ever skipped, replaced (uniqueness.py)
         self.cancels: dict[int, int] = {}  # job id -> when a cancel was requested (µs)
         self.samples: dict[int, Sample] = {}  # minute -> its sample
         self.limits: dict[str, bytes] = {}  # flowstate's packed values, as every store keeps them

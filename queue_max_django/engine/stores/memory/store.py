@@ -20,7 +20,7 @@ from ...forks import add_open_probe
 from ...job import Job, State
 from ...jobspec import JobSpec
 from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, Sample, StoreInfo
-from . import claims, reads, upkeep
+from . import claims, reads, uniqueness, upkeep
 from .control import MemoryControl, MemoryLocks
 from .hints import MemoryHints
 from .pauses import MemoryPauses
@@ -136,19 +136,21 @@ class MemoryStore:
     def enqueue(
         self, now: float, shard: int | None, batches: Sequence[NewJobs], durable: bool, connection: Any = None
     ) -> list[int]:
-        """Write ``batches`` at once. A batch with a unique key that was seen writes nothing and gets the
-        earlier job's id (``unique_hit``). -> the ids."""
+        """Write ``batches`` at once. A batch with a unique key that is held is decided by its rule
+        (``uniqueness.py``). -> the ids."""
         assert connection is None, "the memory store cannot write in a database transaction"
         now_us = micros(now)
         ids: list[int] = []
         with self.lock:
             space = self.space
+            uniqueness.refuse(space, batches, now_us)
             for batch in batches:
-                key = batch.unique_key
-                if key is not None and key in space.unique:
-                    batch.unique_hit = True
-                    ids.append(space.unique[key][0])
-                    continue
+                rule = batch.unique
+                if rule is not None:
+                    holder = uniqueness.decide(space, batch, rule, now_us)
+                    if holder is not None:
+                        ids.append(holder)
+                        continue
                 spec = batch.spec
                 ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
                 state = State.SCHEDULED if ready_us > now_us else State.PENDING
@@ -163,8 +165,8 @@ class MemoryStore:
                     space.add(row)
                     space.enqueued[spec.queue] += 1
                     ids.append(row.job_id)
-                if key is not None and batch.payloads:
-                    space.unique[key] = (ids[-1], now_us)
+                if rule is not None and batch.payloads:
+                    uniqueness.take(space, rule, ids[-1], now_us)
             if ids:
                 space.hint()
         return ids
@@ -345,6 +347,11 @@ class MemoryStore:
     def cancel_counts(self) -> tuple[int, int]:
         with self.lock:
             return self.space.cancelled, self.space.cancelled + self.space.cancelled_left
+
+    def unique_counts(self) -> tuple[int, int]:
+        with self.lock:
+            skipped, replaced = self.space.duplicates
+            return skipped, replaced
 
     def enqueued_totals(self) -> dict[str, int]:
         with self.lock:

@@ -9,6 +9,7 @@ from ...job import CORRUPTED, State
 from ...metadata import with_cancel_note
 from ...retry import decide
 from ..types import UNIQUE_KEY_MIN_TTL, Recovered
+from . import uniqueness
 from .space import CLAIM_ALONE_NEXT, CLAIM_BATCH, Row, Space, micros
 
 LEASE_EXPIRED = "LeaseExpired"
@@ -73,9 +74,7 @@ def recover_expired(space: Space, now: float) -> list[Recovered]:
 def vacuum(space: Space, now: float, cutoff: float, unique_ttl: float) -> int:
     """Delete done jobs finished at or before ``cutoff`` (their cancel marks with them); forget unique keys
     used at or before ``now - max(unique_ttl, UNIQUE_KEY_MIN_TTL)``. -> how many jobs."""
-    forget_us = micros(now - max(unique_ttl, UNIQUE_KEY_MIN_TTL))
-    for key in [key for key, (_id, used_us) in space.unique.items() if used_us <= forget_us]:
-        del space.unique[key]
+    uniqueness.forget(space, now, micros(now - max(unique_ttl, UNIQUE_KEY_MIN_TTL)))
     cutoff_us = micros(cutoff)
     removed = 0
     while space.done and space.done[0][0] <= cutoff_us:

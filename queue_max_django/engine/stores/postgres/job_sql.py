@@ -72,8 +72,6 @@ ENQUEUE_ONE = {
     for joined in (False, True)
 }
 
-UNIQUE = "INSERT INTO qm_unique (key, job_id, used_us) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING RETURNING 1"
-
 WORKERS = (
     f"CASE WHEN %(worker)s::text IS NULL THEN j.worker_ids ELSE {appended('j.worker_ids', '%(worker)s')} END"
 )

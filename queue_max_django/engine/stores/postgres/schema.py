@@ -32,7 +32,8 @@ from typing import Any
 from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
 
-SCHEMA_VERSION = 3  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses
+SCHEMA_VERSION = 4  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
+# 4: holds of unique keys (qm_unique.hold, until_us)
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -42,6 +43,8 @@ DONE_LEFT, FAILED_LEFT = -2, -3
 # Counter "states" of the dead letters that are cancels (error type ``job.CANCELLED``) now, and of those that
 # left the failed state since (``Store.cancel_counts``); the statements that move dead letters keep them.
 CANCELLED, CANCELLED_LEFT = -4, -5
+# Counter "states" of the duplicates a unique key skipped and replaced, ever (``Store.unique_counts``).
+DUPLICATES_SKIPPED, DUPLICATES_REPLACED = -6, -7
 IS_CANCEL = f"(error_type IS NOT DISTINCT FROM '{CANCELLED_TYPE}')::int"  # per row of dead letters: 1 or 0
 
 # State codes, as the LMDB store numbers them (job.STATES).
@@ -140,6 +143,10 @@ CREATE TABLE IF NOT EXISTS qm_unique (
     used_us bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS qm_unique_used ON qm_unique (used_us);
+-- Version 3: how a key is held (contract/uniqueness.py: 0 remembered, 1 started, 2 finished, 3 a window
+-- ending at until_us). A version 2 database's keys are remembered ones, the periodic ticks'.
+ALTER TABLE qm_unique ADD COLUMN IF NOT EXISTS hold smallint NOT NULL DEFAULT 0;
+ALTER TABLE qm_unique ADD COLUMN IF NOT EXISTS until_us bigint NOT NULL DEFAULT 0;
 
 CREATE TABLE IF NOT EXISTS qm_limits (
     key text PRIMARY KEY,

@@ -38,7 +38,7 @@ from ..types import (
     Sample,
     StoreInfo,
 )
-from . import cancels, history, job_sql, reads, schema, upkeep
+from . import cancels, history, job_sql, reads, schema, uniqueness, upkeep
 from .clock import ServerClock
 from .connection import PREPARE_THRESHOLD, Connections, display_url, savepoint
 from .control import PgControl
@@ -195,15 +195,15 @@ class PostgresStore:
     ) -> list[int]:
         """Write ``batches`` in ONE transaction: on ``connection`` (the caller's, inside its own
         transaction: the jobs commit or roll back with it) or on this thread's. A batch with a unique key
-        that was seen writes nothing and gets the earlier job's id (``unique_hit``). -> the ids."""
+        is decided by ``uniqueness.py``. -> the ids."""
         if connection is not None:
             with self.db.guard(connection, drop=False):
-                if len(batches) == 1 and batches[0].unique_key is None:
+                if len(batches) == 1 and batches[0].unique is None:
                     return self._enqueue_on(connection, now, batches, joined=True)
                 # Several statements: all or none (a savepoint inside the caller's transaction).
                 with savepoint(connection):
                     return self._enqueue_on(connection, now, batches, joined=True)
-        if len(batches) == 1 and batches[0].unique_key is None:
+        if len(batches) == 1 and batches[0].unique is None:
             conn = self.db.connection()  # one statement: its own transaction, one round trip
             with self.db.guard(conn):
                 return self._enqueue_on(conn, now, batches)
@@ -220,11 +220,12 @@ class PostgresStore:
             payloads = list(batch.payloads)
             if not payloads:
                 continue
-            key = batch.unique_key
-            if key is not None and execute(job_sql.UNIQUE, (key, now_us)).fetchone() is None:
-                batch.unique_hit = True  # seen: the earlier job's id, nothing written
-                ids.append(execute("SELECT job_id FROM qm_unique WHERE key = %s", (key,)).fetchone()[0])
-                continue
+            rule = batch.unique
+            if rule is not None:
+                holder = uniqueness.decide(self, execute, batch, rule, now_us)
+                if holder is not None:
+                    ids.append(holder)
+                    continue
             spec = batch.spec
             ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
             state = SCHEDULED if ready_us > now_us else PENDING
@@ -248,8 +249,8 @@ class PostgresStore:
             new, _sent, lead = execute(statement, params).fetchone()
             if lead:
                 self.hints.local()
-            if key is not None:
-                execute("UPDATE qm_unique SET job_id = %s WHERE key = %s", (new[0], key))
+            if rule is not None:
+                uniqueness.name(execute, rule, new[0])
             ids.extend(new)
         return ids
 
@@ -545,6 +546,10 @@ class PostgresStore:
 
     def cancel_counts(self) -> tuple[int, int]:
         return history.cancel_counts(self)
+
+    def unique_counts(self) -> tuple[int, int]:
+        skipped, replaced = self.one(uniqueness.COUNTS, None)
+        return int(skipped), int(replaced)
 
     def enqueued_totals(self) -> dict[str, int]:
         return history.enqueued_totals(self)

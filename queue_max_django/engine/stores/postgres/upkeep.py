@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ...job import CORRUPTED, STATE_CODE, State
 from ...retry import decide
 from ..types import UNIQUE_KEY_MIN_TTL, Recovered
-from . import cancels
+from . import cancels, uniqueness
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, micros
 from .schema import (
     CANCELLED,
@@ -145,20 +145,16 @@ gone AS (DELETE FROM qm_finished f USING old WHERE f.id = old.id RETURNING f.id,
 {tally(("gone", str(DONE), -1), ("gone", str(DONE_LEFT), 1))}
 SELECT count(*) FROM gone
 """
-_FORGET = """
-WITH old AS (SELECT key FROM qm_unique WHERE used_us <= %(cutoff)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
-DELETE FROM qm_unique u USING old WHERE u.key = old.key
-"""
 
 
 def vacuum(store: Statements, now: float, cutoff: float, unique_ttl: float) -> int:
     """Delete done jobs finished at or before ``cutoff`` (their cancel marks with them), and unique keys used
     more than ``max(unique_ttl, UNIQUE_KEY_MIN_TTL)`` ago, a batch per statement. -> how many jobs."""
-    forget = {"cutoff": micros(now - max(unique_ttl, UNIQUE_KEY_MIN_TTL)), "batch": BATCH}
+    forget = {"cutoff": micros(now - max(unique_ttl, UNIQUE_KEY_MIN_TTL)), "now": micros(now), "batch": BATCH}
     while True:
         conn = store.db.connection()
         with store.db.guard(conn):
-            if conn.execute(_FORGET, forget).rowcount < BATCH:
+            if conn.execute(uniqueness.VACUUM, forget).rowcount < BATCH:
                 break
     cancels.forget_orphans(store)
     total = 0
