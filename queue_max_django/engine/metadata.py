@@ -82,15 +82,18 @@ def with_cancel_note(stored: bytes | None, note: dict[str, Any]) -> bytes | None
 
 
 def keeping_cancel_note(stored: bytes | None, new: bytes | None) -> bytes | None:
-    """``new`` metadata (a holder's save) with the cancel note ``stored`` holds, if any: the note is the
-    store's (written by ``cancel``), so a task that saves its own metadata never erases who cancelled it."""
+    """``new`` metadata (a holder's save) with the store's own keys ``stored`` holds, if any: the cancel note
+    (written by ``cancel``) and a workflow node's link (``workflows.WORKFLOW_KEY``), so a task that saves its
+    own metadata never erases who cancelled it, nor the workflow it belongs to."""
     from .job import CANCEL_KEY
+    from .workflows import WORKFLOW_KEY
 
-    if stored is None or CANCEL_KEY.encode() not in stored:
+    if stored is None or (CANCEL_KEY.encode() not in stored and WORKFLOW_KEY.encode() not in stored):
         return new
     try:
-        note = unpack_metadata(stored).get(CANCEL_KEY)
-        return new if note is None else pack_metadata({**unpack_metadata(new), CANCEL_KEY: note})
+        old = unpack_metadata(stored)
+        kept = {key: old[key] for key in (CANCEL_KEY, WORKFLOW_KEY) if key in old}
+        return new if not kept else pack_metadata({**unpack_metadata(new), **kept})
     except (ValueError, InvalidMetadata):
         return new
 

@@ -24,6 +24,7 @@ from . import claims, reads, upkeep
 from .control import MemoryControl, MemoryLocks
 from .hints import MemoryHints
 from .space import Row, Space, micros, ready_key
+from .workflows import MemoryWorkflows
 
 _SPACES: dict[str, Space] = {}  # the named stores of this process
 _SPACES_LOCK = threading.Lock()
@@ -91,6 +92,7 @@ class MemoryStore:
         self.hints = MemoryHints(self.space)
         self.control = MemoryControl(self.space, self.clock)
         self.locks = MemoryLocks(self.space, self.clock)
+        self.workflows = MemoryWorkflows(self.space)
         _OPEN.add(self)
 
     @property

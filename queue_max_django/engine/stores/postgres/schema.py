@@ -31,8 +31,9 @@ from typing import Any
 
 from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
+from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 
-SCHEMA_VERSION = 2  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples
+SCHEMA_VERSION = 3  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: workflows
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -49,7 +50,7 @@ PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 
 TABLES: tuple[str, ...] = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
-    "qm_locks", "qm_workers", "qm_samples", "qm_cancels",
+    "qm_locks", "qm_workers", "qm_samples", "qm_cancels", *WORKFLOW_TABLES,
 )  # fmt: skip
 
 DDL = f"""
@@ -187,6 +188,11 @@ CREATE TABLE IF NOT EXISTS qm_cancels (
 );
 """
 
+# Version 3: workflows, their nodes, and the triggers that settle a node (workflow_schema.py).
+WORKFLOW_DDL = workflow_ddl(PENDING, SCHEDULED, DONE, TOTAL, "queue_max").replace(
+    "@CANCELLED@", f"'{CANCELLED_TYPE}'"
+)
+
 
 def create(conn: Any) -> None:
     """Create the store's tables in ``conn``'s database if they are not there (one transaction), and
@@ -200,6 +206,7 @@ def create(conn: Any) -> None:
                 f"version of queue_max_django reads ({SCHEMA_VERSION}): upgrade queue_max_django"
             )
         conn.execute(DDL)
+        conn.execute(WORKFLOW_DDL)
         conn.execute(
             "INSERT INTO qm_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = %s",
             (str(SCHEMA_VERSION), str(SCHEMA_VERSION)),
@@ -220,3 +227,4 @@ def drop(conn: Any) -> None:
     with conn.transaction():
         conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES) + " CASCADE")
         conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal")
+        conn.execute("DROP FUNCTION IF EXISTS " + ", ".join(FUNCTIONS))

@@ -47,6 +47,7 @@ from .hints import PgHints
 from .rows import CLAIMED_COLUMNS, as_claimed, micros, pack_key
 from .schema import PENDING, RUNNING, SCHEDULED
 from .sql import FOLD_JOURNAL, slot
+from .workflows import PgWorkflows
 
 VACUUM_CHECK_INTERVAL = 30.0  # seconds between maintain()'s looks at the dead rows of the churned tables
 
@@ -137,6 +138,7 @@ class PostgresStore:
         self.hints = PgHints(self.db.connect, listen=listen, notify=notify, poll_interval=poll_interval)
         self.control = PgControl(self.db, self.clock)
         self.locks = PgCoordination(self.db, self.clock)
+        self.workflows = PgWorkflows(self)
 
     def params(self, **params: Any) -> dict[str, Any]:
         params["slot"] = slot()

@@ -1,0 +1,346 @@
+"""The LMDB store's workflows (``engine/workflows.py`` says what a workflow is).
+
+A workflow lives in one shard, with its jobs: its id is a job id of that shard (the shard's sequence, so
+``job.shard_of`` finds it), and its nodes are entries of the shard's ``workflows`` database, so settling a
+node is part of the one write transaction of that shard that ended its job (``ended``, called by
+``access.index_job``/``access.delete_job`` and the inlined ``Shard._complete``).
+
+Keys of the ``workflows`` database: ``b"W" + id`` -> [created µs, nodes, cancelled]; ``b"N" + id + index``
+-> a node (``Node.packed``). A wide workflow therefore runs on one shard's writer: its jobs are claimed by
+every worker, but each completion of one of them waits for that shard's write lock (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+from ... import workflows as wf
+from ...cancels import CancelOutcome
+from ...job import CORRUPTED, shard_of
+from ...metadata import with_cancel_note
+from .access import (
+    COUNTERS_KEY,
+    PUT_COUNTERS,
+    ShardDbs,
+    delete_job,
+    index_job,
+    load_record,
+    put_counters,
+    store_record,
+    tally,
+    unindex_job,
+)
+from .keys import id_key, micros
+from .layout import (
+    DONE,
+    F_ERROR,
+    F_ERROR_TYPE,
+    F_FINISHED_AT,
+    F_METADATA,
+    F_READY_AT,
+    F_RESULT,
+    F_RETRIES,
+    F_STARTED_AT,
+    F_STATE,
+    F_TRACEBACK,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SCHEDULED,
+)
+from .newrecords import NewRecords
+
+_NODE = struct.Struct(">QI")
+_WHEN = struct.Struct(">Q")
+
+
+def _head_key(workflow_id: int) -> bytes:
+    return b"W" + id_key(workflow_id)
+
+
+def _node_key(workflow_id: int, index: int) -> bytes:
+    return b"N" + _NODE.pack(workflow_id, index)
+
+
+def _pack(value: Any) -> bytes:
+    return bytes(msgpack.packb(value, use_bin_type=True))
+
+
+def _unpack(raw: bytes) -> Any:
+    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+
+
+class LmdbGraph:
+    """``workflows.Graph`` over one workflow's nodes, in an open write transaction of its shard."""
+
+    def __init__(self, shard: Any, txn: Any, workflow_id: int, now_us: int) -> None:
+        self.shard, self.txn, self.workflow_id, self.now_us = shard, txn, workflow_id, now_us
+        self.db = shard.workflows
+
+    def node(self, index: int) -> wf.Node:
+        return wf.Node.unpacked(_unpack(self.txn.get(_node_key(self.workflow_id, index), db=self.db)))
+
+    def save(self, index: int, node: wf.Node) -> None:
+        self.txn.put(_node_key(self.workflow_id, index), _pack(node.packed()), db=self.db)
+
+    def release(self, index: int, node: wf.Node) -> int:
+        assert node.payload is not None and node.spec is not None
+        self.shard.released = True  # the store hints once the transaction committed
+        return write_job(self.shard, self.txn, self.now_us, self.workflow_id, index, node.payload, node.spec)
+
+
+def write_job(
+    shard: Any, txn: Any, now_us: int, workflow_id: int, index: int, payload: bytes, fields: list[Any]
+) -> int:
+    """A node's job, pending now behind the jobs waiting in its shard, counted as a put (the shard's
+    counters written without the put's room check: a finishing transaction is never refused for room)."""
+    spec = wf.spec_of(fields)
+    spec.metadata = wf.node_metadata(spec, workflow_id, index)
+    parts = NewRecords(spec)
+    sequence, total, floor = put_counters(txn.get(COUNTERS_KEY, db=shard.jobs))
+    ready_us = floor = floor if floor > now_us else now_us
+    sequence = sequence + 1 if sequence >= now_us else now_us
+    job_id: int = shard._write_one(txn, now_us, sequence, payload, parts, False, ready_us)
+    tally(shard, txn, parts.queue_bytes, 0, 1, 1)
+    txn.put(COUNTERS_KEY, PUT_COUNTERS.pack(sequence, total + 1, floor), db=shard.jobs)
+    return job_id
+
+
+def ended(shard: Any, txn: Any, record: list[Any]) -> None:
+    """The job ``record`` (a node's: its metadata holds the mark) just ended, or is being deleted while it
+    waited: settle its node in this transaction. Its time is the job's end, or for a removal (which is
+    given none) the shard's latest put time, never the wall clock."""
+    now_us = record[F_FINISHED_AT]
+    if now_us is None:
+        now_us = put_counters(txn.get(COUNTERS_KEY, db=shard.jobs))[2]
+    found = wf.node_of(record[F_METADATA])
+    if found is None:
+        return
+    workflow_id, index = found
+    if txn.get(_head_key(workflow_id), db=shard.workflows) is None:
+        return  # forgotten, or a job whose metadata was copied from a node's
+    state = record[F_STATE]
+    if state == DONE:
+        outcome, result, error = wf.NodeState.SUCCEEDED, record[F_RESULT], None
+    elif state == FAILED:
+        outcome, result, error = wf.ending(True, record[F_ERROR_TYPE]), None, record[F_ERROR]
+    else:
+        outcome, result, error = wf.NodeState.CANCELLED, None, "cancelled: its job was removed"
+    wf.settle(LmdbGraph(shard, txn, workflow_id, now_us), index, outcome, result, error)
+
+
+def put(shard: Any, now: float, nodes: Sequence[wf.NewNode]) -> int:
+    now_us = micros(now)
+    stored = wf.new_nodes(nodes)
+
+    def txn_fn(txn: Any) -> int:
+        workflow_id: int
+        raw = txn.get(COUNTERS_KEY, db=shard.jobs)
+        sequence, total, floor = put_counters(raw)
+        sequence = sequence + 1 if sequence >= now_us else now_us
+        workflow_id = sequence << 8 | shard.index
+        shard._count_puts(txn, sequence, total, floor, len(stored))  # the room check, as a put's
+        txn.put(_head_key(workflow_id), _pack([now_us, len(stored), False]), db=shard.workflows)
+        graph = LmdbGraph(shard, txn, workflow_id, now_us)
+        for at, node in enumerate(stored):
+            if not node.parents:
+                node.job_id = graph.release(at, node)
+                node.state, node.payload, node.spec = wf.NodeState.QUEUED, None, None
+            graph.save(at, node)
+        return workflow_id
+
+    return int(shard.env.write(txn_fn))
+
+
+def _nodes(shard: Any, txn: Any, workflow_id: int, count: int) -> list[wf.Node]:
+    graph = LmdbGraph(shard, txn, workflow_id, 0)
+    return [graph.node(at) for at in range(count)]
+
+
+def get(shard: Any, workflow_id: int) -> wf.WorkflowInfo | None:
+    def txn_fn(txn: Any) -> wf.WorkflowInfo | None:
+        raw = txn.get(_head_key(workflow_id), db=shard.workflows)
+        if raw is None:
+            return None
+        created_us, count, cancelled = _unpack(raw)
+        return wf.info(workflow_id, created_us / 1_000_000, cancelled, _nodes(shard, txn, workflow_id, count))
+
+    return shard.env.read(txn_fn)  # type: ignore[no-any-return]
+
+
+def results(shard: Any, workflow_id: int, indexes: Sequence[int]) -> list[bytes | None]:
+    def txn_fn(txn: Any) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for at in indexes:
+            raw = txn.get(_node_key(workflow_id, at), db=shard.workflows) if at >= 0 else None
+            out.append(None if raw is None else wf.Node.unpacked(_unpack(raw)).result)
+        return out
+
+    return shard.env.read(txn_fn)  # type: ignore[no-any-return]
+
+
+def cancel(shard: Any, now: float, workflow_id: int, by: str | None) -> int:
+    now_us = micros(now)
+
+    def txn_fn(txn: Any) -> int:
+        raw = txn.get(_head_key(workflow_id), db=shard.workflows)
+        if raw is None:
+            return 0
+        created_us, count, _ = _unpack(raw)
+        txn.put(_head_key(workflow_id), _pack([created_us, count, True]), db=shard.workflows)
+        graph = LmdbGraph(shard, txn, workflow_id, now_us)
+        reached = 0
+        for at in range(count):
+            node = graph.node(at)
+            if node.state is wf.NodeState.WAITING:
+                wf.settle(graph, at, wf.NodeState.CANCELLED, None, "cancelled: the workflow was cancelled")
+                reached += 1
+            elif node.state is wf.NodeState.QUEUED and node.job_id is not None:
+                reached += _cancel_job(shard, txn, now_us, node.job_id, by) is not CancelOutcome.FINISHED
+        return reached
+
+    return int(shard.env.write(txn_fn))
+
+
+def _cancel_job(shard: ShardDbs, txn: Any, now_us: int, job_id: int, by: str | None) -> CancelOutcome:
+    """``manage.cancel`` inside this transaction (a record that does not decode is left to the next
+    operation that meets it)."""
+    record = load_record(shard, txn, job_id)
+    if record is None:
+        return CancelOutcome.FINISHED
+    if record[F_STATE] in (PENDING, SCHEDULED):
+        delete_job(shard, txn, job_id, record)  # settles the node (cancelled)
+        return CancelOutcome.REMOVED
+    if record[F_STATE] == RUNNING:
+        txn.put(id_key(job_id), _WHEN.pack(now_us), db=shard.cancels)
+        record[F_METADATA] = with_cancel_note(record[F_METADATA], {"by": by, "at": now_us / 1_000_000})
+        store_record(shard, txn, job_id, record)
+        return CancelOutcome.REQUESTED
+    return CancelOutcome.FINISHED
+
+
+def retry_failed(shard: Any, now: float, workflow_id: int) -> int:
+    now_us = micros(now)
+
+    def txn_fn(txn: Any) -> int:
+        raw = txn.get(_head_key(workflow_id), db=shard.workflows)
+        if raw is None:
+            return 0
+        graph = LmdbGraph(shard, txn, workflow_id, now_us)
+        nodes = _nodes(shard, txn, workflow_id, _unpack(raw)[1])
+
+        def requeue(at: int, node: wf.Node) -> bool:
+            assert node.job_id is not None
+            record = load_record(shard, txn, node.job_id)
+            if record is None or record[F_STATE] != FAILED or record[F_ERROR_TYPE] == CORRUPTED:
+                return False
+            unindex_job(shard, txn, node.job_id, record)
+            record[F_STATE], record[F_RETRIES], record[F_READY_AT] = PENDING, 0, now_us
+            record[F_STARTED_AT] = record[F_FINISHED_AT] = None
+            record[F_ERROR] = record[F_ERROR_TYPE] = record[F_TRACEBACK] = None
+            index_job(shard, txn, node.job_id, record)
+            store_record(shard, txn, node.job_id, record)
+            txn.delete(id_key(node.job_id), db=shard.cancels)
+            shard.released = True
+            return True
+
+        changed = wf.reopen(nodes, requeue)
+        for at in changed:
+            graph.save(at, nodes[at])
+        return len(changed)
+
+    return int(shard.env.write(txn_fn))
+
+
+def forget(shard: Any, now: float, cutoff: float, batch: int = 1000) -> int:
+    """Drop ended workflows put at or before ``cutoff``, ``batch`` heads a transaction."""
+    cutoff_us = micros(cutoff)
+    start = b"W"
+    gone = 0
+    while True:
+
+        def txn_fn(txn: Any, start: bytes = start) -> tuple[int, bytes | None]:
+            cursor = txn.cursor(db=shard.workflows)
+            dropped, seen = 0, 0
+            if not cursor.set_range(start):
+                return 0, None
+            while seen < batch:
+                key = bytes(cursor.key())
+                if not key.startswith(b"W"):
+                    return dropped, None
+                seen += 1
+                workflow_id = int.from_bytes(key[1:], "big")
+                created_us, count, _ = _unpack(cursor.value())
+                if created_us <= cutoff_us:
+                    nodes = _nodes(shard, txn, workflow_id, count)
+                    if all(node.state in wf.ENDED for node in nodes):
+                        for at in range(count):
+                            txn.delete(_node_key(workflow_id, at), db=shard.workflows)
+                        txn.delete(key, db=shard.workflows)
+                        dropped += 1
+                        if not cursor.set_range(key):
+                            return dropped, None
+                        continue
+                if not cursor.next():
+                    return dropped, None
+            return dropped, bytes(cursor.key())
+
+        dropped, following = shard.env.write(txn_fn)
+        gone += int(dropped)
+        if following is None:
+            return gone
+        start = following
+
+
+class LmdbWorkflows:
+    """``WorkflowOps`` of the LMDB store: each workflow on the shard its id names."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def _shard(self, workflow_id: int) -> Any | None:
+        index = shard_of(workflow_id)
+        return self.store._shards[index] if index < self.store.shards else None
+
+    def hint(self, shard: Any) -> None:
+        """After a transaction of ``shard`` committed: if it released a node, wake the consumers."""
+        if shard.released:
+            shard.released = False
+            self.store.hints.notify(shard.index)
+
+    def put(self, now: float, shard: int, nodes: Sequence[wf.NewNode], connection: Any = None) -> int:
+        one = self.store._shards[shard]
+        workflow_id = put(one, now, nodes)
+        self.hint(one)
+        return workflow_id
+
+    def get(self, now: float, workflow_id: int) -> wf.WorkflowInfo | None:
+        one = self._shard(workflow_id)
+        return None if one is None else get(one, workflow_id)
+
+    def results(self, workflow_id: int, indexes: Sequence[int]) -> list[bytes | None]:
+        one = self._shard(workflow_id)
+        return [None] * len(indexes) if one is None else results(one, workflow_id, indexes)
+
+    def cancel(self, now: float, workflow_id: int, by: str | None = None) -> int:
+        one = self._shard(workflow_id)
+        if one is None:
+            return 0
+        reached = cancel(one, now, workflow_id, by)
+        self.hint(one)
+        return reached
+
+    def retry_failed(self, now: float, workflow_id: int) -> int:
+        one = self._shard(workflow_id)
+        if one is None:
+            return 0
+        started = retry_failed(one, now, workflow_id)
+        self.hint(one)
+        return started
+
+    def forget(self, now: float, cutoff: float) -> int:
+        return sum(forget(one, now, cutoff) for one in self.store._shards)
