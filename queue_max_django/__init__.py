@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .periodic import periodic_task
     from .results import JobMismatch, JobNotCommitted, JobNotFound, JobResult, JobStatus
     from .tasks import retryable_task, task
+    from .workflows import Workflow, WorkflowResult, chain, chord, group
 
 __all__ = [
     "Cancelled",
@@ -31,7 +32,12 @@ __all__ = [
     "NoCurrentJob",
     "Permanent",
     "Retry",
+    "Workflow",
+    "WorkflowResult",
+    "chain",
+    "chord",
     "current_job",
+    "group",
     "periodic_task",
     "retryable_task",
     "task",
@@ -52,6 +58,11 @@ _LAZY = {
     "current_job": "context",
     "JobContext": "context",
     "NoCurrentJob": "context",
+    "chain": "workflows",
+    "group": "workflows",
+    "chord": "workflows",
+    "Workflow": "workflows",
+    "WorkflowResult": "workflows",
 }
 
 

@@ -193,15 +193,16 @@ def cancel(shard: Any, now: float, workflow_id: int, by: str | None) -> int:
         created_us, count, _ = _unpack(raw)
         txn.put(_head_key(workflow_id), _pack([created_us, count, True]), db=shard.workflows)
         graph = LmdbGraph(shard, txn, workflow_id, now_us)
-        reached = 0
+        live = sum(node.state not in wf.ENDED for node in _nodes(shard, txn, workflow_id, count))
+        requested = 0
         for at in range(count):
             node = graph.node(at)
             if node.state is wf.NodeState.WAITING:
                 wf.settle(graph, at, wf.NodeState.CANCELLED, None, "cancelled: the workflow was cancelled")
-                reached += 1
             elif node.state is wf.NodeState.QUEUED and node.job_id is not None:
-                reached += _cancel_job(shard, txn, now_us, node.job_id, by) is not CancelOutcome.FINISHED
-        return reached
+                requested += _cancel_job(shard, txn, now_us, node.job_id, by) is CancelOutcome.REQUESTED
+        still = sum(node.state not in wf.ENDED for node in _nodes(shard, txn, workflow_id, count))
+        return live - still + requested
 
     return int(shard.env.write(txn_fn))
 

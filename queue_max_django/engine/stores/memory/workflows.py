@@ -113,17 +113,14 @@ def cancel(space: Space, now: float, workflow_id: int, by: str | None) -> int:
         return 0
     stored.cancelled = True
     graph = MemoryGraph(space, workflow_id, micros(now))
-    reached = 0
+    live = sum(node.state not in wf.ENDED for node in stored.nodes)
+    requested = 0
     for at, node in enumerate(stored.nodes):
         if node.state is wf.NodeState.WAITING:
             wf.settle(graph, at, wf.NodeState.CANCELLED, None, "cancelled: the workflow was cancelled")
-            reached += 1
         elif node.state is wf.NodeState.QUEUED and node.job_id is not None:
-            reached += cancel_job(space, now, node.job_id, by) in (
-                CancelOutcome.REMOVED,
-                CancelOutcome.REQUESTED,
-            )
-    return reached
+            requested += cancel_job(space, now, node.job_id, by) is CancelOutcome.REQUESTED
+    return live - sum(node.state not in wf.ENDED for node in stored.nodes) + requested
 
 
 def retry_failed(space: Space, now: float, workflow_id: int) -> int:

@@ -66,8 +66,9 @@ mark AS (INSERT INTO qm_cancels (job_id, requested_us)
 note AS (UPDATE qm_jobs SET metadata = coalesce(metadata, '{{}}'::jsonb) || jsonb_build_object(
              '{CANCEL_KEY}', jsonb_build_object('by', %(by)s::text, 'at', %(now)s::float8 / 1000000))
          WHERE id = %(id)s AND state = {RUNNING} AND coalesce(jsonb_typeof(metadata), 'object') = 'object')
-SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM mark)
+SELECT (SELECT count(*) FROM mark)
 """
+_LIVE = "SELECT count(*) FROM qm_workflow_nodes WHERE workflow_id = %s AND state IN ('waiting', 'queued')"
 
 _FORGET = """
 DELETE FROM qm_workflows w WHERE w.id IN (
@@ -170,22 +171,16 @@ class PgWorkflows:
                 "ORDER BY idx FOR UPDATE",
                 (workflow_id,),
             ).fetchall()
-            reached = 0
+            live = _LIVE
+            before = conn.execute(live, (workflow_id,)).fetchone()[0]
+            requested = 0
             for idx, state, job_id in rows:
                 if state == wf.NodeState.WAITING:
-                    now_state = conn.execute(
-                        "SELECT state FROM qm_workflow_nodes WHERE workflow_id = %s AND idx = %s",
-                        (workflow_id, idx),
-                    ).fetchone()[0]
-                    if now_state == wf.NodeState.WAITING:
-                        conn.execute(
-                            _SETTLE, (workflow_id, idx, "cancelled: the workflow was cancelled", now_us)
-                        )
-                        reached += 1
+                    conn.execute(_SETTLE, (workflow_id, idx, "cancelled: the workflow was cancelled", now_us))
                 elif state == wf.NodeState.QUEUED and job_id is not None:
                     params = self.store.params(id=job_id, now=now_us, by=by)
-                    reached += int(conn.execute(_CANCEL_JOB, params).fetchone()[0] > 0)
-            return reached
+                    requested += int(conn.execute(_CANCEL_JOB, params).fetchone()[0])
+            return int(before - conn.execute(live, (workflow_id,)).fetchone()[0] + requested)
 
     def retry_failed(self, now: float, workflow_id: int) -> int:
         from .upkeep import _REQUEUE
