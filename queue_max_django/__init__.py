@@ -6,7 +6,7 @@ without Django. The everyday names are loaded on first access: the decorators (`
 ``periodic_task``), what a task raises to steer its retries (``Permanent``, ``Retry``) or to stop when it was
 cancelled (``Cancelled``), and the handle of an enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``,
 ``JobMismatch``, ``JobNotCommitted``), and the running job's context (``current_job``, ``JobContext``,
-``NoCurrentJob``).
+``NoCurrentJob``), and workflows of tasks (``chain``, ``group``, ``chord``, ``Workflow``, ``WorkflowResult``).
 """
 
 from __future__ import annotations
