@@ -25,7 +25,8 @@ from .engine.workflowing import Step
 from .engine.workflows import MAX_NODES, InvalidWorkflow, NodeInfo, NodeState, Status, WorkflowInfo, plan
 from .results import JobResult
 from .runner import run_now
-from .signals import in_callers_transaction
+from .signals import in_callers_transaction, workflow_finished
+from .workflow_ends import announce
 from .workflow_inputs import AFTER_KEY
 
 __all__ = ["MAX_NODES", "InvalidWorkflow", "Signature", "Workflow", "WorkflowNotFound", "WorkflowResult",
@@ -316,8 +317,13 @@ class WorkflowResult:
         return self
 
     def cancel(self, *, by: str | None = None) -> int:
-        """Cancel the nodes that wait; a running one gets a cancel request. -> how many nodes."""
-        return get_queue().workflows.cancel(self._id, by=by)
+        """Cancel the nodes that wait; a running one gets a cancel request. -> how many nodes. A workflow
+        this ends (nothing of it ran) is signalled here (``signals.workflow_finished``)."""
+        queue = get_queue()
+        reached = queue.workflows.cancel(self._id, by=by)
+        if workflow_finished.receivers:
+            announce(queue.workflows.status(self._id), self._id)
+        return reached
 
     def retry_failed(self) -> int:
         """The dead-lettered nodes and what waits on them start again. -> how many nodes."""

@@ -13,7 +13,7 @@ from . import codec
 from .options import PutOptions
 from .putting import Putter, joined
 from .stores.base import Store
-from .workflows import MAX_NODES, InvalidWorkflow, NewNode, WorkflowInfo
+from .workflows import MAX_NODES, InvalidWorkflow, NewNode, Status, WorkflowInfo
 
 
 class WorkflowOwner(Protocol):
@@ -86,6 +86,14 @@ class QueueWorkflows:
     def get(self, workflow_id: int) -> WorkflowInfo | None:
         """The workflow and its nodes, or None."""
         return self._queue._live().workflows.get(self._queue._clock(), workflow_id)
+
+    def status(self, workflow_id: int) -> Status | None:
+        """The workflow's status, from the counts the store keeps with it (no walk of its nodes)."""
+        return self._queue._live().workflows.status(workflow_id)
+
+    def counts(self) -> dict[str, int]:
+        """Workflows stored per status (``running``, ``succeeded``, ``failed``, ``cancelled``)."""
+        return self._queue._live().workflows.counts()
 
     def results(self, workflow_id: int, indexes: Sequence[int]) -> list[Any]:
         """The results of the nodes ``indexes`` (None for a node that has not succeeded)."""

@@ -142,6 +142,16 @@ class WorkflowInfo:
         return Status.SUCCEEDED
 
 
+def status_of(live: int, bad: int, cancelled: bool) -> Status:
+    """A workflow's status from the counts a store keeps of it: its nodes that have not ended (``live``)
+    and those that failed or were cancelled (``bad``), and whether someone cancelled it."""
+    if live > 0:
+        return Status.RUNNING
+    if cancelled:
+        return Status.CANCELLED
+    return Status.FAILED if bad > 0 else Status.SUCCEEDED
+
+
 def plan(names: Sequence[str], parents: Sequence[Sequence[str]]) -> list[int]:
     """Check a graph given by node names and, for each, its parents' names, and order it: -> the nodes'
     positions in an order where each parent comes before its children (stable: the given order where it
@@ -257,6 +267,10 @@ class Graph(Protocol):
         id."""
         ...
 
+    def ended(self, state: NodeState) -> None:
+        """One more node of the workflow ended, in ``state`` (the store keeps count: ``status_of``)."""
+        ...
+
 
 def settle(graph: Graph, index: int, state: NodeState, result: bytes | None, error: str | None) -> int:
     """In the transaction that ended node ``index`` (``state``: how), record it and release or cancel the
@@ -269,6 +283,7 @@ def settle(graph: Graph, index: int, state: NodeState, result: bytes | None, err
         if node.state in ENDED:
             continue  # ended before (a job removed after the workflow's cancel): settled once only
         node.state, node.result, node.error = state, result, error
+        graph.ended(state)
         if node.job_id is not None:
             node.payload = node.spec = (
                 None  # kept by a node cancelled before it had a job: a retry needs them

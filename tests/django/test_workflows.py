@@ -169,3 +169,73 @@ def test_bad_input_is_refused_before_anything_is_stored(store: None, monkeypatch
 def test_a_step_alone_is_a_workflow_of_one(immediate: None) -> None:
     result = w.wf_add.s(2, 3).delay()
     assert result.status == "succeeded" and result.results[0] == 5
+
+
+def test_workflow_finished_is_signalled_once_the_last_node_ends(store: None) -> None:
+    from queue_max_django.signals import workflow_finished
+
+    seen: list[tuple[str, str]] = []
+
+    def receiver(sender: None, workflow_id: str, status: str, **kwargs: object) -> None:
+        seen.append((workflow_id, status))
+
+    workflow_finished.connect(receiver)
+    try:
+        ok = chain(w.wf_add.s(1), w.wf_add.s(2)).delay()
+        bad = chain(w.wf_boom.si(), w.wf_add.s(2)).delay()
+        drain()
+        waiting = chain(w.wf_add.s(1), w.wf_add.s(2)).delay()
+        waiting.cancel()
+    finally:
+        workflow_finished.disconnect(receiver)
+    assert sorted(seen) == sorted([(ok.id, "succeeded"), (bad.id, "failed"), (waiting.id, "cancelled")])
+
+
+def test_the_metrics_count_workflows_by_status(queue_max: Configure) -> None:
+    pytest.importorskip("prometheus_client")
+    from queue_max_django.metrics import render
+    from tests.django.test_metrics import samples, value
+
+    with queue_max():
+        chain(w.wf_add.s(1), w.wf_add.s(2)).delay()
+        chain(w.wf_boom.si(), w.wf_add.s(2)).delay()
+        drain()
+        chain(w.wf_add.s(1)).delay()
+        found = samples(render(get_queue())[0].decode())
+    assert value(found, "queue_max_workflows", status="succeeded") == 1
+    assert value(found, "queue_max_workflows", status="failed") == 1
+    assert value(found, "queue_max_workflows", status="running") == 1
+    assert value(found, "queue_max_workflows", status="cancelled") == 0
+
+
+def test_queue_workflow_shows_the_nodes_and_queue_show_names_the_workflow(store: None) -> None:
+    import json
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    wf = Workflow().add("fetch", w.wf_add.s(1, 1)).add("report", w.wf_add.s(5), after=["fetch"])
+    result = wf.delay()
+    out = StringIO()
+    call_command("queue_workflow", result.id, stdout=out)
+    text = out.getvalue()
+    assert f"workflow {result.id}: running" in text
+    assert "fetch   queued" in text and "report  waiting on parents" in text
+    drain()
+    out = StringIO()
+    call_command("queue_workflow", result.id, "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    assert data["status"] == "succeeded" and data["workflow_id"] == result.id
+    assert [(n["name"], n["state"], n["job_state"], n["parents"]) for n in data["nodes"]] == [
+        ("fetch", "succeeded", "done", []),
+        ("report", "succeeded", "done", ["fetch"]),
+    ]
+    report_job = data["nodes"][1]["job_id"]
+    out = StringIO()
+    call_command("queue_show", report_job, stdout=out)
+    assert f"\nworkflow       {result.id}, node 1 (manage.py queue_workflow {result.id})\n" in out.getvalue()
+    out = StringIO()
+    call_command("queue_show", report_job, "--json", stdout=out)
+    assert json.loads(out.getvalue())["workflow"] == {"workflow_id": result.id, "node": 1}
+    with pytest.raises(CommandError, match="no workflow 12345 is stored"):
+        call_command("queue_workflow", "12345")

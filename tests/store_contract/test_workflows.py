@@ -225,6 +225,29 @@ def test_retry_failed_starts_the_failed_nodes_and_what_waits_on_them_again(store
     assert store.workflows.retry_failed(T0 + 5, workflow_id) == 0
 
 
+@pytest.mark.sc_workflow_get
+@pytest.mark.sc_workflow_counts
+def test_status_and_counts_follow_the_nodes_as_they_end(store: Store) -> None:
+    assert store.workflows.status(999) is None
+    assert store.workflows.counts() == {"running": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
+    ok = graph(store, {"a": [], "b": ["a"]})
+    bad = graph(store, {"c": [], "d": ["c"]})
+    gone = graph(store, {"e": ["f"], "f": []})
+    assert store.workflows.counts() == {"running": 3, "succeeded": 0, "failed": 0, "cancelled": 0}
+    run(store, T0, "a")
+    failing(store, T0, "c")
+    assert store.workflows.status(bad) is Status.FAILED
+    assert store.workflows.status(ok) is Status.RUNNING
+    store.workflows.cancel(T0, gone)
+    run(store, T0, "b")
+    assert store.workflows.status(ok) is Status.SUCCEEDED
+    assert store.workflows.counts() == {"running": 0, "succeeded": 1, "failed": 1, "cancelled": 1}
+    assert store.workflows.retry_failed(T0, bad) == 2
+    assert store.workflows.status(bad) is Status.RUNNING
+    for workflow_id in (ok, bad, gone):
+        assert store.workflows.status(workflow_id) is info(store, workflow_id).status
+
+
 @pytest.mark.sc_workflow_forget
 def test_forget_drops_ended_workflows_only(store: Store) -> None:
     done = graph(store, {"a": []})

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ...workflows import NewNode, WorkflowInfo
+from ...workflows import NewNode, Status, WorkflowInfo
 
 
 class WorkflowOps(Protocol):
@@ -48,6 +48,15 @@ class WorkflowOps(Protocol):
     def get(self, now: float, workflow_id: int) -> WorkflowInfo | None:
         """The workflow and its nodes in order (name, state, job id once it has one, parents, ``always``,
         the error of a failed or cancelled node); None if there is none of that id. [sc_workflow_get]"""
+
+    def status(self, workflow_id: int) -> Status | None:
+        """The workflow's status (``WorkflowInfo.status``) from counts the store keeps with it, never a walk
+        of its nodes: what a process reads each time one of its nodes ends (the signal of a workflow's end);
+        None if there is none of that id. [sc_workflow_get]"""
+
+    def counts(self) -> dict[str, int]:
+        """Workflows stored per status (every ``Status`` value a key), for the metrics. A walk of the
+        workflows (not of their nodes, where a store keeps counts per workflow). [sc_workflow_counts]"""
 
     def results(self, workflow_id: int, indexes: Sequence[int]) -> list[bytes | None]:
         """The packed results of the nodes ``indexes`` that succeeded (None for any other, or an unknown

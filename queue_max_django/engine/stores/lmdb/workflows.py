@@ -5,9 +5,11 @@ A workflow lives in one shard, with its jobs: its id is a job id of that shard (
 node is part of the one write transaction of that shard that ended its job (``ended``, called by
 ``access.index_job``/``access.delete_job`` and the inlined ``Shard._complete``).
 
-Keys of the ``workflows`` database: ``b"W" + id`` -> [created µs, nodes, cancelled]; ``b"N" + id + index``
--> a node (``Node.packed``). A wide workflow therefore runs on one shard's writer: its jobs are claimed by
-every worker, but each completion of one of them waits for that shard's write lock (docs/architecture.md).
+Keys of the ``workflows`` database: ``b"W" + id`` -> its head, [created µs, nodes, cancelled, nodes not
+ended, nodes failed or cancelled] (the last two kept by each settling, so its status is one read);
+``b"N" + id + index`` -> a node (``Node.packed``). A wide workflow therefore runs on one shard's writer:
+its jobs are claimed by every worker, but each completion of one of them waits for that shard's write lock
+(docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -66,6 +68,15 @@ def _node_key(workflow_id: int, index: int) -> bytes:
     return b"N" + _NODE.pack(workflow_id, index)
 
 
+def _head(shard: Any, txn: Any, workflow_id: int) -> list[Any] | None:
+    raw = txn.get(_head_key(workflow_id), db=shard.workflows)
+    return None if raw is None else list(_unpack(raw))
+
+
+def _put_head(shard: Any, txn: Any, workflow_id: int, head: list[Any]) -> None:
+    txn.put(_head_key(workflow_id), _pack(head), db=shard.workflows)
+
+
 def _pack(value: Any) -> bytes:
     return bytes(msgpack.packb(value, use_bin_type=True))
 
@@ -86,6 +97,13 @@ class LmdbGraph:
 
     def save(self, index: int, node: wf.Node) -> None:
         self.txn.put(_node_key(self.workflow_id, index), _pack(node.packed()), db=self.db)
+
+    def ended(self, state: wf.NodeState) -> None:
+        head = _head(self.shard, self.txn, self.workflow_id)
+        assert head is not None
+        head[3] -= 1
+        head[4] += state is not wf.NodeState.SUCCEEDED
+        _put_head(self.shard, self.txn, self.workflow_id, head)
 
     def release(self, index: int, node: wf.Node) -> int:
         assert node.payload is not None and node.spec is not None
@@ -144,7 +162,7 @@ def put(shard: Any, now: float, nodes: Sequence[wf.NewNode]) -> int:
         sequence = sequence + 1 if sequence >= now_us else now_us
         workflow_id = sequence << 8 | shard.index
         shard._count_puts(txn, sequence, total, floor, len(stored))  # the room check, as a put's
-        txn.put(_head_key(workflow_id), _pack([now_us, len(stored), False]), db=shard.workflows)
+        _put_head(shard, txn, workflow_id, [now_us, len(stored), False, len(stored), 0])
         graph = LmdbGraph(shard, txn, workflow_id, now_us)
         for at, node in enumerate(stored):
             if not node.parents:
@@ -163,10 +181,10 @@ def _nodes(shard: Any, txn: Any, workflow_id: int, count: int) -> list[wf.Node]:
 
 def get(shard: Any, workflow_id: int) -> wf.WorkflowInfo | None:
     def txn_fn(txn: Any) -> wf.WorkflowInfo | None:
-        raw = txn.get(_head_key(workflow_id), db=shard.workflows)
-        if raw is None:
+        head = _head(shard, txn, workflow_id)
+        if head is None:
             return None
-        created_us, count, cancelled = _unpack(raw)
+        created_us, count, cancelled = head[:3]
         return wf.info(workflow_id, created_us / 1_000_000, cancelled, _nodes(shard, txn, workflow_id, count))
 
     return shard.env.read(txn_fn)  # type: ignore[no-any-return]
@@ -187,11 +205,12 @@ def cancel(shard: Any, now: float, workflow_id: int, by: str | None) -> int:
     now_us = micros(now)
 
     def txn_fn(txn: Any) -> int:
-        raw = txn.get(_head_key(workflow_id), db=shard.workflows)
-        if raw is None:
+        head = _head(shard, txn, workflow_id)
+        if head is None:
             return 0
-        created_us, count, _ = _unpack(raw)
-        txn.put(_head_key(workflow_id), _pack([created_us, count, True]), db=shard.workflows)
+        count = head[1]
+        head[2] = True
+        _put_head(shard, txn, workflow_id, head)
         graph = LmdbGraph(shard, txn, workflow_id, now_us)
         live = sum(node.state not in wf.ENDED for node in _nodes(shard, txn, workflow_id, count))
         requested = 0
@@ -228,11 +247,11 @@ def retry_failed(shard: Any, now: float, workflow_id: int) -> int:
     now_us = micros(now)
 
     def txn_fn(txn: Any) -> int:
-        raw = txn.get(_head_key(workflow_id), db=shard.workflows)
-        if raw is None:
+        head = _head(shard, txn, workflow_id)
+        if head is None:
             return 0
         graph = LmdbGraph(shard, txn, workflow_id, now_us)
-        nodes = _nodes(shard, txn, workflow_id, _unpack(raw)[1])
+        nodes = _nodes(shard, txn, workflow_id, head[1])
 
         def requeue(at: int, node: wf.Node) -> bool:
             assert node.job_id is not None
@@ -252,9 +271,38 @@ def retry_failed(shard: Any, now: float, workflow_id: int) -> int:
         changed = wf.reopen(nodes, requeue)
         for at in changed:
             graph.save(at, nodes[at])
+        if changed:
+            head = _head(shard, txn, workflow_id)
+            assert head is not None
+            head[3] += len(changed)
+            head[4] -= len(changed)
+            _put_head(shard, txn, workflow_id, head)
         return len(changed)
 
     return int(shard.env.write(txn_fn))
+
+
+def status(shard: Any, workflow_id: int) -> wf.Status | None:
+    def txn_fn(txn: Any) -> wf.Status | None:
+        head = _head(shard, txn, workflow_id)
+        return None if head is None else wf.status_of(head[3], head[4], head[2])
+
+    return shard.env.read(txn_fn)  # type: ignore[no-any-return]
+
+
+def counts(shard: Any) -> dict[wf.Status, int]:
+    def txn_fn(txn: Any) -> dict[wf.Status, int]:
+        out = dict.fromkeys(wf.Status, 0)
+        cursor = txn.cursor(db=shard.workflows)
+        if cursor.set_range(b"W"):
+            for key, value in cursor:
+                if not bytes(key).startswith(b"W"):
+                    break
+                head = _unpack(value)
+                out[wf.status_of(head[3], head[4], head[2])] += 1
+        return out
+
+    return shard.env.read(txn_fn)  # type: ignore[no-any-return]
 
 
 def forget(shard: Any, now: float, cutoff: float, batch: int = 1000) -> int:
@@ -275,17 +323,15 @@ def forget(shard: Any, now: float, cutoff: float, batch: int = 1000) -> int:
                     return dropped, None
                 seen += 1
                 workflow_id = int.from_bytes(key[1:], "big")
-                created_us, count, _ = _unpack(cursor.value())
-                if created_us <= cutoff_us:
-                    nodes = _nodes(shard, txn, workflow_id, count)
-                    if all(node.state in wf.ENDED for node in nodes):
-                        for at in range(count):
-                            txn.delete(_node_key(workflow_id, at), db=shard.workflows)
-                        txn.delete(key, db=shard.workflows)
-                        dropped += 1
-                        if not cursor.set_range(key):
-                            return dropped, None
-                        continue
+                created_us, count, _, live = _unpack(cursor.value())[:4]
+                if created_us <= cutoff_us and live <= 0:
+                    for at in range(count):
+                        txn.delete(_node_key(workflow_id, at), db=shard.workflows)
+                    txn.delete(key, db=shard.workflows)
+                    dropped += 1
+                    if not cursor.set_range(key):
+                        return dropped, None
+                    continue
                 if not cursor.next():
                     return dropped, None
             return dropped, bytes(cursor.key())
@@ -322,6 +368,17 @@ class LmdbWorkflows:
     def get(self, now: float, workflow_id: int) -> wf.WorkflowInfo | None:
         one = self._shard(workflow_id)
         return None if one is None else get(one, workflow_id)
+
+    def status(self, workflow_id: int) -> wf.Status | None:
+        one = self._shard(workflow_id)
+        return None if one is None else status(one, workflow_id)
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(wf.Status, 0)
+        for one in self.store._shards:
+            for key, count in counts(one).items():
+                out[key] += count
+        return {key.value: count for key, count in out.items()}
 
     def results(self, workflow_id: int, indexes: Sequence[int]) -> list[bytes | None]:
         one = self._shard(workflow_id)

@@ -19,6 +19,11 @@ class Stored:
     created_us: int
     cancelled: bool
     nodes: list[wf.Node]
+    live: int = 0  # nodes not ended
+    bad: int = 0  # nodes failed or cancelled
+
+    def status(self) -> wf.Status:
+        return wf.status_of(self.live, self.bad, self.cancelled)
 
 
 class MemoryGraph:
@@ -27,8 +32,13 @@ class MemoryGraph:
     def __init__(self, space: Space, workflow_id: int, now_us: int) -> None:
         self.space = space
         self.workflow_id = workflow_id
-        self.nodes = space.workflows[workflow_id].nodes
+        self.stored = space.workflows[workflow_id]
+        self.nodes = self.stored.nodes
         self.now_us = now_us
+
+    def ended(self, state: wf.NodeState) -> None:
+        self.stored.live -= 1
+        self.stored.bad += state is not wf.NodeState.SUCCEEDED
 
     def node(self, index: int) -> wf.Node:
         found: wf.Node = self.nodes[index]
@@ -80,7 +90,7 @@ def put(space: Space, now: float, nodes: Sequence[wf.NewNode]) -> int:
     now_us = micros(now)
     stored = wf.new_nodes(nodes)
     workflow_id = space.next_id(now_us)
-    space.workflows[workflow_id] = Stored(now_us, False, stored)
+    space.workflows[workflow_id] = Stored(now_us, False, stored, live=len(stored))
     graph = MemoryGraph(space, workflow_id, now_us)
     for at, node in enumerate(stored):
         if not node.parents:
@@ -135,7 +145,10 @@ def retry_failed(space: Space, now: float, workflow_id: int) -> int:
     def again(at: int, node: wf.Node) -> bool:
         return node.job_id is not None and requeue(space, now, node.job_id)
 
-    return len(wf.reopen(stored.nodes, again))
+    changed = wf.reopen(stored.nodes, again)
+    stored.live += len(changed)
+    stored.bad -= len(changed)
+    return len(changed)
 
 
 def forget(space: Space, cutoff_us: int) -> int:
@@ -164,6 +177,18 @@ class MemoryWorkflows:
     def get(self, now: float, workflow_id: int) -> wf.WorkflowInfo | None:
         with self.space.lock:
             return get(self.space, workflow_id)
+
+    def status(self, workflow_id: int) -> wf.Status | None:
+        with self.space.lock:
+            stored = self.space.workflows.get(workflow_id)
+            return None if stored is None else stored.status()
+
+    def counts(self) -> dict[str, int]:
+        with self.space.lock:
+            out = dict.fromkeys(wf.Status, 0)
+            for stored in self.space.workflows.values():
+                out[stored.status()] += 1
+            return {status.value: count for status, count in out.items()}
 
     def results(self, workflow_id: int, indexes: Sequence[int]) -> list[bytes | None]:
         with self.space.lock:

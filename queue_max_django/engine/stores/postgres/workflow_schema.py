@@ -53,6 +53,8 @@ CREATE TABLE IF NOT EXISTS qm_workflow_nodes (
     error text,
     PRIMARY KEY (workflow_id, idx)
 );
+-- A workflow's status is read from its nodes by state (no shared counter row: a settling never waits on one).
+CREATE INDEX IF NOT EXISTS qm_workflow_nodes_state ON qm_workflow_nodes (workflow_id, state);
 
 CREATE OR REPLACE FUNCTION qm_wf_settle(p_wf bigint, p_idx integer, p_state text, p_result bytea,
                                         p_error text, p_now bigint) RETURNS integer

@@ -52,6 +52,14 @@ _GET_HEAD = "SELECT created_us, cancelled FROM qm_workflows WHERE id = %s"
 _GET_NODES = """
 SELECT name, parents, children, always, waiting, state, job_id, doomed, error
 FROM qm_workflow_nodes WHERE workflow_id = %s ORDER BY idx"""
+_STATUS_OF = """CASE WHEN EXISTS (SELECT 1 FROM qm_workflow_nodes n WHERE n.workflow_id = w.id
+                         AND n.state IN ('waiting', 'queued')) THEN 'running'
+            WHEN w.cancelled THEN 'cancelled'
+            WHEN EXISTS (SELECT 1 FROM qm_workflow_nodes n WHERE n.workflow_id = w.id
+                         AND n.state IN ('failed', 'cancelled')) THEN 'failed'
+            ELSE 'succeeded' END"""
+_STATUS = f"SELECT {_STATUS_OF} FROM qm_workflows w"
+_COUNTS = f"SELECT s, count(*) FROM (SELECT {_STATUS_OF} AS s FROM qm_workflows w) t GROUP BY s"
 _RESULTS = "SELECT idx, result FROM qm_workflow_nodes WHERE workflow_id = %s AND idx = ANY(%s)"
 _SETTLE = "SELECT qm_wf_settle(%s, %s, 'cancelled', NULL, %s, %s)"
 
@@ -149,6 +157,16 @@ class PgWorkflows:
             for name, parents, children, always, waiting, state, job_id, doomed, error in rows
         ]
         return wf.info(workflow_id, head[0] / 1_000_000, head[1], nodes)
+
+    def status(self, workflow_id: int) -> wf.Status | None:
+        row = self.store.one(_STATUS + " WHERE w.id = %s", (workflow_id,))
+        return None if row is None else wf.Status(row[0])
+
+    def counts(self) -> dict[str, int]:
+        conn = self.store.db.connection()
+        with self.store.db.guard(conn):
+            found = dict(conn.execute(_COUNTS).fetchall())
+        return {status.value: int(found.get(status.value, 0)) for status in wf.Status}
 
     def results(self, workflow_id: int, indexes: Sequence[int]) -> list[bytes | None]:
         conn = self.store.db.connection()
