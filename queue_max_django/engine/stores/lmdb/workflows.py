@@ -68,6 +68,36 @@ def _node_key(workflow_id: int, index: int) -> bytes:
     return b"N" + _NODE.pack(workflow_id, index)
 
 
+def _state_key(workflow_id: int, index: int) -> bytes:
+    return b"S" + _NODE.pack(workflow_id, index)
+
+
+# A node is three entries: what does not change once it is put (its name, children, always, and its payload
+# and options until its job is written), its parents (read only to show it, or retry it), and what each
+# settling changes (its count of parents, state, job, why it is doomed, result, error). A chord's callback
+# has every member as a parent: its settlings then read and rewrite a few bytes each, never that list.
+def _parents_key(workflow_id: int, index: int) -> bytes:
+    return b"P" + _NODE.pack(workflow_id, index)
+
+
+def _fixed_of(packed: list[Any]) -> list[Any]:
+    name, _parents, children, always, _w, _s, _j, _d, payload, spec, _r, _e = packed
+    return [name, children, always, payload, spec]
+
+
+def _state_of(packed: list[Any]) -> list[Any]:
+    _n, _p, _c, _a, waiting, state, job_id, doomed, _pl, _sp, result, error = packed
+    return [waiting, state, job_id, doomed, result, error]
+
+
+def _read_node(txn: Any, db: Any, workflow_id: int, index: int, parents: bool) -> wf.Node:
+    name, children, always, payload, spec = _unpack(txn.get(_node_key(workflow_id, index), db=db))
+    waiting, state, job_id, doomed, result, error = _unpack(txn.get(_state_key(workflow_id, index), db=db))
+    found = _unpack(txn.get(_parents_key(workflow_id, index), db=db)) if parents else []
+    return wf.Node.unpacked([name, found, children, always, waiting, state, job_id, doomed, payload, spec,
+                             result, error])  # fmt: skip
+
+
 def _head(shard: Any, txn: Any, workflow_id: int) -> list[Any] | None:
     raw = txn.get(_head_key(workflow_id), db=shard.workflows)
     return None if raw is None else list(_unpack(raw))
@@ -88,19 +118,36 @@ def _unpack(raw: bytes) -> Any:
 class LmdbGraph:
     """``workflows.Graph`` over one workflow's nodes, in an open write transaction of its shard."""
 
-    def __init__(self, shard: Any, txn: Any, workflow_id: int, now_us: int) -> None:
+    def __init__(
+        self, shard: Any, txn: Any, workflow_id: int, now_us: int, stored: bool = True, parents: bool = False
+    ) -> None:
         self.shard, self.txn, self.workflow_id, self.now_us = shard, txn, workflow_id, now_us
         self.db = shard.workflows
+        self.with_payload: set[int] = set()  # nodes read with their payload: a save without it rewrites them
+        self.new = not stored  # a workflow being put: every save writes every part
+        self.parents = parents  # read each node's parents too (a settling needs none: they read as [])
+        self.head: list[Any] | None = None  # the workflow's head, once read
 
     def node(self, index: int) -> wf.Node:
-        return wf.Node.unpacked(_unpack(self.txn.get(_node_key(self.workflow_id, index), db=self.db)))
+        node = _read_node(self.txn, self.db, self.workflow_id, index, self.parents)
+        if node.payload is not None:
+            self.with_payload.add(index)
+        return node
 
     def save(self, index: int, node: wf.Node) -> None:
-        self.txn.put(_node_key(self.workflow_id, index), _pack(node.packed()), db=self.db)
+        packed = node.packed()
+        if self.new:
+            self.txn.put(_parents_key(self.workflow_id, index), _pack(node.parents), db=self.db)
+        if self.new or (node.payload is None and index in self.with_payload):
+            self.txn.put(_node_key(self.workflow_id, index), _pack(_fixed_of(packed)), db=self.db)
+            self.with_payload.discard(index)
+        self.txn.put(_state_key(self.workflow_id, index), _pack(_state_of(packed)), db=self.db)
 
     def ended(self, state: wf.NodeState) -> None:
-        head = _head(self.shard, self.txn, self.workflow_id)
-        assert head is not None
+        head = self.head
+        if head is None:
+            head = self.head = _head(self.shard, self.txn, self.workflow_id)
+            assert head is not None
         head[3] -= 1
         head[4] += state is not wf.NodeState.SUCCEEDED
         _put_head(self.shard, self.txn, self.workflow_id, head)
@@ -139,7 +186,8 @@ def ended(shard: Any, txn: Any, record: list[Any]) -> None:
     if found is None:
         return
     workflow_id, index = found
-    if txn.get(_head_key(workflow_id), db=shard.workflows) is None:
+    head = _head(shard, txn, workflow_id)
+    if head is None:
         return  # forgotten, or a job whose metadata was copied from a node's
     state = record[F_STATE]
     if state == DONE:
@@ -148,7 +196,9 @@ def ended(shard: Any, txn: Any, record: list[Any]) -> None:
         outcome, result, error = wf.ending(True, record[F_ERROR_TYPE]), None, record[F_ERROR]
     else:
         outcome, result, error = wf.NodeState.CANCELLED, None, "cancelled: its job was removed"
-    wf.settle(LmdbGraph(shard, txn, workflow_id, now_us), index, outcome, result, error)
+    graph = LmdbGraph(shard, txn, workflow_id, now_us)
+    graph.head = head
+    wf.settle(graph, index, outcome, result, error)
 
 
 def put(shard: Any, now: float, nodes: Sequence[wf.NewNode]) -> int:
@@ -163,7 +213,7 @@ def put(shard: Any, now: float, nodes: Sequence[wf.NewNode]) -> int:
         workflow_id = sequence << 8 | shard.index
         shard._count_puts(txn, sequence, total, floor, len(stored))  # the room check, as a put's
         _put_head(shard, txn, workflow_id, [now_us, len(stored), False, len(stored), 0])
-        graph = LmdbGraph(shard, txn, workflow_id, now_us)
+        graph = LmdbGraph(shard, txn, workflow_id, now_us, stored=False)
         for at, node in enumerate(stored):
             if not node.parents:
                 node.job_id = graph.release(at, node)
@@ -175,7 +225,7 @@ def put(shard: Any, now: float, nodes: Sequence[wf.NewNode]) -> int:
 
 
 def _nodes(shard: Any, txn: Any, workflow_id: int, count: int) -> list[wf.Node]:
-    graph = LmdbGraph(shard, txn, workflow_id, 0)
+    graph = LmdbGraph(shard, txn, workflow_id, 0, parents=True)
     return [graph.node(at) for at in range(count)]
 
 
@@ -194,8 +244,8 @@ def results(shard: Any, workflow_id: int, indexes: Sequence[int]) -> list[bytes 
     def txn_fn(txn: Any) -> list[bytes | None]:
         out: list[bytes | None] = []
         for at in indexes:
-            raw = txn.get(_node_key(workflow_id, at), db=shard.workflows) if at >= 0 else None
-            out.append(None if raw is None else wf.Node.unpacked(_unpack(raw)).result)
+            raw = txn.get(_state_key(workflow_id, at), db=shard.workflows) if at >= 0 else None
+            out.append(None if raw is None else _unpack(raw)[4])  # the state part's result
         return out
 
     return shard.env.read(txn_fn)  # type: ignore[no-any-return]
@@ -327,6 +377,8 @@ def forget(shard: Any, now: float, cutoff: float, batch: int = 1000) -> int:
                 if created_us <= cutoff_us and live <= 0:
                     for at in range(count):
                         txn.delete(_node_key(workflow_id, at), db=shard.workflows)
+                        txn.delete(_state_key(workflow_id, at), db=shard.workflows)
+                        txn.delete(_parents_key(workflow_id, at), db=shard.workflows)
                     txn.delete(key, db=shard.workflows)
                     dropped += 1
                     if not cursor.set_range(key):

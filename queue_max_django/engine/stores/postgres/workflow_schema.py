@@ -65,48 +65,53 @@ DECLARE
     w_result bytea[] := ARRAY[p_result];
     w_error text[] := ARRAY[p_error];
     k integer; st text; res bytea; err text; last integer;
-    n qm_workflow_nodes%ROWTYPE;
-    c qm_workflow_nodes%ROWTYPE;
+    n_name text; n_state text; n_children integer[];
+    c_waiting integer; c_state text; c_doomed text; c_always boolean;
     child integer;
     new_id bigint;
     journal bigint;
     released integer := 0;
 BEGIN
+    -- Only the columns used are read (never a node's parents: a chord's callback has every member as one).
     WHILE cardinality(w_idx) > 0 LOOP
         last := cardinality(w_idx);
         k := w_idx[last]; st := w_state[last]; res := w_result[last]; err := w_error[last];
         w_idx := w_idx[1:last - 1]; w_state := w_state[1:last - 1];
         w_result := w_result[1:last - 1]; w_error := w_error[1:last - 1];
-        SELECT * INTO n FROM qm_workflow_nodes WHERE workflow_id = p_wf AND idx = k FOR UPDATE;
-        IF NOT FOUND OR n.state IN ('succeeded', 'failed', 'cancelled') THEN
+        SELECT name, state, children INTO n_name, n_state, n_children
+        FROM qm_workflow_nodes WHERE workflow_id = p_wf AND idx = k FOR UPDATE;
+        IF NOT FOUND OR n_state IN ('succeeded', 'failed', 'cancelled') THEN
             CONTINUE;
         END IF;
         UPDATE qm_workflow_nodes SET state = st, result = res, error = err
         WHERE workflow_id = p_wf AND idx = k;
-        FOREACH child IN ARRAY n.children LOOP
-            SELECT * INTO c FROM qm_workflow_nodes WHERE workflow_id = p_wf AND idx = child FOR UPDATE;
-            CONTINUE WHEN c.state <> 'waiting';
-            c.waiting := c.waiting - 1;
-            IF st <> 'succeeded' AND c.doomed IS NULL THEN
-                c.doomed := 'parent ' || quote_literal(n.name) || ' ' || st;
+        FOREACH child IN ARRAY n_children LOOP
+            SELECT waiting, state, doomed, always INTO c_waiting, c_state, c_doomed, c_always
+            FROM qm_workflow_nodes WHERE workflow_id = p_wf AND idx = child FOR UPDATE;
+            CONTINUE WHEN c_state <> 'waiting';
+            c_waiting := c_waiting - 1;
+            IF st <> 'succeeded' AND c_doomed IS NULL THEN
+                c_doomed := 'parent ' || quote_literal(n_name) || ' ' || st;
             END IF;
-            IF c.waiting > 0 OR (c.doomed IS NOT NULL AND NOT c.always) THEN
-                UPDATE qm_workflow_nodes SET waiting = c.waiting, doomed = c.doomed
+            IF c_waiting > 0 OR (c_doomed IS NOT NULL AND NOT c_always) THEN
+                UPDATE qm_workflow_nodes SET waiting = c_waiting, doomed = c_doomed
                 WHERE workflow_id = p_wf AND idx = child;
-                IF c.waiting = 0 THEN
+                IF c_waiting = 0 THEN
                     w_idx := w_idx || child; w_state := w_state || 'cancelled'::text;
-                    w_result := w_result || NULL::bytea; w_error := w_error || ('cancelled: ' || c.doomed);
+                    w_result := w_result || NULL::bytea; w_error := w_error || ('cancelled: ' || c_doomed);
                 END IF;
             ELSE
                 new_id := nextval('qm_job_ids');
                 INSERT INTO qm_jobs (id, state, queue, name, priority, ready_us, max_retries, enqueued_us,
                                      timeout, partition_key, payload, metadata)
-                VALUES (new_id, {pending}, c.queue, c.job_name, c.priority, p_now, c.max_retries, p_now,
-                        c.timeout, c.partition_key, c.payload, c.metadata);
+                SELECT new_id, {pending}, queue, job_name, priority, p_now, max_retries, p_now, timeout,
+                       partition_key, payload, metadata
+                FROM qm_workflow_nodes WHERE workflow_id = p_wf AND idx = child;
                 journal := nextval('qm_count_journal');
                 INSERT INTO qm_counts (queue, state, slot, n)
-                VALUES (c.queue, {pending}, journal, 1), (c.queue, {total}, journal, 1);
-                UPDATE qm_workflow_nodes SET waiting = 0, doomed = c.doomed, state = 'queued',
+                SELECT queue, s, journal, 1 FROM qm_workflow_nodes, unnest(ARRAY[{pending}, {total}]) AS s
+                WHERE workflow_id = p_wf AND idx = child;
+                UPDATE qm_workflow_nodes SET waiting = 0, doomed = c_doomed, state = 'queued',
                     job_id = new_id, payload = NULL, metadata = NULL
                 WHERE workflow_id = p_wf AND idx = child;
                 released := released + 1;
