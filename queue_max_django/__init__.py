@@ -6,8 +6,8 @@ without Django. The everyday names are loaded on first access: the decorators (`
 ``periodic_task``), what a task raises to steer its retries (``Permanent``, ``Retry``) or to stop when it was
 cancelled (``Cancelled``), what a put with a unique key raises on a duplicate (``DuplicateJob``), and the
 handle of an enqueued job (``JobResult``, ``JobStatus``, ``JobNotFound``, ``JobMismatch``,
-``JobNotCommitted``), and the running job's context (``current_job``, ``JobContext``,
-``NoCurrentJob``).
+``JobNotCommitted``), the running job's context (``current_job``, ``JobContext``, ``NoCurrentJob``), and
+workflows of tasks (``chain``, ``group``, ``chord``, ``Workflow``, ``WorkflowResult``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .periodic import periodic_task
     from .results import JobMismatch, JobNotCommitted, JobNotFound, JobResult, JobStatus
     from .tasks import retryable_task, task
+    from .workflows import Workflow, WorkflowResult, chain, chord, group
 
 __all__ = [
     "Cancelled",
@@ -33,7 +34,12 @@ __all__ = [
     "NoCurrentJob",
     "Permanent",
     "Retry",
+    "Workflow",
+    "WorkflowResult",
+    "chain",
+    "chord",
     "current_job",
+    "group",
     "periodic_task",
     "retryable_task",
     "task",
@@ -55,6 +61,11 @@ _LAZY = {
     "current_job": "context",
     "JobContext": "context",
     "NoCurrentJob": "context",
+    "chain": "workflows",
+    "group": "workflows",
+    "chord": "workflows",
+    "Workflow": "workflows",
+    "WorkflowResult": "workflows",
 }
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "queue_alert",
     "reset_stats",
     "task_stats",
+    "workflow_finished",
 ]
 
 logger = logging.getLogger("queue_max_django.signals")
@@ -64,6 +65,7 @@ job_retried = Signal()  # job_id, queue, name, error, state
 job_failed = Signal()  # job_id, queue, name, error, state (the job is a dead letter)
 job_cancelled = Signal()  # job_id, queue, name, error, state (cancelled while it ran: not a failure)
 queue_alert = Signal()  # kind, pending, threshold (sender None)
+workflow_finished = Signal()  # workflow_id, status (sender None): succeeded, failed or cancelled
 
 _NAMES: dict[Signal, str] = {
     job_enqueued: "job_enqueued",
@@ -73,6 +75,7 @@ _NAMES: dict[Signal, str] = {
     job_failed: "job_failed",
     job_cancelled: "job_cancelled",
     queue_alert: "queue_alert",
+    workflow_finished: "workflow_finished",
 }
 
 # The alias whose transaction the puts being made in this context join (``in_callers_transaction``)

@@ -47,6 +47,7 @@ from .running.registry import Registry
 from .running.registry import registry as _registry
 from .running.runner import run_now
 from .signals import in_callers_transaction
+from .workflows import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -220,6 +221,14 @@ class Task(Generic[P, R]):
         return task_stats(self.name)
 
     # ------------------------------------------------------------------ enqueueing
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step that gets its parents' results first among its arguments (workflows.py)."""
+        return Signature(self, args, kwargs, takes_result=True)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step that gets only these arguments, never its parents' results."""
+        return Signature(self, args, kwargs, takes_result=False)
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobResult:
         """Store one job calling this task with these arguments. -> its result handle. In ``IMMEDIATE``

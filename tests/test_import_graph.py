@@ -398,7 +398,7 @@ TOP_LEVEL = frozenset(
     f"{PACKAGE}.{name}"
     for name in (
         "apps", "backend", "commits", "context", "models", "periodic", "results", "schedules", "signals",
-        "tasks", "testing", "urls",
+        "tasks", "testing", "urls", "workflows",
     )
 )  # fmt: skip
 CONF = f"{PACKAGE}.conf"

@@ -25,6 +25,11 @@ HOMES = {
     "current_job": "queue_max_django.context",
     "JobContext": "queue_max_django.context",
     "NoCurrentJob": "queue_max_django.context",
+    "chain": "queue_max_django.workflows",
+    "group": "queue_max_django.workflows",
+    "chord": "queue_max_django.workflows",
+    "Workflow": "queue_max_django.workflows",
+    "WorkflowResult": "queue_max_django.workflows",
 }
 
 

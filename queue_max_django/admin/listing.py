@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine import InvalidJob, Job, Queue, State
+from ..engine.workflows import WORKFLOW_KEY
 
 PAGE_SIZE = 50
 PAGE_SCAN_LIMIT = 25_000  # jobs a list page examines at most (to fill itself, or to sort by failed-at)
@@ -95,6 +96,7 @@ class Filters:
     queue: str = ""
     error_type: str = ""
     shard: int | None = None
+    workflow: int | None = None  # the jobs of one workflow (its nodes' jobs: their metadata names it)
 
     @classmethod
     def from_query(cls, data: Mapping[str, Any]) -> Filters:
@@ -103,12 +105,14 @@ class Filters:
             return value.strip() if isinstance(value, str) else ""
 
         shard = text("shard")
+        workflow = text("workflow")
         return cls(
             search=text("q"),
             task=text("task"),
             queue=text("queue"),
             error_type=text("error_type"),
             shard=int(shard) if shard.isdigit() else None,
+            workflow=int(workflow) if workflow.isdigit() else None,
         )
 
     def as_query(self) -> dict[str, str]:
@@ -119,6 +123,7 @@ class Filters:
             "queue": self.queue,
             "error_type": self.error_type,
             "shard": "" if self.shard is None else str(self.shard),
+            "workflow": "" if self.workflow is None else str(self.workflow),
         }
         return {key: value for key, value in pairs.items() if value}
 
@@ -129,7 +134,7 @@ class Filters:
     @property
     def scans(self) -> bool:
         """True when some filter is tested here rather than by the engine (the list is then a scan)."""
-        return bool(self.search or self.error_type or self.shard is not None)
+        return bool(self.search or self.error_type or self.shard is not None or self.workflow is not None)
 
     def engine_options(self, shard_count: int) -> dict[str, Any]:
         """The filters the engine applies itself as it lists (a shard that exists is listed alone)."""
@@ -143,6 +148,8 @@ class Filters:
     def matches(self, job: Job) -> bool:
         if self.shard is not None and job.shard != self.shard:
             return False
+        if self.workflow is not None and workflow_of(job) != self.workflow:
+            return False
         if self.error_type and job.error_type != self.error_type:
             return False
         if self.search:
@@ -150,6 +157,14 @@ class Filters:
             haystacks = (job.name, job.error_type, job.error)
             return any(needle in text.casefold() for text in haystacks if text)
         return True
+
+
+def workflow_of(job: Job) -> int | None:
+    """The id of the workflow ``job`` is a node of (its metadata says), else None."""
+    link = job.metadata.get(WORKFLOW_KEY)
+    if isinstance(link, list) and len(link) == 2 and type(link[0]) is int:
+        return link[0]
+    return None
 
 
 @dataclass

@@ -36,11 +36,11 @@ from ..tasks import registry
 from .lazy import lazy_module
 
 if TYPE_CHECKING:
-    from . import actions, dashboard, display, listing, pausing
+    from . import actions, dashboard, display, listing, pausing, workflows
 else:  # run on the first page served, not when Django starts (every process imports this module then)
-    actions, dashboard, display, listing, pausing = (
+    actions, dashboard, display, listing, pausing, workflows = (
         lazy_module(f"{__package__}.{name}")
-        for name in ("actions", "dashboard", "display", "listing", "pausing")
+        for name in ("actions", "dashboard", "display", "listing", "pausing", "workflows")
     )
 
 
@@ -92,7 +92,19 @@ class JobAdmin(ModelAdmin):
                 wrap(self.job_action_view),
                 name=f"{name}_job_action",
             ),
+            path("workflow/<int:workflow_id>/", wrap(self.workflow_view), name=f"{name}_workflow"),
+            re_path(
+                r"^workflow/(?P<workflow_id>[0-9]+)/(?P<action>cancel|retry_failed)/$",
+                wrap(self.workflow_action_view),
+                name=f"{name}_workflow_action",
+            ),
         ]
+
+    def workflow_view(self, request: HttpRequest, workflow_id: int) -> HttpResponse:
+        return workflows.workflow_view(self, request, int(workflow_id))
+
+    def workflow_action_view(self, request: HttpRequest, workflow_id: str, action: str) -> HttpResponse:
+        return workflows.workflow_action_view(self, request, int(workflow_id), action)
 
     # ------------------------------------------------------------------ helpers
 
@@ -443,6 +455,7 @@ class JobAdmin(ModelAdmin):
             refreshable=job.state in UNFINISHED,  # the page refreshes itself until the job finishes
             auto_refresh=job.state in (State.PENDING, State.RUNNING),  # (a scheduled one: on request)
             panel_url=self._url("job", job.job_id, query={"panel": "1"}),
+            workflow_url=None if (flow := listing.workflow_of(job)) is None else self._url("workflow", flow),
         )
         return self._render(
             request, "job_panel.html" if request.GET.get("panel") else "job_detail.html", context

@@ -82,15 +82,20 @@ def with_cancel_note(stored: bytes | None, note: dict[str, Any]) -> bytes | None
 
 
 def keeping_cancel_note(stored: bytes | None, new: bytes | None) -> bytes | None:
-    """``new`` metadata (a holder's save) with the cancel note ``stored`` holds, if any: the note is the
-    store's (written by ``cancel``), so a task that saves its own metadata never erases who cancelled it."""
-    from .job import CANCEL_KEY
+    """``new`` metadata (a holder's save) with the store's own keys ``stored`` holds, if any: the cancel note
+    (written by ``cancel``), a workflow node's link (``workflows.WORKFLOW_KEY``) and the note of the unique
+    key it was put with (``job.UNIQUE_NOTE_KEY``), so a task that saves its own metadata never erases who
+    cancelled it, the workflow it belongs to, nor its key."""
+    from .job import CANCEL_KEY, UNIQUE_NOTE_KEY
+    from .workflows import WORKFLOW_KEY
 
-    if stored is None or CANCEL_KEY.encode() not in stored:
+    own = (CANCEL_KEY, WORKFLOW_KEY, UNIQUE_NOTE_KEY)
+    if stored is None or not any(key.encode() in stored for key in own):
         return new
     try:
-        note = unpack_metadata(stored).get(CANCEL_KEY)
-        return new if note is None else pack_metadata({**unpack_metadata(new), CANCEL_KEY: note})
+        old = unpack_metadata(stored)
+        kept = {key: old[key] for key in own if key in old}
+        return new if not kept else pack_metadata({**unpack_metadata(new), **kept})
     except (ValueError, InvalidMetadata):
         return new
 

@@ -45,6 +45,7 @@ from .tokens import new_token
 from .uniqueness import SKIP
 from .uniqueputs import UniquePuts, ids_of
 from .validate import check_filter, check_number, check_queue_arguments, parse_state, put_defaults
+from .workflowing import QueueWorkflows
 
 Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
@@ -517,7 +518,14 @@ class Queue(Coordination, FlowControl, PauseControl, UniquePuts):
         if older_than is not None:
             check_number("older_than", older_than, minimum=0, error=InvalidJob)
         store, now, ttl = self._live(), self._clock(), self.result_ttl if older_than is None else older_than
-        return store.vacuum(now, now - ttl, self.result_ttl)
+        removed = store.vacuum(now, now - ttl, self.result_ttl)
+        store.workflows.forget(now, now - ttl)  # workflows that ended, with their nodes' results
+        return removed
+
+    @property
+    def workflows(self) -> QueueWorkflows:
+        """Graphs of jobs run in order (workflowing.py)."""
+        return QueueWorkflows(self)
 
     def promote(self) -> int:
         """Scheduled jobs whose ETA passed become pending now (``get()`` does this too)."""

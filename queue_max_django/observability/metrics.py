@@ -183,6 +183,16 @@ class QueueCollector:
                 tokens.add_metric([key], remaining)
         yield tokens
 
+        workflows = gauge(
+            f"{PREFIX}_workflows",
+            "Workflows stored per status (running, succeeded, failed, cancelled; ended ones until the vacuum "
+            "forgets them).",
+            labels=["status"],
+        )
+        for status, count in q.workflows.counts().items():
+            workflows.add_metric([status], count)
+        yield workflows
+
 
 def render(queue: Queue) -> tuple[bytes, str]:
     """The metrics of ``queue`` in Prometheus's text format, through a registry of this scrape's own (the

@@ -25,7 +25,9 @@ from typing import Any
 
 from ..engine import QueueCorrupted, Record, State
 from ..engine.codec import Packed
+from ..engine.workflows import WORKFLOW_KEY
 from .outcome import UNSTORED, Outcome, OutcomeNotStored
+from .workflow_ends import node_ended
 
 __all__ = ["INLINE", "Completer", "Kind", "Verdict"]
 
@@ -147,11 +149,18 @@ class Completer:
 
     def _ended(self, record: Record, state: State) -> None:
         """The job of ``record`` ended this attempt in ``state`` (done, scheduled for a retry, or failed for
-        good), and the store has it. Nothing to do yet: the one place for what follows a job's end."""
+        good), and the store has it: the one place for what follows a job's end. A workflow's node: the
+        store released its children in the transaction that ended it; here, the workflow's end is
+        signalled (workflow_ends.py)."""
+        if WORKFLOW_KEY in record.metadata:
+            node_ended(record, state)
 
     def _ended_done(self, records: list[Record]) -> None:
         """``_ended(record, State.DONE)`` of each of ``records``, acknowledged together by a batching
-        completer: one call per batch while ``_ended`` does nothing (a worker's hot path)."""
+        completer (a worker's hot path: one dict lookup per job that is no workflow's node)."""
+        for record in records:
+            if WORKFLOW_KEY in record.metadata:
+                node_ended(record, State.DONE)
 
 
 _UNSTORED_REASON = "its outcome could not be stored"

@@ -31,6 +31,7 @@ from ..observability import tracing
 from .completer import INLINE, Completer, Verdict
 from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
 from .registry import RegisteredTask, registry
+from .workflow_inputs import AFTER_KEY, ParentResultsMissing, with_parents
 
 __all__ = [
     "TaskNotRegistered",
@@ -151,7 +152,13 @@ def _run_job(
     if task is None:
         message = unknown_task_message(record.name)
         return completer.write(record, _unknown_task(record, final, clock, message, record.name is not None))
-    arguments = _arguments(record.payload)
+    payload = record.payload
+    if type(payload) is dict and AFTER_KEY in payload:  # a workflow step: its parents' results go first
+        try:
+            payload = with_parents(payload, record.metadata, record._owner)
+        except (ParentResultsMissing, ValueError) as exc:
+            return completer.write(record, Verdict.failed(f"job {record.job_id}: {exc}", permanent=True))
+    arguments = _arguments(payload)
     if arguments is None:
         message = (
             f"the payload of job {record.job_id} is not a task call ({{'args': [...], 'kwargs': {{...}}}}): "

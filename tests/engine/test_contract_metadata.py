@@ -172,6 +172,14 @@ def test_a_job_stored_before_metadata_reads_as_none_and_can_get_some(queue: Queu
     assert queue.verify() == []
 
 
+def drop_workflows(conn: Any) -> None:
+    """What schema version 3 added (workflows) gone, as from a database of version 2."""
+    from queue_max_django.engine.stores.postgres import workflow_schema
+
+    conn.execute("DROP TABLE " + ", ".join(workflow_schema.WORKFLOW_TABLES) + " CASCADE")
+    conn.execute("DROP FUNCTION " + ", ".join(workflow_schema.FUNCTIONS) + " CASCADE")
+
+
 def test_create_upgrades_a_version_1_postgresql_database(pg_url: str) -> None:
     """Schema version 2 added the metadata column: ``schema.create`` (what ``migrate`` runs) brings a
     version 1 database up, its jobs kept and read as having no metadata; until then the store refuses to
@@ -185,6 +193,7 @@ def test_create_upgrades_a_version_1_postgresql_database(pg_url: str) -> None:
     with location.open_queue() as queue:
         job_id = queue.put("old")
     with pgserver.connect(pg_url) as conn:  # as a version 1 database is
+        drop_workflows(conn)
         conn.execute("ALTER TABLE qm_jobs DROP COLUMN metadata")
         conn.execute("ALTER TABLE qm_finished DROP COLUMN metadata")
         conn.execute("UPDATE qm_meta SET value = '1' WHERE key = 'schema_version'")

@@ -39,6 +39,17 @@ def test_put_unique_says_what_it_did(make_queue: MakeQueue, clock: FakeClock) ->
         assert q.verify() == []
 
 
+def test_a_task_saving_its_metadata_keeps_the_note_of_its_key(make_queue: MakeQueue) -> None:
+    with make_queue() as q:
+        job_id = q.put("a", unique_key="k", unique_until="finished", metadata={"step": 0})
+        record = q.get(timeout=0)
+        record.save_metadata({"step": 7})  # the task saves its progress, knowing nothing of the note
+        job = q.job(job_id)
+        assert job is not None and job.metadata is not None and job.metadata["step"] == 7
+        assert job.unique is not None and (job.unique.key, job.unique.until) == ("k", "finished")
+        assert q.put("b", unique_key="k", unique_until="finished") == job_id  # still held while it runs
+
+
 def test_put_many_with_keys_decides_each_item_on_its_key_s_shard(
     make_queue: MakeQueue, clock: FakeClock, probe: Probe
 ) -> None:

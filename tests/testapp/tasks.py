@@ -98,3 +98,6 @@ def flaky_direct(key: str, failures: int) -> str:
     if ATTEMPTS[key] <= failures:
         raise ConnectionError(f"attempt {ATTEMPTS[key]} failed")
     return "ok"
+
+
+from . import workflow_tasks as workflow_tasks  # noqa: E402  (registered with these, by autodiscovery)

@@ -26,3 +26,9 @@ def noop_each(item: int) -> None:
 @django_task()
 def tasks_noop() -> None:
     return None
+
+
+@task
+def collect(values: list[None]) -> int:
+    """A chord's callback (benchmarks/workflow_bench.py): it gets the list of its group's results."""
+    return len(values)

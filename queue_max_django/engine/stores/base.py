@@ -25,7 +25,11 @@ failed            pending                ``requeue``
 any but running   (gone)                 ``delete``, ``purge``, ``cancel`` (pending/scheduled), and
                                          ``vacuum`` (done)
 any live          failed (Corrupted)     quarantine, when the job's stored data does not decode
+(a waiting node)  pending                the transaction that ends its last parent (workflows)
 ================  =====================  ==========================================================
+
+A node of a workflow that waits on its parents is not a job, so it has no state here: the store keeps it
+beside the jobs until the transaction that ends its last parent writes its job (``contract/workflows.py``).
 
 - [sc_ids] A job id is a positive int, unique in the store and never reused; the shard that holds the job is
   its low byte (``job.shard_of``: ``sequence << 8 | shard``, ``job.job_id_for``), so job operations take the
@@ -107,6 +111,7 @@ from .contract.flow import FlowOps
 from .contract.hints import Hints
 from .contract.locks import LockOps
 from .contract.pauses import PauseOps
+from .contract.workflows import WorkflowOps
 from .types import (
     Candidate,
     Claimed,
@@ -147,6 +152,9 @@ class Store(Protocol):
 
     @property
     def pauses(self) -> PauseOps: ...
+
+    @property
+    def workflows(self) -> WorkflowOps: ...
 
     # -- lifecycle
     def info(self) -> StoreInfo:

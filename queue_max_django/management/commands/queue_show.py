@@ -7,8 +7,9 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from ...engine import Job, State
+from ...engine.workflows import WORKFLOW_KEY
 from ..base import QueueCommand
-from ..common import engine_errors, job_dict, job_id, open_queue, printable, to_json, when
+from ..common import engine_errors, id_text, job_dict, job_id, open_queue, printable, to_json, when
 from ..jobs import get_job
 
 FIRST = (
@@ -36,6 +37,9 @@ def job_lines(job: Job, *, cancel_requested: bool = False) -> list[str]:
             data["cancel"] = "requested: its worker stops it at its next heartbeat"
         if key == "state" and job.cancelled:  # a dead letter by its store, but an outcome someone asked for
             data["cancelled"] = cancelled_text(job)
+        if key == "task" and node_of_job(job) is not None:  # a step of a workflow: which, and how to see it
+            workflow_id, index = node_of_job(job)  # type: ignore[misc]
+            data["workflow"] = f"{workflow_id}, node {index} (manage.py queue_workflow {workflow_id})"
     if job.unique is not None:  # the key it was put with (kept in its metadata too)
         data["unique_key"] = str(job.unique)
     for key, value in fields.items():  # attempts as the admin and queue_list count them, where retries were
@@ -53,6 +57,14 @@ def job_lines(job: Job, *, cancel_requested: bool = False) -> list[str]:
         lines += ["", "traceback (of the last failed attempt):"]
         lines += [f"  {printable(line)}" for line in traceback.rstrip("\n").split("\n")]
     return lines
+
+
+def node_of_job(job: Job) -> tuple[int, int] | None:
+    """(workflow id, node index) of a job that is a step of a workflow (its metadata says), else None."""
+    link = job.metadata.get(WORKFLOW_KEY)
+    if isinstance(link, list) and len(link) == 2 and all(type(part) is int for part in link):
+        return link[0], link[1]
+    return None
 
 
 def cancelled_text(job: Job) -> str:
@@ -111,6 +123,8 @@ class Command(QueueCommand):
             job = get_job(queue, options["job_id"])
             marked = job.state is State.RUNNING and queue.cancel_requested(job.job_id)
         if options["json"]:
-            self.stdout.write(to_json(job_dict(job)))
+            found = node_of_job(job)
+            workflow = None if found is None else {"workflow_id": id_text(found[0]), "node": found[1]}
+            self.stdout.write(to_json({**job_dict(job), "workflow": workflow}))
         else:
             self.stdout.write("\n".join(job_lines(job, cancel_requested=marked)))

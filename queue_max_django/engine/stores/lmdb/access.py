@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from ...errors import QueueCorrupted
 from ...job import CANCELLED, STATES, State
+from ...workflows import WORKFLOW_MARK
 from . import layout
 from .env import Env
 from .keys import (
@@ -31,6 +32,7 @@ from .layout import (
     F_ERRORS,
     F_FINISHED_AT,
     F_LEASE_UNTIL,
+    F_METADATA,
     F_NAME,
     F_PAYLOAD,
     F_PRIORITY,
@@ -60,6 +62,8 @@ class ShardDbs(Protocol):
     lease: Any
     done_at: Any
     failed: Any
+    workflows: Any
+    node_ended: Any  # settles a workflow node whose job ended (lmdb/workflows.ended)
     unique: Any
     cancels: Any
     indexes: dict[State, Any]  # one per state; its entry count is the state's count
@@ -200,6 +204,8 @@ def index_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> None
         tally(shard, txn, record[F_QUEUE].encode(), place, 1)
     elif record[F_STATE] == FAILED and record[F_ERROR_TYPE] == CANCELLED:
         cancelled_count(shard, txn, 1)
+    if record[F_STATE] == FAILED and record[F_METADATA] is not None and WORKFLOW_MARK in record[F_METADATA]:
+        shard.node_ended(shard, txn, record)  # a node's job is a dead letter: settle its node
 
 
 def queue_counts_of(raw: bytes) -> tuple[int, int, int]:
@@ -249,6 +255,9 @@ def counts_inexact(shard: ShardDbs, txn: Any) -> None:
 
 def delete_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> None:
     unindex_job(shard, txn, job_id, record)
+    meta = record[F_METADATA]
+    if meta is not None and record[F_STATE] in (PENDING, SCHEDULED) and WORKFLOW_MARK in meta:
+        shard.node_ended(shard, txn, record)  # a node's job removed while it waited: cancelled
     key = id_key(job_id)
     txn.delete(key, db=shard.jobs)
     if record[F_PAYLOAD] is None:

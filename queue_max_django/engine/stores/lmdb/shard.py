@@ -22,8 +22,9 @@ from ...errors import QueueCorrupted, StoreFull
 from ...job import STATES, Job, State
 from ...jobspec import JobSpec
 from ...metadata import keeping_cancel_note
+from ...workflows import WORKFLOW_MARK
 from ..types import Candidate, NewJobs, Recovered
-from . import claims, layout, manage, reads, uniqueness, upkeep
+from . import claims, layout, manage, reads, uniqueness, upkeep, workflows
 from .access import (
     COUNTERS_KEY,
     PUT_COUNTERS,
@@ -77,6 +78,9 @@ class Shard:
         self.failed = dbs["failed"]
         self.unique = dbs["unique"]
         self.cancels = dbs["cancels"]  # job id -> when a cancel was requested (manage.cancel)
+        self.workflows = dbs["workflows"]  # workflows and their nodes (workflows.py)
+        self.node_ended = workflows.ended
+        self.released = False  # a transaction released a workflow's node: the store hints (workflows.py)
         # One index per state; its entry count is the state's count.
         self.indexes = {State.PENDING: self.ready, State.SCHEDULED: self.sched, State.RUNNING: self.lease,
                         State.DONE: self.done_at, State.FAILED: self.failed}  # fmt: skip
@@ -354,6 +358,8 @@ class Shard:
         record[F_LEASE_UNTIL] = None
         record[F_RESULT] = result
         txn.put(id_key(job_id), layout.pack_record(record), db=self.jobs)
+        if record[F_METADATA] is not None and WORKFLOW_MARK in record[F_METADATA]:
+            self.node_ended(self, txn, record)  # a node's job: settle the node, release its children
 
     def fail(
         self,

@@ -41,6 +41,7 @@ from .pauses import LmdbPauses
 from .reads import Listed
 from .shard import Shard
 from .wake import Waker
+from .workflows import LmdbWorkflows
 
 BATCH = 1000  # jobs one maintenance transaction handles at most
 DEFAULT_MAP_SIZE = 1 << 30  # per shard; virtual address space, not disk (the file grows with the data)
@@ -150,6 +151,7 @@ class LmdbStore:
         self.control = Control(control_env, self.clock)
         self.locks = Coordination(control_env, self.clock)
         self.pauses = LmdbPauses(control_env, self.clock, self.hints)
+        self.workflows = LmdbWorkflows(self)
         self._history = History(control_env)
         self._envs = envs
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]
@@ -334,7 +336,10 @@ class LmdbStore:
 
     def complete(self, now: float, job_id: int, token: bytes, result: bytes | None, durable: bool) -> None:
         """The job ``token`` holds is done, ``result`` kept; ``QueueCorrupted`` if the token lost it."""
-        self._shard(job_id).complete(now, job_id, token, result, durable)
+        one = self._shard(job_id)
+        one.complete(now, job_id, token, result, durable)
+        if one.released:  # it released a workflow's node (workflows.py)
+            self.workflows.hint(one)
 
     def complete_many(
         self, now: float, items: Sequence[tuple[int, bytes, bytes | None]], durable: bool
@@ -345,7 +350,10 @@ class LmdbStore:
             by_shard.setdefault(shard_of(item[0]), []).append(item)
         skipped: dict[int, str] = {}
         for batch in by_shard.values():
-            skipped.update(self._shard(batch[0][0]).complete_many(now, batch, durable))
+            one = self._shard(batch[0][0])
+            skipped.update(one.complete_many(now, batch, durable))
+            if one.released:  # it released a workflow's node (workflows.py)
+                self.workflows.hint(one)
         return skipped
 
     def fail(
@@ -386,7 +394,11 @@ class LmdbStore:
     def cancel(self, now: float, job_id: int, by: str | None = None) -> CancelOutcome:
         """Remove a waiting job, mark a running one "cancel requested" (``manage.cancel``)."""
         one = self._job_shard(job_id)
-        return CancelOutcome.MISSING if one is None else one.cancel(now, job_id, by)
+        if one is None:
+            return CancelOutcome.MISSING
+        outcome = one.cancel(now, job_id, by)
+        self.workflows.hint(one)
+        return outcome
 
     def cancel_requested(self, job_id: int) -> bool:
         one = self._job_shard(job_id)

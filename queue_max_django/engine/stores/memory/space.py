@@ -22,11 +22,16 @@ from typing import Any
 
 from ...forks import fork_generation
 from ...job import CANCELLED, State
+from ...workflows import WORKFLOW_MARK
 from ..types import Sample
 
 HISTORY_MAX = 10  # the error and worker histories keep the last ten, as the other stores do
 CLAIM_BATCH = "batch"  # claimed with others: a lease expiry goes back uncharged, to be claimed alone
 CLAIM_ALONE_NEXT = "alone-next"  # its lease once expired: the next claim takes it alone
+
+
+_ENDS = (State.DONE, State.FAILED)
+_WAITS = (State.PENDING, State.SCHEDULED)
 
 
 def micros(seconds: float) -> int:
@@ -115,6 +120,8 @@ class Space:
         self.pause_version = 0
         self.locks: dict[str, tuple[str, float, float]] = {}  # name -> (owner, expires at, since)
         self.workers: dict[str, dict[str, Any]] = {}  # worker id -> its report (WorkerInfo's fields)
+        self.workflows: dict[int, Any] = {}  # workflow id -> its nodes (workflows.py)
+        self.node_ended: Any = None  # settles a node whose job ended (workflows.ended, set by its store)
         self.hint_count = 0  # bumped by every write that may make a job claimable (hints.py)
         self.hinted = threading.Condition(self.lock)
         self.watchers: weakref.WeakSet[Any] = weakref.WeakSet()  # hints with descriptors to write to
@@ -146,6 +153,8 @@ class Space:
         elif is_cancel(row):
             self.cancelled += 1
         self.counts[row.queue, state] += 1
+        if row.metadata is not None and state in _ENDS and WORKFLOW_MARK in row.metadata:
+            self.node_ended(self, row)  # a node's job ended: its children may be released
 
     def unindex(self, row: Row) -> None:
         """Take ``row`` out of its state's index and its count (before its state or sort fields change). A
@@ -177,8 +186,11 @@ class Space:
         self.index(row)
 
     def remove(self, row: Row) -> None:
-        """Delete the job: its row, its index entry, its cancel mark (it goes with the job)."""
+        """Delete the job: its row, its index entry, its cancel mark (it goes with the job). A node's job
+        removed while it waited ends its node, cancelled."""
         self.unindex(row)
+        if row.metadata is not None and row.state in _WAITS and WORKFLOW_MARK in row.metadata:
+            self.node_ended(self, row)
         del self.rows[row.job_id]
         self.cancels.pop(row.job_id, None)
 

@@ -25,6 +25,7 @@ from .control import MemoryControl, MemoryLocks
 from .hints import MemoryHints
 from .pauses import MemoryPauses
 from .space import Row, Space, micros, ready_key
+from .workflows import MemoryWorkflows
 
 _SPACES: dict[str, Space] = {}  # the named stores of this process
 _SPACES_LOCK = threading.Lock()
@@ -93,6 +94,7 @@ class MemoryStore:
         self.control = MemoryControl(self.space, self.clock)
         self.locks = MemoryLocks(self.space, self.clock)
         self.pauses = MemoryPauses(self.space, self.clock, self.hints)
+        self.workflows = MemoryWorkflows(self.space)
         _OPEN.add(self)
 
     @property

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import functools
 
-from ...job import CANCEL_KEY
+from ...job import CANCEL_KEY, UNIQUE_NOTE_KEY
+from ...workflows import WORKFLOW_KEY
 from . import pauses
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED
 from .schema import CANCELLED, DONE, FAILED, IS_CANCEL, PENDING, RUNNING, SCHEDULED, TOTAL
@@ -158,14 +159,15 @@ SELECT array_agg(id) FROM ins
 COMPLETE = _complete_sql(one=False)
 COMPLETE_ONE = _complete_sql(one=True)
 
+_OWN_KEYS = ", ".join(f"'{key}'" for key in (CANCEL_KEY, WORKFLOW_KEY, UNIQUE_NOTE_KEY))
 SAVE_METADATA = f"""
 UPDATE qm_jobs SET metadata = CASE
-    WHEN jsonb_typeof(metadata) = 'object' AND metadata ? '{CANCEL_KEY}'
+    WHEN jsonb_typeof(metadata) = 'object' AND metadata ?| ARRAY[{_OWN_KEYS}]
     THEN coalesce(%s::text::jsonb, '{{}}'::jsonb)
-         || jsonb_build_object('{CANCEL_KEY}', metadata -> '{CANCEL_KEY}')
+         || (SELECT jsonb_object_agg(key, value) FROM jsonb_each(metadata) WHERE key IN ({_OWN_KEYS}))
     ELSE %s::text::jsonb END
 WHERE id = %s AND state = {RUNNING} AND token = %s RETURNING id
-"""  # the cancel note (cancels.py) stays: it is the store's, not the task's
+"""  # the store's own keys stay (metadata.keeping_cancel_note): the cancel note, a node.s link, its key
 
 RETRY = f"""
 WITH upd AS (

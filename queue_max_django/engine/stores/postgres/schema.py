@@ -31,9 +31,10 @@ from typing import Any
 
 from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
+from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 
-SCHEMA_VERSION = 4  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
-# 4: holds of unique keys (qm_unique.hold, until_us)
+SCHEMA_VERSION = 5  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
+# 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -52,7 +53,7 @@ PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 
 TABLES: tuple[str, ...] = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
-    "qm_locks", "qm_workers", "qm_samples", "qm_cancels", "qm_pauses", "qm_pause_version",
+    "qm_locks", "qm_workers", "qm_samples", "qm_cancels", "qm_pauses", "qm_pause_version", *WORKFLOW_TABLES,
 )  # fmt: skip
 
 DDL = f"""
@@ -208,6 +209,11 @@ CREATE TABLE IF NOT EXISTS qm_pause_version (
 INSERT INTO qm_pause_version VALUES (1, 0) ON CONFLICT DO NOTHING;
 """
 
+# Version 3: workflows, their nodes, and the triggers that settle a node (workflow_schema.py).
+WORKFLOW_DDL = workflow_ddl(PENDING, SCHEDULED, DONE, TOTAL, "queue_max").replace(
+    "@CANCELLED@", f"'{CANCELLED_TYPE}'"
+)
+
 
 def create(conn: Any) -> None:
     """Create the store's tables in ``conn``'s database if they are not there (one transaction), and
@@ -221,6 +227,7 @@ def create(conn: Any) -> None:
                 f"version of queue_max_django reads ({SCHEMA_VERSION}): upgrade queue_max_django"
             )
         conn.execute(DDL)
+        conn.execute(WORKFLOW_DDL)
         conn.execute(
             "INSERT INTO qm_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = %s",
             (str(SCHEMA_VERSION), str(SCHEMA_VERSION)),
@@ -241,3 +248,4 @@ def drop(conn: Any) -> None:
     with conn.transaction():
         conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES) + " CASCADE")
         conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal")
+        conn.execute("DROP FUNCTION IF EXISTS " + ", ".join(FUNCTIONS))
