@@ -24,6 +24,7 @@ from typing import Any
 
 from .cancels import MAX_CANCEL_BY, CancelOutcome
 from .claiming import Claimer
+from .concurrency import limited
 from .consuming import MAX_IDLE_WAIT as MAX_IDLE_WAIT
 from .consuming import Consumer
 from .coordinating import Coordination
@@ -196,6 +197,7 @@ class Queue(Coordination, FlowControl):
         unique_key: str | None = None,
         connection: Any = None,
         metadata: dict[str, Any] | None = None,
+        concurrency: Any = None,
     ) -> int:
         """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input. ``metadata``:
         a small JSON dict kept with the job (``Job.metadata``; ``InvalidMetadata``: engine/metadata.py).
@@ -215,6 +217,8 @@ class Queue(Coordination, FlowControl):
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
         putter = self._putter
+        if concurrency is not None:  # ``((key, n), ...)``: engine/concurrency.py; placed by its first key
+            spec, partition_key = limited(spec, concurrency, partition_key)
         if unique_key is not None or self.sync or connection is not None:
             return putter.put_one(store, now, payload, spec, unique_key, partition_key, connection)
         packed = putter.pack(payload)  # the common case: one job straight to its shard
@@ -237,12 +241,15 @@ class Queue(Coordination, FlowControl):
         partition_key: Any = None,
         connection: Any = None,
         metadata: dict[str, Any] | None = None,
+        concurrency: Any = None,
     ) -> list[int]:
         """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing."""
         spec = self._put_options.check(
             priority=priority, delay=delay, eta=eta, queue=queue, name=name, metadata=metadata,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
+        if concurrency is not None:
+            spec, partition_key = limited(spec, concurrency, partition_key)
         putter = self._putter
         return putter.put_many(putter.route(partition_key), payloads, spec, connection)
 
@@ -260,6 +267,7 @@ class Queue(Coordination, FlowControl):
         timeout: float | None = None,
         partition_key: Any = None,
         metadata: dict[str, Any] | None = None,
+        concurrency: Any = None,
     ) -> list[int]:
         """Store many jobs with the same options in parts spread over the store, so that consumers drain
         them in parallel: ``part_size`` jobs a part (default: as many parts as the store has shards),
@@ -272,13 +280,20 @@ class Queue(Coordination, FlowControl):
             priority=priority, delay=delay, eta=eta, queue=queue, name=name, metadata=metadata,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
+        if concurrency is not None:
+            spec, partition_key = limited(spec, concurrency, partition_key)
         return self._putter.put_parts(payloads, spec, part_size, partition_key)
 
     def put_many_to_shard(self, shard: int, payloads: Iterable[Any], **options: Any) -> list[int]:
         """``put_many`` into one given shard (``.map`` spreads a batch over the shards with this)."""
         if type(shard) is not int or not 0 <= shard < self.shard_count:
             raise InvalidJob(f"shard must be from 0 to {self.shard_count - 1}, not {shard!r}")
-        checked = self._put_options.check(now=self._clock(), **put_defaults(options))
+        options = put_defaults(options)
+        concurrency = options.pop("concurrency")
+        checked = self._put_options.check(now=self._clock(), **options)
+        if concurrency is not None:  # a limit's jobs go to its key's shard, whichever was asked
+            checked, route = limited(checked, concurrency, options["partition_key"])
+            shard = self._putter.route(route)
         return self._putter.put_many(shard, payloads, checked)
 
     # ------------------------------------------------------------------ get and completion (consuming.py)

@@ -69,6 +69,7 @@ class Head:
 
     priority: int | None
     next_eta: float | None
+    limited: bool = False  # limited jobs of the read's queues wait there (stores/contract/concurrency.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from typing import Any
 from ... import codec
 from ...errors import QueueCorrupted
 from ..types import Claimed, CorruptedJobQuarantined, Head
-from . import layout, upkeep
+from . import concurrency, layout, upkeep
 from .access import (
     ShardDbs,
     best_ready,
@@ -31,7 +31,7 @@ from .access import (
     unindex_job,
 )
 from .keys import id_key, micros, ready_key_parts, time_key, time_key_parts
-from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_STATE, PENDING, SCHEDULED
+from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_STATE, PENDING, SCHEDULED
 from .quarantine import quarantine, report
 from .records import as_claimed, mark_running
 
@@ -63,10 +63,12 @@ class StrayEntry:
 def peek(shard: ShardDbs, now: float, queues: Sequence[bytes] | None) -> Head:
     """Read-only look at this shard: the priority of the job a claim would take, and the earliest ETA."""
 
+    names = None if queues is None else tuple(bytes(queue).decode() for queue in queues)
+
     def txn_fn(txn: Any) -> Head:
         key = best_ready(txn.cursor(db=shard.ready), queues)
         priority = None if key is None else ready_key_parts(key)[1]
-        return Head(priority, next_eta(shard, txn))
+        return Head(priority, next_eta(shard, txn), concurrency.waiting(shard, txn, names))
 
     return shard.env.read(txn_fn)
 
@@ -92,6 +94,8 @@ def claim_job(
             record[F_STATE] == PENDING or (scheduled_too and record[F_STATE] == SCHEDULED)
         ):
             return None
+        if record[F_LIMITS] is not None and not concurrency.may_start(shard, txn, record):
+            return None  # its limit is full: a limit holds against every claim
         payload = load_payload(shard, txn, job_id, record)
         if payload is None:
             return None

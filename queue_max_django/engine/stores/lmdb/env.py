@@ -42,6 +42,7 @@ DB_NAMES = (
     "failed",  # failed: id
     "unique",  # a put's unique key -> (job id, when): an enqueue that must happen once (periodic ticks)
     "cancels",  # job id -> when a cancel was requested: a running job marked "cancel requested"
+    "turns",  # concurrency limits: the groups' turns, and the jobs running per limit key (turns.py)
 )
 CONTROL_DB_NAMES = (
     "limits",  # limit key -> (rate, bucket state): token buckets shared by every process

@@ -23,7 +23,7 @@ from ...job import STATES, Job, State
 from ...jobspec import JobSpec
 from ...metadata import keeping_cancel_note
 from ..types import Candidate, NewJobs, Recovered
-from . import claims, layout, manage, reads, upkeep
+from . import claims, layout, manage, reads, turns, upkeep
 from .access import (
     COUNTERS_KEY,
     PUT_COUNTERS,
@@ -46,6 +46,7 @@ from .layout import (
     F_ATTEMPTS,
     F_FINISHED_AT,
     F_LEASE_UNTIL,
+    F_LIMITS,
     F_METADATA,
     F_READY_AT,
     F_RESULT,
@@ -78,6 +79,7 @@ class Shard:
         self.failed = dbs["failed"]
         self.unique = dbs["unique"]
         self.cancels = dbs["cancels"]  # job id -> when a cancel was requested (manage.cancel)
+        self.turns = dbs["turns"]  # concurrency limits: groups' turns, jobs running per key (turns.py)
         # One index per state; its entry count is the state's count.
         self.indexes = {State.PENDING: self.ready, State.SCHEDULED: self.sched, State.RUNNING: self.lease,
                         State.DONE: self.done_at, State.FAILED: self.failed}  # fmt: skip
@@ -184,6 +186,8 @@ class Shard:
                 # One C call per database for the whole batch: half the cost of a put() each.
                 txn.cursor(db=jobs_db).putmulti(zip(keys, records, strict=True))
                 txn.cursor(db=index_db).putmulti(entries)
+                if parts.group is not None and not scheduled:
+                    turns.join(self, txn, parts.group)
                 ids.extend(job_ids)
                 total_new += count
                 if unique_key is not None:
@@ -241,6 +245,8 @@ class Shard:
             txn.put(_TIME_KEY.pack(ready_us, job_id), b"", db=self.sched)
         else:
             txn.put(parts.ready_key(ready_us, job_id), parts.name_bytes, db=self.ready)
+            if parts.group is not None:
+                turns.join(self, txn, parts.group)
         return job_id
 
     def _count_puts(self, txn: Any, sequence: int, total: int, floor: int, new: int) -> None:
@@ -263,7 +269,7 @@ class Shard:
             cursor = txn.cursor(db=self.sched)
             return not cursor.first() or _TIME_KEY.pack(ready_us, 0) < cursor.key()
         cursor = txn.cursor(db=self.ready)
-        head = parts.queue_bytes + QUEUE_SEP
+        head = parts.ready_head + QUEUE_SEP
         if cursor.set_range(head) and cursor.key().startswith(head):
             prefix = parts.ready_prefix
             return bool(prefix < cursor.key()[: len(prefix)])
@@ -355,6 +361,8 @@ class Shard:
         record[F_LEASE_UNTIL] = None
         record[F_RESULT] = result
         txn.put(id_key(job_id), layout.pack_record(record), db=self.jobs)
+        if record[F_LIMITS] is not None:  # its slot comes back (turns.py)
+            turns.change(self, txn, record[F_LIMITS][1], -1)
 
     def fail(
         self,

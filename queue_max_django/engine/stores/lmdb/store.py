@@ -23,6 +23,7 @@ from ...job import MAX_SHARDS, STATE_CODE, Job, State, shard_of
 from ...jobspec import JobSpec
 from ...validate import check_number
 from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, Sample, StoreInfo
+from .concurrency import LmdbConcurrency
 from .control import Control
 from .coordination import Coordination
 from .env import CONTROL_DB_NAMES, REGISTRY, EnvOptions
@@ -148,6 +149,7 @@ class LmdbStore:
         self._control_env = control_env
         self.control = Control(control_env, self.clock)
         self.locks = Coordination(control_env, self.clock)
+        self.concurrency = LmdbConcurrency(self)
         self._history = History(control_env)
         self._envs = envs
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]

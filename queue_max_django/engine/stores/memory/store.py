@@ -16,11 +16,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...cancels import CancelOutcome
+from ...concurrency import group_of, served
 from ...forks import add_open_probe
 from ...job import Job, State
 from ...jobspec import JobSpec
 from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, Sample, StoreInfo
 from . import claims, reads, upkeep
+from .concurrency import MemoryConcurrency
 from .control import MemoryControl, MemoryLocks
 from .hints import MemoryHints
 from .space import Row, Space, micros, ready_key
@@ -91,6 +93,7 @@ class MemoryStore:
         self.hints = MemoryHints(self.space)
         self.control = MemoryControl(self.space, self.clock)
         self.locks = MemoryLocks(self.space, self.clock)
+        self.concurrency = MemoryConcurrency(self.space)
         _OPEN.add(self)
 
     @property
@@ -158,6 +161,8 @@ class MemoryStore:
                     row = Row(space.next_id(now_us), state, spec.queue, spec.name, spec.priority, ready_us,
                               spec.max_retries, now_us, spec.timeout, spec.partition_key, bytes(payload),
                               spec.metadata)  # fmt: skip
+                    if spec.concurrency is not None:
+                        row.limits, row.group = spec.concurrency, group_of(spec.queue, spec.concurrency)
                     space.add(row)
                     space.enqueued[spec.queue] += 1
                     ids.append(row.job_id)
@@ -172,7 +177,8 @@ class MemoryStore:
     def head(self, shard: int, now: float, queues: tuple[str, ...] | None) -> Head:
         with self.lock:
             key = self.space.best_ready(queues)
-            return Head(None if key is None else -key[0], self.space.next_eta())
+            waiting = bool(self.space.turns.turn) and any(served(g, queues) for g in self.space.turns.turn)
+            return Head(None if key is None else -key[0], self.space.next_eta(), waiting)
 
     def claim(
         self,

@@ -1,0 +1,161 @@
+"""The LMDB store's concurrency limits (``stores/contract/concurrency.py``): the claim of a shard's limited
+jobs, group by group in turn (``turns.py`` keeps the turns and the running counts), and the counts the
+limits hold, summed over the shards."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from ... import codec
+from ...concurrency import SCAN_GROUPS, full_key, served
+from ...errors import QueueCorrupted
+from ..contract.concurrency import LimitedClaim
+from ..types import Claimed
+from . import turns, upkeep
+from .access import ShardDbs, index_job, load_payload, load_record, store_record, unindex_job
+from .keys import QUEUE_SEP, group_head, micros, ready_key_parts, time_key_parts
+from .layout import F_LIMITS, F_STATE, PENDING
+from .quarantine import quarantine, report
+from .records import as_claimed, mark_running
+
+if TYPE_CHECKING:
+    from .store import LmdbStore
+
+PROMOTE_BATCH = 1000
+
+
+def may_start(shard: ShardDbs, txn: Any, record: list[Any]) -> bool:
+    """Do the job's limits (if any) let it start now?"""
+    limits = record[F_LIMITS]
+    if limits is None:
+        return True
+    keys = limits[1]
+    return full_key(keys, turns.running(shard, txn, [key for key, _n in keys])) is None
+
+
+def waiting(shard: ShardDbs, txn: Any, queues: tuple[str, ...] | None) -> bool:
+    """Do limited jobs of ``queues`` wait in this shard? (One seek with no queue filter.)"""
+    if queues is None:
+        cursor = txn.cursor(db=shard.turns)
+        return bool(cursor.set_range(turns.GROUP_PREFIX)) and bytes(cursor.key()).startswith(
+            turns.GROUP_PREFIX
+        )
+    return any(served(group, queues) for group in turns.waiting_groups(shard, txn))
+
+
+def claim(
+    shard: ShardDbs,
+    now: float,
+    queues: tuple[str, ...] | None,
+    lease_time: float,
+    token: bytes,
+    worker: str | None,
+    min_priority: int | None,
+) -> LimitedClaim:
+    """``ConcurrencyOps.claim`` on one shard, in one write transaction."""
+    now_us = micros(now)
+    lease_us = micros(now + lease_time)
+    promoted: list[Any] = []
+
+    def txn_fn(txn: Any) -> LimitedClaim:
+        promoted.clear()
+        sched = txn.cursor(db=shard.sched)
+        if sched.first() and time_key_parts(sched.key())[0] <= now_us:
+            upkeep.promote_in(shard, txn, now_us, PROMOTE_BATCH, promoted)
+        ready = txn.cursor(db=shard.ready)
+        groups = [group for group in turns.in_turn(shard, txn, 4 * SCAN_GROUPS) if served(group, queues)]
+        for group in groups[:SCAN_GROUPS]:
+            head = group_head(group) + QUEUE_SEP
+            if not (ready.set_range(head) and bytes(ready.key()).startswith(head)):
+                turns.leave_if_done(shard, txn, group)  # nothing waits there (a stray turn)
+                continue
+            _g, priority, _ready, job_id = ready_key_parts(bytes(ready.key()))
+            if min_priority is not None and priority < min_priority:
+                continue  # outranked: it keeps its turn
+            try:
+                record = load_record(shard, txn, job_id)
+            except QueueCorrupted as exc:
+                quarantine(shard, txn, job_id, bytes(ready.key()), None, now_us, str(exc))
+                continue
+            if record is None or record[F_STATE] != PENDING:
+                continue
+            if not may_start(shard, txn, record):
+                turns.to_back(shard, txn, group)  # held: it loses its turn, and waits as it was
+                continue
+            payload = load_payload(shard, txn, job_id, record)
+            try:
+                if payload is None:
+                    raise QueueCorrupted(f"job {job_id}: its payload is missing")
+                value = codec.unpack_stored(payload, job_id, "payload")
+            except QueueCorrupted as exc:
+                unindex_job(shard, txn, job_id, record)
+                quarantine(shard, txn, job_id, None, record, now_us, str(exc), bad_payload=payload)
+                continue
+            unindex_job(shard, txn, job_id, record)
+            mark_running(record, now_us, lease_us, token, worker)
+            index_job(shard, txn, job_id, record)
+            store_record(shard, txn, job_id, record)
+            if txn.get(turns.GROUP_PREFIX + group.encode(), db=shard.turns) is not None:
+                turns.to_back(shard, txn, group)
+            claimed: Claimed = as_claimed(job_id, record, value, False)
+            return LimitedClaim(claimed, waiting(shard, txn, queues))
+        return LimitedClaim(None, waiting(shard, txn, queues))
+
+    outcome: LimitedClaim = shard.env.write(txn_fn)
+    if promoted:
+        report(shard, promoted)
+    return outcome
+
+
+class LmdbConcurrency:
+    """``Store.concurrency`` of an ``LmdbStore``."""
+
+    def __init__(self, store: LmdbStore) -> None:
+        self._store = store
+
+    def claim(
+        self,
+        shard: int,
+        now: float,
+        queues: tuple[str, ...] | None,
+        lease_time: float,
+        token: bytes,
+        worker: str | None,
+        min_priority: int | None,
+    ) -> LimitedClaim:
+        return claim(self._store._shards[shard], now, queues, lease_time, token, worker, min_priority)
+
+    def running(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for shard in self._store._shards:
+            counted: dict[str, int] = shard.env.read(functools.partial(_running, shard))
+            for key, count in counted.items():
+                out[key] = out.get(key, 0) + count
+        return dict(sorted(out.items()))
+
+    def waiting(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for shard in self._store._shards:
+            out.update(shard.env.read(functools.partial(_waiting_counts, shard)))
+        return dict(sorted(out.items()))
+
+
+def _running(shard: ShardDbs, txn: Any) -> dict[str, int]:
+    return turns.running(shard, txn)
+
+
+def _waiting_counts(shard: ShardDbs, txn: Any) -> dict[str, int]:
+    """Waiting jobs per group of this shard: an entry count of each group's range (a walk: not a hot path)."""
+    out = {}
+    cursor = txn.cursor(db=shard.ready)
+    for group in turns.waiting_groups(shard, txn):
+        head = group_head(group) + QUEUE_SEP
+        count = 0
+        found = cursor.set_range(head)
+        while found and bytes(cursor.key()).startswith(head):
+            count += 1
+            found = cursor.next()
+        if count:
+            out[group] = count
+    return out
