@@ -49,8 +49,9 @@ def test_a_limited_job_is_pending_everywhere_but_only_the_limited_claim_starts_i
     assert store.queue_counts(T0)["default"]["pending"] == 1
     assert [j.job_id for j in store.list_jobs(T0, State.PENDING, queue=None, name=None, after=None, limit=10,
                                               newest_first=False, shard=None)] == [held]  # fmt: skip
-    assert [j.job_id for j in store.list_jobs(T0, State.PENDING, queue="default", name=None, after=None,
-                                              limit=10, newest_first=False, shard=None)] == [held]  # fmt: skip
+    listed = store.list_jobs(T0, State.PENDING, queue="default", name=None, after=None, limit=10,
+                             newest_first=False, shard=None)  # fmt: skip
+    assert [j.job_id for j in listed] == [held]
     assert store.oldest_pending(T0) == {"default": pytest.approx(T0, abs=1e-6)}
     head = store.head(0, T0, None)
     assert head.priority is None and head.limited

@@ -5,7 +5,8 @@ limits hold, summed over the shards."""
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ... import codec
 from ...concurrency import SCAN_GROUPS, full_key, served
@@ -18,9 +19,6 @@ from .keys import QUEUE_SEP, group_head, micros, ready_key_parts, time_key_parts
 from .layout import F_LIMITS, F_STATE, PENDING
 from .quarantine import quarantine, report
 from .records import as_claimed, mark_running
-
-if TYPE_CHECKING:
-    from .store import LmdbStore
 
 PROMOTE_BATCH = 1000
 
@@ -111,8 +109,8 @@ def claim(
 class LmdbConcurrency:
     """``Store.concurrency`` of an ``LmdbStore``."""
 
-    def __init__(self, store: LmdbStore) -> None:
-        self._store = store
+    def __init__(self, shards: Callable[[], Sequence[ShardDbs]]) -> None:
+        self._shards = shards  # the store's shards now (a forked child opens new ones)
 
     def claim(
         self,
@@ -124,11 +122,11 @@ class LmdbConcurrency:
         worker: str | None,
         min_priority: int | None,
     ) -> LimitedClaim:
-        return claim(self._store._shards[shard], now, queues, lease_time, token, worker, min_priority)
+        return claim(self._shards()[shard], now, queues, lease_time, token, worker, min_priority)
 
     def running(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for shard in self._store._shards:
+        for shard in self._shards():
             counted: dict[str, int] = shard.env.read(functools.partial(_running, shard))
             for key, count in counted.items():
                 out[key] = out.get(key, 0) + count
@@ -136,7 +134,7 @@ class LmdbConcurrency:
 
     def waiting(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for shard in self._store._shards:
+        for shard in self._shards():
             out.update(shard.env.read(functools.partial(_waiting_counts, shard)))
         return dict(sorted(out.items()))
 

@@ -149,7 +149,7 @@ class LmdbStore:
         self._control_env = control_env
         self.control = Control(control_env, self.clock)
         self.locks = Coordination(control_env, self.clock)
-        self.concurrency = LmdbConcurrency(self)
+        self.concurrency = LmdbConcurrency(lambda: self._shards)
         self._history = History(control_env)
         self._envs = envs
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]

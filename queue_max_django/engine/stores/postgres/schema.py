@@ -32,7 +32,7 @@ from typing import Any
 from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
 
-SCHEMA_VERSION = 2  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples
+SCHEMA_VERSION = 3  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: limits
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -49,7 +49,7 @@ PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 
 TABLES: tuple[str, ...] = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
-    "qm_locks", "qm_workers", "qm_samples", "qm_cancels",
+    "qm_locks", "qm_workers", "qm_samples", "qm_cancels", "qm_turns",
 )  # fmt: skip
 
 DDL = f"""
@@ -88,9 +88,29 @@ CREATE TABLE IF NOT EXISTS qm_jobs (
     CHECK (state <> {RUNNING} OR (lease_us IS NOT NULL AND token IS NOT NULL))
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0,
         autovacuum_analyze_scale_factor = 0.02);
-CREATE INDEX IF NOT EXISTS qm_jobs_ready ON qm_jobs (priority DESC, ready_us, id) WHERE state = {PENDING};
-CREATE INDEX IF NOT EXISTS qm_jobs_ready_queue
-    ON qm_jobs (queue, priority DESC, ready_us, id) WHERE state = {PENDING};
+-- Version 3: concurrency limits (concurrency.py). A limited job has its group and its limits' keys and
+-- sizes; waiting, it is in qm_jobs_waiting, never in the claim's indexes (qm_jobs_claim*), which replace
+-- version 2's qm_jobs_ready and qm_jobs_ready_queue (the same columns, limited jobs left out).
+ALTER TABLE qm_jobs ADD COLUMN IF NOT EXISTS cgroup text;
+ALTER TABLE qm_jobs ADD COLUMN IF NOT EXISTS climits text[];
+ALTER TABLE qm_jobs ADD COLUMN IF NOT EXISTS cns integer[];
+CREATE INDEX IF NOT EXISTS qm_jobs_claim ON qm_jobs (priority DESC, ready_us, id)
+    WHERE state = {PENDING} AND cgroup IS NULL;
+CREATE INDEX IF NOT EXISTS qm_jobs_claim_queue ON qm_jobs (queue, priority DESC, ready_us, id)
+    WHERE state = {PENDING} AND cgroup IS NULL;
+DROP INDEX IF EXISTS qm_jobs_ready;
+DROP INDEX IF EXISTS qm_jobs_ready_queue;
+CREATE INDEX IF NOT EXISTS qm_jobs_waiting ON qm_jobs (cgroup, priority DESC, ready_us, id)
+    WHERE state = {PENDING} AND cgroup IS NOT NULL;
+CREATE INDEX IF NOT EXISTS qm_jobs_cgroup ON qm_jobs (cgroup) WHERE cgroup IS NOT NULL;
+CREATE INDEX IF NOT EXISTS qm_jobs_limited_running ON qm_jobs USING gin (climits)
+    WHERE state = {RUNNING} AND climits IS NOT NULL;
+CREATE TABLE IF NOT EXISTS qm_turns (
+    grp text PRIMARY KEY,
+    turn bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS qm_turns_order ON qm_turns (turn);
+CREATE SEQUENCE IF NOT EXISTS qm_turn_seq;
 CREATE INDEX IF NOT EXISTS qm_jobs_scheduled ON qm_jobs (ready_us, id) WHERE state = {SCHEDULED};
 CREATE INDEX IF NOT EXISTS qm_jobs_lease ON qm_jobs (lease_us, id) WHERE state = {RUNNING};
 
@@ -219,4 +239,4 @@ def drop(conn: Any) -> None:
     """Remove every table of the store (``migrate queue_max_django zero``): its jobs are gone."""
     with conn.transaction():
         conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES) + " CASCADE")
-        conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal")
+        conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal, qm_turn_seq")

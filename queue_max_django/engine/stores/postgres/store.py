@@ -40,6 +40,7 @@ from ..types import (
 )
 from . import cancels, history, job_sql, reads, schema, upkeep
 from .clock import ServerClock
+from .concurrency import PgConcurrency, limit_new
 from .connection import PREPARE_THRESHOLD, Connections, display_url, savepoint
 from .control import PgControl
 from .coordination import PgCoordination
@@ -136,6 +137,7 @@ class PostgresStore:
         self._vacuum_check_due = 0.0  # time.monotonic() of maintain()'s next look at the churned tables
         self.hints = PgHints(self.db.connect, listen=listen, notify=notify, poll_interval=poll_interval)
         self.control = PgControl(self.db, self.clock)
+        self.concurrency = PgConcurrency(self)
         self.locks = PgCoordination(self.db, self.clock)
 
     def params(self, **params: Any) -> dict[str, Any]:
@@ -201,7 +203,7 @@ class PostgresStore:
                 # Several statements: all or none (a savepoint inside the caller's transaction).
                 with savepoint(connection):
                     return self._enqueue_on(connection, now, batches, joined=True)
-        if len(batches) == 1 and batches[0].unique_key is None:
+        if len(batches) == 1 and batches[0].unique_key is None and batches[0].spec.concurrency is None:
             conn = self.db.connection()  # one statement: its own transaction, one round trip
             with self.db.guard(conn):
                 return self._enqueue_on(conn, now, batches)
@@ -244,6 +246,9 @@ class PostgresStore:
                 params.update(payloads=payloads, count=len(payloads), state=state)
                 statement = job_sql.ENQUEUE_JOINED if joined else job_sql.ENQUEUE
             new, _sent, lead = execute(statement, params).fetchone()
+            if spec.concurrency is not None:  # in the same transaction (concurrency.py)
+                execute(*limit_new(new, spec, self.params(now=now_us)))
+                lead = True
             if lead:
                 self.hints.local()
             if key is not None:
@@ -282,8 +287,8 @@ class PostgresStore:
 
     def head(self, shard: int, now: float, queues: tuple[str, ...] | None) -> Head:
         sql = job_sql.variant(job_sql.HEAD, queues is not None)
-        priority, eta_us = self.one(sql, {"queues": None if queues is None else list(queues)})
-        return Head(priority, None if eta_us is None else eta_us / 1_000_000)
+        priority, eta_us, limited = self.one(sql, {"queues": None if queues is None else list(queues)})
+        return Head(priority, None if eta_us is None else eta_us / 1_000_000, limited)
 
     def claim(
         self,
@@ -354,8 +359,8 @@ class PostgresStore:
         params = self.params(id=job_id, states=states, now=micros(now), lease=micros(now + lease_time),
                               token=token, worker=worker)  # fmt: skip
         row = self.one(job_sql.CLAIM_JOB, params)
-        if row is None:
-            return None
+        if row is None:  # not waiting, or limited: then its limits decide (concurrency.py)
+            return self.concurrency.claim_job(now, job_id, lease_time, token, worker, scheduled_too)
         try:
             return as_claimed(row[:CLAIMED_COLUMNS], False)
         except QueueCorrupted as exc:
