@@ -20,6 +20,7 @@ from django.apps import AppConfig
 from django.core import checks
 
 from . import postgres_checks
+from .concurrency import check_queue_concurrency
 from .defaults import (
     DATA_DIR_NAME,
     DEFAULTS,
@@ -299,6 +300,7 @@ def settings_problems(raw: Any, base_dir: Any) -> list[Problem]:
             found += _unlisted_queue_problems(("QUEUE_RATE_LIMITS",), limits, listed)
     else:
         found.append(_wrong_type(("QUEUE_RATE_LIMITS",), limits, f"a dict of queue name -> {_RATE}"))
+    found += check_queue_concurrency(values["QUEUE_CONCURRENCY"])
     for key, defaults in NESTED_DEFAULTS.items():
         if not isinstance(values[key], Mapping):
             found.append(_wrong_type((key,), raw[key], "a dict"))

@@ -24,6 +24,7 @@ from django.db import transaction
 
 from . import tracing
 from .commits import Commit, waits_for_commit, written
+from .concurrency import TaskConcurrency, job_limits, store_by_limits
 from .conf import Applied, caller_connection, callers_alias, get_config, get_queue, lent_to
 from .engine import (
     NAME_KEY_PREFIX,
@@ -118,6 +119,8 @@ class Task(Generic[P, R]):
         circuit_breaker: bool | Mapping[str, Any] | None = None,
         retry_on: ExceptionTypes = (),
         permanent_on: ExceptionTypes = (),
+        concurrency: int | None = None,
+        concurrency_key: str | Callable[..., str] | None = None,
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task decorates a function, not {func!r}")
@@ -149,6 +152,8 @@ class Task(Generic[P, R]):
         self.enqueue_on_commit: bool | None = None  # None: QUEUE_MAX["ENQUEUE_ON_COMMIT"]
         self.is_async = inspect.iscoroutinefunction(func)
         self._signature = inspect.signature(func)
+        # at most ``concurrency`` jobs running (per key, with ``concurrency_key``): concurrency.py
+        self.concurrency = TaskConcurrency(self.name, self._signature, concurrency, concurrency_key)
         self._flow_applied = Applied()  # this task's limit and breaker, in the store (_prepare)
         functools.update_wrapper(self, func)
 
@@ -254,26 +259,30 @@ class Task(Generic[P, R]):
             return []
         if get_config().immediate:
             return [self._run_now(payload) for payload in payloads]
+        limits = [self._limits(a, k) for a, k in calls]  # a bad key raises before anything is written
         joined = caller_connection()
         if joined is None and waits_for_commit(self.enqueue_on_commit, get_config().enqueue_on_commit):
             handles = [JobResult(None, task_name=self.name) for _ in payloads]
 
             def store() -> None:
-                for handle, job_id in zip(handles, self._store_many(payloads, None), strict=True):
+                for handle, job_id in zip(handles, self._store_many(payloads, None, limits), strict=True):
                     handle._job_id = job_id
 
             waiting = Commit(store=store)
             for handle in handles:
                 handle._commit = waiting
             return handles
-        ids = self._store_many(payloads, joined)
+        ids = self._store_many(payloads, joined, limits)
         commit = written(callers_alias(joined), ids)
         return [JobResult(job_id, task_name=self.name, commit=commit) for job_id in ids]
 
-    def _store_many(self, payloads: list[dict[str, Any]], joined: Any) -> list[int]:
-        """``.map()``'s puts: spread over the shards, or in the caller's transaction on ``joined``."""
+    def _store_many(self, payloads: list[dict[str, Any]], joined: Any, limits: list[Any]) -> list[int]:
+        """``.map()``'s puts: spread over the shards, or in the caller's transaction on ``joined``; items
+        under different concurrency limits (``limits``, one per item) each put with theirs."""
+        if any(item != limits[0] for item in limits):
+            return store_by_limits(payloads, limits, lambda part, lim: self._store_many(part, joined, [lim]))
         queue = self._prepare(get_queue(), joined)
-        options = self._put_options()
+        options = {**self._put_options(), "concurrency": limits[0]}
         with tracing.sending(self.name, self.queue, options) as sending:
             if joined is None:
                 ids = queue.put_parts(payloads, **options)
@@ -390,6 +399,10 @@ class Task(Generic[P, R]):
             "metadata": self.metadata or None,
         }
 
+    def _limits(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[tuple[str, int], ...] | None:
+        """The concurrency limits of one call (``concurrency.job_limits``; None: none)."""
+        return job_limits(self.concurrency, self.queue, get_config().queue_concurrency, args, kwargs)
+
     def _prepare(self, queue: Queue, joined: Any = None) -> Queue:
         """Apply this task's rate limit and breaker to the store, once per ``Queue`` (the first enqueue in
         a process, and again after the settings changed). With ``joined`` (the caller's connection, in the
@@ -448,7 +461,7 @@ class Task(Generic[P, R]):
         if get_config().immediate:
             return self._run_now(payload)
         queue = self._prepare(get_queue(), connection)
-        options = self._put_options()
+        options = {**self._put_options(), "concurrency": self._limits(args, kwargs)}
         alias = callers_alias(connection)
         with tracing.sending(self.name, self.queue, options) as sending:
             with in_callers_transaction(alias), lent_to(queue, connection):  # (a clock's reading too)

@@ -188,12 +188,11 @@ def test_create_upgrades_a_version_1_postgresql_database(pg_url: str) -> None:
         conn.execute("ALTER TABLE qm_jobs DROP COLUMN metadata")
         conn.execute("ALTER TABLE qm_finished DROP COLUMN metadata")
         conn.execute("UPDATE qm_meta SET value = '1' WHERE key = 'schema_version'")
-        with pytest.raises(
-            SchemaError, match="schema version 1; this version of queue_max_django needs version 2"
-        ):
+        wanted = f"schema version 1; this version of queue_max_django needs version {schema.SCHEMA_VERSION}"
+        with pytest.raises(SchemaError, match=wanted):
             location.open_queue()
         schema.create(conn)
-        assert schema.version(conn) == 2
+        assert schema.version(conn) == schema.SCHEMA_VERSION
     with location.open_queue() as queue:
         assert queue.job(job_id).metadata == {}  # type: ignore[union-attr]
         record = queue.get(0)
