@@ -39,16 +39,16 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
 
 
 def test_a_limit_holds_across_four_processes_of_two_commands(site: Site) -> None:
-    assert workapp.limited.name == TASKS + "limited"
-    ids = [put_call(site, workapp.limited, n, 0.15) for n in range(16)]
-    for _ in range(2):
-        site.start("--processes", "2", "--threads", "2")
+    assert workapp.capped.name == TASKS + "capped"
+    ids = [put_call(site, workapp.capped, n, 0.15) for n in range(16)]
+    for _ in range(2):  # one thread each: two running at once means two processes at once
+        site.start("--processes", "2", "--threads", "1")
     with site.queue() as queue:
         wait_for(lambda: all_done(queue, ids), 90, "the 16 jobs to run")
     spans = [value.split(":") for value, _pid in site.marks("span")]
     assert len(spans) == 16
     assert most_at_once([(float(start), float(end)) for _v, start, end in spans]) == 2
-    assert len({pid for _value, pid in site.marks("span")}) >= 2  # more than one process took part
+    assert len({pid for _value, pid in site.marks("span")}) >= 2
     for worker in site.workers:
         worker.signal()
         assert worker.wait() == 0, worker.output()
@@ -57,7 +57,7 @@ def test_a_limit_holds_across_four_processes_of_two_commands(site: Site) -> None
 def test_a_keyed_limit_holds_per_key_across_processes(site: Site) -> None:
     ids = [put_call(site, workapp.per_account, account, n, 0.1) for n in range(6) for account in ("a", "b")]
     for _ in range(2):
-        site.start("--processes", "2", "--threads", "2")
+        site.start("--processes", "2", "--threads", "1")
     with site.queue() as queue:
         wait_for(lambda: all_done(queue, ids), 90, "the 12 jobs to run")
     spans = [value.split(":") for value, _pid in site.marks("span")]

@@ -142,7 +142,7 @@ def stubborn(value: int) -> None:
 
 
 @task(concurrency=2)
-def limited(value: int, seconds: float) -> int:
+def capped(value: int, seconds: float) -> int:
     """At most 2 run at once, store-wide: marks "span" with ``value:start:end`` (wall-clock seconds)."""
     started = time.time()
     time.sleep(seconds)
