@@ -162,6 +162,14 @@ class QueueCollector:
                 tokens.add_metric([key], remaining)
         yield tokens
 
+        in_use = q.concurrency_limits()
+        for what, text in (("running", "Jobs running under each concurrency limit key."),
+                           ("waiting", "Limited jobs waiting, per concurrency limit key.")):  # fmt: skip
+            family = gauge(f"{PREFIX}_concurrency_{what}", text, labels=["key"])
+            for key, per_key in in_use.items():
+                family.add_metric([key], per_key[what])
+            yield family
+
 
 def render(queue: Queue) -> tuple[bytes, str]:
     """The metrics of ``queue`` in Prometheus's text format, through a registry of this scrape's own (the

@@ -107,3 +107,12 @@ def limited(spec: JobSpec, concurrency: Any, partition_key: Any) -> tuple[JobSpe
                    None, spec.metadata)  # fmt: skip
     copy.concurrency = limits
     return copy, route_key(limits)
+
+
+def summary(running: Mapping[str, int], waiting: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """Per limit key in use, sorted: ``{"running": jobs running with it, "waiting": limited jobs waiting
+    whose most specific key it is}`` (``waiting``: per group, ``group_of``)."""
+    out: dict[str, dict[str, int]] = {key: {"running": count, "waiting": 0} for key, count in running.items()}
+    for group, count in waiting.items():
+        out.setdefault(key_of(group), {"running": 0, "waiting": 0})["waiting"] += count
+    return dict(sorted(out.items()))

@@ -24,7 +24,7 @@ from typing import Any
 
 from .cancels import MAX_CANCEL_BY, CancelOutcome
 from .claiming import Claimer
-from .concurrency import limited
+from .concurrency import limited, summary
 from .consuming import MAX_IDLE_WAIT as MAX_IDLE_WAIT
 from .consuming import Consumer
 from .coordinating import Coordination
@@ -358,6 +358,12 @@ class Queue(Coordination, FlowControl):
         out["shards"] = self.shard_count
         out.update(self._flow.stats())
         return out
+
+    def concurrency_limits(self) -> dict[str, dict[str, int]]:
+        """Per concurrency limit key in use (``put(concurrency=)``): ``{"running", "waiting"}`` jobs, the
+        waiting ones held back or not yet claimed (``concurrency.summary``). O(keys + waiting groups)."""
+        ops = self._live().concurrency
+        return summary(ops.running(), ops.waiting())
 
     def queue_counts(self) -> dict[str, dict[str, int]]:
         """Per queue name: {"pending", "scheduled", "running"} jobs, over all shards, sorted by name (queues

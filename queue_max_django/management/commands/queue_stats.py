@@ -35,7 +35,8 @@ def watch_seconds(text: str) -> float:
 
 def collect(queue: Queue, shard: int | None) -> dict[str, Any]:
     """The figures as one JSON-ready dict: state counts and ``total`` at the top level (of one shard with
-    ``shard``), then ``shards``, ``queues``, ``workers``, ``circuit_breakers`` and ``rate_limits``."""
+    ``shard``), then ``shards``, ``queues``, ``workers``, ``circuit_breakers``, ``rate_limits`` and
+    ``concurrency_limits``."""
     rows = [{"shard": index, **counts} for index, counts in enumerate(queue.shard_stats())]
     if shard is not None:
         rows = [rows[shard]]
@@ -57,6 +58,7 @@ def collect(queue: Queue, shard: int | None) -> dict[str, Any]:
         key: {"rate": str(rate), "remaining": queue.remaining(key)}
         for key, rate in queue.rate_limits().items()
     }
+    out["concurrency_limits"] = queue.concurrency_limits()
     return out
 
 
@@ -92,6 +94,8 @@ def render(stats: dict[str, Any]) -> str:
     parts.append(_section("Circuit breakers", headers, breakers))
     limits = [(key, limit["rate"], limit["remaining"]) for key, limit in stats["rate_limits"].items()]
     parts.append(_section("Rate limits", ["KEY", "RATE", "TOKENS"], limits))
+    held = [(key, c["running"], c["waiting"]) for key, c in stats["concurrency_limits"].items()]
+    parts.append(_section("Concurrency limits", ["KEY", "RUNNING", "WAITING"], held))
     return "\n\n".join(parts)
 
 
