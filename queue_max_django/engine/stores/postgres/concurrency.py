@@ -40,7 +40,7 @@ SELECT grp FROM qm_turns @FILTER@ ORDER BY turn LIMIT %(scan)s
 """
 
 NEXT_OF_GROUP = f"""
-SELECT id, priority, climits, cns FROM qm_jobs WHERE state = {PENDING} AND cgroup = %(grp)s
+SELECT id, priority, climits, cns FROM qm_jobs WHERE state = {PENDING} AND cgroup COLLATE "C" = %(grp)s
 ORDER BY priority DESC, ready_us, id LIMIT 1 FOR UPDATE SKIP LOCKED
 """
 
@@ -77,7 +77,8 @@ SELECT * FROM upd
 WAITING_ANY = f"EXISTS (SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND cgroup IS NOT NULL)"
 WAITING_IN = f"""
 EXISTS (SELECT 1 FROM unnest(%(queues)s::text[]) q WHERE EXISTS (
-    SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND cgroup > q || chr(31) AND cgroup < q || chr(32)))
+    SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND cgroup IS NOT NULL
+    AND cgroup COLLATE "C" > q || chr(31) AND cgroup COLLATE "C" < q || chr(32)))
 """
 
 FILTER = "WHERE split_part(grp, chr(31), 1) = ANY(%(queues)s)"

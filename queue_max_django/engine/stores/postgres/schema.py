@@ -100,7 +100,8 @@ CREATE INDEX IF NOT EXISTS qm_jobs_claim_queue ON qm_jobs (queue, priority DESC,
     WHERE state = {PENDING} AND cgroup IS NULL;
 DROP INDEX IF EXISTS qm_jobs_ready;
 DROP INDEX IF EXISTS qm_jobs_ready_queue;
-CREATE INDEX IF NOT EXISTS qm_jobs_waiting ON qm_jobs (cgroup, priority DESC, ready_us, id)
+-- In byte order (COLLATE "C"): a queue's groups are the range after its name and chr(31) (concurrency.py).
+CREATE INDEX IF NOT EXISTS qm_jobs_waiting ON qm_jobs ((cgroup COLLATE "C"), priority DESC, ready_us, id)
     WHERE state = {PENDING} AND cgroup IS NOT NULL;
 CREATE INDEX IF NOT EXISTS qm_jobs_cgroup ON qm_jobs (cgroup) WHERE cgroup IS NOT NULL;
 CREATE INDEX IF NOT EXISTS qm_jobs_limited_running ON qm_jobs USING gin (climits)
