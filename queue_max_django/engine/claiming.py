@@ -121,9 +121,9 @@ class Claimer:
         ):
             view = local.view = self._look(now, allowed, view)
         if True in view.limited:
-            claimed = self._limited(view, allowed, lease_time, worker, now)
-            if claimed is not None:
-                return [claimed], view.next_eta
+            limited = self._limited(view, allowed, lease_time, worker, now, limit)
+            if limited:
+                return limited, view.next_eta
         for _attempt in range(4 * count + 4):
             priorities = view.priorities
             known = [priority for priority in priorities if priority is not None]
@@ -163,7 +163,7 @@ class Claimer:
         local.view = None
         return [], view.next_eta
 
-    def limited_only(self, allowed: Queues, lease_time: float, worker: str | None) -> Claimed | None:
+    def limited_only(self, allowed: Queues, lease_time: float, worker: str | None) -> list[Claimed]:
         """A limited job that may start, if any (``_limited``), for a claim under rate limits or breakers
         (which take no limited job: ``find_admissible`` passes them by)."""
         local = self._local
@@ -172,14 +172,14 @@ class Claimer:
         if self._store.hints.changed() or view is None or view.allowed != allowed:
             view = local.view = self._look(now, allowed, view)
         if True not in view.limited:
-            return None
-        return self._limited(view, allowed, lease_time, worker, now)
+            return []
+        return self._limited(view, allowed, lease_time, worker, now, 1)
 
     def _limited(
-        self, view: _View, allowed: Queues, lease_time: float, worker: str | None, now: float
-    ) -> Claimed | None:
-        """Claim a limited job of a shard where some wait, from this thread's preferred shard on, if its
-        limits let one start and no unlimited job of higher priority waits in any shard
+        self, view: _View, allowed: Queues, lease_time: float, worker: str | None, now: float, limit: int
+    ) -> list[Claimed]:
+        """Claim up to ``limit`` limited jobs of a shard where some wait, from this thread's preferred shard
+        on, those their limits let start, none below the best priority of the unlimited jobs in any shard
         (``stores/contract/concurrency.py``); each shard's answer updates the view."""
         count = self._store.shards
         known = [priority for priority in view.priorities if priority is not None]
@@ -192,11 +192,12 @@ class Claimer:
             shard = (start + step) % count
             if not view.limited[shard]:
                 continue
-            outcome: LimitedClaim = ops.claim(shard, now, allowed, lease_time, new_token(), worker, floor)
+            token = new_token()
+            outcome: LimitedClaim = ops.claim(shard, now, allowed, lease_time, token, worker, floor, limit)
             view.limited[shard] = outcome.waiting
-            if outcome.claimed is not None:
+            if outcome.claimed:
                 return outcome.claimed
-        return None
+        return []
 
     def _preferred_shard(self, local: threading.local, count: int) -> int:
         """Where this consumer thread looks first among shards of equal priority. Each thread has its own

@@ -26,9 +26,18 @@ def lput(store: Store, now: float, *payloads: Any, limits: Any, **options: Any) 
     return store.enqueue(now, 0, [batch], False)
 
 
+class One:
+    """A ``LimitedClaim`` of at most one job: ``claimed`` is that job or None."""
+
+    def __init__(self, outcome: LimitedClaim) -> None:
+        assert len(outcome.claimed) <= 1
+        self.claimed = outcome.claimed[0] if outcome.claimed else None
+        self.waiting = outcome.waiting
+
+
 def lclaim(store: Store, now: float, *, queues: tuple[str, ...] | None = None,
-           min_priority: int | None = None) -> LimitedClaim:  # fmt: skip
-    return store.concurrency.claim(0, now, queues, LEASE, new_token(), "w1", min_priority)
+           min_priority: int | None = None) -> One:  # fmt: skip
+    return One(store.concurrency.claim(0, now, queues, LEASE, new_token(), "w1", min_priority, 1))
 
 
 def started(store: Store, now: float, count: int) -> list[Claimed]:
@@ -185,3 +194,21 @@ def test_running_and_waiting_counts(store: Store) -> None:
     started(store, T0, 4)
     assert store.concurrency.running() == {"task:t:A": 2, "task:t:B": 1}
     assert store.concurrency.waiting() == {"default\x1ftask:t:A": 1}
+
+
+@pytest.mark.sc_concurrency_batch
+@pytest.mark.sc_concurrency_turns
+def test_a_batch_goes_round_the_groups_and_its_expiry_is_uncharged(store: Store) -> None:
+    a = lput(store, T0, "a1", "a2", "a3", limits=[("task:t:A", 2)])
+    b = lput(store, T0 + 1, "b1", limits=[("task:t:B", 2)])
+    outcome = store.concurrency.claim(0, T0 + 2, None, LEASE, new_token(), "w1", None, 10)
+    assert [c.job_id for c in outcome.claimed] == [a[0], b[0], a[1]]  # A's third is held by its limit
+    assert outcome.waiting and not any(c.alone for c in outcome.claimed)
+    recovered = store.recover_expired(T0 + 2 + LEASE + 1)
+    assert sorted(r.job_id for r in recovered) == sorted(c.job_id for c in outcome.claimed)
+    assert not any(r.charged for r in recovered)
+    assert [job(store, T0, i).retries for i in (a[0], b[0], a[1])] == [0, 0, 0]
+    assert store.concurrency.running() == {}
+    # each of them is now claimed alone: first, and by itself
+    again = store.concurrency.claim(0, T0 + 100, None, LEASE, new_token(), "w1", None, 10)
+    assert len(again.claimed) == 1 and again.claimed[0].alone

@@ -19,10 +19,10 @@ Queues = tuple[str, ...] | None
 
 @dataclass(frozen=True, slots=True)
 class LimitedClaim:
-    """What ``ConcurrencyOps.claim`` did: the job it claimed (None: none may start now), and whether limited
-    jobs of the claim's queues still wait in the shard."""
+    """What ``ConcurrencyOps.claim`` did: the jobs it claimed (none: none may start now), in the order it
+    took them, and whether limited jobs of the claim's queues still wait in the shard."""
 
-    claimed: Claimed | None
+    claimed: list[Claimed]
     waiting: bool
 
 
@@ -48,10 +48,11 @@ class ConcurrencyOps(Protocol):
         token: bytes,
         worker: str | None,
         min_priority: int | None,
+        limit: int,
     ) -> LimitedClaim:
-        """In one transaction, claim the next limited job of ``shard`` among ``queues`` that its limits let
-        start, marked as ``Store.claim_job`` marks one (never a batch); due scheduled jobs are promoted
-        first, as ``Store.claim`` does.
+        """In one transaction, claim up to ``limit`` limited jobs of ``shard`` among ``queues`` that their
+        limits let start, each marked as ``Store.claim`` marks one; due scheduled jobs are promoted first,
+        as ``Store.claim`` does.
 
         - [sc_concurrency_claim] A job may start when, for each of its ``(key, n)``, fewer than ``n`` jobs
           carrying ``key`` run; the count and the start are one transaction, so no number of claims racing
@@ -59,15 +60,19 @@ class ConcurrencyOps(Protocol):
         - [sc_concurrency_turns] Waiting limited jobs are grouped by queue and last key
           (``concurrency.group_of``); groups take turns: the claim looks at the groups in turn order
           (the one that joined or was served longest ago first) and takes the first group's next job
-          (claim order within it) that may start. A group it took from, or found held by a full limit,
+          (claim order within it) that may start, then the next group's (a group it took from comes round
+          again in the same claim, after the others). A group it took from, or found held by a full limit,
           goes to the back of the turns, so a group's next job starts within as many claims as there are
           groups before it, however many jobs another group holds. At most ``concurrency.SCAN_GROUPS``
           groups per call.
         - [sc_concurrency_held] A job held by a full limit stays pending, uncharged (no attempt counted,
           nothing about it changed but its group's turn), and never holds back a job it does not limit.
+        - [sc_concurrency_batch] A claim that takes two or more marks them a batch, as ``Store.claim``
+          does [sc_claim_batch] (an expired lease sends them back uncharged); a job whose lease once
+          expired is taken only first, and alone.
         - [sc_concurrency_priority] A group whose next job has a priority below ``min_priority`` (the best
           the caller saw among the unlimited jobs) is passed over, keeping its turn.
-        - -> ``LimitedClaim``: the claimed job (None: none may start), and whether limited jobs of
+        - -> ``LimitedClaim``: the claimed jobs (possibly none), and whether limited jobs of
           ``queues`` still wait in the shard. A job whose payload does not decode is quarantined and
           passed over."""
 

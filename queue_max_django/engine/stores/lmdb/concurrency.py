@@ -4,6 +4,7 @@ limits hold, summed over the shards."""
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,7 +17,7 @@ from ..types import Claimed
 from . import turns, upkeep
 from .access import ShardDbs, index_job, load_payload, load_record, store_record, unindex_job
 from .keys import QUEUE_SEP, group_head, micros, ready_key_parts, time_key_parts
-from .layout import F_LIMITS, F_STATE, PENDING
+from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_STATE, PENDING
 from .quarantine import quarantine, report
 from .records import as_claimed, mark_running
 
@@ -50,8 +51,10 @@ def claim(
     token: bytes,
     worker: str | None,
     min_priority: int | None,
+    limit: int,
 ) -> LimitedClaim:
-    """``ConcurrencyOps.claim`` on one shard, in one write transaction."""
+    """``ConcurrencyOps.claim`` on one shard, in one write transaction: up to ``limit`` jobs, the groups in
+    turn (a group served goes to the back of this claim's round too)."""
     now_us = micros(now)
     lease_us = micros(now + lease_time)
     promoted: list[Any] = []
@@ -62,22 +65,30 @@ def claim(
         if sched.first() and time_key_parts(sched.key())[0] <= now_us:
             upkeep.promote_in(shard, txn, now_us, PROMOTE_BATCH, promoted)
         ready = txn.cursor(db=shard.ready)
-        groups = [group for group in turns.in_turn(shard, txn, 4 * SCAN_GROUPS) if served(group, queues)]
-        for group in groups[:SCAN_GROUPS]:
+        served_groups = [g for g in turns.in_turn(shard, txn, 4 * SCAN_GROUPS) if served(g, queues)]
+        cycle = collections.deque(served_groups[:SCAN_GROUPS])
+        claimed: list[Claimed] = []
+        records: list[list[Any]] = []
+        while cycle and len(claimed) < limit:
+            group = cycle.popleft()
             head = group_head(group) + QUEUE_SEP
             if not (ready.set_range(head) and bytes(ready.key()).startswith(head)):
                 turns.leave_if_done(shard, txn, group)  # nothing waits there (a stray turn)
                 continue
-            _g, priority, _ready, job_id = ready_key_parts(bytes(ready.key()))
+            key = bytes(ready.key())
+            _g, priority, _ready, job_id = ready_key_parts(key)
             if min_priority is not None and priority < min_priority:
                 continue  # outranked: it keeps its turn
             try:
                 record = load_record(shard, txn, job_id)
             except QueueCorrupted as exc:
-                quarantine(shard, txn, job_id, bytes(ready.key()), None, now_us, str(exc))
+                quarantine(shard, txn, job_id, key, None, now_us, str(exc))
                 continue
             if record is None or record[F_STATE] != PENDING:
                 continue
+            alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
+            if alone and claimed:
+                break  # its lease once expired: the next claim takes it, alone
             if not may_start(shard, txn, record):
                 turns.to_back(shard, txn, group)  # held: it loses its turn, and waits as it was
                 continue
@@ -89,16 +100,24 @@ def claim(
             except QueueCorrupted as exc:
                 unindex_job(shard, txn, job_id, record)
                 quarantine(shard, txn, job_id, None, record, now_us, str(exc), bad_payload=payload)
+                cycle.appendleft(group)
                 continue
             unindex_job(shard, txn, job_id, record)
             mark_running(record, now_us, lease_us, token, worker)
             index_job(shard, txn, job_id, record)
             store_record(shard, txn, job_id, record)
+            claimed.append(as_claimed(job_id, record, value, alone))
+            records.append(record)
             if txn.get(turns.GROUP_PREFIX + group.encode(), db=shard.turns) is not None:
                 turns.to_back(shard, txn, group)
-            claimed: Claimed = as_claimed(job_id, record, value, False)
-            return LimitedClaim(claimed, waiting(shard, txn, queues))
-        return LimitedClaim(None, waiting(shard, txn, queues))
+                cycle.append(group)
+            if alone:
+                break
+        if len(claimed) > 1:  # a batch: an expired lease sends them back uncharged (as Store.claim)
+            for job, record in zip(claimed, records, strict=True):
+                record[F_CLAIM] = CLAIM_BATCH
+                store_record(shard, txn, job.job_id, record)
+        return LimitedClaim(claimed, waiting(shard, txn, queues))
 
     outcome: LimitedClaim = shard.env.write(txn_fn)
     if promoted:
@@ -121,8 +140,9 @@ class LmdbConcurrency:
         token: bytes,
         worker: str | None,
         min_priority: int | None,
+        limit: int = 1,
     ) -> LimitedClaim:
-        return claim(self._shards()[shard], now, queues, lease_time, token, worker, min_priority)
+        return claim(self._shards()[shard], now, queues, lease_time, token, worker, min_priority, limit)
 
     def running(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -3,11 +3,14 @@ group by group in turn, and what the limits hold, under the space's lock."""
 
 from __future__ import annotations
 
+import collections
+
 from ...concurrency import SCAN_GROUPS, full_key, served
 from ...errors import QueueCorrupted
 from ..contract.concurrency import LimitedClaim
+from ..types import Claimed
 from .claims import PROMOTE_BATCH, as_claimed, decoded, run
-from .space import Row, Space, micros
+from .space import CLAIM_ALONE_NEXT, CLAIM_BATCH, Row, Space, micros
 from .upkeep import promote, quarantine
 
 
@@ -29,23 +32,28 @@ class MemoryConcurrency:
         token: bytes,
         worker: str | None,
         min_priority: int | None,
+        limit: int = 1,
     ) -> LimitedClaim:
         with self.space.lock:
             space = self.space
             turns = space.turns
             now_us = micros(now)
             promote(space, now_us, PROMOTE_BATCH)
-            looked = 0
-            for group in turns.in_turn():
-                if not served(group, queues):
+            cycle = collections.deque([g for g in turns.in_turn() if served(g, queues)][:SCAN_GROUPS])
+            taken: list[Claimed] = []
+            rows: list[Row] = []
+            while cycle and len(taken) < limit:
+                group = cycle.popleft()
+                entries = turns.waiting.get(group)
+                if not entries:
                     continue
-                if looked >= SCAN_GROUPS:
-                    break
-                looked += 1
-                key = turns.waiting[group][0]
+                key = entries[0]
                 if min_priority is not None and -key[0] < min_priority:
                     continue  # outranked: it keeps its turn
                 row = space.rows[key[2]]
+                alone = row.claim == CLAIM_ALONE_NEXT
+                if alone and taken:
+                    break  # its lease once expired: the next claim takes it, alone
                 if not may_start(space, row):
                     turns.to_back(group)  # held: it loses its turn, and waits as it was
                     continue
@@ -53,12 +61,20 @@ class MemoryConcurrency:
                     value, metadata = decoded(row)
                 except QueueCorrupted as exc:
                     quarantine(space, row, now_us, str(exc))
+                    cycle.appendleft(group)
                     continue
                 run(space, row, now_us, micros(now + lease_time), token, worker)
+                taken.append(as_claimed(row, value, metadata, alone))
+                rows.append(row)
                 if group in turns.turn:
                     turns.to_back(group)
-                return LimitedClaim(as_claimed(row, value, metadata, False), self._waiting(queues))
-            return LimitedClaim(None, self._waiting(queues))
+                    cycle.append(group)
+                if alone:
+                    break
+            if len(rows) > 1:  # a batch: an expired lease sends them back uncharged (as Store.claim)
+                for row in rows:
+                    row.claim = CLAIM_BATCH
+            return LimitedClaim(taken, self._waiting(queues))
 
     def _waiting(self, queues: tuple[str, ...] | None) -> bool:
         return any(served(group, queues) for group in self.space.turns.turn)

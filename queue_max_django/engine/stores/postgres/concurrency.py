@@ -16,6 +16,7 @@ reads includes every start before it: no number of claims racing passes a limit.
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 from ...concurrency import SCAN_GROUPS, group_of
@@ -24,7 +25,7 @@ from ...jobspec import JobSpec
 from ..contract.concurrency import LimitedClaim
 from ..types import Claimed
 from . import upkeep
-from .rows import CLAIMED, CLAIMED_COLUMNS, as_claimed, micros
+from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED, CLAIMED_COLUMNS, as_claimed, micros
 from .schema import PENDING, RUNNING, SCHEDULED
 from .sql import Statements, tally
 
@@ -40,7 +41,7 @@ SELECT grp FROM qm_turns @FILTER@ ORDER BY turn LIMIT %(scan)s
 """
 
 NEXT_OF_GROUP = f"""
-SELECT id, priority, climits, cns FROM qm_jobs WHERE state = {PENDING} AND cgroup COLLATE "C" = %(grp)s
+SELECT id, priority, climits, cns, claim FROM qm_jobs WHERE state = {PENDING} AND cgroup COLLATE "C" = %(grp)s
 ORDER BY priority DESC, ready_us, id LIMIT 1 FOR UPDATE SKIP LOCKED
 """
 
@@ -88,6 +89,10 @@ SELECT k, count(*) FROM qm_jobs, unnest(climits) k WHERE state = {RUNNING} AND c
 GROUP BY k ORDER BY k
 """
 
+MARK_BATCH = (
+    f"UPDATE qm_jobs SET claim = {CLAIM_BATCH} WHERE id = ANY(%(ids)s) AND token = %(token)s RETURNING 1"
+)
+
 WAITING_ALL = f"""
 SELECT cgroup, count(*) FROM qm_jobs WHERE state = {PENDING} AND cgroup IS NOT NULL
 GROUP BY cgroup ORDER BY cgroup
@@ -120,6 +125,7 @@ class PgConcurrency:
         job_id: int | None,
         min_priority: int | None,
         params: dict[str, Any],
+        alone_ok: bool = True,
     ) -> tuple[str, Any]:
         """One attempt, inside the caller's transaction on ``conn``: the next job of ``group`` (or the job
         ``job_id``). -> ("claimed", row), ("held", None), ("none", None) or ("low", None)."""
@@ -127,27 +133,30 @@ class PgConcurrency:
             found = conn.execute(NEXT_OF_GROUP, {"grp": group}).fetchone()
         else:
             found = conn.execute(
-                "SELECT id, priority, climits, cns, state FROM qm_jobs WHERE id = %(id)s "
+                "SELECT id, priority, climits, cns, claim, state FROM qm_jobs WHERE id = %(id)s "
                 "AND cgroup IS NOT NULL AND state = ANY(%(states)s) FOR UPDATE SKIP LOCKED",
                 {"id": job_id, "states": params["states"]},
             ).fetchone()
         if found is None:
             return "none", None
-        found_id, priority, keys, ns = found[:4]
+        found_id, priority, keys, ns, claim = found[:5]
         if min_priority is not None and priority < min_priority:
             return "low", None
+        if claim == CLAIM_ALONE_NEXT and not alone_ok:
+            return "alone", None
         ordered = sorted(zip(keys, ns, strict=True))
         conn.execute(LOCK_KEYS, {"keys": [key for key, _n in ordered]})
         running = dict(conn.execute(RUNNING_OF, {"keys": [key for key, _n in ordered]}).fetchall())
         if any(running.get(key, 0) >= n for key, n in ordered):
             return "held", None
-        was = found[4] if group is None else PENDING
+        was = found[5] if group is None else PENDING
         row = conn.execute(START, {**params, "id": found_id, "was": was}).fetchone()
-        return ("claimed", row) if row is not None else ("none", None)
+        return ("claimed", (row, claim == CLAIM_ALONE_NEXT)) if row is not None else ("none", None)
 
-    def _claimed(self, now: float, row: Any) -> Claimed | None:
+    def _claimed(self, now: float, found: Any) -> Claimed | None:
+        row, alone = found
         try:
-            return as_claimed(row[:CLAIMED_COLUMNS], False)
+            return as_claimed(row[:CLAIMED_COLUMNS], alone)
         except QueueCorrupted as exc:
             upkeep.quarantine(self._store, micros(now), row[0], str(exc))
             return None
@@ -161,27 +170,36 @@ class PgConcurrency:
         token: bytes,
         worker: str | None,
         min_priority: int | None,
+        limit: int = 1,
     ) -> LimitedClaim:
         store = self._store
         listed = None if queues is None else list(queues)
         store.one(upkeep.PROMOTE, store.params(now=micros(now), batch=upkeep.BATCH))
         params = store.params(now=micros(now), lease=micros(now + lease_time), token=token, worker=worker,
                               states=[PENDING])  # fmt: skip
-        groups = [
-            row[0] for row in store.rows(_filtered(TURNS, queues), {"queues": listed, "scan": SCAN_GROUPS})
-        ]
-        for group in groups:
+        found = store.rows(_filtered(TURNS, queues), {"queues": listed, "scan": SCAN_GROUPS})
+        cycle = collections.deque(row[0] for row in found)
+        taken: list[Claimed] = []
+        while cycle and len(taken) < limit:
+            group = cycle.popleft()
             with store.db.transaction() as conn:
-                outcome, row = self._try(conn, group, None, min_priority, params)
-                if outcome == "held" or outcome == "claimed":
+                outcome, row = self._try(conn, group, None, min_priority, params, alone_ok=not taken)
+                if outcome in ("held", "claimed"):
                     conn.execute(TO_BACK, {"grp": group})
                 elif outcome == "none":
                     conn.execute(LEAVE_IF_DONE, {"grp": group})
+            if outcome == "alone":
+                break  # its lease once expired: the next claim takes it, alone
             if outcome == "claimed":
                 claimed = self._claimed(now, row)
                 if claimed is not None:
-                    return LimitedClaim(claimed, self._waiting(listed, queues))
-        return LimitedClaim(None, self._waiting(listed, queues))
+                    taken.append(claimed)
+                    if claimed.alone:
+                        break
+                cycle.append(group)
+        if len(taken) > 1:  # a batch: an expired lease sends them back uncharged (as Store.claim)
+            store.one(MARK_BATCH, {"ids": [job.job_id for job in taken], "token": token})
+        return LimitedClaim(taken, self._waiting(listed, queues))
 
     def _waiting(self, listed: list[str] | None, queues: tuple[str, ...] | None) -> bool:
         waiting = "SELECT " + (WAITING_ANY if queues is None else WAITING_IN)
