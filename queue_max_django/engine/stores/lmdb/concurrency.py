@@ -15,9 +15,9 @@ from ...errors import QueueCorrupted
 from ..contract.concurrency import LimitedClaim
 from ..types import Claimed
 from . import turns, upkeep
-from .access import ShardDbs, index_job, load_payload, load_record, store_record, unindex_job
-from .keys import QUEUE_SEP, group_head, micros, ready_key_parts, time_key_parts
-from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_STATE, PENDING
+from .access import ShardDbs, delete_entry, load_payload, load_record, store_record, tally, unindex_job
+from .keys import QUEUE_SEP, group_head, micros, ready_key_parts, time_key, time_key_parts
+from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_QUEUE, F_STATE, PENDING
 from .quarantine import quarantine, report
 from .records import as_claimed, mark_running
 
@@ -69,6 +69,10 @@ def claim(
         cycle = collections.deque(served_groups[:SCAN_GROUPS])
         claimed: list[Claimed] = []
         records: list[list[Any]] = []
+        served_now: list[str] = []
+        running: dict[str, int] = {}  # jobs running per key, as read and as this claim changed them
+        started: dict[str, int] = {}
+        queues_left: dict[str, int] = {}  # pending jobs claimed, per queue
         while cycle and len(claimed) < limit:
             group = cycle.popleft()
             head = group_head(group) + QUEUE_SEP
@@ -89,7 +93,12 @@ def claim(
             alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
             if alone and claimed:
                 break  # its lease once expired: the next claim takes it, alone
-            if not may_start(shard, txn, record):
+            limits = record[F_LIMITS]
+            keys = limits[1]
+            for limit_key, _n in keys:
+                if limit_key not in running:
+                    running.update(turns.running(shard, txn, [limit_key]))
+            if full_key(keys, running) is not None:
                 turns.to_back(shard, txn, group)  # held: it loses its turn, and waits as it was
                 continue
             payload = load_payload(shard, txn, job_id, record)
@@ -102,21 +111,36 @@ def claim(
                 quarantine(shard, txn, job_id, None, record, now_us, str(exc), bad_payload=payload)
                 cycle.appendleft(group)
                 continue
-            unindex_job(shard, txn, job_id, record)
+            # pending -> running, written out (what unindex_job() + index_job() do, the counts once below)
+            delete_entry(txn, shard.ready, key, met=True)
+            txn.put(time_key(lease_us, job_id), b"", db=shard.lease)
             mark_running(record, now_us, lease_us, token, worker)
-            index_job(shard, txn, job_id, record)
+            if claimed:
+                record[F_CLAIM] = CLAIM_BATCH
+                if len(claimed) == 1:  # a batch after all: the first job's record says so too
+                    first = records[0]
+                    first[F_CLAIM] = CLAIM_BATCH
+                    store_record(shard, txn, claimed[0].job_id, first)
             store_record(shard, txn, job_id, record)
+            for limit_key, _n in keys:
+                running[limit_key] += 1
+                started[limit_key] = started.get(limit_key, 0) + 1
+            queues_left[record[F_QUEUE]] = queues_left.get(record[F_QUEUE], 0) + 1
             claimed.append(as_claimed(job_id, record, value, alone))
             records.append(record)
-            if txn.get(turns.GROUP_PREFIX + group.encode(), db=shard.turns) is not None:
-                turns.to_back(shard, txn, group)
-                cycle.append(group)
+            if group not in served_now:
+                served_now.append(group)
             if alone:
                 break
-        if len(claimed) > 1:  # a batch: an expired lease sends them back uncharged (as Store.claim)
-            for job, record in zip(claimed, records, strict=True):
-                record[F_CLAIM] = CLAIM_BATCH
-                store_record(shard, txn, job.job_id, record)
+            cycle.append(group)
+        for limit_key, count in started.items():
+            turns.change(shard, txn, [[limit_key, 0]], count)
+        for name, count in queues_left.items():
+            tally(shard, txn, name.encode(), 0, -count)
+        for group in served_now:  # to the back of the turns once each, in the order served, or out
+            turns.leave_if_done(shard, txn, group)
+            if txn.get(turns.GROUP_PREFIX + group.encode(), db=shard.turns) is not None:
+                turns.to_back(shard, txn, group)
         return LimitedClaim(claimed, waiting(shard, txn, queues))
 
     outcome: LimitedClaim = shard.env.write(txn_fn)
