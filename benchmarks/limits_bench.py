@@ -44,7 +44,7 @@ def prefill(root: Path, where: str, mode: str, n: int) -> None:
     code = f"""
 import sys
 sys.path.insert(0, {str(root)!r})
-sys.path.insert(0, {str(HERE)!r})
+sys.path.append({str(HERE)!r})
 from benchmarks.limits_bench import limits_of
 from queue_max_django.engine import Queue
 with Queue({where!r}) as q:
