@@ -16,7 +16,6 @@ reads includes every start before it: no number of claims racing passes a limit.
 
 from __future__ import annotations
 
-import collections
 from typing import Any
 
 from ...concurrency import SCAN_GROUPS, group_of
@@ -25,9 +24,9 @@ from ...jobspec import JobSpec
 from ..contract.concurrency import LimitedClaim
 from ..types import Claimed
 from . import upkeep
-from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED, CLAIMED_COLUMNS, as_claimed, micros
+from .rows import CLAIM_ALONE_NEXT, CLAIMED, CLAIMED_COLUMNS, as_claimed, micros
 from .schema import PENDING, RUNNING, SCHEDULED
-from .sql import Statements, tally
+from .sql import Statements, slot, tally
 
 LIMIT_NEW = """
 WITH upd AS (UPDATE qm_jobs SET cgroup = %(cgroup)s, climits = %(keys)s, cns = %(ns)s
@@ -36,9 +35,6 @@ INSERT INTO qm_turns (grp, turn) SELECT %(cgroup)s, nextval('qm_turn_seq') WHERE
 ON CONFLICT (grp) DO NOTHING
 """
 
-TURNS = """
-SELECT grp FROM qm_turns @FILTER@ ORDER BY turn LIMIT %(scan)s
-"""
 
 NEXT_OF_GROUP = f"""
 SELECT id, priority, climits, cns, claim FROM qm_jobs WHERE state = {PENDING} AND cgroup COLLATE "C" = %(grp)s
@@ -54,12 +50,6 @@ SELECT k, (SELECT count(*) FROM qm_jobs WHERE state = {RUNNING} AND climits @> A
 FROM unnest(%(keys)s::text[]) k
 """
 
-TO_BACK = "UPDATE qm_turns SET turn = nextval('qm_turn_seq') WHERE grp = %(grp)s"
-
-# A group leaves the turns when none of its jobs is live (a scheduled or running one will wait again).
-LEAVE_IF_DONE = (
-    "DELETE FROM qm_turns WHERE grp = %(grp)s AND NOT EXISTS (SELECT 1 FROM qm_jobs WHERE cgroup = %(grp)s)"
-)
 
 START = f"""
 WITH upd AS (
@@ -82,16 +72,17 @@ EXISTS (SELECT 1 FROM unnest(%(queues)s::text[]) q WHERE EXISTS (
     AND cgroup COLLATE "C" > q || chr(31) AND cgroup COLLATE "C" < q || chr(32)))
 """
 
-FILTER = "WHERE split_part(grp, chr(31), 1) = ANY(%(queues)s)"
 
 RUNNING_ALL = f"""
 SELECT k, count(*) FROM qm_jobs, unnest(climits) k WHERE state = {RUNNING} AND climits IS NOT NULL
 GROUP BY k ORDER BY k
 """
 
-MARK_BATCH = (
-    f"UPDATE qm_jobs SET claim = {CLAIM_BATCH} WHERE id = ANY(%(ids)s) AND token = %(token)s RETURNING 1"
-)
+CLAIM_LIMITED = """
+SELECT * FROM qm_claim_limited(%(queues)s::text[], %(min)s::integer, %(limit)s::integer, %(now)s::bigint,
+    %(lease)s::bigint, %(token)s::bytea, %(worker)s::text, %(slot)s::bigint, %(scan)s::integer)
+"""
+
 
 WAITING_ALL = f"""
 SELECT cgroup, count(*) FROM qm_jobs WHERE state = {PENDING} AND cgroup IS NOT NULL
@@ -106,10 +97,6 @@ def limit_new(ids: list[int], spec: JobSpec, params: dict[str, Any]) -> tuple[st
     params.update(ids=list(ids), cgroup=group_of(spec.queue, limits), keys=[key for key, _n in limits],
                   ns=[n for _key, n in limits])  # fmt: skip
     return LIMIT_NEW, params
-
-
-def _filtered(sql: str, queues: tuple[str, ...] | None) -> str:
-    return sql.replace("@FILTER@", FILTER if queues is not None else "")
 
 
 class PgConcurrency:
@@ -172,33 +159,21 @@ class PgConcurrency:
         min_priority: int | None,
         limit: int = 1,
     ) -> LimitedClaim:
+        """One round trip for the due jobs' promotion, one for the claim (``limitfn.py``), one for whether
+        limited jobs still wait."""
         store = self._store
         listed = None if queues is None else list(queues)
         store.one(upkeep.PROMOTE, store.params(now=micros(now), batch=upkeep.BATCH))
-        params = store.params(now=micros(now), lease=micros(now + lease_time), token=token, worker=worker,
-                              states=[PENDING])  # fmt: skip
-        found = store.rows(_filtered(TURNS, queues), {"queues": listed, "scan": SCAN_GROUPS})
-        cycle = collections.deque(row[0] for row in found)
+        rows = store.rows(CLAIM_LIMITED, {
+            "queues": listed, "min": min_priority, "limit": limit, "now": micros(now),
+            "lease": micros(now + lease_time), "token": token, "worker": worker, "slot": slot(),
+            "scan": SCAN_GROUPS,
+        })  # fmt: skip
         taken: list[Claimed] = []
-        while cycle and len(taken) < limit:
-            group = cycle.popleft()
-            with store.db.transaction() as conn:
-                outcome, row = self._try(conn, group, None, min_priority, params, alone_ok=not taken)
-                if outcome in ("held", "claimed"):
-                    conn.execute(TO_BACK, {"grp": group})
-                elif outcome == "none":
-                    conn.execute(LEAVE_IF_DONE, {"grp": group})
-            if outcome == "alone":
-                break  # its lease once expired: the next claim takes it, alone
-            if outcome == "claimed":
-                claimed = self._claimed(now, row)
-                if claimed is not None:
-                    taken.append(claimed)
-                    if claimed.alone:
-                        break
-                cycle.append(group)
-        if len(taken) > 1:  # a batch: an expired lease sends them back uncharged (as Store.claim)
-            store.one(MARK_BATCH, {"ids": [job.job_id for job in taken], "token": token})
+        for row in rows:
+            claimed = self._claimed(now, (row[:CLAIMED_COLUMNS], row[CLAIMED_COLUMNS]))
+            if claimed is not None:
+                taken.append(claimed)
         return LimitedClaim(taken, self._waiting(listed, queues))
 
     def _waiting(self, listed: list[str] | None, queues: tuple[str, ...] | None) -> bool:

@@ -31,6 +31,7 @@ from typing import Any
 
 from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
+from . import limitfn
 
 SCHEMA_VERSION = 3  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: limits
 COUNTER_SLOTS = 16
@@ -112,6 +113,7 @@ CREATE TABLE IF NOT EXISTS qm_turns (
 );
 CREATE INDEX IF NOT EXISTS qm_turns_order ON qm_turns (turn);
 CREATE SEQUENCE IF NOT EXISTS qm_turn_seq;
+@LIMITED_CLAIM@
 CREATE INDEX IF NOT EXISTS qm_jobs_scheduled ON qm_jobs (ready_us, id) WHERE state = {SCHEDULED};
 CREATE INDEX IF NOT EXISTS qm_jobs_lease ON qm_jobs (lease_us, id) WHERE state = {RUNNING};
 
@@ -220,7 +222,7 @@ def create(conn: Any) -> None:
                 f"the queue_max tables in this database are at schema version {found}, newer than this "
                 f"version of queue_max_django reads ({SCHEMA_VERSION}): upgrade queue_max_django"
             )
-        conn.execute(DDL)
+        conn.execute(DDL.replace("@LIMITED_CLAIM@", limitfn.FUNCTION))
         conn.execute(
             "INSERT INTO qm_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = %s",
             (str(SCHEMA_VERSION), str(SCHEMA_VERSION)),
@@ -241,3 +243,4 @@ def drop(conn: Any) -> None:
     with conn.transaction():
         conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES) + " CASCADE")
         conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal, qm_turn_seq")
+        conn.execute("DROP FUNCTION IF EXISTS qm_claim_limited")
