@@ -3,15 +3,17 @@
 A limited job's row carries its group (``cgroup``) and its limits (``climits`` keys, ``cns`` sizes). Waiting,
 it is only in ``qm_jobs_waiting`` (the claim's own indexes leave limited rows out, so the plain claim never
 walks past them); ``qm_turns`` holds each group's place in the turns, from its first put until a claim finds
-no job of it left. The jobs running with a key are counted from the running rows (``qm_jobs_limited_running``,
-a GIN index of the running rows' keys): whatever ends a job (complete, fail, release, a recovered lease) gives
-its slot back with no statement of its own, and the hot statements of unlimited jobs are unchanged.
+no job of it left. The jobs running with a key are counted from the running rows, through
+``qm_jobs_limited_running`` (a B-tree of the running limited rows only): whatever ends a job (complete,
+fail, release, a recovered lease) gives its slot back with no statement of its own, and the statements of
+unlimited jobs are unchanged.
 
-A claim of a limited job is one transaction per group it tries: the group's next job locked (``FOR UPDATE
-SKIP LOCKED``), then a transaction-level advisory lock on each of the job's keys, in key order, then the
-count of the running rows with each key, then the job made running. Every claim of a key takes its lock
-before it counts, and a claim's lock is released only after its commit is visible, so the count a claim
-reads includes every start before it: no number of claims racing passes a limit.
+A claim of limited jobs is one call of the server-side function ``qm_claim_limited`` (``limitfn.py``):
+the group's next job locked, an advisory lock on each of its keys, the count of the running rows with each
+key, then the start. Every claim of a key takes its lock before it counts, and a claim's lock is released
+only after its commit is visible, so the count a claim reads includes every start before it: no number of
+claims racing passes a limit. ``claim_job`` of a limited job does the same for that job, in a transaction
+of a few statements.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ LOCK_KEYS = (
 )
 
 RUNNING_OF = f"""
-SELECT k, (SELECT count(*) FROM qm_jobs WHERE state = {RUNNING} AND climits @> ARRAY[k])
+SELECT k, (SELECT count(*) FROM qm_jobs
+           WHERE state = {RUNNING} AND climits IS NOT NULL AND climits @> ARRAY[k])
 FROM unnest(%(keys)s::text[]) k
 """
 

@@ -2,12 +2,14 @@
 schema (version 3): a claim of up to ``p_limit`` limited jobs is one round trip.
 
 It goes round the groups of ``qm_turns`` in turn order. For each group: its next waiting job, locked ``FOR
-UPDATE SKIP LOCKED``; then a transaction-level advisory lock on each of the job's keys, in key order, taken
-with ``pg_try_advisory_xact_lock``: a key another claim holds right now is not waited for (the group keeps
-its turn and the claim goes on to the next group), so two claims never wait on each other's keys and cannot
-deadlock. Holding the locks, it counts the running rows with each key (each statement of the function reads
-a fresh snapshot, taken after its locks: every start committed before is counted) and starts the job, or,
-a key being full, sends the group to the back of the turns. Counter rows are written once, at the end, in key
+UPDATE SKIP LOCKED``; then a transaction-level advisory lock on each of the job's keys, in key order: the
+first one waited for (the claim holds no key then, so nobody can be waiting for it), every later one only
+taken if free (``pg_try_advisory_xact_lock``): a key another claim holds then is not waited for (the group
+keeps its turn and the claim goes on to the next group), so no two claims wait on each other: no deadlock
+(no other statement of the store takes an advisory lock, and job rows are locked ``SKIP LOCKED``). Holding
+the locks, it counts the running rows with each key (each statement of the function reads a fresh snapshot,
+taken after its locks: every start committed before is counted) and starts the job, or, a key being full,
+sends the group to the back of the turns. Counter rows are written once, at the end, in key
 order, as every statement of the store writes them.
 """
 
@@ -26,7 +28,9 @@ RETURNS TABLE (id bigint, token bytea, payload bytea, retries integer, max_retri
                attempts integer, enqueued_us bigint, priority smallint, queue text, name text,
                timeout double precision, lease_us bigint, worker_ids text[], claim smallint,
                metadata text, partition_key bytea, alone boolean)
-LANGUAGE plpgsql VOLATILE AS $fn$
+LANGUAGE plpgsql VOLATILE
+SET enable_bitmapscan = off  -- counts walk qm_jobs_limited_running, marking the dead entries they meet
+AS $fn$
 #variable_conflict use_column
 DECLARE
     groups text[];
@@ -42,6 +46,7 @@ DECLARE
     queues text[] := '{{}}';
     pos integer := 1;
     was_alone boolean;
+    holding boolean := false;
 BEGIN
     SELECT array_agg(t.grp ORDER BY t.turn) INTO groups FROM (
         SELECT qt.grp, qt.turn FROM qm_turns qt
@@ -69,7 +74,10 @@ BEGIN
         END IF;
         locked := true;
         FOR k IN SELECT unnest(j.climits) ORDER BY 1 LOOP
-            IF NOT pg_try_advisory_xact_lock(hashtextextended('qm_limit:' || k, 0)) THEN
+            IF NOT holding THEN  -- holding no key yet, it may wait: nobody waits for it
+                PERFORM pg_advisory_xact_lock(hashtextextended('qm_limit:' || k, 0));
+                holding := true;
+            ELSIF NOT pg_try_advisory_xact_lock(hashtextextended('qm_limit:' || k, 0)) THEN
                 locked := false;
                 EXIT;
             END IF;
@@ -79,8 +87,8 @@ BEGIN
         END IF;
         full_key := false;
         FOR i IN 1 .. cardinality(j.climits) LOOP
-            SELECT count(*) INTO n FROM qm_jobs r
-                WHERE r.state = {RUNNING} AND r.climits @> ARRAY[j.climits[i]];
+            SELECT count(*) INTO n FROM qm_jobs r  -- the running limited rows: qm_jobs_limited_running
+                WHERE r.state = {RUNNING} AND r.climits IS NOT NULL AND r.climits @> ARRAY[j.climits[i]];
             IF n >= j.cns[i] THEN
                 full_key := true;
                 EXIT;

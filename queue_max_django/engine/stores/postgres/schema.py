@@ -105,7 +105,7 @@ DROP INDEX IF EXISTS qm_jobs_ready_queue;
 CREATE INDEX IF NOT EXISTS qm_jobs_waiting ON qm_jobs ((cgroup COLLATE "C"), priority DESC, ready_us, id)
     WHERE state = {PENDING} AND cgroup IS NOT NULL;
 CREATE INDEX IF NOT EXISTS qm_jobs_cgroup ON qm_jobs (cgroup) WHERE cgroup IS NOT NULL;
-CREATE INDEX IF NOT EXISTS qm_jobs_limited_running ON qm_jobs USING gin (climits)
+CREATE INDEX IF NOT EXISTS qm_jobs_limited_running ON qm_jobs (id)
     WHERE state = {RUNNING} AND climits IS NOT NULL;
 CREATE TABLE IF NOT EXISTS qm_turns (
     grp text PRIMARY KEY,
