@@ -83,8 +83,7 @@ class Claimer:
                 view = previous  # updated in place; its mark last, once the shards that changed are read
                 if len(changed) == 1:  # one shard: claim there next and learn its head then
                     view.priorities[changed[0]] = UNKNOWN
-                    view.etas[changed[0]] = None
-                    view.limited[changed[0]] = True  # unknown too: the limited claim looks
+                    view.etas[changed[0]] = None  # (and its limited jobs: the claim there tells)
                     reread = []
                 else:
                     reread = changed
@@ -150,6 +149,11 @@ class Claimer:
                 ) from None
             # That shard's head and earliest ETA now, exactly: they were read in the claim's transaction.
             claimed, priorities[best], eta = outcome.claimed, outcome.head_priority, outcome.next_eta
+            view.limited[best] = outcome.limited
+            if not claimed and outcome.limited:  # only limited jobs there: their claim
+                limited = self._limited(view, allowed, lease_time, worker, now, limit)
+                if limited:
+                    return limited, view.next_eta
             if view.etas[best] != eta:
                 view.etas[best] = eta
                 view.next_eta = min((e for e in view.etas if e is not None), default=None)

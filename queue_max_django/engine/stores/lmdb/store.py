@@ -276,10 +276,10 @@ class LmdbStore:
         one = self._shards[shard]
         env = one.env
         waited = env.waited_writes
-        claimed, priority, eta = one.claim_many(
+        claimed, priority, eta, limited = one.claim_many(
             now, self.seek_filter(queues), lease_time, token, min_priority, worker, limit=limit
         )
-        return ClaimOutcome(claimed, priority, eta, env.waited_writes != waited)
+        return ClaimOutcome(claimed, priority, eta, env.waited_writes != waited, limited)
 
     def claim_job(
         self,

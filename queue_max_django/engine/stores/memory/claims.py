@@ -102,7 +102,8 @@ def claim(
         if alone:
             break
     head = space.best_ready(queues)
-    return ClaimOutcome(taken, None if head is None else -head[0], space.next_eta(), False)
+    limited = bool(space.turns.turn)  # limited jobs wait (turns.py)
+    return ClaimOutcome(taken, None if head is None else -head[0], space.next_eta(), False, limited)
 
 
 def claim_job(

@@ -100,7 +100,7 @@ head AS (SELECT max(priority) AS priority FROM qm_jobs
     WHERE state = {PENDING} AND cgroup IS NULL @QUEUES@
       AND id <> ALL (SELECT id FROM chosen)),
 eta AS (SELECT min(ready_us) AS ready_us FROM qm_jobs WHERE state = {SCHEDULED})
-SELECT (SELECT priority FROM head), (SELECT ready_us FROM eta), (SELECT alone FROM cut), upd.*
+SELECT (SELECT priority FROM head), (SELECT ready_us FROM eta), (SELECT alone FROM cut), @WAITING@, upd.*
 FROM (SELECT 1) one LEFT JOIN upd ON true ORDER BY upd.rn
 """
 

@@ -319,16 +319,16 @@ class PostgresStore:
             rows = claiming.fetchall()
         if promoted:
             self.hints.local()
-        head, eta_us, alone = rows[0][0], rows[0][1], rows[0][2]
+        head, eta_us, alone, limited = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
         # As on LMDB: a job whose payload does not decode is quarantined; the jobs before it are the claim,
         # those after it go back (uncharged) for the next claim, and if it came first the claim raises.
         claimed: list[Claimed] = []
         broken: tuple[int, str] | None = None
         back: list[int] = []
         for row in rows:
-            if row[3] is None:
+            if row[4] is None:
                 continue
-            data = row[3 : 3 + CLAIMED_COLUMNS]
+            data = row[4 : 4 + CLAIMED_COLUMNS]
             if broken is not None:
                 back.append(data[0])
                 continue
@@ -344,7 +344,7 @@ class PostgresStore:
                 self.hints.local()
             if not claimed:
                 raise CorruptedJobQuarantined(*broken)
-        return ClaimOutcome(claimed, head, None if eta_us is None else eta_us / 1_000_000, False)
+        return ClaimOutcome(claimed, head, None if eta_us is None else eta_us / 1_000_000, False, limited)
 
     def claim_job(
         self,
