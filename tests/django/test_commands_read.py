@@ -118,6 +118,9 @@ def test_stats_prints_a_table_per_state_queue_shard_worker_breaker_and_limit(sto
         "Rate limits\n"
         "KEY                               RATE  TOKENS\n"
         "name:tests.testapp.tasks.limited  10/m    10.0\n"
+        "\n"
+        "Concurrency limits\n"
+        "(none)\n"
     )
 
 
@@ -131,6 +134,7 @@ def test_stats_says_none_for_empty_sections(queue_max: Configure) -> None:
         "Workers (0 live; figures as of each one's last heartbeat)",
         "Circuit breakers",
         "Rate limits",
+        "Concurrency limits",
     ):
         assert f"\n{section}\n(none)\n" in text
     assert "total puts     0\n" in text
@@ -186,6 +190,7 @@ def test_stats_json_holds_the_state_counts_at_the_top_level(store: Store) -> Non
         ],
         "circuit_breakers": {},
         "rate_limits": {"name:tests.testapp.tasks.limited": {"rate": "10/m", "remaining": 10.0}},
+        "concurrency_limits": {},
     }
     assert {key: data[key] for key in ("pending", "scheduled", "running", "done", "failed", "total")} == {
         key: q.stats()[key] for key in ("pending", "scheduled", "running", "done", "failed", "total")
