@@ -25,6 +25,7 @@ from django.db import transaction
 from .commits import Commit, waits_for_commit, written
 from .conf import Applied, caller_connection, callers_alias, get_config, get_queue, lent_to
 from .coordination import unique as unique_jobs
+from .coordination.concurrency import TaskConcurrency, job_limits, refuse_unique_with_limits, store_by_limits
 from .coordination.unique import KeyOption, UniqueOptions
 from .engine import (
     NAME_KEY_PREFIX,
@@ -125,6 +126,8 @@ class Task(Generic[P, R]):
         unique_key: KeyOption = None,
         unique_until: str | float = STARTED,
         on_duplicate: str = SKIP,
+        concurrency: int | None = None,
+        concurrency_key: str | Callable[..., str] | None = None,
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task decorates a function, not {func!r}")
@@ -157,6 +160,9 @@ class Task(Generic[P, R]):
         self.enqueue_on_commit: bool | None = None  # None: QUEUE_MAX["ENQUEUE_ON_COMMIT"]
         self.is_async = inspect.iscoroutinefunction(func)
         self._signature = inspect.signature(func)
+        # at most ``concurrency`` jobs running (per key, with ``concurrency_key``): concurrency.py
+        self.concurrency = TaskConcurrency(self.name, self._signature, concurrency, concurrency_key)
+        refuse_unique_with_limits(self.name, self.unique, self.concurrency)
         self._flow_applied = Applied()  # this task's limit and breaker, in the store (_prepare)
         functools.update_wrapper(self, func)
 
@@ -193,6 +199,7 @@ class Task(Generic[P, R]):
         ``on_duplicate``: as ``@task``'s, each replacing the task's (``unique_key=False``: none)."""
         clone = copy.copy(self)
         clone.unique = UniqueOptions.using(self.unique, unique_key, unique_until, on_duplicate)
+        refuse_unique_with_limits(self.name, clone.unique, self.concurrency)
         if metadata is not None:
             clone.metadata = normalized_metadata(metadata)  # checked now: nothing is written if bad
         clone.priority = self.priority if priority is None else priority
@@ -276,31 +283,41 @@ class Task(Generic[P, R]):
         keys = unique_jobs.keys_of(self, calls)  # before anything is stored: a bad key fails here
         if get_config().immediate:
             return [self._run_now(payload) for payload in payloads]
+        limits = [self._limits(a, k) for a, k in calls]  # a bad key raises before anything is written
         joined = caller_connection()
         if joined is None and waits_for_commit(self.enqueue_on_commit, get_config().enqueue_on_commit):
             handles = [JobResult(None, task_name=self.name) for _ in payloads]
 
             def store() -> None:
-                for handle, put in zip(handles, self._store_many(payloads, None, keys), strict=True):
+                for handle, put in zip(handles, self._store_many(payloads, None, keys, limits), strict=True):
                     handle._job_id, handle.deduplicated = put
 
             waiting = Commit(store=store)
             for handle in handles:
                 handle._commit = waiting
             return handles
-        puts = self._store_many(payloads, joined, keys)
+        puts = self._store_many(payloads, joined, keys, limits)
         commit = written(callers_alias(joined), [job_id for job_id, _dup in puts])
         return [JobResult(i, task_name=self.name, commit=commit, deduplicated=dup) for i, dup in puts]
 
     def _store_many(
-        self, payloads: list[dict[str, Any]], joined: Any, keys: list[str] | None
+        self, payloads: list[dict[str, Any]], joined: Any, keys: list[str] | None, limits: list[Any]
     ) -> list[tuple[int, bool]]:
         """``.map()``'s puts: spread over the shards, or in the caller's transaction on ``joined``; with
-        unique ``keys``, each on its key's shard (``coordination/unique.py``). -> (id, deduplicated) each."""
+        unique ``keys``, each on its key's shard (``coordination/unique.py``); items under different
+        concurrency limits (``limits``, one per item) each put with theirs. -> (id, deduplicated) each."""
+        if any(item != limits[0] for item in limits):
+            ids = store_by_limits(
+                payloads,
+                limits,
+                lambda part, lim: [i for i, _ in self._store_many(part, joined, None, [lim])],
+            )
+            return [(job_id, False) for job_id in ids]
         queue = self._prepare(get_queue(), joined)
         options = self._put_options()
         if keys is not None:
             return unique_jobs.store_many(self, queue, payloads, keys, joined, options)
+        options["concurrency"] = limits[0]
         with tracing.sending(self.name, self.queue, options) as sending:
             if joined is None:
                 ids = queue.put_parts(payloads, **options)
@@ -417,6 +434,10 @@ class Task(Generic[P, R]):
             "metadata": self.metadata or None,
         }
 
+    def _limits(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[tuple[str, int], ...] | None:
+        """The concurrency limits of one call (``concurrency.job_limits``; None: none)."""
+        return job_limits(self.concurrency, self.queue, get_config().queue_concurrency, args, kwargs)
+
     def _prepare(self, queue: Queue, joined: Any = None) -> Queue:
         """Apply this task's rate limit and breaker to the store, once per ``Queue`` (the first enqueue in
         a process, and again after the settings changed). With ``joined`` (the caller's connection, in the
@@ -476,7 +497,7 @@ class Task(Generic[P, R]):
         if get_config().immediate:
             return self._run_now(payload)
         queue = self._prepare(get_queue(), connection)
-        options = self._put_options()
+        options = {**self._put_options(), "concurrency": self._limits(args, kwargs)}
         alias = callers_alias(connection)
         with tracing.sending(self.name, self.queue, options) as sending:
             with in_callers_transaction(alias), lent_to(queue, connection):  # (a clock's reading too)

@@ -32,6 +32,8 @@ DATABASES = {
     }
 }
 QUEUE_MAX = {"DATA_DIR": BENCH_DIR / "store"}
+if os.environ.get("BENCH_PG_URL"):  # benchmarks/limits_bench.py --pg
+    QUEUE_MAX = {"STORE": "postgresql", "URL": os.environ["BENCH_PG_URL"]}
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 Q_CLUSTER = {
     "name": "bench",

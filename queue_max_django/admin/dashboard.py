@@ -172,6 +172,7 @@ def snapshot(queue: Queue, now: float) -> dict[str, Any]:
         "workers": workers,
         "breakers": breakers,
         "limits": limits,
+        "concurrency_limits": queue.concurrency_limits(),  # key -> {"running", "waiting"}
         "labels": [LABELS[state] for state in State],
     }
 

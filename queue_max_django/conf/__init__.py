@@ -102,6 +102,7 @@ class QueueMaxConfig:
     queues: tuple[str, ...] | None
     rate_limit: Rate | None
     queue_rate_limits: Mapping[str, Rate]
+    queue_concurrency: Mapping[str, int]
     circuit_breaker: CircuitBreakerConfig
     alert_threshold: int | None
     timeout: float | None
@@ -137,6 +138,7 @@ def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
         queue_rate_limits=MappingProxyType(
             {name: parse_rate(spec) for name, spec in values["QUEUE_RATE_LIMITS"].items()}
         ),
+        queue_concurrency=MappingProxyType(dict(values["QUEUE_CONCURRENCY"])),
         circuit_breaker=CircuitBreakerConfig(breaker["THRESHOLD"], float(breaker["TIMEOUT"])),
         alert_threshold=values["ALERT_THRESHOLD"],
         timeout=None if values["TIMEOUT"] is None else float(values["TIMEOUT"]),

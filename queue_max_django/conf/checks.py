@@ -17,9 +17,16 @@ from django.apps import AppConfig
 from django.core import checks
 
 from ..engine import BreakerPolicy, InvalidBreakerPolicy, InvalidRate, parse_rate
+from ..engine.concurrency import MAX_N
 from ..engine.errors import InvalidJob
 from ..engine.job import MAX_SHARDS
-from ..engine.validate import MAX_RETRIES_LIMIT, MAX_SECONDS, validate_name, validate_queue_name
+from ..engine.validate import (
+    MAX_RETRIES_LIMIT,
+    MAX_SECONDS,
+    bad_character,
+    validate_name,
+    validate_queue_name,
+)
 from ..running.registry import registry
 from .defaults import DEFAULTS, MIN_LEASE_TIME, NESTED_DEFAULTS, merge_defaults, read_settings
 from .problems import PREFIX, Problem, _is_number, _Number, _number_problems, _path, _wrong_type
@@ -183,6 +190,9 @@ def settings_problems(raw: Any, base_dir: Any) -> list[Problem]:
             found += _unlisted_queue_problems(("QUEUE_RATE_LIMITS",), limits, listed)
     else:
         found.append(_wrong_type(("QUEUE_RATE_LIMITS",), limits, f"a dict of queue name -> {_RATE}"))
+    found += check_queue_concurrency(values["QUEUE_CONCURRENCY"])
+    if isinstance(values["QUEUE_CONCURRENCY"], Mapping):
+        found += unique_tasks_in_limited_queues(values["QUEUE_CONCURRENCY"])
     for key, defaults in NESTED_DEFAULTS.items():
         if not isinstance(values[key], Mapping):
             found.append(_wrong_type((key,), raw[key], "a dict"))
@@ -318,3 +328,50 @@ def check_settings(
         (checks.Error if problem.is_error else checks.Warning)(problem.msg, hint=problem.hint, id=problem.id)
         for problem in problems() + task_problems()
     ]
+
+
+def check_queue_concurrency(value: Any) -> list[Problem]:
+    """``QUEUE_MAX["QUEUE_CONCURRENCY"]``: a dict of queue name -> an int from 1 (E028)."""
+    expected = f"a dict of queue name -> an int from 1 to {MAX_N}"
+    problem = None
+    if not isinstance(value, Mapping):
+        problem = f"is {value!r} ({type(value).__name__})"
+    else:
+        for name, limit in value.items():
+            if not isinstance(name, str) or not name or bad_character(name) is not None:
+                problem = f"has the key {name!r}, which is not a queue name"
+                break
+            if type(limit) is not int or not 1 <= limit <= MAX_N:
+                problem = f"gives queue {name!r} the limit {limit!r}"
+                break
+    if problem is None:
+        return []
+    return [
+        Problem(
+            f"{PREFIX}.E028",
+            f"QUEUE_MAX['QUEUE_CONCURRENCY'] must be {expected}: it {problem}.",
+            "Set QUEUE_MAX['QUEUE_CONCURRENCY'] to a dict such as {'media': 8}, or remove it (no limit).",
+        )
+    ]
+
+
+def unique_tasks_in_limited_queues(limits: Mapping[Any, Any]) -> list[Problem]:
+    """Each registered task with a unique key whose queue has a limit in ``QUEUE_CONCURRENCY`` (E029): its
+    jobs would be refused at enqueue, since a unique key and a concurrency limit each place a job by their
+    own key."""
+    found = []
+    for name in registry.names():
+        task = registry.get(name)
+        queue = getattr(task, "queue", None)
+        if getattr(task, "unique", None) is not None and isinstance(queue, str) and queue in limits:
+            found.append(
+                Problem(
+                    f"{PREFIX}.E029",
+                    f"The task {name!r} has a unique key and runs in the queue {queue!r}, which "
+                    "QUEUE_MAX['QUEUE_CONCURRENCY'] limits: its jobs would be refused at enqueue (a unique "
+                    "key and a concurrency limit each place a job by their own key).",
+                    f"Give the task another queue (@task(queue=...)), drop its unique_key, or remove "
+                    f"{queue!r} from QUEUE_CONCURRENCY.",
+                )
+            )
+    return found

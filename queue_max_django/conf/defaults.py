@@ -53,6 +53,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "QUEUES": None,
         "RATE_LIMIT": None,
         "QUEUE_RATE_LIMITS": MappingProxyType({}),
+        "QUEUE_CONCURRENCY": MappingProxyType(
+            {}
+        ),  # queue -> most jobs of it running at once (concurrency.py)
         "CIRCUIT_BREAKER": CIRCUIT_BREAKER_DEFAULTS,
         "ALERT_THRESHOLD": None,
         "TIMEOUT": None,

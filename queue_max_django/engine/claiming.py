@@ -20,6 +20,7 @@ from typing import Any
 
 from .errors import QueueCorrupted
 from .job import PRIORITY_MAX
+from .stores.contract.concurrency import LimitedClaim
 from .stores.types import Claimed, CorruptedJobQuarantined
 from .tokens import new_token
 
@@ -39,6 +40,7 @@ class _View:
     next_eta: float | None
     mark: Any  # the store's hint mark when the shards were read (see Hints.mark), None: unknown
     etas: list[float | None]  # each shard's earliest ETA
+    limited: list[bool]  # each shard may hold limited jobs waiting (stores/contract/concurrency.py)
 
 
 class Claimer:
@@ -75,19 +77,20 @@ class Claimer:
             mark = hints.mark()
             changed = None if previous is None else hints.changed_since(previous.mark, mark)
             if previous is None or changed is None:
-                view = _View(allowed, [None] * count, None, mark, [None] * count)
+                view = _View(allowed, [None] * count, None, mark, [None] * count, [False] * count)
                 reread: list[int] = list(range(count))
             else:
                 view = previous  # updated in place; its mark last, once the shards that changed are read
                 if len(changed) == 1:  # one shard: claim there next and learn its head then
                     view.priorities[changed[0]] = UNKNOWN
-                    view.etas[changed[0]] = None
+                    view.etas[changed[0]] = None  # (and its limited jobs: the claim there tells)
                     reread = []
                 else:
                     reread = changed
             for index in reread:
                 head = store.head(index, now, allowed)
                 view.priorities[index], view.etas[index] = head.priority, head.next_eta
+                view.limited[index] = head.limited
             view.mark = mark
             etas = view.etas
             view.next_eta = min([eta for eta in etas if eta is not None], default=None)
@@ -116,6 +119,10 @@ class Claimer:
             or (view.next_eta is not None and view.next_eta <= now)
         ):
             view = local.view = self._look(now, allowed, view)
+        if True in view.limited:
+            limited = self._limited(view, allowed, lease_time, worker, now, limit)
+            if limited:
+                return limited, view.next_eta
         for _attempt in range(4 * count + 4):
             priorities = view.priorities
             known = [priority for priority in priorities if priority is not None]
@@ -142,6 +149,11 @@ class Claimer:
                 ) from None
             # That shard's head and earliest ETA now, exactly: they were read in the claim's transaction.
             claimed, priorities[best], eta = outcome.claimed, outcome.head_priority, outcome.next_eta
+            view.limited[best] = outcome.limited
+            if not claimed and outcome.limited:  # only limited jobs there: their claim
+                limited = self._limited(view, allowed, lease_time, worker, now, limit)
+                if limited:
+                    return limited, view.next_eta
             if view.etas[best] != eta:
                 view.etas[best] = eta
                 view.next_eta = min((e for e in view.etas if e is not None), default=None)
@@ -154,6 +166,42 @@ class Claimer:
                 return claimed, view.next_eta
         local.view = None
         return [], view.next_eta
+
+    def limited_only(self, allowed: Queues, lease_time: float, worker: str | None) -> list[Claimed]:
+        """A limited job that may start, if any (``_limited``), for a claim under rate limits or breakers
+        (which take no limited job: ``find_admissible`` passes them by)."""
+        local = self._local
+        view: _View | None = getattr(local, "view", None)
+        now = self._clock()
+        if self._store.hints.changed() or view is None or view.allowed != allowed:
+            view = local.view = self._look(now, allowed, view)
+        if True not in view.limited:
+            return []
+        return self._limited(view, allowed, lease_time, worker, now, 1)
+
+    def _limited(
+        self, view: _View, allowed: Queues, lease_time: float, worker: str | None, now: float, limit: int
+    ) -> list[Claimed]:
+        """Claim up to ``limit`` limited jobs of a shard where some wait, from this thread's preferred shard
+        on, those their limits let start, none below the best priority of the unlimited jobs in any shard
+        (``stores/contract/concurrency.py``); each shard's answer updates the view."""
+        count = self._store.shards
+        known = [priority for priority in view.priorities if priority is not None]
+        floor = max(known) if known else None
+        if floor is not None and floor > PRIORITY_MAX:
+            floor = None  # a shard not read since its hint: the claims will tell
+        start = self._preferred_shard(self._local, count)
+        ops = self._store.concurrency
+        for step in range(count):
+            shard = (start + step) % count
+            if not view.limited[shard]:
+                continue
+            token = new_token()
+            outcome: LimitedClaim = ops.claim(shard, now, allowed, lease_time, token, worker, floor, limit)
+            view.limited[shard] = outcome.waiting
+            if outcome.claimed:
+                return outcome.claimed
+        return []
 
     def _preferred_shard(self, local: threading.local, count: int) -> int:
         """Where this consumer thread looks first among shards of equal priority. Each thread has its own

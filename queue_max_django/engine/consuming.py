@@ -104,6 +104,9 @@ class Consumer:
                 # Asked before the look, as Claimer.best asks: what get() then waits for is a hint after
                 # this look (without it, a waiting thread had nothing to compare and did not wait at all).
                 # The hints it consumes are the claimer's too: its view of the shards is dropped.
+                limited = owner._claimer.limited_only(allowed, owner.lease_time, owner.worker_id)
+                if limited:
+                    return [Record(self, limited[0])], None
                 store.hints.changed()
                 owner._claimer.forget_mine()
                 claimed, next_eta = flow.claim(store, allowed, state, owner.lease_time, owner.worker_id)

@@ -14,6 +14,7 @@ class JobSpec:
     """Validated options of new jobs (see ``options.PutOptions``)."""
 
     __slots__ = (
+        "concurrency",
         "encoded",
         "max_retries",
         "metadata",
@@ -45,10 +46,13 @@ class JobSpec:
         self.partition_key = partition_key
         self.metadata = metadata  # its JSON text (metadata.pack_metadata), None: none
         self.encoded: object = None  # the store's encoding of these options, made on first use
+        # concurrency limits ((key, n), ...) the jobs run under (engine/concurrency.py), None: none
+        self.concurrency: tuple[tuple[str, int], ...] | None = None
 
     def __repr__(self) -> str:
         return (
             f"JobSpec(queue={self.queue!r}, name={self.name!r}, priority={self.priority}, "
             f"ready_at={self.ready_at!r}, max_retries={self.max_retries}, timeout={self.timeout!r}, "
-            f"partition_key={self.partition_key!r}, metadata={self.metadata!r})"
+            f"partition_key={self.partition_key!r}, metadata={self.metadata!r}, "
+            f"concurrency={self.concurrency!r})"
         )

@@ -24,6 +24,7 @@ from typing import Any
 
 from .cancels import MAX_CANCEL_BY, CancelOutcome
 from .claiming import Claimer
+from .concurrency import limited, refuse_unique_with_limits, summary
 from .consuming import MAX_IDLE_WAIT as MAX_IDLE_WAIT
 from .consuming import Consumer
 from .coordinating import Coordination
@@ -204,6 +205,7 @@ class Queue(Coordination, FlowControl, PauseControl, UniquePuts):
         on_duplicate: str = SKIP,
         connection: Any = None,
         metadata: dict[str, Any] | None = None,
+        concurrency: Any = None,
     ) -> int:
         """Store one job. -> its id. Raises ``InvalidJob`` (and writes nothing) on bad input. ``metadata``:
         a small JSON dict kept with the job (``Job.metadata``; ``InvalidMetadata``: engine/metadata.py).
@@ -218,6 +220,7 @@ class Queue(Coordination, FlowControl, PauseControl, UniquePuts):
         ``transactional_enqueue`` is true): the job is written in the caller's transaction and commits or
         rolls back with it. A store that cannot (LMDB) raises ``ConfigurationError``."""
         if unique_key is not None:
+            refuse_unique_with_limits(concurrency)
             return self.put_unique(
                 payload, unique_key=unique_key, unique_until=unique_until, on_duplicate=on_duplicate,
                 priority=priority, delay=delay, eta=eta, queue=queue, name=name, max_retries=max_retries,
@@ -230,6 +233,8 @@ class Queue(Coordination, FlowControl, PauseControl, UniquePuts):
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=now,
         )  # fmt: skip
         putter = self._putter
+        if concurrency is not None:  # ``((key, n), ...)``: engine/concurrency.py; placed by its first key
+            spec, partition_key = limited(spec, concurrency, partition_key)
         if self.sync or connection is not None:
             return putter.put_one(store, now, payload, spec, None, partition_key, connection).job_id
         packed = putter.pack(payload)  # the common case: one job straight to its shard
@@ -255,10 +260,12 @@ class Queue(Coordination, FlowControl, PauseControl, UniquePuts):
         unique_keys: Iterable[str] | None = None,
         unique_until: Any = None,
         on_duplicate: str = SKIP,
+        concurrency: Any = None,
     ) -> list[int]:
         """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing. With
         ``unique_keys`` (one per payload): ``put_many_unique``'s ids (one transaction per key's shard)."""
         if unique_keys is not None:
+            refuse_unique_with_limits(concurrency)
             return ids_of(self.put_many_unique(
                 payloads, unique_keys=unique_keys, unique_until=unique_until, on_duplicate=on_duplicate,
                 priority=priority, delay=delay, eta=eta, queue=queue, name=name, max_retries=max_retries,
@@ -268,6 +275,8 @@ class Queue(Coordination, FlowControl, PauseControl, UniquePuts):
             priority=priority, delay=delay, eta=eta, queue=queue, name=name, metadata=metadata,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
+        if concurrency is not None:
+            spec, partition_key = limited(spec, concurrency, partition_key)
         putter = self._putter
         return putter.put_many(putter.route(partition_key), payloads, spec, connection)
 
@@ -285,6 +294,7 @@ class Queue(Coordination, FlowControl, PauseControl, UniquePuts):
         timeout: float | None = None,
         partition_key: Any = None,
         metadata: dict[str, Any] | None = None,
+        concurrency: Any = None,
     ) -> list[int]:
         """Store many jobs with the same options in parts spread over the store, so that consumers drain
         them in parallel: ``part_size`` jobs a part (default: as many parts as the store has shards),
@@ -297,13 +307,20 @@ class Queue(Coordination, FlowControl, PauseControl, UniquePuts):
             priority=priority, delay=delay, eta=eta, queue=queue, name=name, metadata=metadata,
             max_retries=max_retries, timeout=timeout, partition_key=partition_key, now=self._clock(),
         )  # fmt: skip
+        if concurrency is not None:
+            spec, partition_key = limited(spec, concurrency, partition_key)
         return self._putter.put_parts(payloads, spec, part_size, partition_key)
 
     def put_many_to_shard(self, shard: int, payloads: Iterable[Any], **options: Any) -> list[int]:
         """``put_many`` into one given shard (``.map`` spreads a batch over the shards with this)."""
         if type(shard) is not int or not 0 <= shard < self.shard_count:
             raise InvalidJob(f"shard must be from 0 to {self.shard_count - 1}, not {shard!r}")
-        checked = self._put_options.check(now=self._clock(), **put_defaults(options))
+        options = put_defaults(options)
+        concurrency = options.pop("concurrency")
+        checked = self._put_options.check(now=self._clock(), **options)
+        if concurrency is not None:  # a limit's jobs go to its key's shard, whichever was asked
+            checked, route = limited(checked, concurrency, options["partition_key"])
+            shard = self._putter.route(route)
         return self._putter.put_many(shard, payloads, checked)
 
     # ------------------------------------------------------------------ get and completion (consuming.py)
@@ -370,6 +387,12 @@ class Queue(Coordination, FlowControl, PauseControl, UniquePuts):
         out.update(self._flow.stats())
         out.update(self._pause_stats())
         return out
+
+    def concurrency_limits(self) -> dict[str, dict[str, int]]:
+        """Per concurrency limit key in use (``put(concurrency=)``): ``{"running", "waiting"}`` jobs, the
+        waiting ones held back or not yet claimed (``concurrency.summary``). O(keys + waiting groups)."""
+        ops = self._live().concurrency
+        return summary(ops.running(), ops.waiting())
 
     def queue_counts(self) -> dict[str, dict[str, int]]:
         """Per queue name: {"pending", "scheduled", "running"} jobs, over all shards, sorted by name (queues

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import codec
+from .concurrency import refuse_unique_with_limits
 from .errors import InvalidJob
 from .options import PutOptions
 from .putting import Putter, joined
@@ -54,13 +55,15 @@ class UniquePuts:
         **options: Any,
     ) -> UniquePut:
         """``put`` with a unique key: -> the id (the new job's, or the holder's) and what the put did.
-        ``InvalidJob`` (nothing written) for a bad key or option, or with a ``partition_key``."""
+        ``InvalidJob`` (nothing written) for a bad key or option, or with a ``partition_key`` or
+        ``concurrency`` limits (each places the job by its own key)."""
         store = self._live()
         now = self._clock()
         unique = rule(unique_key, unique_until, on_duplicate, self.result_ttl)
         if partition_key is not None:
             raise InvalidJob(BOTH)
         checked = put_defaults(options)
+        refuse_unique_with_limits(checked.pop("concurrency"))
         checked["metadata"] = noted(metadata, unique_key, unique_until, on_duplicate)
         spec = self._put_options.check(now=now, **checked)
         return self._putter.put_one(store, now, payload, spec, unique, None, connection)
@@ -96,6 +99,7 @@ class UniquePuts:
         rules = [rule(key, unique_until, on_duplicate, self.result_ttl) for key in keys]
         distinct_for_raise(keys, on_duplicate)
         checked = put_defaults(options)
+        refuse_unique_with_limits(checked.pop("concurrency"))
         specs = []
         for key in keys:
             checked["metadata"] = noted(metadata, key, unique_until, on_duplicate)

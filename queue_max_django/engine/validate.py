@@ -197,6 +197,7 @@ _PUT_OPTIONS = (
     "timeout",
     "partition_key",
     "metadata",
+    "concurrency",
 )
 
 

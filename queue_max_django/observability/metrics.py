@@ -192,6 +192,13 @@ class QueueCollector:
         for status, count in q.workflows.counts().items():
             workflows.add_metric([status], count)
         yield workflows
+        in_use = q.concurrency_limits()
+        for what, text in (("running", "Jobs running under each concurrency limit key."),
+                           ("waiting", "Limited jobs waiting, per concurrency limit key.")):  # fmt: skip
+            family = gauge(f"{PREFIX}_concurrency_{what}", text, labels=["key"])
+            for key, per_key in in_use.items():
+                family.add_metric([key], per_key[what])
+            yield family
 
 
 def render(queue: Queue) -> tuple[bytes, str]:

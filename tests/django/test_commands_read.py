@@ -123,6 +123,9 @@ def test_stats_prints_a_table_per_state_queue_shard_worker_breaker_and_limit(sto
         "Paused\n"
         "QUEUE  TASK   SINCE (UTC)          UNTIL (UTC)  BY   REASON\n"
         f"mail   (all)  {when(pause.paused_at)}  resumed      ops  provider down\n"
+        "\n"
+        "Concurrency limits\n"
+        "(none)\n"
     )
 
 
@@ -136,9 +139,10 @@ def test_stats_says_none_for_empty_sections(queue_max: Configure) -> None:
         "Workers (0 live; figures as of each one's last heartbeat)",
         "Circuit breakers",
         "Rate limits",
+        "Concurrency limits",
     ):
         assert f"\n{section}\n(none)\n" in text
-    assert text.endswith("\nPaused\n(none)\n")
+    assert text.endswith("\nPaused\n(none)\n\nConcurrency limits\n(none)\n")
     assert "total puts     0\n" in text
 
 
@@ -203,6 +207,7 @@ def test_stats_json_holds_the_state_counts_at_the_top_level(store: Store) -> Non
                 "by": "ops",
             }
         ],
+        "concurrency_limits": {},
     }
     assert {key: data[key] for key in ("pending", "scheduled", "running", "done", "failed", "total")} == {
         key: q.stats()[key] for key in ("pending", "scheduled", "running", "done", "failed", "total")

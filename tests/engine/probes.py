@@ -445,7 +445,7 @@ class LmdbProbe:
     def as_before_metadata(self, job_id: int) -> None:
         with self._txn(job_id, write=True) as (txn, dbs):
             record = msgpack.unpackb(txn.get(keys.id_key(job_id), db=dbs["jobs"]), raw=False)
-            assert len(record) == layout.F_METADATA + 1
+            assert len(record) == layout.RECORD_FIELDS
             txn.put(keys.id_key(job_id), msgpack.packb(record[: layout.F_METADATA]), db=dbs["jobs"])
 
 

@@ -355,7 +355,7 @@ def test_errors_keep_the_last_ten(make_queue: MakeQueue, clock: FakeClock) -> No
 def _as_old_record(raw: bytes) -> bytes:
     """What the version before worker_ids/errors wrote: the same array, 20 fields long."""
     record = msgpack.unpackb(raw, raw=False)
-    assert len(record) == layout.RECORD_FIELDS == 24
+    assert len(record) == layout.RECORD_FIELDS == 25
     return bytes(msgpack.packb(record[:20], use_bin_type=True))
 
 

@@ -26,7 +26,7 @@ def test_create_upgrades_a_version_2_database_to_workflows(pg_url: str) -> None:
             location.open_queue()
         schema.create(conn)
         schema.create(conn)  # idempotent
-        assert schema.version(conn) == schema.SCHEMA_VERSION == 5
+        assert schema.version(conn) == schema.SCHEMA_VERSION >= 5
     with location.open_queue() as queue:
         store = queue._store
         nodes = [NewNode("a", pack("a"), spec()), NewNode("b", pack("b"), spec(), (0,))]

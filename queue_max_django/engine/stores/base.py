@@ -107,6 +107,7 @@ from typing import Any, Protocol
 from ..cancels import CancelOutcome
 from ..job import Job, State
 from ..jobspec import JobSpec
+from .contract.concurrency import ConcurrencyOps
 from .contract.flow import FlowOps
 from .contract.hints import Hints
 from .contract.locks import LockOps
@@ -155,6 +156,9 @@ class Store(Protocol):
 
     @property
     def workflows(self) -> WorkflowOps: ...
+
+    @property
+    def concurrency(self) -> ConcurrencyOps: ...
 
     # -- lifecycle
     def info(self) -> StoreInfo:

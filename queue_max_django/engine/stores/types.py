@@ -57,12 +57,14 @@ class Claimed:
 class ClaimOutcome:
     """What one claim of one shard did: the jobs it took (possibly none), the priority of that shard's next
     claimable job after them (None: there is none; with nothing claimed and a priority, the claim was
-    outranked by ``min_priority``), its earliest ETA, and whether it had to wait for another writer."""
+    outranked by ``min_priority``), its earliest ETA, whether it had to wait for another writer, and whether
+    limited jobs may wait in the shard (``contract/concurrency.py``; True is always allowed)."""
 
     claimed: list[Claimed]
     head_priority: int | None
     next_eta: float | None
     contended: bool
+    limited: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ class Head:
 
     priority: int | None
     next_eta: float | None
+    limited: bool = False  # limited jobs of the read's queues wait there (stores/contract/concurrency.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,8 @@ def watch_seconds(text: str) -> float:
 def collect(queue: Queue, shard: int | None) -> dict[str, Any]:
     """The figures as one JSON-ready dict: state counts and ``total`` at the top level (of one shard with
     ``shard``), then ``shards``, ``queues``, ``workers``, ``circuit_breakers``, ``rate_limits`` and
-    ``paused`` (each pause in force: queue, task, paused_at, until, reason, by)."""
+    ``paused`` (each pause in force: queue, task, paused_at, until, reason, by),
+    ``concurrency_limits``."""
     rows = [{"shard": index, **counts} for index, counts in enumerate(queue.shard_stats())]
     if shard is not None:
         rows = [rows[shard]]
@@ -59,6 +60,7 @@ def collect(queue: Queue, shard: int | None) -> dict[str, Any]:
         for key, rate in queue.rate_limits().items()
     }
     out["paused"] = [pause.as_dict() for pause in queue.pauses()]
+    out["concurrency_limits"] = queue.concurrency_limits()
     return out
 
 
@@ -101,6 +103,8 @@ def render(stats: dict[str, Any]) -> str:
     ]  # fmt: skip
     headers = ["QUEUE", "TASK", "SINCE (UTC)", "UNTIL (UTC)", "BY", "REASON"]
     parts.append(_section("Paused", headers, paused))
+    held = [(key, c["running"], c["waiting"]) for key, c in stats["concurrency_limits"].items()]
+    parts.append(_section("Concurrency limits", ["KEY", "RUNNING", "WAITING"], held))
     return "\n\n".join(parts)
 
 

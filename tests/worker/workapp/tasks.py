@@ -139,3 +139,34 @@ def stubborn(value: int) -> None:
     """Ignores cancel requests: the worker ends its process after the cancel grace period."""
     mark("started", value)
     time.sleep(3600)
+
+
+@task(concurrency=2)
+def capped(value: int, seconds: float) -> int:
+    """At most 2 run at once, store-wide: marks "span" with ``value:start:end`` (wall-clock seconds)."""
+    started = time.time()
+    time.sleep(seconds)
+    mark("span", f"{value}:{started:.6f}:{time.time():.6f}")
+    return value
+
+
+@task(concurrency=1, concurrency_key="account")
+def per_account(account: str, value: int, seconds: float) -> int:
+    """At most 1 per ``account``: marks "span" with ``account:value:start:end``."""
+    started = time.time()
+    time.sleep(seconds)
+    mark("span", f"{account}:{value}:{started:.6f}:{time.time():.6f}")
+    return value
+
+
+@task(concurrency=1)
+def hold_once(value: int, seconds: float) -> int:
+    """At most 1 at once. The first run of each ``value`` marks "held" and sleeps ``seconds`` (a test kills
+    its worker then); a later run marks "finished" at once."""
+    folder = Path(os.environ["QUEUE_MAX_TEST_MARKS"])
+    held = folder / "held"
+    if not held.exists() or f"{value} " not in held.read_text():
+        mark("held", value)
+        time.sleep(seconds)
+    mark("finished", value)
+    return value

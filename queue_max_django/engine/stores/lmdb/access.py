@@ -13,10 +13,12 @@ from typing import Any, Protocol
 from ...errors import QueueCorrupted
 from ...job import CANCELLED, STATES, State
 from ...workflows import WORKFLOW_MARK
-from . import layout
+from . import layout, turns
 from .env import Env
 from .keys import (
+    LIMITED,
     QUEUE_SEP,
+    group_head,
     id_key,
     micros,
     next_queue_prefix,
@@ -32,6 +34,7 @@ from .layout import (
     F_ERRORS,
     F_FINISHED_AT,
     F_LEASE_UNTIL,
+    F_LIMITS,
     F_METADATA,
     F_NAME,
     F_PAYLOAD,
@@ -66,6 +69,7 @@ class ShardDbs(Protocol):
     node_ended: Any  # settles a workflow node whose job ended (lmdb/workflows.ended)
     unique: Any
     cancels: Any
+    turns: Any
     indexes: dict[State, Any]  # one per state; its entry count is the state's count
 
 
@@ -140,7 +144,8 @@ def index_key_of(shard: ShardDbs, job_id: int, record: list[Any]) -> tuple[Any, 
     """(database, key) of the job's entry in the index of its current state."""
     state = record[F_STATE]
     if state == PENDING:
-        queue = record[F_QUEUE].encode()
+        limits = record[F_LIMITS]  # a limited job waits under its group (turns.py)
+        queue = record[F_QUEUE].encode() if limits is None else group_head(limits[0])
         return shard.ready, ready_key(queue, record[F_PRIORITY], record[F_READY_AT], job_id)
     if state == SCHEDULED:
         return shard.sched, time_key(record[F_READY_AT], job_id)
@@ -158,6 +163,12 @@ def unindex_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> No
     if key is not None:
         delete_entry(txn, db, key)
     state = record[F_STATE]
+    limits = record[F_LIMITS]
+    if limits is not None:
+        if state == PENDING:
+            turns.leave_if_done(shard, txn, limits[0])
+        elif state == RUNNING:
+            turns.change(shard, txn, limits[1], -1)
     place = COUNTED.get(state)
     if place is not None:
         tally(shard, txn, record[F_QUEUE].encode(), place, -1)
@@ -199,6 +210,12 @@ def index_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> None
     assert key is not None  # a running job always gets its lease before being indexed
     # A ready entry carries the job's name, so flow control can walk past held-back jobs by key alone.
     txn.put(key, name_bytes(record[F_NAME]) if db is shard.ready else b"", db=db)
+    limits = record[F_LIMITS]
+    if limits is not None:
+        if db is shard.ready:
+            turns.join(shard, txn, limits[0])
+        elif record[F_STATE] == RUNNING:
+            turns.change(shard, txn, limits[1], 1)
     place = COUNTED.get(record[F_STATE])
     if place is not None:
         tally(shard, txn, record[F_QUEUE].encode(), place, 1)
@@ -373,6 +390,8 @@ def queue_heads(cursor: Any, queues: Sequence[bytes] | None) -> list[list[bytes]
         found = cursor.first()
         while found:
             key = cursor.key()
+            if key[:1] == LIMITED:
+                break  # limited jobs' groups from here on: claimed in turn (turns.py), not here
             cut = key.index(b"\x00") + 1
             heads.append([key[cut:], key, key[:cut]])
             found = seek(cursor, next_queue_prefix(key[: cut - 1]))

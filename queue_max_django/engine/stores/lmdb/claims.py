@@ -16,7 +16,7 @@ from typing import Any
 from ... import codec
 from ...errors import QueueCorrupted
 from ..types import Claimed, CorruptedJobQuarantined, Head
-from . import layout, upkeep
+from . import concurrency, layout, upkeep
 from .access import (
     ShardDbs,
     best_ready,
@@ -30,8 +30,8 @@ from .access import (
     tally,
     unindex_job,
 )
-from .keys import id_key, micros, ready_key_parts, time_key, time_key_parts
-from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_STATE, PENDING, SCHEDULED
+from .keys import LIMITED, id_key, micros, ready_key_parts, time_key, time_key_parts
+from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_STATE, PENDING, SCHEDULED
 from .quarantine import quarantine, report
 from .records import as_claimed, mark_running
 
@@ -63,10 +63,12 @@ class StrayEntry:
 def peek(shard: ShardDbs, now: float, queues: Sequence[bytes] | None) -> Head:
     """Read-only look at this shard: the priority of the job a claim would take, and the earliest ETA."""
 
+    names = None if queues is None else tuple(bytes(queue).decode() for queue in queues)
+
     def txn_fn(txn: Any) -> Head:
         key = best_ready(txn.cursor(db=shard.ready), queues)
         priority = None if key is None else ready_key_parts(key)[1]
-        return Head(priority, next_eta(shard, txn))
+        return Head(priority, next_eta(shard, txn), concurrency.waiting(shard, txn, names))
 
     return shard.env.read(txn_fn)
 
@@ -92,6 +94,8 @@ def claim_job(
             record[F_STATE] == PENDING or (scheduled_too and record[F_STATE] == SCHEDULED)
         ):
             return None
+        if record[F_LIMITS] is not None and not concurrency.may_start(shard, txn, record):
+            return None  # its limit is full: a limit holds against every claim
         payload = load_payload(shard, txn, job_id, record)
         if payload is None:
             return None
@@ -120,13 +124,13 @@ def claim_many(
     worker: str | None = None,
     *,
     limit: int,
-) -> tuple[list[Claimed], int | None, float | None]:
+) -> tuple[list[Claimed], int | None, float | None, bool]:
     """Take up to ``limit`` next jobs of this shard (pending -> running, a fresh lease and the claim
     token), in claim order, in ONE transaction; stops before a job below ``min_priority`` (the best
     priority another shard may hold). -> (the claimed jobs, possibly none; the priority of this shard's
     next job among ``queues`` after them, None if there is none; the earliest ETA of its scheduled
-    jobs, as ``peek`` gives it): with nothing claimed and a priority, the claim was outranked and the
-    caller looks again. A corrupted job met on the way is quarantined;
+    jobs, as ``peek`` gives it; whether limited jobs wait there): with nothing claimed and a priority,
+    the claim was outranked and the caller looks again. A corrupted job met on the way is quarantined;
     if it came first, ``CorruptedJobQuarantined`` is raised (the jobs before it are claimed and returned
     otherwise).
 
@@ -138,7 +142,7 @@ def claim_many(
 
     promoted: list[CorruptedJobQuarantined] = []
 
-    def txn_fn(txn: Any) -> tuple[list[Claimed], int | None, float | None] | CorruptedJobQuarantined:
+    def txn_fn(txn: Any) -> tuple[list[Claimed], int | None, float | None, bool] | CorruptedJobQuarantined:
         claimed: list[Claimed] = []
         first_record: list[list[Any]] = []  # the first job's record, rewritten if a second one joins
         # Due scheduled jobs become pending first, in this transaction: a claim never takes a job of
@@ -166,7 +170,7 @@ def claim_many(
                 break
             elif isinstance(step, Outranked):
                 _tally_claims(shard, txn, claimed)
-                return claimed, step.priority, next_eta(shard, txn)
+                return claimed, step.priority, next_eta(shard, txn), bool(cursor.set_range(LIMITED))
             elif isinstance(step, CorruptedJobQuarantined):
                 if not claimed:
                     return step
@@ -182,7 +186,9 @@ def claim_many(
             if alone:
                 break
         _tally_claims(shard, txn, claimed)
-        return claimed, (ready_key_parts(min(heads)[1])[1] if heads else None), next_eta(shard, txn)
+        after = ready_key_parts(min(heads)[1])[1] if heads else None
+        # limited jobs wait past every queue's range (turns.py): one seek says whether there are any
+        return claimed, after, next_eta(shard, txn), bool(cursor.set_range(LIMITED))
 
     outcome = shard.env.write(txn_fn)
     if promoted:

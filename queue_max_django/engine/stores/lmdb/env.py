@@ -43,6 +43,7 @@ DB_NAMES = (
     "unique",  # a put's unique key -> (job id, when): an enqueue that must happen once (periodic ticks)
     "cancels",  # job id -> when a cancel was requested: a running job marked "cancel requested"
     "workflows",  # workflow heads and nodes (workflows.py): a workflow lives in one shard, with its jobs
+    "turns",  # concurrency limits: the groups' turns, and the jobs running per limit key (turns.py)
 )
 CONTROL_DB_NAMES = (
     "limits",  # limit key -> (rate, bucket state): token buckets shared by every process

@@ -52,6 +52,15 @@ def queue_prefix(queue: bytes) -> bytes:
     return queue + QUEUE_SEP
 
 
+LIMITED = b"\xff"  # the first byte of a limited job's ready key: no queue name's UTF-8 holds it
+
+
+def group_head(group: str) -> bytes:
+    """Where a concurrency group's waiting jobs sort in the ready index (in place of a queue name): after
+    every queue's, so a claim that walks the queues never meets them (lmdb/turns.py)."""
+    return LIMITED + group.encode()
+
+
 def ready_key(queue: bytes, priority: int, ready_us: int, job_id: int) -> bytes:
     """(queue, priority descending, ready time, job id): the head of a queue's range is the next job."""
     return queue + QUEUE_SEP + _HQQ.pack(_PRIORITY_FLIP - priority, ready_us, job_id)

@@ -41,7 +41,10 @@ F_WORKERS = 20  # ids of the workers that claimed the job, one per attempt (the 
 F_ERRORS = 21  # [error type, error] of each failed attempt (the last HISTORY_MAX), or None
 F_CLAIM = 22  # how the job was last claimed: None alone, CLAIM_BATCH with others, CLAIM_ALONE_NEXT (below)
 F_METADATA = 23  # the job's metadata as JSON text (UTF-8 bytes, engine/metadata.py), or None: none
-RECORD_FIELDS = 24
+# [group, [[key, n], ...]]: the job's concurrency limits and the group it waits its turn in (lmdb/turns.py,
+# engine/concurrency.py), or None: none
+F_LIMITS = 24
+RECORD_FIELDS = 25
 HISTORY_MAX = 10
 
 # F_STATE values: a state's code is its index in STATES (job.py).
@@ -157,6 +160,7 @@ _FIELDS: tuple[tuple[int, str, frozenset[type]], ...] = (
     (F_WORKERS, "workers", _OPTIONAL_LIST),
     (F_ERRORS, "errors", _OPTIONAL_LIST),
     (F_METADATA, "metadata", _OPTIONAL_BYTES),
+    (F_LIMITS, "limits", _OPTIONAL_LIST),
 )  # F_PARTITION_KEY holds any msgpack value
 
 
@@ -180,6 +184,7 @@ def _well_typed(r: list[Any]) -> bool:
         and type(r[F_PAYLOAD]) in _OPTIONAL_BYTES
         and type(r[F_WORKERS]) in _OPTIONAL_LIST
         and type(r[F_METADATA]) in _OPTIONAL_BYTES
+        and type(r[F_LIMITS]) in _OPTIONAL_LIST
     ):
         return False
     errors = r[F_ERRORS]

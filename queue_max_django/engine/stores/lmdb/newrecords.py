@@ -17,9 +17,10 @@ from typing import cast
 
 import msgpack
 
+from ...concurrency import group_of
 from ...job import STATE_CODE, State
 from ...jobspec import JobSpec
-from .keys import ready_prefix
+from .keys import group_head, ready_prefix
 from .layout import F_PAYLOAD, RECORD_FIELDS
 
 _PENDING = STATE_CODE[State.PENDING]
@@ -29,7 +30,7 @@ _UINT64 = 0xCF
 _NIL = b"\xc0"
 _BIN8_HEADERS = [b"\xc4" + bytes([n]) for n in range(256)]  # msgpack bin 8 of n bytes
 _BIN16 = b"\xc5"
-_AFTER_PAYLOAD = _NIL * (RECORD_FIELDS - F_PAYLOAD - 1)  # workers, errors, claim, metadata: None
+_AFTER_PAYLOAD = _NIL * (RECORD_FIELDS - F_PAYLOAD - 1)  # workers, errors, claim, metadata, limits: None
 
 
 def encoded(spec: JobSpec) -> NewRecords:
@@ -43,14 +44,17 @@ def encoded(spec: JobSpec) -> NewRecords:
 class NewRecords:
     """The constant parts of the stored record and ready index entry of new jobs of one ``JobSpec``."""
 
-    __slots__ = ("_after", "_head_pending", "_head_scheduled", "_middle", "_ready_key", "name_bytes",
-                 "queue_bytes", "ready_prefix")  # fmt: skip
+    __slots__ = ("_after", "_head_pending", "_head_scheduled", "_middle", "_ready_key", "group", "name_bytes",
+                 "queue_bytes", "ready_head", "ready_prefix")  # fmt: skip
 
     def __init__(self, spec: JobSpec) -> None:
         self.queue_bytes = spec.queue.encode()
         self.name_bytes = b"" if spec.name is None else spec.name.encode()  # the ready index entry's value
-        # The ready key is this prefix + (ready time, id).
-        self.ready_prefix = ready_prefix(self.queue_bytes, spec.priority)
+        # The ready key is this prefix + (ready time, id); a limited job's is its group's (turns.py).
+        limits = spec.concurrency
+        self.group = None if limits is None else group_of(spec.queue, limits)
+        self.ready_head = self.queue_bytes if self.group is None else group_head(self.group)
+        self.ready_prefix = ready_prefix(self.ready_head, spec.priority)
         self._ready_key = struct.Struct(f">{len(self.ready_prefix)}sQQ")
         # The record of layout.F_*: [state, queue, name, priority, retries, max_retries] [enqueued, ready]
         # [8 x None (started .. result), timeout, partition_key, attempts] [payload] [workers, errors, claim,
@@ -62,7 +66,10 @@ class NewRecords:
         self._head_pending = header + packer.pack(_PENDING) + after_state
         self._head_scheduled = header + packer.pack(_SCHEDULED) + after_state
         self._middle = _NIL * 8 + packer.pack(spec.timeout) + packer.pack(spec.partition_key) + packer.pack(0)
-        self._after = _AFTER_PAYLOAD if spec.metadata is None else _NIL * 3 + packer.pack(spec.metadata)
+        limited = _NIL if limits is None else packer.pack([self.group, [list(pair) for pair in limits]])
+        metadata = _NIL if spec.metadata is None else packer.pack(spec.metadata)
+        plain = limits is None and spec.metadata is None
+        self._after = _AFTER_PAYLOAD if plain else _NIL * 3 + metadata + limited
 
     def record(self, scheduled: bool, enqueued_us: int, ready_us: int, payload: bytes | None) -> bytes:
         """``records`` of one job (the single put's path: no lists)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ... import codec
+from ...concurrency import GROUP_SEP, queue_of
 from ...errors import QueueCorrupted
 from ...job import CORRUPTED, STATE_CODE, STATES, Job, State
 from ..types import Candidate, CorruptedJobQuarantined
@@ -35,7 +36,9 @@ from .access import (
     seek,
 )
 from .keys import (
+    LIMITED,
     PRIORITY_KEY_MIN,
+    group_head,
     id_from_key,
     id_key,
     micros,
@@ -105,8 +108,8 @@ def peek_allowed(
         best: Candidate | None = None
         best_tail = b""
         for prefix in prefixes:
-            if prefix[:-1] in skip_queues:
-                continue
+            if prefix[:-1] in skip_queues or prefix[:1] == LIMITED:
+                continue  # held back, or limited jobs (claimed in turn: turns.py)
             found = cursor.set_range(prefix)
             scanned = 0
             while found and scanned < scan_limit:
@@ -247,7 +250,11 @@ def list_jobs(
                     take(key, id_from_key(key), None)
             return out
         if state is State.PENDING:
-            prefixes = [queue_prefix(queue.encode())] if queue is not None else queue_prefixes(cursor)
+            prefixes = queue_prefixes(cursor)
+            if queue is not None:  # its own range, and its limited jobs' groups (turns.py)
+                prefixes = [queue_prefix(queue.encode())] + [
+                    prefix for prefix in prefixes if prefix.startswith(group_head(queue + GROUP_SEP))
+                ]
         else:
             prefixes = [b""]
         merged: list[Listed] = []
@@ -324,6 +331,13 @@ def queue_counts(shard: ShardDbs, *, now: float) -> dict[str, dict[str, int]]:
     return counts or {}
 
 
+def queue_name(head: bytes) -> str:
+    """The queue of a ready key's head: a queue's name, or a limited group's (turns.py)."""
+    if head[:1] == LIMITED:
+        return queue_of(head[1:].decode())
+    return head.decode()
+
+
 def oldest_ready(shard: ShardDbs) -> dict[str, int]:
     """queue -> the ready time (µs) of its longest-waiting pending job in this shard, in one read. The
     ready index sorts each queue by (priority, ready time), so each priority's first key is its oldest
@@ -340,7 +354,7 @@ def oldest_ready(shard: ShardDbs) -> dict[str, int]:
                 if not key.startswith(prefix):
                     break
                 _q, priority, ready_us, _id = ready_key_parts(key)
-                name = queue.decode()
+                name = queue_name(queue)
                 out[name] = min(out.get(name, ready_us), ready_us)
                 # the next priority down (none below the lowest a key can hold: a damaged one)
                 found = priority > PRIORITY_KEY_MIN and seek(cursor, ready_prefix(queue, priority - 1))
@@ -361,7 +375,7 @@ def rebuild_queue_counts(shard: ShardDbs, now: float) -> None:
         found.clear()
         counts: dict[bytes, list[int]] = {}
         for key in txn.cursor(db=shard.ready).iternext(keys=True, values=False):
-            counts.setdefault(bytes(key[:-tail]), [0, 0])[0] += 1
+            counts.setdefault(queue_name(bytes(key[:-tail])).encode(), [0, 0])[0] += 1
         unreadable: list[tuple[int, bytes, str]] = []
         for key in txn.cursor(db=shard.sched).iternext(keys=True, values=False):
             job_id = time_key_parts(key)[1]

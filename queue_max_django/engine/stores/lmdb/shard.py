@@ -24,7 +24,7 @@ from ...jobspec import JobSpec
 from ...metadata import keeping_cancel_note
 from ...workflows import WORKFLOW_MARK
 from ..types import Candidate, NewJobs, Recovered
-from . import claims, layout, manage, reads, uniqueness, upkeep, workflows
+from . import claims, layout, manage, reads, turns, uniqueness, upkeep, workflows
 from .access import (
     COUNTERS_KEY,
     PUT_COUNTERS,
@@ -46,6 +46,7 @@ from .layout import (
     F_ATTEMPTS,
     F_FINISHED_AT,
     F_LEASE_UNTIL,
+    F_LIMITS,
     F_METADATA,
     F_READY_AT,
     F_RESULT,
@@ -81,6 +82,7 @@ class Shard:
         self.workflows = dbs["workflows"]  # workflows and their nodes (workflows.py)
         self.node_ended = workflows.ended
         self.released = False  # a transaction released a workflow's node: the store hints (workflows.py)
+        self.turns = dbs["turns"]  # concurrency limits: groups' turns, jobs running per key (turns.py)
         # One index per state; its entry count is the state's count.
         self.indexes = {State.PENDING: self.ready, State.SCHEDULED: self.sched, State.RUNNING: self.lease,
                         State.DONE: self.done_at, State.FAILED: self.failed}  # fmt: skip
@@ -187,6 +189,8 @@ class Shard:
                 # One C call per database for the whole batch: half the cost of a put() each.
                 txn.cursor(db=jobs_db).putmulti(zip(keys, records, strict=True))
                 txn.cursor(db=index_db).putmulti(entries)
+                if parts.group is not None and not scheduled:
+                    turns.join(self, txn, parts.group)
                 ids.extend(job_ids)
                 total_new += count
                 if unique is not None:
@@ -244,6 +248,8 @@ class Shard:
             txn.put(_TIME_KEY.pack(ready_us, job_id), b"", db=self.sched)
         else:
             txn.put(parts.ready_key(ready_us, job_id), parts.name_bytes, db=self.ready)
+            if parts.group is not None:
+                turns.join(self, txn, parts.group)
         return job_id
 
     def _count_puts(self, txn: Any, sequence: int, total: int, floor: int, new: int) -> None:
@@ -266,7 +272,7 @@ class Shard:
             cursor = txn.cursor(db=self.sched)
             return not cursor.first() or _TIME_KEY.pack(ready_us, 0) < cursor.key()
         cursor = txn.cursor(db=self.ready)
-        head = parts.queue_bytes + QUEUE_SEP
+        head = parts.ready_head + QUEUE_SEP
         if cursor.set_range(head) and cursor.key().startswith(head):
             prefix = parts.ready_prefix
             return bool(prefix < cursor.key()[: len(prefix)])
@@ -360,6 +366,8 @@ class Shard:
         txn.put(id_key(job_id), layout.pack_record(record), db=self.jobs)
         if record[F_METADATA] is not None and WORKFLOW_MARK in record[F_METADATA]:
             self.node_ended(self, txn, record)  # a node's job: settle the node, release its children
+        if record[F_LIMITS] is not None:  # its slot comes back (turns.py)
+            turns.change(self, txn, record[F_LIMITS][1], -1)
 
     def fail(
         self,

@@ -23,6 +23,7 @@ from ...job import MAX_SHARDS, STATE_CODE, Job, State, shard_of
 from ...jobspec import JobSpec
 from ...validate import check_number
 from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, Sample, StoreInfo
+from .concurrency import LmdbConcurrency
 from .control import Control
 from .coordination import Coordination
 from .env import CONTROL_DB_NAMES, REGISTRY, EnvOptions
@@ -152,6 +153,7 @@ class LmdbStore:
         self.locks = Coordination(control_env, self.clock)
         self.pauses = LmdbPauses(control_env, self.clock, self.hints)
         self.workflows = LmdbWorkflows(self)
+        self.concurrency = LmdbConcurrency(lambda: self._shards)
         self._history = History(control_env)
         self._envs = envs
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]
@@ -278,10 +280,10 @@ class LmdbStore:
         one = self._shards[shard]
         env = one.env
         waited = env.waited_writes
-        claimed, priority, eta = one.claim_many(
+        claimed, priority, eta, limited = one.claim_many(
             now, self.seek_filter(queues), lease_time, token, min_priority, worker, limit=limit
         )
-        return ClaimOutcome(claimed, priority, eta, env.waited_writes != waited)
+        return ClaimOutcome(claimed, priority, eta, env.waited_writes != waited, limited)
 
     def claim_job(
         self,

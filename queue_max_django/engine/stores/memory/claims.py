@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ... import codec
+from ...concurrency import full_key
 from ...errors import QueueCorrupted
 from ...job import State
 from ...metadata import keeping_cancel_note, unpack_metadata
@@ -46,7 +47,7 @@ def as_claimed(row: Row, value: Any, metadata: dict[str, Any], alone: bool) -> C
     return job
 
 
-def _run(space: Space, row: Row, now_us: int, lease_us: int, token: bytes, worker: str | None) -> None:
+def run(space: Space, row: Row, now_us: int, lease_us: int, token: bytes, worker: str | None) -> None:
     """pending (or scheduled) -> running under ``token`` until ``lease_us``: one more attempt."""
     space.unindex(row)
     row.state = State.RUNNING
@@ -91,7 +92,7 @@ def claim(
             if not taken:
                 raise CorruptedJobQuarantined(row.job_id, str(exc)) from None
             break
-        _run(space, row, now_us, lease_us, token, worker)
+        run(space, row, now_us, lease_us, token, worker)
         if taken:
             row.claim = CLAIM_BATCH
             first[0].claim = CLAIM_BATCH
@@ -101,7 +102,8 @@ def claim(
         if alone:
             break
     head = space.best_ready(queues)
-    return ClaimOutcome(taken, None if head is None else -head[0], space.next_eta(), False)
+    limited = bool(space.turns.turn)  # limited jobs wait (turns.py)
+    return ClaimOutcome(taken, None if head is None else -head[0], space.next_eta(), False, limited)
 
 
 def claim_job(
@@ -113,13 +115,15 @@ def claim_job(
     row = space.rows.get(job_id)
     if row is None or not (row.state is State.PENDING or (scheduled_too and row.state is State.SCHEDULED)):
         return None
+    if row.limits is not None and full_key(row.limits, space.turns.running) is not None:
+        return None  # its limit is full: a limit holds against every claim
     now_us = micros(now)
     try:
         value, metadata = decoded(row)
     except QueueCorrupted as exc:
         quarantine(space, row, now_us, str(exc))
         return None
-    _run(space, row, now_us, micros(now + lease_time), token, worker)
+    run(space, row, now_us, micros(now + lease_time), token, worker)
     return as_claimed(row, value, metadata, False)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ... import codec
+from ...concurrency import queue_of
 from ...errors import InvalidJob, QueueCorrupted
 from ...job import CORRUPTED, Job, State
 from ...metadata import unpack_metadata
@@ -87,10 +88,12 @@ def queue_counts(space: Space) -> dict[str, dict[str, int]]:
 
 def oldest_pending(space: Space) -> dict[str, float]:
     """Per queue with pending jobs: the earliest ready time among them (unix seconds)."""
-    return {
-        queue: min(ready_us for _priority, ready_us, _id in entries) / 1_000_000
-        for queue, entries in sorted(space.ready.items())
-    }
+    oldest: dict[str, int] = {}
+    waiting = [(queue_of(group), entries) for group, entries in space.turns.waiting.items()]
+    for queue, entries in [*space.ready.items(), *waiting]:
+        first = min(ready_us for _priority, ready_us, _id in entries)
+        oldest[queue] = min(oldest.get(queue, first), first)
+    return {queue: ready_us / 1_000_000 for queue, ready_us in sorted(oldest.items())}
 
 
 def finished_totals(space: Space) -> tuple[int, int]:
@@ -116,7 +119,11 @@ def verify(space: Space) -> list[str]:
     decode (a dead letter quarantined for its bytes keeps them on purpose: not a problem)."""
     problems = []
     indexed: dict[State, list[int]] = {
-        State.PENDING: [job_id for entries in space.ready.values() for *_, job_id in entries],
+        State.PENDING: [
+            job_id
+            for entries in [*space.ready.values(), *space.turns.waiting.values()]
+            for *_, job_id in entries
+        ],
         State.SCHEDULED: [job_id for _at, job_id in space.scheduled],
         State.RUNNING: [job_id for _at, job_id in space.leases],
         State.DONE: [job_id for _at, job_id in space.done],

@@ -24,6 +24,7 @@ from ...forks import fork_generation
 from ...job import CANCELLED, State
 from ...workflows import WORKFLOW_MARK
 from ..types import Sample
+from .turns import Turns
 
 HISTORY_MAX = 10  # the error and worker histories keep the last ten, as the other stores do
 CLAIM_BATCH = "batch"  # claimed with others: a lease expiry goes back uncharged, to be claimed alone
@@ -70,6 +71,8 @@ class Row:
     traceback: str | None = None
     worker_ids: list[str] = field(default_factory=list)
     errors: list[tuple[str | None, str | None]] = field(default_factory=list)  # (type, message) each
+    limits: tuple[tuple[str, int], ...] | None = None  # its concurrency limits (engine/concurrency.py)
+    group: str | None = None  # concurrency.group_of(queue, limits), where it waits its turn
 
     def remember_error(self, message: str | None, error_type: str | None, traceback: str | None) -> None:
         self.error, self.error_type, self.traceback = message, error_type, traceback
@@ -126,6 +129,7 @@ class Space:
         self.hinted = threading.Condition(self.lock)
         self.watchers: weakref.WeakSet[Any] = weakref.WeakSet()  # hints with descriptors to write to
         self.generation = fork_generation()
+        self.turns = Turns()  # limited jobs: waiting per group, running per key (memory/concurrency.py)
 
     def after_fork(self) -> None:
         """A forked child has a copy of the data and nobody else's threads: new locks (a parent's thread
@@ -141,12 +145,17 @@ class Space:
         """Enter ``row`` in its state's index and count it (it is not in any index now)."""
         state = row.state
         if state is State.PENDING:
-            bisect.insort(self.ready.setdefault(row.queue, []), ready_key(row))
+            if row.group is not None:
+                self.turns.wait(row.group, ready_key(row))
+            else:
+                bisect.insort(self.ready.setdefault(row.queue, []), ready_key(row))
         elif state is State.SCHEDULED:
             bisect.insort(self.scheduled, (row.ready_us, row.job_id))
         elif state is State.RUNNING:
             assert row.lease_us is not None
             bisect.insort(self.leases, (row.lease_us, row.job_id))
+            if row.limits is not None:
+                self.turns.start(row.limits)
         elif state is State.DONE:
             assert row.finished_us is not None
             bisect.insort(self.done, (row.finished_us, row.job_id))
@@ -162,16 +171,21 @@ class Space:
         one that left (``finished_totals``, ``cancel_counts``)."""
         state = row.state
         if state is State.PENDING:
-            entries = self.ready[row.queue]
-            _remove(entries, ready_key(row))
-            if not entries:
-                del self.ready[row.queue]
+            if row.group is not None:
+                self.turns.unwait(row.group, ready_key(row))
+            else:
+                entries = self.ready[row.queue]
+                remove_entry(entries, ready_key(row))
+                if not entries:
+                    del self.ready[row.queue]
         elif state is State.SCHEDULED:
-            _remove(self.scheduled, (row.ready_us, row.job_id))
+            remove_entry(self.scheduled, (row.ready_us, row.job_id))
         elif state is State.RUNNING:
-            _remove(self.leases, (row.lease_us, row.job_id))
+            remove_entry(self.leases, (row.lease_us, row.job_id))
+            if row.limits is not None:
+                self.turns.end(row.limits)
         elif state is State.DONE:
-            _remove(self.done, (row.finished_us, row.job_id))
+            remove_entry(self.done, (row.finished_us, row.job_id))
         if state in (State.DONE, State.FAILED):
             self.left[state] += 1
             if is_cancel(row):
@@ -218,7 +232,7 @@ class Space:
             watcher.poke()
 
 
-def _remove(entries: list[Any], key: Any) -> None:
+def remove_entry(entries: list[Any], key: Any) -> None:
     at = bisect.bisect_left(entries, key)
     assert at < len(entries) and entries[at] == key, f"index entry {key!r} is missing"
     del entries[at]

@@ -16,11 +16,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...cancels import CancelOutcome
+from ...concurrency import group_of, served
 from ...forks import add_open_probe
 from ...job import Job, State
 from ...jobspec import JobSpec
 from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, Sample, StoreInfo
 from . import claims, reads, uniqueness, upkeep
+from .concurrency import MemoryConcurrency
 from .control import MemoryControl, MemoryLocks
 from .hints import MemoryHints
 from .pauses import MemoryPauses
@@ -95,6 +97,7 @@ class MemoryStore:
         self.locks = MemoryLocks(self.space, self.clock)
         self.pauses = MemoryPauses(self.space, self.clock, self.hints)
         self.workflows = MemoryWorkflows(self.space)
+        self.concurrency = MemoryConcurrency(self.space)
         _OPEN.add(self)
 
     @property
@@ -164,6 +167,8 @@ class MemoryStore:
                     row = Row(space.next_id(now_us), state, spec.queue, spec.name, spec.priority, ready_us,
                               spec.max_retries, now_us, spec.timeout, spec.partition_key, bytes(payload),
                               spec.metadata)  # fmt: skip
+                    if spec.concurrency is not None:
+                        row.limits, row.group = spec.concurrency, group_of(spec.queue, spec.concurrency)
                     space.add(row)
                     space.enqueued[spec.queue] += 1
                     ids.append(row.job_id)
@@ -178,7 +183,8 @@ class MemoryStore:
     def head(self, shard: int, now: float, queues: tuple[str, ...] | None) -> Head:
         with self.lock:
             key = self.space.best_ready(queues)
-            return Head(None if key is None else -key[0], self.space.next_eta())
+            waiting = bool(self.space.turns.turn) and any(served(g, queues) for g in self.space.turns.turn)
+            return Head(None if key is None else -key[0], self.space.next_eta(), waiting)
 
     def claim(
         self,

@@ -9,6 +9,7 @@ import functools
 from ...job import CANCEL_KEY, UNIQUE_NOTE_KEY
 from ...workflows import WORKFLOW_KEY
 from . import pauses
+from .concurrency import WAITING_ANY, WAITING_IN
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED
 from .schema import CANCELLED, DONE, FAILED, IS_CANCEL, PENDING, RUNNING, SCHEDULED, TOTAL
 from .sql import appended, notify_if, tally
@@ -20,7 +21,7 @@ WITH p AS (SELECT payload, n FROM unnest(%(payloads)s::bytea[]) WITH ORDINALITY 
 ids AS (SELECT nextval('qm_job_ids') AS id FROM generate_series(1, %(count)s)),
 ranked AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM ids),
 lead AS (SELECT CASE WHEN %(state)s = {PENDING}
-    THEN NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND queue = %(queue)s
+    THEN NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND cgroup IS NULL AND queue = %(queue)s
                      AND priority >= %(priority)s)
     ELSE NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {SCHEDULED} AND ready_us <= %(ready)s) END AS yes),
 ins AS (
@@ -48,8 +49,8 @@ def _enqueue_one_sql(state: int, journal: bool) -> str:
     on the server (docs/benchmarks.md)."""
     if state == PENDING:
         lead = (
-            f"NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND queue = %(queue)s "
-            "AND priority >= %(priority)s)"
+            f"NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND cgroup IS NULL "
+            "AND queue = %(queue)s AND priority >= %(priority)s)"
         )
     else:
         lead = f"NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {SCHEDULED} AND ready_us <= %(ready)s)"
@@ -80,7 +81,7 @@ WORKERS = (
 CLAIM = f"""
 WITH picked AS (
     SELECT id, claim, priority, ready_us FROM qm_jobs
-    WHERE state = {PENDING} @QUEUES@
+    WHERE state = {PENDING} AND cgroup IS NULL @QUEUES@
       @MIN_PRIORITY@ @PAUSED@
     ORDER BY priority DESC, ready_us, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
 ordered AS (SELECT id, claim, row_number() OVER (ORDER BY priority DESC, ready_us, id) AS rn FROM picked),
@@ -96,22 +97,24 @@ upd AS (
     RETURNING {", ".join("j." + c.strip() for c in CLAIMED.split(","))}, chosen.rn, j.claim AS was),
 {tally(("upd", str(PENDING), -1), ("upd", str(RUNNING), 1))},
 head AS (SELECT max(priority) AS priority FROM qm_jobs
-    WHERE state = {PENDING} @QUEUES@
+    WHERE state = {PENDING} AND cgroup IS NULL @QUEUES@
       AND id <> ALL (SELECT id FROM chosen)),
 eta AS (SELECT min(ready_us) AS ready_us FROM qm_jobs WHERE state = {SCHEDULED})
-SELECT (SELECT priority FROM head), (SELECT ready_us FROM eta), (SELECT alone FROM cut), upd.* @PAUSE_VERSION@
+SELECT (SELECT priority FROM head), (SELECT ready_us FROM eta), (SELECT alone FROM cut), @WAITING@,
+    upd.* @PAUSE_VERSION@
 FROM (SELECT 1) one LEFT JOIN upd ON true ORDER BY upd.rn
 """
 
 HEAD = f"""
-SELECT (SELECT max(priority) FROM qm_jobs WHERE state = {PENDING}
+SELECT (SELECT max(priority) FROM qm_jobs WHERE state = {PENDING} AND cgroup IS NULL
         @QUEUES@),
-       (SELECT min(ready_us) FROM qm_jobs WHERE state = {SCHEDULED})
+       (SELECT min(ready_us) FROM qm_jobs WHERE state = {SCHEDULED}),
+       @WAITING@
 """
 
 CLAIM_JOB = f"""
 WITH old AS (SELECT id, state, queue FROM qm_jobs WHERE id = %(id)s AND state = ANY(%(states)s) @PAUSED@
-             FOR UPDATE),
+    AND cgroup IS NULL FOR UPDATE),
 upd AS (
     UPDATE qm_jobs j SET state = {RUNNING}, started_us = %(now)s, lease_us = %(lease)s, token = %(token)s,
         attempts = j.attempts + 1, worker_ids = {WORKERS}, claim = NULL
@@ -212,7 +215,7 @@ SELECT b.id, b.priority, b.ready_us, b.queue, b.name,
        (SELECT min(ready_us) FROM qm_jobs WHERE state = {SCHEDULED})
 FROM (SELECT 1) one LEFT JOIN LATERAL (
     SELECT id, priority, ready_us, queue, name FROM qm_jobs
-    WHERE state = {PENDING} @QUEUES@
+    WHERE state = {PENDING} AND cgroup IS NULL @QUEUES@
       AND queue <> ALL (%(skip_queues)s::text[]) AND coalesce(name, '') <> ALL (%(skip_names)s::text[])
     ORDER BY priority DESC, ready_us, id LIMIT 1) b ON true
 """
@@ -229,4 +232,5 @@ def variant(sql: str, filtered: bool, floor: bool = False, guarded: bool = False
     sql = sql.replace("@PAUSE_VERSION@", f", {pauses.COMMITTED}" if guarded else "")
     claimed_job = f"SELECT upd.*, {pauses.COMMITTED} FROM (SELECT 1) one LEFT JOIN upd ON true"
     sql = sql.replace("@CLAIMED_JOB@", claimed_job if guarded else "SELECT * FROM upd")
+    sql = sql.replace("@WAITING@", WAITING_IN if filtered else WAITING_ANY)
     return sql.replace("@MIN_PRIORITY@", "AND priority >= %(min_priority)s" if floor else "")

@@ -31,10 +31,11 @@ from typing import Any
 
 from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
+from . import limitfn
 from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 
-SCHEMA_VERSION = 5  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
-# 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows
+SCHEMA_VERSION = 6  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
+# 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -53,7 +54,8 @@ PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 
 TABLES: tuple[str, ...] = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
-    "qm_locks", "qm_workers", "qm_samples", "qm_cancels", "qm_pauses", "qm_pause_version", *WORKFLOW_TABLES,
+    "qm_locks", "qm_workers", "qm_samples", "qm_cancels", "qm_pauses", "qm_pause_version", "qm_turns",
+    *WORKFLOW_TABLES,
 )  # fmt: skip
 
 DDL = f"""
@@ -92,9 +94,31 @@ CREATE TABLE IF NOT EXISTS qm_jobs (
     CHECK (state <> {RUNNING} OR (lease_us IS NOT NULL AND token IS NOT NULL))
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0,
         autovacuum_analyze_scale_factor = 0.02);
-CREATE INDEX IF NOT EXISTS qm_jobs_ready ON qm_jobs (priority DESC, ready_us, id) WHERE state = {PENDING};
-CREATE INDEX IF NOT EXISTS qm_jobs_ready_queue
-    ON qm_jobs (queue, priority DESC, ready_us, id) WHERE state = {PENDING};
+-- Version 3: concurrency limits (concurrency.py). A limited job has its group and its limits' keys and
+-- sizes; waiting, it is in qm_jobs_waiting, never in the claim's indexes (qm_jobs_claim*), which replace
+-- version 2's qm_jobs_ready and qm_jobs_ready_queue (the same columns, limited jobs left out).
+ALTER TABLE qm_jobs ADD COLUMN IF NOT EXISTS cgroup text;
+ALTER TABLE qm_jobs ADD COLUMN IF NOT EXISTS climits text[];
+ALTER TABLE qm_jobs ADD COLUMN IF NOT EXISTS cns integer[];
+CREATE INDEX IF NOT EXISTS qm_jobs_claim ON qm_jobs (priority DESC, ready_us, id)
+    WHERE state = {PENDING} AND cgroup IS NULL;
+CREATE INDEX IF NOT EXISTS qm_jobs_claim_queue ON qm_jobs (queue, priority DESC, ready_us, id)
+    WHERE state = {PENDING} AND cgroup IS NULL;
+DROP INDEX IF EXISTS qm_jobs_ready;
+DROP INDEX IF EXISTS qm_jobs_ready_queue;
+-- In byte order (COLLATE "C"): a queue's groups are the range after its name and chr(31) (concurrency.py).
+CREATE INDEX IF NOT EXISTS qm_jobs_waiting ON qm_jobs ((cgroup COLLATE "C"), priority DESC, ready_us, id)
+    WHERE state = {PENDING} AND cgroup IS NOT NULL;
+CREATE INDEX IF NOT EXISTS qm_jobs_cgroup ON qm_jobs (cgroup) WHERE cgroup IS NOT NULL;
+CREATE INDEX IF NOT EXISTS qm_jobs_limited_running ON qm_jobs (id)
+    WHERE state = {RUNNING} AND climits IS NOT NULL;
+CREATE TABLE IF NOT EXISTS qm_turns (
+    grp text PRIMARY KEY,
+    turn bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS qm_turns_order ON qm_turns (turn);
+CREATE SEQUENCE IF NOT EXISTS qm_turn_seq;
+@LIMITED_CLAIM@
 CREATE INDEX IF NOT EXISTS qm_jobs_scheduled ON qm_jobs (ready_us, id) WHERE state = {SCHEDULED};
 CREATE INDEX IF NOT EXISTS qm_jobs_lease ON qm_jobs (lease_us, id) WHERE state = {RUNNING};
 
@@ -226,7 +250,7 @@ def create(conn: Any) -> None:
                 f"the queue_max tables in this database are at schema version {found}, newer than this "
                 f"version of queue_max_django reads ({SCHEMA_VERSION}): upgrade queue_max_django"
             )
-        conn.execute(DDL)
+        conn.execute(DDL.replace("@LIMITED_CLAIM@", limitfn.FUNCTION))
         conn.execute(WORKFLOW_DDL)
         conn.execute(
             "INSERT INTO qm_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = %s",
@@ -247,5 +271,5 @@ def drop(conn: Any) -> None:
     """Remove every table of the store (``migrate queue_max_django zero``): its jobs are gone."""
     with conn.transaction():
         conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES) + " CASCADE")
-        conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal")
-        conn.execute("DROP FUNCTION IF EXISTS " + ", ".join(FUNCTIONS))
+        conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal, qm_turn_seq")
+        conn.execute("DROP FUNCTION IF EXISTS " + ", ".join((*FUNCTIONS, "qm_claim_limited")))

@@ -40,6 +40,7 @@ from ..types import (
 )
 from . import cancels, history, job_sql, reads, schema, uniqueness, upkeep
 from .clock import ServerClock
+from .concurrency import PgConcurrency, limit_new
 from .connection import PREPARE_THRESHOLD, Connections, display_url, savepoint
 from .control import PgControl
 from .coordination import PgCoordination
@@ -138,6 +139,7 @@ class PostgresStore:
         self._vacuum_check_due = 0.0  # time.monotonic() of maintain()'s next look at the churned tables
         self.hints = PgHints(self.db.connect, listen=listen, notify=notify, poll_interval=poll_interval)
         self.control = PgControl(self.db, self.clock)
+        self.concurrency = PgConcurrency(self)
         self.locks = PgCoordination(self.db, self.clock)
         self.pauses = PgPauses(self.db, self.clock, self.hints)
         self.workflows = PgWorkflows(self)
@@ -205,7 +207,7 @@ class PostgresStore:
                 # Several statements: all or none (a savepoint inside the caller's transaction).
                 with savepoint(connection):
                     return self._enqueue_on(connection, now, batches, joined=True)
-        if len(batches) == 1 and batches[0].unique is None:
+        if len(batches) == 1 and batches[0].unique is None and batches[0].spec.concurrency is None:
             conn = self.db.connection()  # one statement: its own transaction, one round trip
             with self.db.guard(conn):
                 return self._enqueue_on(conn, now, batches)
@@ -249,6 +251,9 @@ class PostgresStore:
                 params.update(payloads=payloads, count=len(payloads), state=state)
                 statement = job_sql.ENQUEUE_JOINED if joined else job_sql.ENQUEUE
             new, _sent, lead = execute(statement, params).fetchone()
+            if spec.concurrency is not None:  # in the same transaction (concurrency.py)
+                execute(*limit_new(new, spec, self.params(now=now_us)))
+                lead = True
             if lead:
                 self.hints.local()
             if rule is not None:
@@ -287,8 +292,8 @@ class PostgresStore:
 
     def head(self, shard: int, now: float, queues: tuple[str, ...] | None) -> Head:
         sql = job_sql.variant(job_sql.HEAD, queues is not None)
-        priority, eta_us = self.one(sql, {"queues": None if queues is None else list(queues)})
-        return Head(priority, None if eta_us is None else eta_us / 1_000_000)
+        priority, eta_us, limited = self.one(sql, {"queues": None if queues is None else list(queues)})
+        return Head(priority, None if eta_us is None else eta_us / 1_000_000, limited)
 
     def claim(
         self,
@@ -323,18 +328,18 @@ class PostgresStore:
             rows = claiming.fetchall()
         if promoted:
             self.hints.local()
-        head, eta_us, alone = rows[0][0], rows[0][1], rows[0][2]
+        head, eta_us, alone, limited = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
         if expected is not None and self.pauses.guarded(rows[0][-1], expected, asked):
-            return ClaimOutcome([], None, None if eta_us is None else eta_us / 1_000_000, False)
+            return ClaimOutcome([], None, None if eta_us is None else eta_us / 1_000_000, False, limited)
         # As on LMDB: a job whose payload does not decode is quarantined; the jobs before it are the claim,
         # those after it go back (uncharged) for the next claim, and if it came first the claim raises.
         claimed: list[Claimed] = []
         broken: tuple[int, str] | None = None
         back: list[int] = []
         for row in rows:
-            if row[3] is None:
+            if row[4] is None:
                 continue
-            data = row[3 : 3 + CLAIMED_COLUMNS]
+            data = row[4 : 4 + CLAIMED_COLUMNS]
             if broken is not None:
                 back.append(data[0])
                 continue
@@ -350,7 +355,7 @@ class PostgresStore:
                 self.hints.local()
             if not claimed:
                 raise CorruptedJobQuarantined(*broken)
-        return ClaimOutcome(claimed, head, None if eta_us is None else eta_us / 1_000_000, False)
+        return ClaimOutcome(claimed, head, None if eta_us is None else eta_us / 1_000_000, False, limited)
 
     def claim_job(
         self,
@@ -368,11 +373,11 @@ class PostgresStore:
         asked = time.monotonic()
         row = self.one(job_sql.variant(job_sql.CLAIM_JOB, False, False, expected is not None), params)
         if expected is not None:  # [sc_pause_fresh]
-            if self.pauses.guarded(row[-1], expected, asked) or row[0] is None:
+            if self.pauses.guarded(row[-1], expected, asked):
                 return None
-            row = row[:-1]
-        if row is None:
-            return None
+            row = None if row[0] is None else row[:-1]
+        if row is None:  # not waiting, or limited: then its limits decide (concurrency.py)
+            return self.concurrency.claim_job(now, job_id, lease_time, token, worker, scheduled_too)
         try:
             return as_claimed(row[:CLAIMED_COLUMNS], False)
         except QueueCorrupted as exc:

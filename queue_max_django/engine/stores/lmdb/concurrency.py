@@ -1,0 +1,203 @@
+"""The LMDB store's concurrency limits (``stores/contract/concurrency.py``): the claim of a shard's limited
+jobs, group by group in turn (``turns.py`` keeps the turns and the running counts), and the counts the
+limits hold, summed over the shards."""
+
+from __future__ import annotations
+
+import collections
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ... import codec
+from ...concurrency import SCAN_GROUPS, full_key, served
+from ...errors import QueueCorrupted
+from ..contract.concurrency import LimitedClaim
+from ..types import Claimed
+from . import turns, upkeep
+from .access import ShardDbs, delete_entry, load_payload, load_record, store_record, tally, unindex_job
+from .keys import QUEUE_SEP, group_head, micros, ready_key_parts, time_key, time_key_parts
+from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_QUEUE, F_STATE, PENDING
+from .quarantine import quarantine, report
+from .records import as_claimed, mark_running
+
+PROMOTE_BATCH = 1000
+
+
+def may_start(shard: ShardDbs, txn: Any, record: list[Any]) -> bool:
+    """Do the job's limits (if any) let it start now?"""
+    limits = record[F_LIMITS]
+    if limits is None:
+        return True
+    keys = limits[1]
+    return full_key(keys, turns.running(shard, txn, [key for key, _n in keys])) is None
+
+
+def waiting(shard: ShardDbs, txn: Any, queues: tuple[str, ...] | None) -> bool:
+    """Do limited jobs of ``queues`` wait in this shard? (One seek with no queue filter.)"""
+    if queues is None:
+        cursor = txn.cursor(db=shard.turns)
+        return bool(cursor.set_range(turns.GROUP_PREFIX)) and bytes(cursor.key()).startswith(
+            turns.GROUP_PREFIX
+        )
+    return any(served(group, queues) for group in turns.waiting_groups(shard, txn))
+
+
+def claim(
+    shard: ShardDbs,
+    now: float,
+    queues: tuple[str, ...] | None,
+    lease_time: float,
+    token: bytes,
+    worker: str | None,
+    min_priority: int | None,
+    limit: int,
+) -> LimitedClaim:
+    """``ConcurrencyOps.claim`` on one shard, in one write transaction: up to ``limit`` jobs, the groups in
+    turn (a group served goes to the back of this claim's round too)."""
+    now_us = micros(now)
+    lease_us = micros(now + lease_time)
+    promoted: list[Any] = []
+
+    def txn_fn(txn: Any) -> LimitedClaim:
+        promoted.clear()
+        sched = txn.cursor(db=shard.sched)
+        if sched.first() and time_key_parts(sched.key())[0] <= now_us:
+            upkeep.promote_in(shard, txn, now_us, PROMOTE_BATCH, promoted)
+        ready = txn.cursor(db=shard.ready)
+        served_groups = [g for g in turns.in_turn(shard, txn, 4 * SCAN_GROUPS) if served(g, queues)]
+        cycle = collections.deque(served_groups[:SCAN_GROUPS])
+        claimed: list[Claimed] = []
+        records: list[list[Any]] = []
+        served_now: list[str] = []
+        running: dict[str, int] = {}  # jobs running per key, as read and as this claim changed them
+        started: dict[str, int] = {}
+        queues_left: dict[str, int] = {}  # pending jobs claimed, per queue
+        while cycle and len(claimed) < limit:
+            group = cycle.popleft()
+            head = group_head(group) + QUEUE_SEP
+            if not (ready.set_range(head) and bytes(ready.key()).startswith(head)):
+                turns.leave_if_done(shard, txn, group)  # nothing waits there (a stray turn)
+                continue
+            key = bytes(ready.key())
+            _g, priority, _ready, job_id = ready_key_parts(key)
+            if min_priority is not None and priority < min_priority:
+                continue  # outranked: it keeps its turn
+            try:
+                record = load_record(shard, txn, job_id)
+            except QueueCorrupted as exc:
+                quarantine(shard, txn, job_id, key, None, now_us, str(exc))
+                continue
+            if record is None or record[F_STATE] != PENDING:
+                continue
+            alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
+            if alone and claimed:
+                break  # its lease once expired: the next claim takes it, alone
+            limits = record[F_LIMITS]
+            keys = limits[1]
+            for limit_key, _n in keys:
+                if limit_key not in running:
+                    running.update(turns.running(shard, txn, [limit_key]))
+            if full_key(keys, running) is not None:
+                turns.to_back(shard, txn, group)  # held: it loses its turn, and waits as it was
+                continue
+            payload = load_payload(shard, txn, job_id, record)
+            try:
+                if payload is None:
+                    raise QueueCorrupted(f"job {job_id}: its payload is missing")
+                value = codec.unpack_stored(payload, job_id, "payload")
+            except QueueCorrupted as exc:
+                unindex_job(shard, txn, job_id, record)
+                quarantine(shard, txn, job_id, None, record, now_us, str(exc), bad_payload=payload)
+                cycle.appendleft(group)
+                continue
+            # pending -> running, written out (what unindex_job() + index_job() do, the counts once below)
+            delete_entry(txn, shard.ready, key, met=True)
+            txn.put(time_key(lease_us, job_id), b"", db=shard.lease)
+            mark_running(record, now_us, lease_us, token, worker)
+            if claimed:
+                record[F_CLAIM] = CLAIM_BATCH
+                if len(claimed) == 1:  # a batch after all: the first job's record says so too
+                    first = records[0]
+                    first[F_CLAIM] = CLAIM_BATCH
+                    store_record(shard, txn, claimed[0].job_id, first)
+            store_record(shard, txn, job_id, record)
+            for limit_key, _n in keys:
+                running[limit_key] += 1
+                started[limit_key] = started.get(limit_key, 0) + 1
+            queues_left[record[F_QUEUE]] = queues_left.get(record[F_QUEUE], 0) + 1
+            claimed.append(as_claimed(job_id, record, value, alone))
+            records.append(record)
+            if group not in served_now:
+                served_now.append(group)
+            if alone:
+                break
+            cycle.append(group)
+        for limit_key, count in started.items():
+            turns.change(shard, txn, [[limit_key, 0]], count)
+        for name, count in queues_left.items():
+            tally(shard, txn, name.encode(), 0, -count)
+        for group in served_now:  # to the back of the turns once each, in the order served, or out
+            turns.leave_if_done(shard, txn, group)
+            if txn.get(turns.GROUP_PREFIX + group.encode(), db=shard.turns) is not None:
+                turns.to_back(shard, txn, group)
+        return LimitedClaim(claimed, waiting(shard, txn, queues))
+
+    outcome: LimitedClaim = shard.env.write(txn_fn)
+    if promoted:
+        report(shard, promoted)
+    return outcome
+
+
+class LmdbConcurrency:
+    """``Store.concurrency`` of an ``LmdbStore``."""
+
+    def __init__(self, shards: Callable[[], Sequence[ShardDbs]]) -> None:
+        self._shards = shards  # the store's shards now (a forked child opens new ones)
+
+    def claim(
+        self,
+        shard: int,
+        now: float,
+        queues: tuple[str, ...] | None,
+        lease_time: float,
+        token: bytes,
+        worker: str | None,
+        min_priority: int | None,
+        limit: int = 1,
+    ) -> LimitedClaim:
+        return claim(self._shards()[shard], now, queues, lease_time, token, worker, min_priority, limit)
+
+    def running(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for shard in self._shards():
+            counted: dict[str, int] = shard.env.read(functools.partial(_running, shard))
+            for key, count in counted.items():
+                out[key] = out.get(key, 0) + count
+        return dict(sorted(out.items()))
+
+    def waiting(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for shard in self._shards():
+            out.update(shard.env.read(functools.partial(_waiting_counts, shard)))
+        return dict(sorted(out.items()))
+
+
+def _running(shard: ShardDbs, txn: Any) -> dict[str, int]:
+    return turns.running(shard, txn)
+
+
+def _waiting_counts(shard: ShardDbs, txn: Any) -> dict[str, int]:
+    """Waiting jobs per group of this shard: an entry count of each group's range (a walk: not a hot path)."""
+    out = {}
+    cursor = txn.cursor(db=shard.ready)
+    for group in turns.waiting_groups(shard, txn):
+        head = group_head(group) + QUEUE_SEP
+        count = 0
+        found = cursor.set_range(head)
+        while found and bytes(cursor.key()).startswith(head):
+            count += 1
+            found = cursor.next()
+        if count:
+            out[group] = count
+    return out

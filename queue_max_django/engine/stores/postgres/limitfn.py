@@ -1,0 +1,132 @@
+"""The PostgreSQL store's limited claim as one server-side function (``qm_claim_limited``), created with the
+schema (version 3): a claim of up to ``p_limit`` limited jobs is one round trip.
+
+It goes round the groups of ``qm_turns`` in turn order. For each group: its next waiting job, locked ``FOR
+UPDATE SKIP LOCKED``; then a transaction-level advisory lock on each of the job's keys, in key order: the
+first one waited for (the claim holds no key then, so nobody can be waiting for it), every later one only
+taken if free (``pg_try_advisory_xact_lock``): a key another claim holds then is not waited for (the group
+keeps its turn and the claim goes on to the next group), so no two claims wait on each other: no deadlock
+(no other statement of the store takes an advisory lock, and job rows are locked ``SKIP LOCKED``). Holding
+the locks, it counts the running rows with each key (each statement of the function reads a fresh snapshot,
+taken after its locks: every start committed before is counted) and starts the job, or, a key being full,
+sends the group to the back of the turns. Counter rows are written once, at the end, in key
+order, as every statement of the store writes them.
+"""
+
+from __future__ import annotations
+
+from ...job import STATE_CODE, State
+from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, HISTORY_MAX
+
+PENDING, RUNNING = STATE_CODE[State.PENDING], STATE_CODE[State.RUNNING]  # as schema.py numbers them
+
+FUNCTION = f"""
+CREATE OR REPLACE FUNCTION qm_claim_limited(
+    p_queues text[], p_min integer, p_limit integer, p_now bigint, p_lease bigint, p_token bytea,
+    p_worker text, p_slot bigint, p_scan integer)
+RETURNS TABLE (id bigint, token bytea, payload bytea, retries integer, max_retries integer,
+               attempts integer, enqueued_us bigint, priority smallint, queue text, name text,
+               timeout double precision, lease_us bigint, worker_ids text[], claim smallint,
+               metadata text, partition_key bytea, alone boolean)
+LANGUAGE plpgsql VOLATILE
+SET enable_bitmapscan = off  -- counts walk qm_jobs_limited_running, marking the dead entries they meet
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    groups text[];
+    g text;
+    j record;
+    keys text[];
+    k text;
+    n integer;
+    i integer;
+    full_key boolean;
+    locked boolean;
+    taken bigint[] := '{{}}';
+    queues text[] := '{{}}';
+    pos integer := 1;
+    was_alone boolean;
+    holding boolean := false;
+BEGIN
+    SELECT array_agg(t.grp ORDER BY t.turn) INTO groups FROM (
+        SELECT qt.grp, qt.turn FROM qm_turns qt
+        WHERE p_queues IS NULL OR split_part(qt.grp, chr(31), 1) = ANY(p_queues)
+        ORDER BY qt.turn LIMIT p_scan) t;
+    IF groups IS NULL THEN
+        RETURN;
+    END IF;
+    WHILE pos <= cardinality(groups) AND cardinality(taken) < p_limit LOOP
+        g := groups[pos];
+        pos := pos + 1;
+        SELECT q.id, q.priority, q.climits, q.cns, q.claim, q.queue INTO j FROM qm_jobs q
+            WHERE q.state = {PENDING} AND q.cgroup COLLATE "C" = g
+            ORDER BY q.priority DESC, q.ready_us, q.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            DELETE FROM qm_turns WHERE grp = g AND NOT EXISTS (SELECT 1 FROM qm_jobs WHERE cgroup = g);
+            CONTINUE;
+        END IF;
+        IF p_min IS NOT NULL AND j.priority < p_min THEN
+            CONTINUE;
+        END IF;
+        was_alone := j.claim IS NOT DISTINCT FROM {CLAIM_ALONE_NEXT};
+        IF was_alone AND cardinality(taken) > 0 THEN
+            EXIT;
+        END IF;
+        locked := true;
+        FOR k IN SELECT unnest(j.climits) ORDER BY 1 LOOP
+            IF NOT holding THEN  -- holding no key yet, it may wait: nobody waits for it
+                PERFORM pg_advisory_xact_lock(hashtextextended('qm_limit:' || k, 0));
+                holding := true;
+            ELSIF NOT pg_try_advisory_xact_lock(hashtextextended('qm_limit:' || k, 0)) THEN
+                locked := false;
+                EXIT;
+            END IF;
+        END LOOP;
+        IF NOT locked THEN
+            CONTINUE;  -- another claim is counting that key now: this group keeps its turn
+        END IF;
+        full_key := false;
+        FOR i IN 1 .. cardinality(j.climits) LOOP
+            SELECT count(*) INTO n FROM qm_jobs r  -- the running limited rows: qm_jobs_limited_running
+                WHERE r.state = {RUNNING} AND r.climits IS NOT NULL AND r.climits @> ARRAY[j.climits[i]];
+            IF n >= j.cns[i] THEN
+                full_key := true;
+                EXIT;
+            END IF;
+        END LOOP;
+        UPDATE qm_turns SET turn = nextval('qm_turn_seq') WHERE grp = g;
+        IF full_key THEN
+            CONTINUE;
+        END IF;
+        RETURN QUERY
+        UPDATE qm_jobs u SET state = {RUNNING}, started_us = p_now, lease_us = p_lease, token = p_token,
+            attempts = u.attempts + 1,
+            worker_ids = CASE WHEN p_worker IS NULL THEN u.worker_ids
+                ELSE (u.worker_ids || p_worker)[greatest(cardinality(u.worker_ids) - {HISTORY_MAX - 2}, 1):]
+                END,
+            claim = CASE WHEN cardinality(taken) > 0 THEN {CLAIM_BATCH}::smallint ELSE NULL END
+        WHERE u.id = j.id
+        RETURNING u.id, u.token, u.payload, u.retries, u.max_retries, u.attempts, u.enqueued_us,
+            u.priority, u.queue, u.name, u.timeout, u.lease_us, u.worker_ids, u.claim, u.metadata::text,
+            u.partition_key, was_alone;
+        IF cardinality(taken) = 1 THEN
+            UPDATE qm_jobs SET claim = {CLAIM_BATCH} WHERE qm_jobs.id = taken[1];
+        END IF;
+        taken := taken || j.id;
+        queues := queues || j.queue;
+        IF was_alone THEN
+            EXIT;
+        END IF;
+        groups := groups || g;  -- its next job, after the other groups
+    END LOOP;
+    IF cardinality(taken) > 0 THEN
+        INSERT INTO qm_counts AS c (queue, state, slot, n)
+        SELECT d.queue, d.state, p_slot, sum(d.n) FROM (
+            SELECT x AS queue, {PENDING}::smallint AS state, -1::bigint AS n FROM unnest(queues) x
+            UNION ALL SELECT x, {RUNNING}::smallint, 1::bigint FROM unnest(queues) x) d
+        GROUP BY d.queue, d.state ORDER BY d.queue, d.state
+        ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + EXCLUDED.n;
+    END IF;
+END
+$fn$;
+"""
