@@ -129,6 +129,13 @@ def _held(pauses: list[Pause], allowed: Queues, now: float) -> tuple[Held | None
     return Held(allowed, frozenset(queues), frozen, wake_at, False), valid_until
 
 
+def unpaused_queues(store: Store, allowed: Queues, held: Held, now: float) -> tuple[str, ...]:
+    """The queues of a claim's filter (every queue the store counts, for a claim of every queue) that
+    ``held`` holds nothing of: neither paused whole nor with a paused task. Sorted, as a filter is."""
+    names = allowed if allowed is not None else store.queue_counts(now)
+    return tuple(sorted(name for name in names if name not in held.skip))
+
+
 def find_admissible(
     store: Store,
     shard: int,

@@ -100,6 +100,22 @@ def test_a_paused_task_never_blocks_the_other_tasks_of_its_queue(queue: Queue) -
     assert drain(queue) == ["send 0", "send 1", "send 2"]
 
 
+def test_concurrency_limited_jobs_of_a_paused_queue_wait_and_the_others_run(queue: Queue) -> None:
+    """A limited job (its own claim, ``concurrency.py``) of a queue not paused runs while another queue is
+    paused, whether the claim names its queues or not; the paused queue's limited job waits for the resume.
+    A queue with a paused task holds its limited jobs too (the limited claim cannot pass over one task)."""
+    queue.put("held", queue="media", concurrency=(("task:resize", 2),))
+    queue.put("free", queue="default", concurrency=(("task:export", 2),))
+    queue.put("tasked", queue="mail", name="app.send", concurrency=(("task:send", 2),))
+    queue.pause("media")
+    queue.pause("mail", task="app.other")
+    assert drain(queue) == ["free"]
+    assert drain(queue, queues=["media", "mail"]) == []
+    queue.resume("media")
+    queue.resume("mail", task="app.other")
+    assert sorted(drain(queue)) == ["held", "tasked"]
+
+
 def test_batches_still_come_from_the_queues_not_paused(queue: Queue) -> None:
     queue.put_many(["a", "b", "c"], queue="default")
     queue.put_many(["x", "y"], queue="mail")
