@@ -26,10 +26,9 @@ from .commits import Commit, waits_for_commit, written
 from .conf import Applied, caller_connection, callers_alias, get_config, get_queue, lent_to
 from .coordination import unique as unique_jobs
 from .coordination.concurrency import TaskConcurrency, job_limits, refuse_unique_with_limits, store_by_limits
+from .coordination.flow import apply_flow, breaker_policy
 from .coordination.unique import KeyOption, UniqueOptions
 from .engine import (
-    NAME_KEY_PREFIX,
-    BreakerPolicy,
     PayloadNotSerializable,
     PayloadTooLarge,
     Queue,
@@ -85,21 +84,6 @@ def _check_options(
             raise ValueError(f"{label} must be None or a number of seconds >= {minimum:g}, not {value!r}")
 
 
-def _breaker_policy(value: bool | Mapping[str, Any] | None) -> BreakerPolicy | bool | None:
-    """``circuit_breaker=``: None/False (none), True (``QUEUE_MAX["CIRCUIT_BREAKER"]``, read at enqueue), or
-    a dict with ``THRESHOLD``/``TIMEOUT``."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return True
-    if isinstance(value, Mapping):
-        unknown = set(value) - {"THRESHOLD", "TIMEOUT"}
-        if unknown:
-            raise ValueError(f"circuit_breaker takes the keys THRESHOLD and TIMEOUT, not {sorted(unknown)}")
-        return BreakerPolicy(value.get("THRESHOLD", 5), float(value.get("TIMEOUT", 60.0)))
-    raise TypeError(f"circuit_breaker must be True, None or a dict of THRESHOLD/TIMEOUT, not {value!r}")
-
-
 def _unstorable(value: Any) -> str | None:
     """Why the engine's codec refuses ``value`` (None when it stores it so that it reads back): a value
     msgpack cannot encode, or one it encodes so that it cannot be decoded (a tuple as a dict key)."""
@@ -150,7 +134,7 @@ class Task(Generic[P, R]):
         self.retry_backoff = None if retry_backoff is None else float(retry_backoff)
         self.timeout = None if timeout is None else float(timeout)
         self.rate_limit: Rate | None = None if rate_limit is None else parse_rate(rate_limit)
-        self.circuit_breaker = _breaker_policy(circuit_breaker)
+        self.circuit_breaker = breaker_policy(circuit_breaker)
         self.retry_on = exception_types(retry_on, name="retry_on")
         self.permanent_on = exception_types(permanent_on, name="permanent_on")
         self.unique = UniqueOptions.make(unique_key, unique_until, on_duplicate)  # coordination/unique.py
@@ -448,27 +432,8 @@ class Task(Generic[P, R]):
 
     def _apply_flow(self, queue: Queue, write: bool) -> bool:
         """Read this task's limit and breaker in the store, and set them where they differ if ``write``.
-        -> whether they differed."""
-        key = NAME_KEY_PREFIX + self.name
-        differ = False
-        if self.rate_limit is not None and queue.rate_limits().get(key) != self.rate_limit:
-            differ = True
-            if write:
-                queue.set_rate_limit(key, self.rate_limit)
-        policy = self.circuit_breaker
-        if policy is True:
-            breaker = get_config().circuit_breaker
-            policy = BreakerPolicy(breaker.threshold, breaker.timeout)
-        if isinstance(policy, BreakerPolicy):
-            current = queue.circuit_breakers().get(key)
-            wanted = (policy.threshold, policy.recovery_timeout)
-            if current is None or (current["threshold"], current["recovery_timeout"]) != wanted:
-                differ = True
-                if write:
-                    queue.set_circuit_breaker(
-                        key, threshold=policy.threshold, recovery_timeout=policy.recovery_timeout
-                    )
-        return differ
+        -> whether they differed (``coordination/flow.py``)."""
+        return apply_flow(queue, self.name, self.rate_limit, self.circuit_breaker, write)
 
     def _enqueue_maybe_on_commit(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> JobResult:
         joined = caller_connection()  # the store's database is the one the caller is in a transaction on
