@@ -38,6 +38,9 @@ class Steppable(Protocol):
     """What a step reads of its task (``tasks.Task``)."""
 
     name: str
+    queue: str
+    unique: Any  # its unique key's options, or None
+    concurrency: Any  # its concurrency limit (``.limit``: None for none)
 
     def _bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, label: str = "") -> None: ...
 
@@ -87,8 +90,16 @@ class _Graph:
         order = plan(self.names, self.parents)
         where = {self.names[at]: index for index, at in enumerate(order)}
         steps = []
+        limited = get_config().queue_concurrency
         for at in order:
             step, name, parents = self.steps[at], self.names[at], self.parents[at]
+            task = step.task
+            if task.unique is not None or task.concurrency.limit is not None or task.queue in limited:
+                raise InvalidWorkflow(
+                    f"step {name!r}: the task {task.name!r} has a unique key or a concurrency limit (its own "
+                    "or its queue's), which a workflow's step cannot have yet: a workflow's jobs are placed "
+                    "together"
+                )
             payload = step.task._payload(step.args, step.kwargs)
             bound = (None, *step.args) if self.shapes[at] is not None else step.args
             step.task._check_storable(bound, step.kwargs, label=f"step {name!r} of a workflow")
