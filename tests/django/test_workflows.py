@@ -170,7 +170,7 @@ def test_a_step_with_a_unique_key_or_a_concurrency_limit_is_refused(queue_max: C
     """A workflow's jobs are placed together, as a unique key and a concurrency limit each place their job:
     such a step is refused, nothing stored, rather than run without its key or limit."""
     with queue_max():
-        with pytest.raises(InvalidWorkflow, match="step '0': the task '.*wf_add' has a unique key"):
+        with pytest.raises(InvalidWorkflow, match=r"step '0': the task '.*wf_add' has a unique key"):
             chain(w.wf_add.using(unique_key="once").s(1), w.wf_add.s(2)).delay()
         assert stored_total() == 0
     with queue_max(QUEUE_CONCURRENCY={"default": 2}):

@@ -123,8 +123,10 @@ class Command(QueueCommand):
             job = get_job(queue, options["job_id"])
             marked = job.state is State.RUNNING and queue.cancel_requested(job.job_id)
         if options["json"]:
+            data = job_dict(job)  # as queue_list prints it, and for a workflow's step, which one
             found = node_of_job(job)
-            workflow = None if found is None else {"workflow_id": id_text(found[0]), "node": found[1]}
-            self.stdout.write(to_json({**job_dict(job), "workflow": workflow}))
+            if found is not None:
+                data["workflow"] = {"workflow_id": id_text(found[0]), "node": found[1]}
+            self.stdout.write(to_json(data))
         else:
             self.stdout.write("\n".join(job_lines(job, cancel_requested=marked)))
