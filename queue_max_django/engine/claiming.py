@@ -169,12 +169,22 @@ class Claimer:
 
     def limited_only(self, allowed: Queues, lease_time: float, worker: str | None) -> list[Claimed]:
         """A limited job that may start, if any (``_limited``), for a claim under rate limits or breakers
-        (which take no limited job: ``find_admissible`` passes them by)."""
+        (which take no limited job: ``find_admissible`` passes them by), or past pauses (``consuming.py``).
+        The thread keeps a view of its own for this (the flow's claim drops the usual one each time:
+        ``forget_mine``), read again only when a hint came since it was taken (or an ETA it saw passed): an
+        idle claim under a rate limit asks the store nothing more for it. It consumes no hint: the flow's
+        claim asks for them next."""
         local = self._local
-        view: _View | None = getattr(local, "view", None)
+        view: _View | None = getattr(local, "limited_view", None)
         now = self._clock()
-        if self._store.hints.changed() or view is None or view.allowed != allowed:
-            view = local.view = self._look(now, allowed, view)
+        hints = self._store.hints
+        if (
+            view is None
+            or view.allowed != allowed
+            or (view.next_eta is not None and view.next_eta <= now)  # a scheduled job came due since
+            or hints.changed_since(view.mark, hints.mark()) != []
+        ):
+            view = local.limited_view = self._look(now, allowed)
         if True not in view.limited:
             return []
         return self._limited(view, allowed, lease_time, worker, now, 1)

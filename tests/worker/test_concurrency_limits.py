@@ -12,9 +12,17 @@ import pytest
 
 from queue_max_django.coordination.concurrency import job_limits
 from queue_max_django.engine import State
-from tests.worker.workapp import tasks as workapp
 
 from .conftest import TASKS, Site, wait_for
+
+
+def workapp() -> Any:
+    """The worker's task module, imported when a test runs, not when this file is collected: it declares a
+    periodic task, which would then be registered for every test of the session (the admin's dashboard
+    shows it)."""
+    from tests.worker.workapp import tasks
+
+    return tasks
 
 
 def put_call(site: Site, task: Any, *args: Any) -> int:
@@ -39,8 +47,8 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
 
 
 def test_a_limit_holds_across_four_processes_of_two_commands(site: Site) -> None:
-    assert workapp.capped.name == TASKS + "capped"
-    ids = [put_call(site, workapp.capped, n, 0.15) for n in range(16)]
+    assert workapp().capped.name == TASKS + "capped"
+    ids = [put_call(site, workapp().capped, n, 0.15) for n in range(16)]
     for _ in range(2):  # one thread each: two running at once means two processes at once
         site.start("--processes", "2", "--threads", "1")
     with site.queue() as queue:
@@ -55,7 +63,7 @@ def test_a_limit_holds_across_four_processes_of_two_commands(site: Site) -> None
 
 
 def test_a_keyed_limit_holds_per_key_across_processes(site: Site) -> None:
-    ids = [put_call(site, workapp.per_account, account, n, 0.1) for n in range(6) for account in ("a", "b")]
+    ids = [put_call(site, workapp().per_account, account, n, 0.1) for n in range(6) for account in ("a", "b")]
     for _ in range(2):
         site.start("--processes", "2", "--threads", "1")
     with site.queue() as queue:
@@ -73,10 +81,10 @@ def test_a_keyed_limit_holds_per_key_across_processes(site: Site) -> None:
 
 def test_a_killed_workers_slot_comes_back_when_its_lease_expires(site: Site) -> None:
     site.env["QUEUE_MAX_TEST_LEASE_TIME"] = "1.0"
-    first = put_call(site, workapp.hold_once, 1, 60.0)
+    first = put_call(site, workapp().hold_once, 1, 60.0)
     worker = site.start("--processes", "1", "--threads", "1")
     wait_for(lambda: site.marks("held"), 60, "the first job to start")
-    second = put_call(site, workapp.hold_once, 2, 0.0)
+    second = put_call(site, workapp().hold_once, 2, 0.0)
     os.killpg(worker.proc.pid, signal.SIGKILL)  # the whole command: supervisor and worker process
     worker.proc.wait(10)
     with site.queue() as queue:
