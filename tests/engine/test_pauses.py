@@ -85,8 +85,8 @@ def test_a_running_queue_sees_a_pause_made_elsewhere_at_its_next_claim(
 
 
 def test_a_paused_task_never_blocks_the_other_tasks_of_its_queue(queue: Queue) -> None:
-    for n in range(3):
-        queue.put(f"send {n}", queue="mail", name="app.send", priority=10)
+    for n in range(3):  # on one shard, whose order is first in, first out (across shards it need not be)
+        queue.put(f"send {n}", queue="mail", name="app.send", priority=10, partition_key="sends")
     queue.put("digest", queue="mail", name="app.digest")
     queue.put("report", queue="reports", name="app.send")  # the same task in another queue: not paused
     queue.put("plain", queue="mail")  # no name: never a paused task's
