@@ -142,20 +142,7 @@ class PgWorkflows:
             if head is None:
                 return None
             rows = conn.execute(_GET_NODES, (workflow_id,)).fetchall()
-        nodes = [
-            wf.Node(
-                name,
-                list(parents),
-                list(children),
-                always,
-                waiting,
-                wf.NodeState(state),
-                job_id,
-                doomed,
-                error=error,
-            )
-            for name, parents, children, always, waiting, state, job_id, doomed, error in rows
-        ]
+        nodes = [_node(row) for row in rows]
         return wf.info(workflow_id, head[0] / 1_000_000, head[1], nodes)
 
     def status(self, workflow_id: int) -> wf.Status | None:
@@ -215,20 +202,7 @@ class PgWorkflows:
                 "FROM qm_workflow_nodes WHERE workflow_id = %s ORDER BY idx FOR UPDATE",
                 (workflow_id,),
             ).fetchall()
-            nodes = [
-                wf.Node(
-                    name,
-                    list(parents),
-                    list(children),
-                    always,
-                    waiting,
-                    wf.NodeState(state),
-                    job_id,
-                    doomed,
-                    error=error,
-                )
-                for name, parents, children, always, waiting, state, job_id, doomed, error in rows
-            ]
+            nodes = [_node(row) for row in rows]
 
             def requeue(at: int, node: wf.Node) -> bool:
                 found = conn.execute(
@@ -264,3 +238,11 @@ class PgWorkflows:
             gone += count
             if count < batch:
                 return gone
+
+
+def _node(row: tuple[Any, ...]) -> wf.Node:
+    """A ``qm_workflow_nodes`` row as read by ``_GET_NODES`` and the retry's read: the node it stores."""
+    name, parents, children, always, waiting, state, job_id, doomed, error = row
+    return wf.Node(
+        name, list(parents), list(children), always, waiting, wf.NodeState(state), job_id, doomed, error=error
+    )
