@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import itertools
 import os
 import re
@@ -10,6 +11,8 @@ import signal
 from collections import Counter
 
 import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
 
 from queue_max_django.engine import State
 
@@ -217,7 +220,6 @@ def test_a_task_rate_limit_is_shared_by_two_worker_commands(site: Site) -> None:
     """Two ``queue_worker`` commands drain 40 jobs of a task limited to 10/s (burst 10): between them they
     start at most rate x window + burst jobs in any window (start times read from the store), each job
     once, and both take part (with one alone the bound would prove nothing of sharing)."""
-    from django.test import override_settings
 
     from tests.engine.test_flow_multiprocess import most_in_any_window
     from tests.worker.workapp import tasks
@@ -249,14 +251,20 @@ def test_a_task_rate_limit_is_shared_by_two_worker_commands(site: Site) -> None:
 
 @pytest.mark.store_neutral  # options refused before the store is opened
 def test_queue_worker_refuses_bad_options(site: Site) -> None:
+    """Each refusal is a CommandError raised before the store is opened or a process started; one of them
+    through a real command line, for the exit status and the line on stderr (a start of Django each: the
+    others are the same code path, called in this process)."""
+    done = site.run("--burst", "--processes", "0")
+    assert done.returncode == 1, done.stderr
+    assert "CommandError: --processes must be a whole number >= 1" in done.stderr, done.stderr
     for args, message in [
-        (["--processes", "0"], "--processes must be a whole number >= 1"),
         (["--autoscale", "4,2"], "--autoscale needs 1 <= MIN <= MAX"),
         (["--autoscale", "x"], "--autoscale takes MIN,MAX"),
         (["--worker-id", "a/b"], "--worker-id must be 1 to 150 characters without '/'"),
     ]:
-        done = site.run("--burst", *args)
-        assert done.returncode == 1 and f"CommandError: {message}" in done.stderr, (args, done.stderr)
+        with override_settings(QUEUE_MAX=site.settings()), pytest.raises(CommandError) as refused:
+            call_command("queue_worker", "--burst", *args, stdout=io.StringIO(), stderr=io.StringIO())
+        assert str(refused.value).startswith(message), (args, str(refused.value))
     assert not site.location.exists()  # nothing was written
 
 
@@ -325,7 +333,6 @@ def test_autoscale_follows_the_waiting_jobs(site: Site) -> None:
 
 
 def test_a_result_handle_in_this_process_follows_a_job_that_a_worker_process_runs(site: Site) -> None:
-    from django.test import override_settings
 
     from tests.worker.workapp import tasks
 
