@@ -125,3 +125,19 @@ def change(shard: TurnDbs, txn: Any, limits: list[list[Any]], step: int) -> None
             txn.put(name, _COUNT.pack(count), db=db)
         elif raw is not None:
             txn.delete(name, db=db)
+
+
+def any_running(shard: TurnDbs, txn: Any) -> bool:
+    """Does a limited job run here? (One seek.)"""
+    cursor = txn.cursor(db=shard.turns)
+    return bool(cursor.set_range(RUNNING_PREFIX)) and bytes(cursor.key()).startswith(RUNNING_PREFIX)
+
+
+def reset(shard: TurnDbs, txn: Any, counted: dict[str, int]) -> None:
+    """The running counts become ``counted`` (jobs running per limit key, as a walk found them)."""
+    db = shard.turns
+    for key in running(shard, txn):
+        txn.delete(RUNNING_PREFIX + key.encode(), db=db)
+    for key, count in counted.items():
+        if count > 0:
+            txn.put(RUNNING_PREFIX + key.encode(), _COUNT.pack(count), db=db)
