@@ -29,6 +29,10 @@ MAX_LIMITS = 3  # limits one job may carry (a queue's, a task's or a key's, and 
 MAX_N = 1_000_000  # the largest limit: more would be no limit
 GROUP_SEP = "\x1f"  # between a group's queue and its key: no queue name or key holds a control character
 SCAN_GROUPS = 64  # groups a claim looks at, at most, before it gives up for this call
+SCAN_PAST = 64  # waiting jobs of paused tasks a claim passes over in one group, at most (``Skip``)
+
+# Paused tasks a limited claim passes over: queue -> the task names whose jobs wait there (pauses.py)
+Skip = Mapping[str, frozenset[str]]
 
 
 def check_limits(value: Any) -> Limits | None:
@@ -88,6 +92,13 @@ def full_key(limits: Limits, running: Mapping[str, int]) -> str | None:
         if running.get(key, 0) >= n:
             return key
     return None
+
+
+def passing(group: str, skip: Skip | None) -> frozenset[str] | None:
+    """The task names a limited claim passes over in ``group`` (its queue's paused tasks), or None."""
+    if not skip:
+        return None
+    return skip.get(queue_of(group)) or None
 
 
 def served(group: str, queues: tuple[str, ...] | None) -> bool:

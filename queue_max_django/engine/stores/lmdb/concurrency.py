@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ... import codec
-from ...concurrency import SCAN_GROUPS, full_key, served
+from ...concurrency import SCAN_GROUPS, SCAN_PAST, Skip, full_key, passing, served
 from ...errors import QueueCorrupted
 from ..contract.concurrency import LimitedClaim
 from ..types import Claimed
@@ -52,6 +52,7 @@ def claim(
     worker: str | None,
     min_priority: int | None,
     limit: int,
+    skip: Skip | None = None,
 ) -> LimitedClaim:
     """``ConcurrencyOps.claim`` on one shard, in one write transaction: up to ``limit`` jobs, the groups in
     turn (a group served goes to the back of this claim's round too)."""
@@ -79,6 +80,9 @@ def claim(
             if not (ready.set_range(head) and bytes(ready.key()).startswith(head)):
                 turns.leave_if_done(shard, txn, group)  # nothing waits there (a stray turn)
                 continue
+            names = passing(group, skip)
+            if names is not None and not _past(ready, head, names):
+                continue  # only paused tasks' jobs at its head: it keeps its turn
             key = bytes(ready.key())
             _g, priority, _ready, job_id = ready_key_parts(key)
             if min_priority is not None and priority < min_priority:
@@ -149,8 +153,23 @@ def claim(
     return outcome
 
 
+def _past(ready: Any, head: bytes, names: frozenset[str]) -> bool:
+    """Move ``ready`` (on the first entry of the group ``head`` starts) past the jobs of the tasks ``names``
+    (a ready entry's value is its job's name), at most ``SCAN_PAST`` of them. -> whether it is on one of
+    the group's jobs that is not theirs."""
+    wanted = {name.encode() for name in names}
+    for _step in range(SCAN_PAST):
+        if bytes(ready.value()) not in wanted:
+            return True
+        if not (ready.next() and bytes(ready.key()).startswith(head)):
+            return False
+    return False
+
+
 class LmdbConcurrency:
     """``Store.concurrency`` of an ``LmdbStore``."""
+
+    passes_paused_tasks = True  # its claim takes ``skip`` (stores/contract/concurrency.py)
 
     def __init__(self, shards: Callable[[], Sequence[ShardDbs]]) -> None:
         self._shards = shards  # the store's shards now (a forked child opens new ones)
@@ -165,8 +184,9 @@ class LmdbConcurrency:
         worker: str | None,
         min_priority: int | None,
         limit: int = 1,
+        skip: Skip | None = None,
     ) -> LimitedClaim:
-        return claim(self._shards()[shard], now, queues, lease_time, token, worker, min_priority, limit)
+        return claim(self._shards()[shard], now, queues, lease_time, token, worker, min_priority, limit, skip)
 
     def running(self) -> dict[str, int]:
         out: dict[str, int] = {}

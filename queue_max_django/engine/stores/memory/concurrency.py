@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 
-from ...concurrency import SCAN_GROUPS, full_key, served
+from ...concurrency import SCAN_GROUPS, SCAN_PAST, Skip, full_key, passing, served
 from ...errors import QueueCorrupted
 from ..contract.concurrency import LimitedClaim
 from ..types import Claimed
@@ -20,6 +20,8 @@ def may_start(space: Space, row: Row) -> bool:
 
 
 class MemoryConcurrency:
+    passes_paused_tasks = True  # its claim takes ``skip`` (stores/contract/concurrency.py)
+
     def __init__(self, space: Space) -> None:
         self.space = space
 
@@ -33,6 +35,7 @@ class MemoryConcurrency:
         worker: str | None,
         min_priority: int | None,
         limit: int = 1,
+        skip: Skip | None = None,
     ) -> LimitedClaim:
         with self.space.lock:
             space = self.space
@@ -47,7 +50,14 @@ class MemoryConcurrency:
                 entries = turns.waiting.get(group)
                 if not entries:
                     continue
-                key = entries[0]
+                names = passing(group, skip)
+                if names is None:
+                    key = entries[0]
+                else:
+                    past = [e for e in entries[:SCAN_PAST] if space.rows[e[2]].name not in names]
+                    if not past:
+                        continue  # only paused tasks' jobs at its head: it keeps its turn
+                    key = past[0]
                 if min_priority is not None and -key[0] < min_priority:
                     continue  # outranked: it keeps its turn
                 row = space.rows[key[2]]
