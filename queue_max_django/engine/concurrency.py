@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import InvalidJob
-from .jobspec import JobSpec
+from .jobspec import JobSpec, variant
 from .validate import bad_character
 
 Limits = tuple[tuple[str, int], ...]
@@ -114,10 +114,7 @@ def limited(spec: JobSpec, concurrency: Any, partition_key: Any) -> tuple[JobSpe
     assert limits is not None
     if partition_key is not None:
         raise InvalidJob("give concurrency or partition_key, not both: a limit's jobs are placed by its key")
-    copy = JobSpec(spec.queue, spec.name, spec.priority, spec.ready_at, spec.max_retries, spec.timeout,
-                   None, spec.metadata)  # fmt: skip
-    copy.concurrency = limits
-    return copy, route_key(limits)
+    return variant(spec, concurrency=limits), route_key(limits)
 
 
 def refuse_unique_with_limits(concurrency: Any) -> None:
