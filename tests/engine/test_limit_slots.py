@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from queue_max_django.engine import Queue, QueueCorrupted, State
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty, State
 
 from .conftest import FakeClock
 from .probes import StoreProbe
@@ -43,3 +43,23 @@ def test_a_quarantined_running_job_gives_its_slot_back(
     nxt = queue.get(timeout=0)
     assert nxt.job_id == second
     nxt.ack()
+
+
+def test_a_batch_of_acks_with_a_broken_record_gives_every_slot_back_once(
+    queue: Queue, probe: Callable[[Queue], StoreProbe]
+) -> None:
+    """``ack_many`` of limited jobs, one of which is quarantined on the way: the slots of the others and
+    of the broken one come back, none twice (the next jobs start up to the limit, not over it)."""
+    limit = (("task:t", 3),)
+    first = [queue.put(f"first {n}", concurrency=limit) for n in range(3)]
+    later = [queue.put(f"later {n}", concurrency=limit) for n in range(4)]
+    records = queue.get_many(3, timeout=0)
+    assert sorted(r.job_id for r in records) == sorted(first)
+    probe(queue).break_record(records[1].job_id, "garbage-record")
+    queue.ack_many([(record, None) for record in records])
+    assert running(queue) == 0
+    taken = queue.get_many(10, timeout=0)
+    with pytest.raises(QueueEmpty):
+        queue.get_many(10, timeout=0)  # the limit is full again: the fourth waits
+    assert len(taken) == 3 and running(queue) == 3
+    assert {r.job_id for r in taken} <= set(later)

@@ -137,8 +137,8 @@ def claim(
             if alone:
                 break
             cycle.append(group)
-        for limit_key, count in started.items():
-            turns.change(shard, txn, [[limit_key, 0]], count)
+        if started:
+            turns.change_by(shard, txn, started)
         for name, count in queues_left.items():
             tally(shard, txn, name.encode(), 0, -count)
         for group in served_now:  # to the back of the turns once each, in the order served, or out
