@@ -15,7 +15,9 @@ another key's few.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import collections
+import itertools
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import InvalidJob
@@ -92,6 +94,12 @@ def full_key(limits: Limits, running: Mapping[str, int]) -> str | None:
         if running.get(key, 0) >= n:
             return key
     return None
+
+
+def round_of(groups: Iterable[str], queues: tuple[str, ...] | None) -> collections.deque[str]:
+    """The groups one limited claim goes round, from the store's turns (``groups``, in turn order): those
+    of ``queues`` (None: every queue), at most ``SCAN_GROUPS``. A group served goes to its end again."""
+    return collections.deque(itertools.islice((g for g in groups if served(g, queues)), SCAN_GROUPS))
 
 
 def passing(group: str, skip: Skip | None) -> frozenset[str] | None:

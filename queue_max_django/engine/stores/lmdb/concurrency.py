@@ -4,13 +4,12 @@ limits hold, summed over the shards."""
 
 from __future__ import annotations
 
-import collections
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ... import codec
-from ...concurrency import SCAN_GROUPS, SCAN_PAST, Skip, full_key, passing, served
+from ...concurrency import SCAN_GROUPS, SCAN_PAST, Skip, full_key, passing, round_of, served
 from ...errors import QueueCorrupted
 from ..contract.concurrency import LimitedClaim
 from ..types import Claimed
@@ -66,8 +65,7 @@ def claim(
         if sched.first() and time_key_parts(sched.key())[0] <= now_us:
             upkeep.promote_in(shard, txn, now_us, PROMOTE_BATCH, promoted)
         ready = txn.cursor(db=shard.ready)
-        served_groups = [g for g in turns.in_turn(shard, txn, 4 * SCAN_GROUPS) if served(g, queues)]
-        cycle = collections.deque(served_groups[:SCAN_GROUPS])
+        cycle = round_of(turns.in_turn(shard, txn, 4 * SCAN_GROUPS), queues)
         claimed: list[Claimed] = []
         records: list[list[Any]] = []
         served_now: list[str] = []

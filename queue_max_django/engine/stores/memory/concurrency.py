@@ -3,9 +3,7 @@ group by group in turn, and what the limits hold, under the space's lock."""
 
 from __future__ import annotations
 
-import collections
-
-from ...concurrency import SCAN_GROUPS, SCAN_PAST, Skip, full_key, passing, served
+from ...concurrency import SCAN_PAST, Skip, full_key, passing, round_of, served
 from ...errors import QueueCorrupted
 from ..contract.concurrency import LimitedClaim
 from ..types import Claimed
@@ -42,7 +40,7 @@ class MemoryConcurrency:
             turns = space.turns
             now_us = micros(now)
             promote(space, now_us, PROMOTE_BATCH)
-            cycle = collections.deque([g for g in turns.in_turn() if served(g, queues)][:SCAN_GROUPS])
+            cycle = round_of(turns.in_turn(), queues)
             taken: list[Claimed] = []
             rows: list[Row] = []
             while cycle and len(taken) < limit:
