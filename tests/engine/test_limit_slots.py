@@ -63,3 +63,26 @@ def test_a_batch_of_acks_with_a_broken_record_gives_every_slot_back_once(
         queue.get_many(10, timeout=0)  # the limit is full again: the fourth waits
     assert len(taken) == 3 and running(queue) == 3
     assert {r.job_id for r in taken} <= set(later)
+
+
+def test_a_stray_entry_at_a_groups_head_is_dropped_and_the_group_goes_on(
+    queue: Queue, probe: Callable[[Queue], StoreProbe], store_kind: str
+) -> None:
+    """LMDB: a waiting entry of a limit's group whose job is no longer pending (an entry left by damage) is
+    dropped by the limited claim, which takes the group's next job (it stopped there, for every claim)."""
+    if store_kind != "lmdb":
+        pytest.skip("an index entry apart from its job is LMDB's: the other stores keep no such entries")
+    from queue_max_django.engine.concurrency import group_of
+    from queue_max_django.engine.stores.lmdb import keys
+
+    done = queue.put("done", name="t", concurrency=LIMIT)
+    queue.get(timeout=0).ack()
+    waiting = queue.put("waiting", name="t", concurrency=LIMIT)
+    stray = keys.ready_key(keys.group_head(group_of("default", LIMIT)), 100, 1, done)  # before it
+    with probe(queue)._txn(done, write=True) as (txn, dbs):  # type: ignore[attr-defined]
+        txn.put(stray, b"t", db=dbs["ready"])
+    record = queue.get(timeout=0)
+    assert record.job_id == waiting
+    record.ack()
+    job = queue.job(done)
+    assert job is not None and job.state is State.DONE

@@ -91,6 +91,8 @@ def claim(
                 quarantine(shard, txn, job_id, key, None, now_us, str(exc))
                 continue
             if record is None or record[F_STATE] != PENDING:
+                delete_entry(txn, shard.ready, key, met=True)  # a stray entry: its job is gone or moved on
+                cycle.appendleft(group)  # (it kept the group's jobs behind it from ever being claimed)
                 continue
             alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
             if alone and claimed:
