@@ -13,10 +13,10 @@ from ...concurrency import SCAN_GROUPS, SCAN_PAST, Skip, full_key, passing, roun
 from ...errors import QueueCorrupted
 from ..contract.concurrency import LimitedClaim
 from ..types import Claimed
-from . import turns, upkeep
-from .access import ShardDbs, delete_entry, load_payload, load_record, store_record, tally, unindex_job
-from .keys import QUEUE_SEP, group_head, micros, ready_key_parts, time_key, time_key_parts
-from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_QUEUE, F_STATE, PENDING
+from . import layout, turns, upkeep
+from .access import ShardDbs, delete_entry, tally, unindex_job
+from .keys import QUEUE_SEP, group_head, id_key, micros, ready_key_parts, time_key, time_key_parts
+from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_PAYLOAD, F_QUEUE, F_STATE, PENDING
 from .quarantine import quarantine, report
 from .records import as_claimed, mark_running
 
@@ -64,18 +64,23 @@ def claim(
         sched = txn.cursor(db=shard.sched)
         if sched.first() and time_key_parts(sched.key())[0] <= now_us:
             upkeep.promote_in(shard, txn, now_us, PROMOTE_BATCH, promoted)
-        ready = txn.cursor(db=shard.ready)
+        ready_db, jobs_db, lease_db = shard.ready, shard.jobs, shard.lease
+        ready = txn.cursor(db=ready_db)
+        seek, put, pack = ready.set_range, txn.put, layout.pack_record
         cycle = round_of(turns.in_turn(shard, txn, 4 * SCAN_GROUPS), queues)
         claimed: list[Claimed] = []
         records: list[list[Any]] = []
         served_now: list[str] = []
+        heads: dict[str, bytes] = {}  # each group's range in the ready index
         running: dict[str, int] = {}  # jobs running per key, as read and as this claim changed them
         started: dict[str, int] = {}
         queues_left: dict[str, int] = {}  # pending jobs claimed, per queue
         while cycle and len(claimed) < limit:
             group = cycle.popleft()
-            head = group_head(group) + QUEUE_SEP
-            if not (ready.set_range(head) and bytes(ready.key()).startswith(head)):
+            head = heads.get(group)
+            if head is None:
+                head = heads[group] = group_head(group) + QUEUE_SEP
+            if not (seek(head) and ready.key().startswith(head)):
                 turns.leave_if_done(shard, txn, group)  # nothing waits there (a stray turn)
                 continue
             names = passing(group, skip)
@@ -85,27 +90,30 @@ def claim(
             _g, priority, _ready, job_id = ready_key_parts(key)
             if min_priority is not None and priority < min_priority:
                 continue  # outranked: it keeps its turn
+            id_k = id_key(job_id)
+            raw = txn.get(id_k, db=jobs_db)
             try:
-                record = load_record(shard, txn, job_id)
+                record = None if raw is None else layout.unpack_record(raw, job_id)
             except QueueCorrupted as exc:
                 quarantine(shard, txn, job_id, key, None, now_us, str(exc))
                 continue
             if record is None or record[F_STATE] != PENDING:
-                delete_entry(txn, shard.ready, key, met=True)  # a stray entry: its job is gone or moved on
+                delete_entry(txn, ready_db, key, met=True)  # a stray entry: its job is gone or moved on
                 cycle.appendleft(group)  # (it kept the group's jobs behind it from ever being claimed)
                 continue
             alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
             if alone and claimed:
                 break  # its lease once expired: the next claim takes it, alone
-            limits = record[F_LIMITS]
-            keys = limits[1]
+            keys = record[F_LIMITS][1]
             for limit_key, _n in keys:
                 if limit_key not in running:
                     running.update(turns.running(shard, txn, [limit_key]))
             if full_key(keys, running) is not None:
                 turns.to_back(shard, txn, group)  # held: it loses its turn, and waits as it was
                 continue
-            payload = load_payload(shard, txn, job_id, record)
+            payload = record[F_PAYLOAD]
+            if payload is None:
+                payload = txn.get(id_k, db=shard.payloads)
             try:
                 if payload is None:
                     raise QueueCorrupted(f"job {job_id}: its payload is missing")
@@ -116,20 +124,22 @@ def claim(
                 cycle.appendleft(group)
                 continue
             # pending -> running, written out (what unindex_job() + index_job() do, the counts once below)
-            delete_entry(txn, shard.ready, key, met=True)
-            txn.put(time_key(lease_us, job_id), b"", db=shard.lease)
+            if not txn.delete(key, db=ready_db):
+                delete_entry(txn, ready_db, key, met=True)
+            put(time_key(lease_us, job_id), b"", db=lease_db)
             mark_running(record, now_us, lease_us, token, worker)
             if claimed:
                 record[F_CLAIM] = CLAIM_BATCH
                 if len(claimed) == 1:  # a batch after all: the first job's record says so too
                     first = records[0]
                     first[F_CLAIM] = CLAIM_BATCH
-                    store_record(shard, txn, claimed[0].job_id, first)
-            store_record(shard, txn, job_id, record)
+                    put(id_key(claimed[0].job_id), pack(first), db=jobs_db)
+            put(id_k, pack(record), db=jobs_db)
             for limit_key, _n in keys:
                 running[limit_key] += 1
                 started[limit_key] = started.get(limit_key, 0) + 1
-            queues_left[record[F_QUEUE]] = queues_left.get(record[F_QUEUE], 0) + 1
+            queue = record[F_QUEUE]
+            queues_left[queue] = queues_left.get(queue, 0) + 1
             claimed.append(as_claimed(job_id, record, value, alone))
             records.append(record)
             if group not in served_now:
