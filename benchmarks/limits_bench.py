@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parents[1]
 SETTINGS = "benchmarks.bench_project.settings"
 TASK = "benchmarks.bench_project.bench_app.tasks.noop"
 KEYS = 100
-LIMIT = 64
+LIMIT = int(os.environ.get("QM_BENCH_LIMIT", "64"))
 
 
 def limits_of(mode: str, index: int) -> Any:
@@ -102,7 +102,9 @@ print(json.dumps([done, last - first]))
     return float(seconds)
 
 
-def one_round(root: Path, mode: str, n: int, pg: str | None, threads: int | None) -> float:
+def one_round(
+    root: Path, mode: str, n: int, pg: str | None, threads: int | None, processes: int = 2
+) -> float:
     folder = Path(tempfile.mkdtemp(prefix="qm-limits-"))
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS, "BENCH_DIR": str(folder),
            "PYTHONPATH": f"{root}{os.pathsep}{HERE}"}  # fmt: skip
@@ -113,7 +115,16 @@ def one_round(root: Path, mode: str, n: int, pg: str | None, threads: int | None
     else:
         where = str(folder / "store")
     prefill(root, where, mode, n)
-    args = [sys.executable, "-m", "django", "queue_worker", "--burst", "--processes", "2", "--no-scheduler"]
+    args = [
+        sys.executable,
+        "-m",
+        "django",
+        "queue_worker",
+        "--burst",
+        "--processes",
+        str(processes),
+        "--no-scheduler",
+    ]
     if threads is not None:
         args += ["--threads", str(threads)]
     proc = subprocess.run([*args, "-v", "0"], cwd=root, env=env, timeout=900)
@@ -132,12 +143,13 @@ def main() -> None:
     parser.add_argument("--pg", help="a PostgreSQL URL (its queue_max tables are dropped each round)")
     parser.add_argument("--root", type=Path, default=HERE, help="the checkout whose worker runs")
     parser.add_argument("--threads", type=int, help="threads per worker process (default: the worker's)")
+    parser.add_argument("--processes", type=int, default=2, help="worker processes (default: 2)")
     args = parser.parse_args()
     modes = args.modes.split(",")
     rates: dict[str, list[float]] = {mode: [] for mode in modes}
     for index in range(args.rounds):
         for mode in modes[index % len(modes) :] + modes[: index % len(modes)]:
-            rates[mode].append(one_round(args.root, mode, args.n, args.pg, args.threads))
+            rates[mode].append(one_round(args.root, mode, args.n, args.pg, args.threads, args.processes))
             time.sleep(0.5)
     for mode, values in rates.items():
         median = statistics.median(values)

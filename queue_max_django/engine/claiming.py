@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .concurrency import Skip
 from .errors import QueueCorrupted
 from .job import PRIORITY_MAX
 from .stores.contract.concurrency import LimitedClaim
@@ -167,9 +168,12 @@ class Claimer:
         local.view = None
         return [], view.next_eta
 
-    def limited_only(self, allowed: Queues, lease_time: float, worker: str | None) -> list[Claimed]:
+    def limited_only(
+        self, allowed: Queues, lease_time: float, worker: str | None, skip: Skip | None = None
+    ) -> list[Claimed]:
         """A limited job that may start, if any (``_limited``), for a claim under rate limits or breakers
-        (which take no limited job: ``find_admissible`` passes them by), or past pauses (``consuming.py``).
+        (which take no limited job: ``find_admissible`` passes them by), or past pauses (``consuming.py``:
+        ``skip``, the paused tasks of ``allowed``'s queues, whose jobs the claim passes over).
         The thread keeps a view of its own for this (the flow's claim drops the usual one each time:
         ``forget_mine``), read again only when a hint came since it was taken (or an ETA it saw passed): an
         idle claim under a rate limit asks the store nothing more for it. It consumes no hint: the flow's
@@ -187,10 +191,17 @@ class Claimer:
             view = local.limited_view = self._look(now, allowed)
         if True not in view.limited:
             return []
-        return self._limited(view, allowed, lease_time, worker, now, 1)
+        return self._limited(view, allowed, lease_time, worker, now, 1, skip)
 
     def _limited(
-        self, view: _View, allowed: Queues, lease_time: float, worker: str | None, now: float, limit: int
+        self,
+        view: _View,
+        allowed: Queues,
+        lease_time: float,
+        worker: str | None,
+        now: float,
+        limit: int,
+        skip: Skip | None = None,
     ) -> list[Claimed]:
         """Claim up to ``limit`` limited jobs of a shard where some wait, from this thread's preferred shard
         on, those their limits let start, none below the best priority of the unlimited jobs in any shard
@@ -207,7 +218,11 @@ class Claimer:
             if not view.limited[shard]:
                 continue
             token = new_token()
-            outcome: LimitedClaim = ops.claim(shard, now, allowed, lease_time, token, worker, floor, limit)
+            outcome: LimitedClaim
+            if skip:
+                outcome = ops.claim(shard, now, allowed, lease_time, token, worker, floor, limit, skip=skip)
+            else:
+                outcome = ops.claim(shard, now, allowed, lease_time, token, worker, floor, limit)
             view.limited[shard] = outcome.waiting
             if outcome.claimed:
                 return outcome.claimed

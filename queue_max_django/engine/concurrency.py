@@ -15,11 +15,13 @@ another key's few.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import collections
+import itertools
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import InvalidJob
-from .jobspec import JobSpec
+from .jobspec import JobSpec, variant
 from .validate import bad_character
 
 Limits = tuple[tuple[str, int], ...]
@@ -29,6 +31,10 @@ MAX_LIMITS = 3  # limits one job may carry (a queue's, a task's or a key's, and 
 MAX_N = 1_000_000  # the largest limit: more would be no limit
 GROUP_SEP = "\x1f"  # between a group's queue and its key: no queue name or key holds a control character
 SCAN_GROUPS = 64  # groups a claim looks at, at most, before it gives up for this call
+SCAN_PAST = 64  # waiting jobs of paused tasks a claim passes over in one group, at most (``Skip``)
+
+# Paused tasks a limited claim passes over: queue -> the task names whose jobs wait there (pauses.py)
+Skip = Mapping[str, frozenset[str]]
 
 
 def check_limits(value: Any) -> Limits | None:
@@ -90,6 +96,19 @@ def full_key(limits: Limits, running: Mapping[str, int]) -> str | None:
     return None
 
 
+def round_of(groups: Iterable[str], queues: tuple[str, ...] | None) -> collections.deque[str]:
+    """The groups one limited claim goes round, from the store's turns (``groups``, in turn order): those
+    of ``queues`` (None: every queue), at most ``SCAN_GROUPS``. A group served goes to its end again."""
+    return collections.deque(itertools.islice((g for g in groups if served(g, queues)), SCAN_GROUPS))
+
+
+def passing(group: str, skip: Skip | None) -> frozenset[str] | None:
+    """The task names a limited claim passes over in ``group`` (its queue's paused tasks), or None."""
+    if not skip:
+        return None
+    return skip.get(queue_of(group)) or None
+
+
 def served(group: str, queues: tuple[str, ...] | None) -> bool:
     """Is ``group`` one of the queues a claim serves (None: every queue)?"""
     return queues is None or queue_of(group) in queues
@@ -103,10 +122,7 @@ def limited(spec: JobSpec, concurrency: Any, partition_key: Any) -> tuple[JobSpe
     assert limits is not None
     if partition_key is not None:
         raise InvalidJob("give concurrency or partition_key, not both: a limit's jobs are placed by its key")
-    copy = JobSpec(spec.queue, spec.name, spec.priority, spec.ready_at, spec.max_retries, spec.timeout,
-                   None, spec.metadata)  # fmt: skip
-    copy.concurrency = limits
-    return copy, route_key(limits)
+    return variant(spec, concurrency=limits), route_key(limits)
 
 
 def refuse_unique_with_limits(concurrency: Any) -> None:

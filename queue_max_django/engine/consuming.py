@@ -21,7 +21,7 @@ from .errors import InvalidJob, QueueEmpty, UnknownQueue
 from .events import JOB_CANCELLED, JOB_FAILED, JOB_RETRIED, JOB_STARTED, JOB_SUCCEEDED, Events
 from .job import State
 from .metadata import pack_metadata, unpack_metadata
-from .pauses import Held, Pauses, claim_held, unpaused_queues
+from .pauses import Held, Pauses, claim_held, limited_filter
 from .record import Record
 from .retry import decide
 from .stores.base import Store
@@ -125,12 +125,12 @@ class Consumer:
     ) -> tuple[list[Record], float | None]:
         """``try_claim`` past paused tasks, or paused queues of a claim of every queue: one job at a time,
         looked for past what the pauses (and the limits and breakers) hold back. A limited job
-        (``concurrency.py``) of a queue that is not paused goes first, as under rate limits; the limited
-        jobs of a queue with a paused task wait with them (the limited claim cannot pass over one task)."""
+        (``concurrency.py``) of a queue that is not paused goes first, as under rate limits, past the paused
+        tasks of its queue (``limited_filter``)."""
         owner = self._owner
-        open_queues = unpaused_queues(store, allowed, paused, owner._clock())
-        if open_queues:
-            limited = owner._claimer.limited_only(open_queues, owner.lease_time, owner.worker_id)
+        queues, skip = limited_filter(store, allowed, paused, owner._clock())
+        if queues:
+            limited = owner._claimer.limited_only(queues, owner.lease_time, owner.worker_id, skip)
             if limited:
                 return [Record(self, limited[0])], None
         store.hints.changed()  # as the flow's claim asks it: what get() then waits for comes after the look

@@ -3,6 +3,8 @@
 Store-neutral: a store reads the fields. ``encoded`` is the one slot a store may fill, once, with its own
 encoding of these options (the LMDB store: the constant bytes of the new records, ``stores/lmdb/newrecords``);
 the Queue keeps a spec per option set it has seen (``options.PutOptions``), so that encoding is made once.
+A ``variant`` of a spec (other metadata or limits, per put: a unique key's note, a keyed limit) names the
+spec it was made from (``base``), so that a store encodes only what differs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ class JobSpec:
     """Validated options of new jobs (see ``options.PutOptions``)."""
 
     __slots__ = (
+        "base",
         "concurrency",
         "encoded",
         "max_retries",
@@ -48,6 +51,7 @@ class JobSpec:
         self.encoded: object = None  # the store's encoding of these options, made on first use
         # concurrency limits ((key, n), ...) the jobs run under (engine/concurrency.py), None: none
         self.concurrency: tuple[tuple[str, int], ...] | None = None
+        self.base: JobSpec | None = None  # the spec this one is a variant of (``variant``), None: none
 
     def __repr__(self) -> str:
         return (
@@ -56,3 +60,17 @@ class JobSpec:
             f"partition_key={self.partition_key!r}, metadata={self.metadata!r}, "
             f"concurrency={self.concurrency!r})"
         )
+
+
+_UNSET: Any = object()
+
+
+def variant(spec: JobSpec, *, metadata: Any = _UNSET, concurrency: Any = _UNSET) -> JobSpec:
+    """A copy of ``spec`` with other ``metadata`` (packed) and/or ``concurrency`` (checked limits), naming
+    the spec it comes from (``base``: the first one not a variant) so that a store's encoding of it
+    (``encoded``) can start from that one's. The spec given stays as it is (the Queue caches it)."""
+    copy = JobSpec(spec.queue, spec.name, spec.priority, spec.ready_at, spec.max_retries, spec.timeout,
+                   spec.partition_key, spec.metadata if metadata is _UNSET else metadata)  # fmt: skip
+    copy.concurrency = spec.concurrency if concurrency is _UNSET else concurrency
+    copy.base = spec if spec.base is None else spec.base
+    return copy

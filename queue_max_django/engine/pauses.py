@@ -32,6 +32,7 @@ from .stores.contract.pauses import PauseOps
 from .tokens import new_token
 
 if TYPE_CHECKING:
+    from .concurrency import Skip
     from .stores.base import Store
     from .stores.types import Candidate, Claimed
 
@@ -134,6 +135,19 @@ def unpaused_queues(store: Store, allowed: Queues, held: Held, now: float) -> tu
     ``held`` holds nothing of: neither paused whole nor with a paused task. Sorted, as a filter is."""
     names = allowed if allowed is not None else store.queue_counts(now)
     return tuple(sorted(name for name in names if name not in held.skip))
+
+
+def limited_filter(store: Store, allowed: Queues, held: Held, now: float) -> tuple[Queues, Skip | None]:
+    """What a claim of limited jobs (``Claimer.limited_only``) under ``held`` asks for: (its queues, the
+    paused tasks it passes over in them). Every queue not paused whole, past its paused tasks, where the
+    store's limited claim can pass over tasks (``ConcurrencyOps.claim``'s ``skip``); else only the queues
+    that ``held`` holds nothing of. Empty queues: nothing to ask."""
+    if not getattr(store.concurrency, "passes_paused_tasks", False):
+        return unpaused_queues(store, allowed, held, now), None
+    names = allowed if allowed is not None else store.queue_counts(now)
+    queues = tuple(sorted(name for name in names if name not in held.queues))
+    skip = {queue: tasks for queue, tasks in held.tasks.items() if queue in queues}
+    return queues, skip or None
 
 
 def find_admissible(

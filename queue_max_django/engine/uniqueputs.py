@@ -11,6 +11,8 @@ from typing import Any
 from . import codec
 from .concurrency import refuse_unique_with_limits
 from .errors import InvalidJob
+from .jobspec import JobSpec, variant
+from .metadata import pack_metadata
 from .options import PutOptions
 from .putting import Putter, joined
 from .stores.base import Store
@@ -64,9 +66,21 @@ class UniquePuts:
             raise InvalidJob(BOTH)
         checked = put_defaults(options)
         refuse_unique_with_limits(checked.pop("concurrency"))
-        checked["metadata"] = noted(metadata, unique_key, unique_until, on_duplicate)
-        spec = self._put_options.check(now=now, **checked)
+        spec = self._noted(now, checked, metadata, unique_key, unique_until, on_duplicate)
         return self._putter.put_one(store, now, payload, spec, unique, None, connection)
+
+    def _noted(
+        self, now: float, checked: dict[str, Any], metadata: Any, key: str, until: Any, on_duplicate: str
+    ) -> JobSpec:
+        """The spec of a put with a unique key: the options checked as a put without one (its cached spec,
+        as often as not), then a variant with the key's note in its metadata (``noted``), so that a store
+        encodes only the metadata anew."""
+        checked["metadata"] = metadata
+        spec = self._put_options.check(now=now, **checked)
+        note = noted(metadata, key, until, on_duplicate)
+        if note is metadata:
+            return spec
+        return variant(spec, metadata=pack_metadata(note))
 
     def put_many_unique(
         self,
@@ -102,8 +116,7 @@ class UniquePuts:
         refuse_unique_with_limits(checked.pop("concurrency"))
         specs = []
         for key in keys:
-            checked["metadata"] = noted(metadata, key, unique_until, on_duplicate)
-            specs.append(self._put_options.check(now=now, **checked))
+            specs.append(self._noted(now, checked, metadata, key, unique_until, on_duplicate))
         packed = codec.pack_values(items, what="payload", limit=self.max_payload_bytes)
         putter = self._putter
         parts: dict[int, list[int]] = {}

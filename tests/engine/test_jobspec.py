@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from queue_max_django.engine.job import PRIORITY_MAX, PRIORITY_MIN, STATE_CODE, State
-from queue_max_django.engine.jobspec import JobSpec
+from queue_max_django.engine.jobspec import JobSpec, variant
 from queue_max_django.engine.stores.lmdb import layout
 from queue_max_django.engine.stores.lmdb.keys import ready_prefix
 from queue_max_django.engine.stores.lmdb.newrecords import NewRecords, encoded
@@ -90,3 +90,28 @@ def test_a_spec_is_encoded_once_and_keeps_its_encoding() -> None:
 
     assert spec.encoded is first
     assert encoded(spec) is first
+
+
+limits = st.none() | st.lists(
+    st.tuples(st.text(min_size=1, max_size=20), st.integers(1, 1000)), min_size=1, max_size=3
+).map(tuple)
+
+
+@given(options, limits, st.none() | st.binary(min_size=2, max_size=100), limits, times, payloads)
+def test_a_variants_encoding_is_what_its_own_spec_would_encode(
+    spec: dict[str, Any], base_limits: Any, metadata: Any, new_limits: Any, ready: int, payload: Any
+) -> None:
+    """A variant (a unique key's note, a keyed limit: ``jobspec.variant``) is encoded from its base's
+    ``NewRecords``; its records and ready keys are byte for byte those of a spec made whole."""
+    base = JobSpec(**spec)
+    base.concurrency = base_limits
+    made = variant(base, metadata=metadata, concurrency=new_limits)
+    assert made.base is base and variant(made, metadata=None).base is base
+    whole = JobSpec(**{**spec, "metadata": metadata})
+    whole.concurrency = new_limits
+    derived, fresh = encoded(made), NewRecords(whole)
+    assert encoded(base) is base.encoded and derived is not base.encoded
+    assert derived.record(False, 5, ready, payload) == fresh.record(False, 5, ready, payload)
+    assert derived.ready_key(ready, 9) == fresh.ready_key(ready, 9)
+    assert (derived.group, derived.ready_head, derived.name_bytes) == (fresh.group, fresh.ready_head,
+                                                                        fresh.name_bytes)  # fmt: skip

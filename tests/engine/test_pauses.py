@@ -103,17 +103,37 @@ def test_a_paused_task_never_blocks_the_other_tasks_of_its_queue(queue: Queue) -
 def test_concurrency_limited_jobs_of_a_paused_queue_wait_and_the_others_run(queue: Queue) -> None:
     """A limited job (its own claim, ``concurrency.py``) of a queue not paused runs while another queue is
     paused, whether the claim names its queues or not; the paused queue's limited job waits for the resume.
-    A queue with a paused task holds its limited jobs too (the limited claim cannot pass over one task)."""
+    """
     queue.put("held", queue="media", concurrency=(("task:resize", 2),))
     queue.put("free", queue="default", concurrency=(("task:export", 2),))
-    queue.put("tasked", queue="mail", name="app.send", concurrency=(("task:send", 2),))
     queue.pause("media")
-    queue.pause("mail", task="app.other")
     assert drain(queue) == ["free"]
-    assert drain(queue, queues=["media", "mail"]) == []
+    assert drain(queue, queues=["media"]) == []
     queue.resume("media")
-    queue.resume("mail", task="app.other")
-    assert sorted(drain(queue)) == ["held", "tasked"]
+    assert drain(queue) == ["held"]
+
+
+def test_a_paused_task_never_holds_the_other_limited_jobs_of_its_queue(
+    queue: Queue, store_kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A paused task's limited jobs wait; the queue's other tasks' limited jobs run, under their own limit
+    and under the queue's limit, where the paused task's jobs come first in the queue limit's group."""
+    if store_kind == "postgres":
+        why = "PostgreSQL's limited claim (being rewritten) takes no skip yet: the queue's limited jobs wait"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=why))
+    queue_limit = (("queue:mail", 5),)
+    for n in range(2):  # the paused task's first, on one shard (a limit's key places them)
+        queue.put(f"send {n}", queue="mail", name="app.send", priority=10, concurrency=queue_limit)
+    queue.put("digest", queue="mail", name="app.digest", concurrency=queue_limit)
+    queue.put("tasked", queue="mail", name="app.other", concurrency=(("task:app.other", 2),))
+    queue.put("own", queue="mail", name="app.send", concurrency=(("task:app.send", 2),))
+    queue.pause("mail", task="app.send")
+    assert sorted(drain(queue)) == ["digest", "tasked"]
+    assert sorted(drain(queue, queues=["mail"])) == []
+    queue.put("later", queue="mail", name="app.digest", concurrency=queue_limit)
+    assert drain(queue, queues=["mail"]) == ["later"]
+    queue.resume("mail", task="app.send")
+    assert sorted(drain(queue)) == ["own", "send 0", "send 1"]
 
 
 def test_batches_still_come_from_the_queues_not_paused(queue: Queue) -> None:

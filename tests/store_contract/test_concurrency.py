@@ -212,3 +212,27 @@ def test_a_batch_goes_round_the_groups_and_its_expiry_is_uncharged(store: Store)
     # each of them is now claimed alone: first, and by itself
     again = store.concurrency.claim(0, T0 + 100, None, LEASE, new_token(), "w1", None, 10)
     assert len(again.claimed) == 1 and again.claimed[0].alone
+
+
+@pytest.mark.sc_concurrency_paused
+def test_the_claim_passes_over_the_paused_tasks_of_a_queue(store: Store) -> None:
+    """A queue's limit (one group for every task of it): the paused task's jobs at the group's head are
+    passed over, the other task's job starts; a group with only the paused task's jobs keeps its turn."""
+    if not getattr(store.concurrency, "passes_paused_tasks", False):
+        pytest.skip("this store's limited claim takes no skip: the engine leaves such a queue out")
+    queue_limit = [("queue:mail", 5)]
+    paused = lput(store, T0, "send 1", "send 2", queue="mail", name="app.send", limits=queue_limit)
+    [digest] = lput(store, T0 + 1, "digest", queue="mail", name="app.digest", limits=queue_limit)
+    [alone] = lput(store, T0 + 2, "alone", queue="mail", name="app.send", limits=[("task:app.send", 5)])
+    skip = {"mail": frozenset({"app.send"})}
+
+    def claim_past(now: float) -> LimitedClaim:
+        return store.concurrency.claim(0, now, None, LEASE, new_token(), "w1", None, 10, skip=skip)  # type: ignore[call-arg]
+
+    outcome = claim_past(T0 + 3)
+    assert [c.job_id for c in outcome.claimed] == [digest] and outcome.waiting
+    assert claim_past(T0 + 4).claimed == []
+    assert [job(store, T0, i).state for i in [*paused, alone]] == [State.PENDING] * 3
+    rest = store.concurrency.claim(0, T0 + 5, None, LEASE, new_token(), "w1", None, 10)
+    assert sorted(c.job_id for c in rest.claimed) == sorted([*paused, alone])
+    assert store.verify() == []

@@ -72,6 +72,12 @@ class ConcurrencyOps(Protocol):
           expired is taken only first, and alone.
         - [sc_concurrency_priority] A group whose next job has a priority below ``min_priority`` (the best
           the caller saw among the unlimited jobs) is passed over, keeping its turn.
+        - [sc_concurrency_paused] A store whose ``ConcurrencyOps`` says ``passes_paused_tasks = True`` takes
+          a keyword ``skip`` (``concurrency.Skip``: queue -> task names, the paused tasks of the claim's
+          queues): in a group of such a queue the claim passes over those tasks' jobs (at most
+          ``concurrency.SCAN_PAST`` of them, in claim order) to the group's first other job; a group with
+          only theirs within that bound keeps its turn. A store without it: the engine leaves a queue
+          with a paused task out of the limited claim's queues (its limited jobs wait with the task's).
         - -> ``LimitedClaim``: the claimed jobs (possibly none), and whether limited jobs of
           ``queues`` still wait in the shard. A job whose payload does not decode is quarantined and
           passed over."""

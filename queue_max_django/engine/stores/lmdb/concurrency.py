@@ -4,20 +4,19 @@ limits hold, summed over the shards."""
 
 from __future__ import annotations
 
-import collections
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ... import codec
-from ...concurrency import SCAN_GROUPS, full_key, served
+from ...concurrency import SCAN_GROUPS, SCAN_PAST, Skip, full_key, passing, round_of, served
 from ...errors import QueueCorrupted
 from ..contract.concurrency import LimitedClaim
 from ..types import Claimed
-from . import turns, upkeep
-from .access import ShardDbs, delete_entry, load_payload, load_record, store_record, tally, unindex_job
-from .keys import QUEUE_SEP, group_head, micros, ready_key_parts, time_key, time_key_parts
-from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_QUEUE, F_STATE, PENDING
+from . import layout, turns, upkeep
+from .access import ShardDbs, delete_entry, tally, unindex_job
+from .keys import QUEUE_SEP, group_head, id_key, micros, ready_key_parts, time_key, time_key_parts
+from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_PAYLOAD, F_QUEUE, F_STATE, PENDING
 from .quarantine import quarantine, report
 from .records import as_claimed, mark_running
 
@@ -52,6 +51,7 @@ def claim(
     worker: str | None,
     min_priority: int | None,
     limit: int,
+    skip: Skip | None = None,
 ) -> LimitedClaim:
     """``ConcurrencyOps.claim`` on one shard, in one write transaction: up to ``limit`` jobs, the groups in
     turn (a group served goes to the back of this claim's round too)."""
@@ -64,44 +64,56 @@ def claim(
         sched = txn.cursor(db=shard.sched)
         if sched.first() and time_key_parts(sched.key())[0] <= now_us:
             upkeep.promote_in(shard, txn, now_us, PROMOTE_BATCH, promoted)
-        ready = txn.cursor(db=shard.ready)
-        served_groups = [g for g in turns.in_turn(shard, txn, 4 * SCAN_GROUPS) if served(g, queues)]
-        cycle = collections.deque(served_groups[:SCAN_GROUPS])
+        ready_db, jobs_db, lease_db = shard.ready, shard.jobs, shard.lease
+        ready = txn.cursor(db=ready_db)
+        seek, put, pack = ready.set_range, txn.put, layout.pack_record
+        cycle = round_of(turns.in_turn(shard, txn, 4 * SCAN_GROUPS), queues)
         claimed: list[Claimed] = []
         records: list[list[Any]] = []
         served_now: list[str] = []
+        heads: dict[str, bytes] = {}  # each group's range in the ready index
         running: dict[str, int] = {}  # jobs running per key, as read and as this claim changed them
         started: dict[str, int] = {}
         queues_left: dict[str, int] = {}  # pending jobs claimed, per queue
         while cycle and len(claimed) < limit:
             group = cycle.popleft()
-            head = group_head(group) + QUEUE_SEP
-            if not (ready.set_range(head) and bytes(ready.key()).startswith(head)):
+            head = heads.get(group)
+            if head is None:
+                head = heads[group] = group_head(group) + QUEUE_SEP
+            if not (seek(head) and ready.key().startswith(head)):
                 turns.leave_if_done(shard, txn, group)  # nothing waits there (a stray turn)
                 continue
+            names = passing(group, skip)
+            if names is not None and not _past(ready, head, names):
+                continue  # only paused tasks' jobs at its head: it keeps its turn
             key = bytes(ready.key())
             _g, priority, _ready, job_id = ready_key_parts(key)
             if min_priority is not None and priority < min_priority:
                 continue  # outranked: it keeps its turn
+            id_k = id_key(job_id)
+            raw = txn.get(id_k, db=jobs_db)
             try:
-                record = load_record(shard, txn, job_id)
+                record = None if raw is None else layout.unpack_record(raw, job_id)
             except QueueCorrupted as exc:
                 quarantine(shard, txn, job_id, key, None, now_us, str(exc))
                 continue
             if record is None or record[F_STATE] != PENDING:
+                delete_entry(txn, ready_db, key, met=True)  # a stray entry: its job is gone or moved on
+                cycle.appendleft(group)  # (it kept the group's jobs behind it from ever being claimed)
                 continue
             alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
             if alone and claimed:
                 break  # its lease once expired: the next claim takes it, alone
-            limits = record[F_LIMITS]
-            keys = limits[1]
+            keys = record[F_LIMITS][1]
             for limit_key, _n in keys:
                 if limit_key not in running:
                     running.update(turns.running(shard, txn, [limit_key]))
             if full_key(keys, running) is not None:
                 turns.to_back(shard, txn, group)  # held: it loses its turn, and waits as it was
                 continue
-            payload = load_payload(shard, txn, job_id, record)
+            payload = record[F_PAYLOAD]
+            if payload is None:
+                payload = txn.get(id_k, db=shard.payloads)
             try:
                 if payload is None:
                     raise QueueCorrupted(f"job {job_id}: its payload is missing")
@@ -112,20 +124,22 @@ def claim(
                 cycle.appendleft(group)
                 continue
             # pending -> running, written out (what unindex_job() + index_job() do, the counts once below)
-            delete_entry(txn, shard.ready, key, met=True)
-            txn.put(time_key(lease_us, job_id), b"", db=shard.lease)
+            if not txn.delete(key, db=ready_db):
+                delete_entry(txn, ready_db, key, met=True)
+            put(time_key(lease_us, job_id), b"", db=lease_db)
             mark_running(record, now_us, lease_us, token, worker)
             if claimed:
                 record[F_CLAIM] = CLAIM_BATCH
                 if len(claimed) == 1:  # a batch after all: the first job's record says so too
                     first = records[0]
                     first[F_CLAIM] = CLAIM_BATCH
-                    store_record(shard, txn, claimed[0].job_id, first)
-            store_record(shard, txn, job_id, record)
+                    put(id_key(claimed[0].job_id), pack(first), db=jobs_db)
+            put(id_k, pack(record), db=jobs_db)
             for limit_key, _n in keys:
                 running[limit_key] += 1
                 started[limit_key] = started.get(limit_key, 0) + 1
-            queues_left[record[F_QUEUE]] = queues_left.get(record[F_QUEUE], 0) + 1
+            queue = record[F_QUEUE]
+            queues_left[queue] = queues_left.get(queue, 0) + 1
             claimed.append(as_claimed(job_id, record, value, alone))
             records.append(record)
             if group not in served_now:
@@ -133,8 +147,8 @@ def claim(
             if alone:
                 break
             cycle.append(group)
-        for limit_key, count in started.items():
-            turns.change(shard, txn, [[limit_key, 0]], count)
+        if started:
+            turns.change_by(shard, txn, started)
         for name, count in queues_left.items():
             tally(shard, txn, name.encode(), 0, -count)
         for group in served_now:  # to the back of the turns once each, in the order served, or out
@@ -149,8 +163,23 @@ def claim(
     return outcome
 
 
+def _past(ready: Any, head: bytes, names: frozenset[str]) -> bool:
+    """Move ``ready`` (on the first entry of the group ``head`` starts) past the jobs of the tasks ``names``
+    (a ready entry's value is its job's name), at most ``SCAN_PAST`` of them. -> whether it is on one of
+    the group's jobs that is not theirs."""
+    wanted = {name.encode() for name in names}
+    for _step in range(SCAN_PAST):
+        if bytes(ready.value()) not in wanted:
+            return True
+        if not (ready.next() and bytes(ready.key()).startswith(head)):
+            return False
+    return False
+
+
 class LmdbConcurrency:
     """``Store.concurrency`` of an ``LmdbStore``."""
+
+    passes_paused_tasks = True  # its claim takes ``skip`` (stores/contract/concurrency.py)
 
     def __init__(self, shards: Callable[[], Sequence[ShardDbs]]) -> None:
         self._shards = shards  # the store's shards now (a forked child opens new ones)
@@ -165,8 +194,9 @@ class LmdbConcurrency:
         worker: str | None,
         min_priority: int | None,
         limit: int = 1,
+        skip: Skip | None = None,
     ) -> LimitedClaim:
-        return claim(self._shards()[shard], now, queues, lease_time, token, worker, min_priority, limit)
+        return claim(self._shards()[shard], now, queues, lease_time, token, worker, min_priority, limit, skip)
 
     def running(self) -> dict[str, int]:
         out: dict[str, int] = {}

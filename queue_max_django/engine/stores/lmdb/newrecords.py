@@ -34,10 +34,13 @@ _AFTER_PAYLOAD = _NIL * (RECORD_FIELDS - F_PAYLOAD - 1)  # workers, errors, clai
 
 
 def encoded(spec: JobSpec) -> NewRecords:
-    """The ``NewRecords`` of ``spec``, made on its first put and kept on it (``JobSpec.encoded``)."""
+    """The ``NewRecords`` of ``spec``, made on its first put and kept on it (``JobSpec.encoded``); a variant
+    (``jobspec.variant``: a unique key's note, a keyed limit, made per put) from its base's, only what
+    differs encoded anew."""
     parts = spec.encoded
     if parts is None:
-        parts = spec.encoded = NewRecords(spec)
+        base = spec.base
+        parts = spec.encoded = NewRecords(spec) if base is None else encoded(base).variant(spec)
     return cast(NewRecords, parts)
 
 
@@ -50,12 +53,7 @@ class NewRecords:
     def __init__(self, spec: JobSpec) -> None:
         self.queue_bytes = spec.queue.encode()
         self.name_bytes = b"" if spec.name is None else spec.name.encode()  # the ready index entry's value
-        # The ready key is this prefix + (ready time, id); a limited job's is its group's (turns.py).
-        limits = spec.concurrency
-        self.group = None if limits is None else group_of(spec.queue, limits)
-        self.ready_head = self.queue_bytes if self.group is None else group_head(self.group)
-        self.ready_prefix = ready_prefix(self.ready_head, spec.priority)
-        self._ready_key = struct.Struct(f">{len(self.ready_prefix)}sQQ")
+        self._place(spec)
         # The record of layout.F_*: [state, queue, name, priority, retries, max_retries] [enqueued, ready]
         # [8 x None (started .. result), timeout, partition_key, attempts] [payload] [workers, errors, claim,
         # metadata].
@@ -66,10 +64,42 @@ class NewRecords:
         self._head_pending = header + packer.pack(_PENDING) + after_state
         self._head_scheduled = header + packer.pack(_SCHEDULED) + after_state
         self._middle = _NIL * 8 + packer.pack(spec.timeout) + packer.pack(spec.partition_key) + packer.pack(0)
-        limited = _NIL if limits is None else packer.pack([self.group, [list(pair) for pair in limits]])
-        metadata = _NIL if spec.metadata is None else packer.pack(spec.metadata)
-        plain = limits is None and spec.metadata is None
-        self._after = _AFTER_PAYLOAD if plain else _NIL * 3 + metadata + limited
+        self._tail(spec)
+
+    def _place(self, spec: JobSpec) -> None:
+        """The ready key's prefix: the queue's, or a limited job's group's (turns.py)."""
+        limits = spec.concurrency
+        self.group = None if limits is None else group_of(spec.queue, limits)
+        self.ready_head = self.queue_bytes if self.group is None else group_head(self.group)
+        self.ready_prefix = ready_prefix(self.ready_head, spec.priority)
+        self._ready_key = struct.Struct(f">{len(self.ready_prefix)}sQQ")
+
+    def _tail(self, spec: JobSpec) -> None:
+        """What follows the payload: [workers, errors, claim] None, then the metadata and the limits."""
+        limits = spec.concurrency
+        if limits is None and spec.metadata is None:
+            self._after = _AFTER_PAYLOAD
+            return
+        limited = _NIL if limits is None else msgpack.packb([self.group, [list(pair) for pair in limits]])
+        metadata = _NIL if spec.metadata is None else msgpack.packb(spec.metadata, use_bin_type=True)
+        self._after = _NIL * 3 + metadata + limited
+
+    def variant(self, spec: JobSpec) -> NewRecords:
+        """The ``NewRecords`` of ``spec``, a variant of this one's spec (``jobspec.variant``: its queue,
+        name, priority, retries, timeout and partition key the same; its metadata or limits its own)."""
+        copy = NewRecords.__new__(NewRecords)
+        copy.queue_bytes, copy.name_bytes = self.queue_bytes, self.name_bytes
+        copy._head_pending, copy._head_scheduled, copy._middle = (
+            self._head_pending, self._head_scheduled, self._middle
+        )  # fmt: skip
+        if spec.concurrency is None and self.group is None:
+            copy.group, copy.ready_head, copy.ready_prefix, copy._ready_key = (
+                None, self.ready_head, self.ready_prefix, self._ready_key
+            )  # fmt: skip
+        else:
+            copy._place(spec)
+        copy._tail(spec)
+        return copy
 
     def record(self, scheduled: bool, enqueued_us: int, ready_us: int, payload: bytes | None) -> bytes:
         """``records`` of one job (the single put's path: no lists)."""

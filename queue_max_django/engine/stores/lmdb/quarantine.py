@@ -13,7 +13,7 @@ from ... import codec
 from ...errors import QueueCorrupted, QueueError
 from ...job import CORRUPTED
 from ..types import CorruptedJobQuarantined
-from . import layout
+from . import layout, turns
 from .access import (
     COUNTED,
     ShardDbs,
@@ -25,18 +25,20 @@ from .access import (
     store_record,
     tally,
 )
-from .keys import QUEUE_SEP, id_key, micros
+from .keys import QUEUE_SEP, id_key, micros, time_key_parts
 from .layout import (
     F_ERROR,
     F_ERROR_TYPE,
     F_FINISHED_AT,
     F_LEASE_UNTIL,
+    F_LIMITS,
     F_PAYLOAD,
     F_RESULT,
     F_STATE,
     F_TOKEN,
     FAILED,
     PENDING,
+    RUNNING,
 )
 from .records import unreadable_record
 
@@ -70,6 +72,7 @@ def quarantine(
         tally(shard, txn, ready_k[: ready_k.index(QUEUE_SEP)], COUNTED[PENDING], -1)
     elif record is None and counted:  # pending or scheduled, perhaps: the record cannot say, nor its queue
         counts_inexact(shard, txn)
+    undecodable = record is None
     if record is None:  # undecodable: rebuild a minimal record around what we know
         key = id_key(job_id)
         raw = txn.get(key, db=shard.jobs)
@@ -101,7 +104,28 @@ def quarantine(
     if load_payload(shard, txn, job_id, record) is None:
         record[F_PAYLOAD] = codec.pack_value(None, what="payload", limit=16)
     store_record(shard, txn, job_id, record)
+    if undecodable and turns.any_running(shard, txn):
+        recount_running(shard, txn)  # it may have run with limits that its record no longer says
     return CorruptedJobQuarantined(job_id, reason)
+
+
+def recount_running(shard: ShardDbs, txn: Any) -> None:
+    """The jobs running per limit key here, counted again from the running jobs' records (those the lease
+    index names): after a job whose record does not decode left the running state, its slots come back
+    (its limits are unknown, so they cannot be taken off one by one). O(running jobs), on broken data only;
+    a running record that does not decode either is left out (its own quarantine recounts again)."""
+    counted: dict[str, int] = {}
+    for key in txn.cursor(db=shard.lease).iternext(values=False):
+        job_id = time_key_parts(bytes(key))[1]
+        try:
+            record = load_record(shard, txn, job_id)
+        except QueueCorrupted:
+            continue
+        if record is None or record[F_STATE] != RUNNING or record[F_LIMITS] is None:
+            continue
+        for limit_key, _n in record[F_LIMITS][1]:
+            counted[limit_key] = counted.get(limit_key, 0) + 1
+    turns.reset(shard, txn, counted)
 
 
 def quarantine_met(

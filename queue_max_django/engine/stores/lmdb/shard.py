@@ -56,7 +56,7 @@ from .layout import (
     SCHEDULED,
 )
 from .newrecords import NewRecords, encoded
-from .quarantine import Unreadable, quarantine_unreadable
+from .quarantine import Unreadable, quarantine_unreadable, recount_running
 from .reads import Listed
 from .records import mark_pending_uncharged
 
@@ -344,16 +344,33 @@ class Shard:
 
         def txn_fn(txn: Any) -> dict[int, str]:
             skipped: dict[int, str] = {}
+            ended: dict[str, int] = {}  # slots given back per limit key, written once at the end
             for job_id, token, result in done:
                 try:
-                    self._complete(txn, now_us, job_id, token, result)
+                    self._complete(txn, now_us, job_id, token, result, ended)
                 except QueueCorrupted as exc:
                     skipped[job_id] = str(exc)
+            if skipped and (ended or turns.any_running(self, txn)):
+                # A job met there may have been quarantined, its slots recounted from the running records
+                # (quarantine.py) before this batch's ends were written: count again, after them all.
+                recount_running(self, txn)
+            elif ended:
+                turns.change_by(self, txn, ended, -1)
             return skipped
 
         return self.env.write(txn_fn, durable=durable)
 
-    def _complete(self, txn: Any, now_us: int, job_id: int, token: bytes, result: bytes | None) -> None:
+    def _complete(
+        self,
+        txn: Any,
+        now_us: int,
+        job_id: int,
+        token: bytes,
+        result: bytes | None,
+        ended: dict[str, int] | None = None,
+    ) -> None:
+        """Running -> done. A limited job's slots are given back here, or (``ended``) counted there for the
+        caller to give back once for a batch (``turns.change_by``)."""
         record = self._held(txn, job_id, token, whole=False)
         # running -> done, written out (the hot path: what unindex_job() + index_job() do, inlined)
         txn.delete(time_key(record[F_LEASE_UNTIL], job_id), db=self.lease)
@@ -366,8 +383,13 @@ class Shard:
         txn.put(id_key(job_id), layout.pack_record(record), db=self.jobs)
         if record[F_METADATA] is not None and WORKFLOW_MARK in record[F_METADATA]:
             self.node_ended(self, txn, record)  # a node's job: settle the node, release its children
-        if record[F_LIMITS] is not None:  # its slot comes back (turns.py)
-            turns.change(self, txn, record[F_LIMITS][1], -1)
+        limits = record[F_LIMITS]
+        if limits is not None:  # its slot comes back (turns.py)
+            if ended is None:
+                turns.change(self, txn, limits[1], -1)
+            else:
+                for key, _n in limits[1]:
+                    ended[key] = ended.get(key, 0) + 1
 
     def fail(
         self,

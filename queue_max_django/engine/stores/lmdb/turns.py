@@ -118,10 +118,38 @@ def change(shard: TurnDbs, txn: Any, limits: list[list[Any]], step: int) -> None
     """A job with ``limits`` started (``step`` 1) or ended (-1): its keys' running counts follow."""
     db = shard.turns
     for key, _n in limits:
-        name = RUNNING_PREFIX + key.encode()
-        raw = txn.get(name, db=db)
-        count = (0 if raw is None else _COUNT.unpack(raw)[0]) + step
+        _add(txn, db, RUNNING_PREFIX + key.encode(), step)
+
+
+def change_by(shard: TurnDbs, txn: Any, jobs: dict[str, int], sign: int = 1) -> None:
+    """``jobs[key]`` jobs with limit ``key`` started (``sign`` 1) or ended (-1): one write per key (a
+    batch's starts or ends)."""
+    db = shard.turns
+    for key, count in jobs.items():
+        _add(txn, db, RUNNING_PREFIX + key.encode(), sign * count)
+
+
+def _add(txn: Any, db: Any, name: bytes, step: int) -> None:
+    """The count ``name`` moves by ``step`` (no entry while it is 0)."""
+    raw = txn.get(name, db=db)
+    count = (0 if raw is None else _COUNT.unpack(raw)[0]) + step
+    if count > 0:
+        txn.put(name, _COUNT.pack(count), db=db)
+    elif raw is not None:
+        txn.delete(name, db=db)
+
+
+def any_running(shard: TurnDbs, txn: Any) -> bool:
+    """Does a limited job run here? (One seek.)"""
+    cursor = txn.cursor(db=shard.turns)
+    return bool(cursor.set_range(RUNNING_PREFIX)) and bytes(cursor.key()).startswith(RUNNING_PREFIX)
+
+
+def reset(shard: TurnDbs, txn: Any, counted: dict[str, int]) -> None:
+    """The running counts become ``counted`` (jobs running per limit key, as a walk found them)."""
+    db = shard.turns
+    for key in running(shard, txn):
+        txn.delete(RUNNING_PREFIX + key.encode(), db=db)
+    for key, count in counted.items():
         if count > 0:
-            txn.put(name, _COUNT.pack(count), db=db)
-        elif raw is not None:
-            txn.delete(name, db=db)
+            txn.put(RUNNING_PREFIX + key.encode(), _COUNT.pack(count), db=db)

@@ -3,9 +3,7 @@ group by group in turn, and what the limits hold, under the space's lock."""
 
 from __future__ import annotations
 
-import collections
-
-from ...concurrency import SCAN_GROUPS, full_key, served
+from ...concurrency import SCAN_PAST, Skip, full_key, passing, round_of, served
 from ...errors import QueueCorrupted
 from ..contract.concurrency import LimitedClaim
 from ..types import Claimed
@@ -20,6 +18,8 @@ def may_start(space: Space, row: Row) -> bool:
 
 
 class MemoryConcurrency:
+    passes_paused_tasks = True  # its claim takes ``skip`` (stores/contract/concurrency.py)
+
     def __init__(self, space: Space) -> None:
         self.space = space
 
@@ -33,13 +33,14 @@ class MemoryConcurrency:
         worker: str | None,
         min_priority: int | None,
         limit: int = 1,
+        skip: Skip | None = None,
     ) -> LimitedClaim:
         with self.space.lock:
             space = self.space
             turns = space.turns
             now_us = micros(now)
             promote(space, now_us, PROMOTE_BATCH)
-            cycle = collections.deque([g for g in turns.in_turn() if served(g, queues)][:SCAN_GROUPS])
+            cycle = round_of(turns.in_turn(), queues)
             taken: list[Claimed] = []
             rows: list[Row] = []
             while cycle and len(taken) < limit:
@@ -47,7 +48,14 @@ class MemoryConcurrency:
                 entries = turns.waiting.get(group)
                 if not entries:
                     continue
-                key = entries[0]
+                names = passing(group, skip)
+                if names is None:
+                    key = entries[0]
+                else:
+                    past = [e for e in entries[:SCAN_PAST] if space.rows[e[2]].name not in names]
+                    if not past:
+                        continue  # only paused tasks' jobs at its head: it keeps its turn
+                    key = past[0]
                 if min_priority is not None and -key[0] < min_priority:
                     continue  # outranked: it keeps its turn
                 row = space.rows[key[2]]
