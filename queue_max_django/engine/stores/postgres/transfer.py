@@ -2,8 +2,7 @@
 values and back. An insert is one transaction: the rows (``qm_jobs`` for waiting jobs, ``qm_finished`` for
 done jobs and dead letters), a limited job's group and turn (as ``concurrency.limit_new`` writes them), the
 cancel marks, the counters (as a put counts), the ids in ``qm_moved`` (schema version 7), and the job id
-sequence raised past every id it wrote whose low byte is 0 (the store's own ids' low byte): later puts get
-larger ids."""
+sequence raised past every id it wrote: later puts get larger ids."""
 
 from __future__ import annotations
 
@@ -131,10 +130,10 @@ class PgTransfer:
             mine = slot()
             cur.executemany(_COUNT, [(queue, state, mine, n) for (queue, state), n in sorted(counts.items())])
             cur.executemany("INSERT INTO qm_moved (id) VALUES (%s)", [(job_id,) for job_id in fresh_ids])
-            own = [job_id for job_id in fresh_ids if job_id & ((1 << SHARD_BITS) - 1) == 0]
-            if own:
-                conn.execute("SELECT setval('qm_job_ids', %(top)s) WHERE %(top)s > "
-                             "(SELECT last_value FROM qm_job_ids)", {"top": max(own)})  # fmt: skip
+            # The sequence counts in 256s: from a multiple of 256 its next id is past every id written.
+            top = max(fresh_ids) >> SHARD_BITS << SHARD_BITS
+            conn.execute("SELECT setval('qm_job_ids', %(top)s) WHERE %(top)s > "
+                         "(SELECT last_value FROM qm_job_ids)", {"top": top})  # fmt: skip
             if live:
                 conn.execute("SELECT pg_notify(%(channel)s, '') WHERE %(notify)s", store.params())
         store.hints.local()
