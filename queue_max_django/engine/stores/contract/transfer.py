@@ -18,6 +18,7 @@ from typing import Protocol
 
 import msgpack
 
+from ...errors import QueueError
 from ...job import State
 
 
@@ -52,7 +53,7 @@ class MovedJob:
     cancel_us: int | None  # when a cancel was requested of it (a dead letter that was cancelled keeps it)
 
 
-class TransferConflict(Exception):
+class TransferConflict(QueueError):
     """``insert`` met an id the target holds as a job of its own (not one it took in a move): nothing of
     that call was written."""
 
