@@ -20,10 +20,11 @@ target all along (the ids it takes in stay apart from its own: ``[sc_transfer_id
 (a later pass, or a rerun, moves them).
 
 Rate limits and breakers move as their definitions (a limit starts with a full bucket in the target, a
-breaker closed: ``FlowOps.set_limit``/``set_breaker``); a pause moves with the time it has left. Unique keys
-are not moved: a job keeps its unique note (``Job.unique``) but the target's index of keys does not hold
-it, so a put of that key into the target is not a duplicate of it. Running workflows are refused (their
-waiting nodes are not jobs yet); the jobs of finished ones move, their workflow records do not.
+breaker closed: ``FlowOps.set_limit``/``set_breaker``); a pause moves with the time it has left. A job's
+unique key moves with it (its entry, in the insert's transaction), unless the target already has an entry
+for that key, or is a store of several shards where the key's shard is not the job's (``_unique_fits``:
+the report counts them). Running workflows are refused
+(their waiting nodes are not jobs yet); the jobs of finished ones move, their workflow records do not.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import QueueError
-from .job import SHARD_BITS, STATES, State
+from .job import SHARD_BITS, STATES
+from .putting import shard_of_key
 from .stores.base import Store
-from .stores.contract.transfer import MovedJob
+from .stores.contract.transfer import MovedJob, UniqueEntry
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -59,7 +61,8 @@ class Report:
     limits: int = 0
     breakers: int = 0
     pauses: int = 0
-    unique_notes: int = 0  # moved jobs with a unique key, which the target's index of keys does not hold
+    unique_keys: int = 0  # moved jobs that held a unique key: its entry moved with them
+    unique_dropped: int = 0  # of those, keys the target cannot hold beside their job (below): not moved
     passes: int = 0
     marks_forgotten: int = 0
 
@@ -71,7 +74,8 @@ class Report:
         return {
             "dry_run": self.dry_run, "jobs": self.jobs, "moved": dict(self.moved),
             "already_there": self.already_there, "left_in_source": self.left_in_source, "limits": self.limits,
-            "breakers": self.breakers, "pauses": self.pauses, "unique_notes": self.unique_notes,
+            "breakers": self.breakers, "pauses": self.pauses, "unique_keys": self.unique_keys,
+            "unique_dropped": self.unique_dropped,
             "passes": self.passes, "marks_forgotten": self.marks_forgotten,
         }  # fmt: skip
 
@@ -122,11 +126,13 @@ def transfer(
     report.pauses = len(pauses)
     if dry_run:
         for shard in range(source.shards):
+            entries = _entries(source, shard)
             after: int | None = None
             while jobs := source.transfer.export(shard, after, batch):
+                _attach_unique(jobs, entries)
+                _unique_fits(target, jobs, report)
                 for job in jobs:
                     report.moved[job.state.value] += 1
-                    report.unique_notes += _has_unique(job)
                 after = jobs[-1].job_id
         report.left_in_source = source.counts()["running"]
         return report
@@ -154,16 +160,20 @@ def _one_pass(
     """Move every job the source exports, shard after shard. -> how many it found."""
     found = 0
     for shard in range(source.shards):
+        entries = _entries(source, shard)
         after: int | None = None
         while jobs := source.transfer.export(shard, after, batch):
             found += len(jobs)
+            _attach_unique(jobs, entries)
+            dropped = _unique_fits(target, jobs, None)
             written: set[int] = set()
             for group in _by_target_shard(target, jobs).values():
                 written.update(target.transfer.insert(group))
             for job in jobs:
                 if job.job_id in written:
                     report.moved[job.state.value] += 1
-                    report.unique_notes += _has_unique(job)
+                    report.unique_keys += job.unique is not None or job.job_id in dropped
+                    report.unique_dropped += job.job_id in dropped
                 else:
                     report.already_there += 1
             source.transfer.remove(shard, [job.job_id for job in jobs])
@@ -199,9 +209,35 @@ def _by_target_shard(target: Store, jobs: list[MovedJob]) -> dict[int, list[Move
     return groups
 
 
-def _has_unique(job: MovedJob) -> bool:
-    waiting = job.state in (State.PENDING, State.SCHEDULED)
-    return waiting and job.metadata is not None and b'"_unique"' in job.metadata
+def _entries(source: Store, shard: int) -> dict[int, UniqueEntry]:
+    """The unique entries of a source shard, by the id of the job each names (read once a pass: a key
+    taken in the source after that moves in the next pass, or the next run)."""
+    return dict(source.transfer.unique_entries(shard))
+
+
+def _attach_unique(jobs: list[MovedJob], entries: dict[int, UniqueEntry]) -> None:
+    for job in jobs:
+        job.unique = entries.get(job.job_id)
+
+
+def _unique_fits(target: Store, jobs: list[MovedJob], report: Report | None) -> set[int]:
+    """Drop the unique entries that a target of several shards cannot hold beside their jobs: a put with a
+    key goes to the key's shard (``putting.shard_of_key``), where the check must meet its holder, and a
+    moved job stays in the shard its id names. -> the ids whose entries were dropped (counted in
+    ``report`` when given: a dry run)."""
+    dropped: set[int] = set()
+    for job in jobs:
+        if job.unique is None:
+            continue
+        if report is not None:
+            report.unique_keys += 1
+        shards = target.shards
+        if shards > 1 and shard_of_key(job.unique.key.decode(), shards) != job.job_id & _SHARD_MASK:
+            job.unique = None
+            dropped.add(job.job_id)
+            if report is not None:
+                report.unique_dropped += 1
+    return dropped
 
 
 def transfer_queues(source: Queue, target: Queue, **options: Any) -> Report:

@@ -33,6 +33,7 @@ def fill(queue: Queue) -> list[int]:
         queue.put({"n": 2}, queue="mail", max_retries=7, timeout=3.5),
         queue.put("x" * 4000, delay=3600),
         queue.put({"n": 4}, concurrency=[("tenant:1", 2)]),
+        queue.put({"n": 5}, unique_key="order-7"),
     ]
     for n, outcome in enumerate(("done", "dead", "retried")):
         job_id = queue.put({"k": n}, max_retries=2, queue="work")
@@ -76,9 +77,10 @@ def test_lmdb_to_postgresql_and_back_keeps_every_job_by_its_id(
     with override_settings(QUEUE_MAX_TRANSFER=stores):
         dry = json.loads(call("--from", "old", "--to", "pg", "--dry-run", "--json"))
         assert dry["dry_run"] and dry["jobs"] == len(ids)
-        assert dry["moved"] == {"pending": 15, "scheduled": 2, "running": 0, "done": 1, "failed": 1}
+        assert dry["moved"] == {"pending": 16, "scheduled": 2, "running": 0, "done": 1, "failed": 1}
+        assert (dry["unique_keys"], dry["unique_dropped"]) == (1, 0)
         with Queue(stores["old"]["DATA_DIR"]) as old:
-            assert old.stats()["pending"] == 15  # a dry run writes nothing
+            assert old.stats()["pending"] == 16  # a dry run writes nothing
         with pytest.raises(CommandError, match=r"jobs are in shards up to 2.*at least 3 shards"):
             call("--from", "old", "--to", "narrow")
         report = json.loads(call("--from", "old", "--to", "pg", "--json"))
@@ -91,6 +93,7 @@ def test_lmdb_to_postgresql_and_back_keeps_every_job_by_its_id(
             assert str(pg.rate_limits()["queue:work"]) == "10/m"
             assert pg.circuit_breakers()["name:t.a"]["threshold"] == 3
             assert pg.put("new") > max(ids)  # the target's own ids stay apart
+            assert pg.put({"n": 6}, unique_key="order-7") == ids[4]  # the key moved with its job
         with Queue(stores["old"]["DATA_DIR"]) as old:
             stats = old.stats()
             assert stats["pending"] + stats["scheduled"] + stats["done"] + stats["failed"] == 0
@@ -100,6 +103,7 @@ def test_lmdb_to_postgresql_and_back_keeps_every_job_by_its_id(
             assert snapshot(back, ids) == before
             assert back.verify() == []
             assert back.put("newer") > max(ids)
+            assert back.put({"n": 6}, unique_key="order-7") == ids[4]  # the same shard count: the same shard
             record = back.get(timeout=0)  # it runs: the first of the best priority, by its old id
             assert record.job_id == ids[0]
             record.ack()

@@ -9,10 +9,12 @@ import pytest
 from queue_max_django.engine.errors import InvalidJob
 from queue_max_django.engine.job import SHARD_BITS, State, shard_of
 from queue_max_django.engine.stores.base import Store
-from queue_max_django.engine.stores.contract.transfer import MovedJob, TransferConflict
+from queue_max_django.engine.stores.contract.transfer import MovedJob, TransferConflict, UniqueEntry
+from queue_max_django.engine.stores.contract.uniqueness import HOLD_STARTED, ON_DUPLICATE_SKIP, UniqueRule
+from queue_max_django.engine.stores.types import NewJobs
 from queue_max_django.engine.tokens import new_token
 from tests.engine.conftest import FakeClock
-from tests.store_contract.conftest import claim, job, pack, put
+from tests.store_contract.conftest import claim, job, pack, put, spec
 
 
 def everything(store: Store) -> list[MovedJob]:
@@ -58,10 +60,7 @@ def a_store_of_every_state(store: Store, clock: FakeClock) -> dict[str, int]:
     return ids
 
 
-def _limited(now: float):  # type: ignore[no-untyped-def]
-    from queue_max_django.engine.stores.types import NewJobs
-    from tests.store_contract.conftest import spec
-
+def _limited(now: float) -> NewJobs:
     limited = spec("limited")
     limited.concurrency = (("tenant:1", 2),)
     return NewJobs([pack("l")], limited)
@@ -148,3 +147,27 @@ def test_an_inserted_job_keeps_its_id_and_later_puts_get_larger_ones(store: Stor
         with pytest.raises(InvalidJob):
             store.transfer.insert([template])
     assert store.verify() == []
+
+
+@pytest.mark.sc_transfer_export
+@pytest.mark.sc_transfer_insert
+def test_a_unique_key_moves_with_the_job_that_holds_it(store: Store, clock: FakeClock) -> None:
+    now = clock()
+    note = b'{"_unique": {"key": "order-7", "until": "started", "on_duplicate": "skip"}}'
+    rule = UniqueRule(b"order-7", HOLD_STARTED, 0, ON_DUPLICATE_SKIP)
+    [holder] = put(store, now, "a", unique=rule, metadata=note)
+    [moved] = store.transfer.export(0, None, 10)
+    entries = dict(store.transfer.unique_entries(0))
+    assert entries == {holder: UniqueEntry(b"order-7", int(now * 1_000_000), HOLD_STARTED, 0)}
+    moved.unique = entries[holder]
+    store.transfer.remove(0, [holder])
+    store.vacuum(now, now, 0.0)  # the entry held nothing once its job was gone: forgotten
+    assert put(store, now, "b", unique=rule, metadata=note) != [holder]  # the key was free
+    second = store.transfer.export(0, None, 10)[0]
+    store.transfer.remove(0, [second.job_id])
+    store.vacuum(now, now, 0.0)
+    assert store.transfer.insert([moved]) == [holder]
+    batch = NewJobs([pack("c")], spec(metadata=note), rule)
+    assert (
+        store.enqueue(now, 0, [batch], False) == [holder] and batch.unique_hit
+    )  # a duplicate of the moved job

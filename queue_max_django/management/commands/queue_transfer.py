@@ -81,9 +81,11 @@ def _text(report: Report, source: str, target: str) -> str:
                      "from the source")  # fmt: skip
     lines.append(f"{verb} {report.pauses} pause(s), {report.limits} rate limit(s), {report.breakers} "
                  "breaker(s) (a limit starts full, a breaker closed)")  # fmt: skip
-    if report.unique_notes:
-        lines.append(f"{report.unique_notes} waiting job(s) have a unique key, which the target does not "
-                     "hold: a put of that key there is not a duplicate of them")  # fmt: skip
+    if report.unique_keys:
+        lines.append(f"{verb} {report.unique_keys - report.unique_dropped} unique key(s) with their jobs")
+    if report.unique_dropped:
+        lines.append(f"{report.unique_dropped} unique key(s) stay behind: the target's shard for the key is "
+                     "not its job's (a put of that key there is not a duplicate of it)")  # fmt: skip
     if report.left_in_source:
         lines.append(f"{report.left_in_source} job(s) stay in the source (running, or unreadable)")
     return "\n".join(lines)

@@ -51,6 +51,17 @@ class MovedJob:
     limits: tuple[tuple[str, int], ...] | None  # its concurrency limits (engine/concurrency.py), or None
     alone_next: bool  # its lease once expired: its next claim takes it alone
     cancel_us: int | None  # when a cancel was requested of it (a dead letter that was cancelled keeps it)
+    unique: UniqueEntry | None = None  # the entry of a unique key that names it (``unique_entries``)
+
+
+@dataclass(frozen=True, slots=True)
+class UniqueEntry:
+    """A unique key's entry as a store keeps it (``contract/uniqueness.py``), for the job it names."""
+
+    key: bytes
+    used_us: int
+    hold: int
+    until_us: int
 
 
 class TransferConflict(QueueError):
@@ -65,14 +76,17 @@ class TransferOps(Protocol):
     - [sc_transfer_export] ``export(shard, after, limit)``: up to ``limit`` jobs of ``shard`` that are not
       running, by id, all after ``after`` (None: from the first), as ``MovedJob`` values, in one consistent
       read. A job whose stored data does not decode is exported as the store reads it (``Store.job``): the
-      engine names it rather than move it. Changes nothing.
+      engine names it rather than move it. Changes nothing. ``unique_entries(shard)``: every unique key's
+      entry of ``shard`` (``contract/uniqueness.py``), as (the id of the job it names, ``UniqueEntry``),
+      in one read: the engine sets ``MovedJob.unique`` of the jobs it moves from them.
     - [sc_transfer_insert] ``insert(jobs)``: write ``jobs`` (all of one shard of this store: the low byte of
       their ids) in one transaction, all or nothing, each as it was exported: its state, its place in its
       state's order, its counts (``counts``, ``queue_counts``, and as a put in ``total`` and
       ``enqueued_totals``), its cancel mark; a limited pending job waits for its turn in its group as a put
-      one does. Each id is *marked* as moved in the same transaction. An id already marked is skipped (a
-      rerun); -> the ids written. An id the store holds as a job it did not take in a move raises
-      ``TransferConflict``, nothing written.
+      one does. A job's unique entry is written with it unless the store has an entry for that key (its
+      holder keeps it). Each id is *marked* as moved in the same transaction. An id already marked is
+      skipped (a rerun); -> the ids written. An id the store holds as a job it did not take in a move
+      raises ``TransferConflict``, nothing written.
     - [sc_transfer_ids] An inserted job keeps its id. On a store of several shards its low byte names the
       shard that holds it (``InvalidJob`` for one the store does not have, nothing written); a store of one
       shard holds any id (the low byte of its own ids stays 0, and job operations find the job by its id).
@@ -84,6 +98,8 @@ class TransferOps(Protocol):
     """
 
     def export(self, shard: int, after: int | None, limit: int) -> list[MovedJob]: ...
+
+    def unique_entries(self, shard: int) -> list[tuple[int, UniqueEntry]]: ...
 
     def insert(self, jobs: Sequence[MovedJob]) -> list[int]: ...
 

@@ -17,7 +17,7 @@ from typing import Any
 from ...concurrency import group_of
 from ...errors import InvalidJob, QueueCorrupted
 from ...job import SHARD_BITS, STATE_CODE, STATES, State
-from ..contract.transfer import MovedJob, TransferConflict, pack_key, unpack_key
+from ..contract.transfer import MovedJob, TransferConflict, UniqueEntry, pack_key, unpack_key
 from . import layout
 from .access import (
     COUNTERS_KEY,
@@ -59,6 +59,7 @@ from .layout import (
     RUNNING,
 )
 from .shard import Shard
+from .uniqueness import ENTRY, entry_of
 
 MOVED_PREFIX = COUNTERS_KEY + b"m"  # + a job id: that job was taken in by a move
 _WHEN = struct.Struct(">Q")  # a cancel mark's value (manage.cancel)
@@ -100,6 +101,18 @@ class LmdbTransfer:
 
         return dbs.env.read(txn_fn)
 
+    def unique_entries(self, shard: int) -> list[tuple[int, UniqueEntry]]:
+        dbs = self._shard(shard)
+
+        def txn_fn(txn: Any) -> list[tuple[int, UniqueEntry]]:
+            out = []
+            for key, raw in txn.cursor(db=dbs.unique):
+                job_id, used_us, hold, until_us = entry_of(raw)
+                out.append((job_id, UniqueEntry(bytes(key), used_us, hold, until_us)))
+            return out
+
+        return dbs.env.read(txn_fn)
+
     def insert(self, jobs: Sequence[MovedJob]) -> list[int]:
         if not jobs:
             return []
@@ -135,6 +148,10 @@ class LmdbTransfer:
                 tally(dbs, txn, job.queue.encode(), 0, 0, 1)  # counted as a put into its queue
                 if job.cancel_us is not None:
                     txn.put(key, _WHEN.pack(job.cancel_us), db=dbs.cancels)
+                unique = job.unique
+                if unique is not None and txn.get(unique.key, db=dbs.unique) is None:
+                    entry = ENTRY.pack(job.job_id, unique.used_us, unique.hold, unique.until_us)
+                    txn.put(unique.key, entry, db=dbs.unique)
                 txn.put(MOVED_PREFIX + key, b"", db=dbs.jobs)
                 sequence = max(sequence, job.job_id >> SHARD_BITS)
             dbs._count_puts(txn, sequence, total + len(fresh), floor, len(fresh))

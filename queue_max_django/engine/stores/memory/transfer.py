@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ...concurrency import group_of
 from ...errors import InvalidJob
 from ...job import SHARD_BITS, State
-from ..contract.transfer import MovedJob, TransferConflict, pack_key, unpack_key
+from ..contract.transfer import MovedJob, TransferConflict, UniqueEntry, pack_key, unpack_key
 from .space import CLAIM_ALONE_NEXT, Row, Space
 
 
@@ -24,6 +24,13 @@ class MemoryTransfer:
             ids = sorted(job_id for job_id, row in space.rows.items()
                          if row.state is not State.RUNNING and (after is None or job_id > after))  # fmt: skip
             return [_moved(space.rows[job_id], space.cancels.get(job_id)) for job_id in ids[:limit]]
+
+    def unique_entries(self, shard: int) -> list[tuple[int, UniqueEntry]]:
+        with self._space.lock:
+            if shard != 0:
+                return []
+            return [(job_id, UniqueEntry(key, used_us, hold, until_us))
+                    for key, (job_id, used_us, hold, until_us) in self._space.unique.items()]  # fmt: skip
 
     def insert(self, jobs: Sequence[MovedJob]) -> list[int]:
         space = self._space
@@ -41,6 +48,9 @@ class MemoryTransfer:
                 space.enqueued[row.queue] += 1
                 if job.cancel_us is not None:
                     space.cancels[row.job_id] = job.cancel_us
+                if job.unique is not None and job.unique.key not in space.unique:
+                    unique = job.unique
+                    space.unique[unique.key] = (job.job_id, unique.used_us, unique.hold, unique.until_us)
                 moved.add(row.job_id)
                 space.sequence = max(space.sequence, row.job_id >> SHARD_BITS)
             if fresh:

@@ -12,7 +12,7 @@ from typing import Any
 from ...concurrency import group_of
 from ...errors import InvalidJob
 from ...job import CANCELLED, SHARD_BITS, STATE_CODE, STATES, State
-from ..contract.transfer import MovedJob, TransferConflict
+from ..contract.transfer import MovedJob, TransferConflict, UniqueEntry
 from .rows import CLAIM_ALONE_NEXT
 from .schema import CANCELLED as CANCELLED_COUNT
 from .schema import CANCELLED_LEFT, DONE, DONE_LEFT, FAILED, FAILED_LEFT, PENDING, SCHEDULED, TOTAL
@@ -52,6 +52,11 @@ INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries,
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::text::jsonb)
 """
 
+_UNIQUE = """
+INSERT INTO qm_unique (key, job_id, used_us, hold, until_us) VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (key) DO NOTHING
+"""
+
 _COUNT = """
 INSERT INTO qm_counts (queue, state, slot, n) VALUES (%s, %s, %s, %s)
 ON CONFLICT (queue, state, slot) DO UPDATE SET n = qm_counts.n + EXCLUDED.n
@@ -83,6 +88,13 @@ class PgTransfer:
             marks = dict(conn.execute("SELECT job_id, requested_us FROM qm_cancels WHERE job_id = ANY(%s)",
                                       (ids,)).fetchall())  # fmt: skip
         return [_moved(row, marks.get(row[0])) for row in rows]
+
+    def unique_entries(self, shard: int) -> list[tuple[int, UniqueEntry]]:
+        if shard != 0:
+            return []
+        rows = self._store.rows("SELECT key, job_id, used_us, hold, until_us FROM qm_unique", {})
+        return [(job_id, UniqueEntry(bytes(key), used_us, hold, until_us))
+                for key, job_id, used_us, hold, until_us in rows]  # fmt: skip
 
     def insert(self, jobs: Sequence[MovedJob]) -> list[int]:
         for job in jobs:
@@ -118,6 +130,10 @@ class PgTransfer:
                                  "ON CONFLICT (grp) DO NOTHING", (group,))  # fmt: skip
             if ended:
                 cur.executemany(_FINISHED, [_finished_row(job) for job in ended])
+            entries = [(u.key, job.job_id, u.used_us, u.hold, u.until_us)
+                       for job in fresh if (u := job.unique) is not None]  # fmt: skip
+            if entries:
+                cur.executemany(_UNIQUE, entries)
             marks = [(job.job_id, job.cancel_us) for job in fresh if job.cancel_us is not None]
             if marks:
                 cur.executemany("INSERT INTO qm_cancels (job_id, requested_us) VALUES (%s, %s)", marks)
