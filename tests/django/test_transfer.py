@@ -122,3 +122,22 @@ def test_a_running_job_or_a_live_worker_on_the_source_refuses_the_move(
             call("--from", "nowhere", "--to", "back")
         with pytest.raises(CommandError, match="same store"):
             call("--from", "old", "--to", "old")
+
+
+def test_a_mistake_in_queue_max_transfer_is_the_system_check_e030(tmp_path: Path) -> None:
+    from queue_max_django.conf.checks import transfer_problems
+
+    with override_settings(QUEUE_MAX_TRANSFER={"old": {"STORE": "lmdb", "DATA_DIR": str(tmp_path)}}):
+        assert transfer_problems(None) == []
+    with override_settings(QUEUE_MAX_TRANSFER=["old"]):
+        [problem] = transfer_problems(None)
+        assert (problem.id, problem.msg) == (
+            "queue_max_django.E030",
+            "QUEUE_MAX_TRANSFER must be a dict, not list.",
+        )
+    with override_settings(QUEUE_MAX_TRANSFER={"default": {}, "pg": {"STORE": "postgres"}}):
+        first, second = transfer_problems(None)
+        assert first.msg.startswith("QUEUE_MAX_TRANSFER['default']: 'default' names QUEUE_MAX's store")
+        assert second.id == "queue_max_django.E030"
+        assert second.msg.startswith("QUEUE_MAX_TRANSFER['pg']['STORE'] must be 'lmdb' or 'postgresql'")
+        assert second.msg.endswith("(queue_max_django.E016 of QUEUE_MAX)")
