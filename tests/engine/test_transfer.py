@@ -40,7 +40,7 @@ def test_a_store_moves_to_memory_and_back_with_its_ids(queue: Queue) -> None:
     assert queue.verify() == []
 
 
-def test_a_running_job_refuses_the_move_and_a_dry_run_writes_nothing(queue: Queue) -> None:
+def test_a_running_job_or_a_live_worker_refuses_the_move_and_a_dry_run_writes_nothing(queue: Queue) -> None:
     fill(queue)
     with Queue(MemoryStore()) as memory:  # a store of its own
         dry = transfer_queues(queue, memory, dry_run=True)
@@ -52,5 +52,12 @@ def test_a_running_job_refuses_the_move_and_a_dry_run_writes_nothing(queue: Queu
             transfer_queues(queue, memory)
         assert memory.stats()["total"] == 0
         record.ack()
+        queue.report_worker("web-1:42", stale_after=60.0, pid=42, host="web-1")
+        with pytest.raises(
+            Refused, match=r"1 worker\(s\) are registered on the source.*web-1:42 \(pid 42 on web-1\)"
+        ):
+            transfer_queues(queue, memory)
+        queue.remove_worker("web-1:42")
         with pytest.raises(Refused, match="same store"):
             transfer_queues(queue, queue)
+        assert memory.stats()["total"] == 0
