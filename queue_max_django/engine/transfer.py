@@ -29,7 +29,6 @@ the report counts them). Running workflows are refused
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -88,9 +87,8 @@ def check(source: Store, target: Store) -> None:
     if running:
         raise Refused(
             f"{running} job(s) are running on the source ({source.kind} at {source.path}): their workers "
-            f"hold "
-            f"leases. Stop the source's workers (they finish their jobs on SIGTERM) and run the move again "
-            f"once none runs (`manage.py queue_stats`: running 0)"
+            f"hold leases. Stop the source's workers (they finish their jobs on SIGTERM) and run the move "
+            f"again once none runs (`manage.py queue_stats`: running 0)"
         )
     workers = source.locks.workers()
     if workers:
@@ -113,7 +111,6 @@ def transfer(
     *,
     dry_run: bool = False,
     batch: int = BATCH,
-    progress: Callable[[Report], None] | None = None,
 ) -> Report:
     """Move everything from ``source`` to ``target`` (see the module docstring), or with ``dry_run`` count
     what would move and write nothing. ``Refused`` before anything is written when it cannot start."""
@@ -136,7 +133,8 @@ def transfer(
                 after = jobs[-1].job_id
         report.left_in_source = source.counts()["running"]
         return report
-    # Pauses first, so that the jobs of a paused queue do not start in the target as they arrive.
+    # Pauses first, so that the jobs of a paused queue do not start in the target as they arrive. (A rerun
+    # applies them again: a pause resumed in the target meanwhile is back, as the how-to says.)
     for pause in pauses:
         left = None if pause.until is None else max(pause.until - source.clock(), 0.001)
         target.pauses.pause([(pause.queue, pause.task)], left, pause.reason, pause.by)
@@ -146,7 +144,7 @@ def transfer(
         target.control.set_breaker(key, entry.policy)
     while True:
         report.passes += 1
-        moved_now = _one_pass(source, target, batch, report, progress)
+        moved_now = _one_pass(source, target, batch, report)
         if not moved_now:
             break
     report.left_in_source = sum(source.counts()[state.value] for state in STATES)
@@ -154,9 +152,7 @@ def transfer(
     return report
 
 
-def _one_pass(
-    source: Store, target: Store, batch: int, report: Report, progress: Callable[[Report], None] | None
-) -> int:
+def _one_pass(source: Store, target: Store, batch: int, report: Report) -> int:
     """Move every job the source exports, shard after shard. -> how many it found."""
     found = 0
     for shard in range(source.shards):
@@ -178,8 +174,6 @@ def _one_pass(
                     report.already_there += 1
             source.transfer.remove(shard, [job.job_id for job in jobs])
             after = jobs[-1].job_id
-            if progress is not None:
-                progress(report)
     return found
 
 
@@ -243,7 +237,3 @@ def _unique_fits(target: Store, jobs: list[MovedJob], report: Report | None) -> 
 def transfer_queues(source: Queue, target: Queue, **options: Any) -> Report:
     """``transfer`` between the stores of two ``Queue``s (the Django layer opens them from the settings)."""
     return transfer(source._store, target._store, **options)
-
-
-def check_queues(source: Queue, target: Queue) -> None:
-    check(source._store, target._store)
