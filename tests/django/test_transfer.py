@@ -141,3 +141,19 @@ def test_a_mistake_in_queue_max_transfer_is_the_system_check_e030(tmp_path: Path
         assert second.id == "queue_max_django.E030"
         assert second.msg.startswith("QUEUE_MAX_TRANSFER['pg']['STORE'] must be 'lmdb' or 'postgresql'")
         assert second.msg.endswith("(queue_max_django.E016 of QUEUE_MAX)")
+
+
+def test_default_names_the_store_of_queue_max(
+    queue_max: Any, stores: dict[str, dict[str, Any]], pg_url: str
+) -> None:
+    from queue_max_django.conf import get_queue
+
+    with queue_max(), override_settings(QUEUE_MAX_TRANSFER={"pg": stores["pg"]}):
+        ids = get_queue().put_many(["a", "b"])
+        report = json.loads(call("--from", "default", "--to", "pg", "--json"))
+        assert (report["from"], report["to"], report["jobs"]) == ("default", "pg", 2)
+        assert get_queue().stats()["pending"] == 0
+        with Queue(pg_url) as pg:
+            assert [pg.job(job_id).payload for job_id in ids] == ["a", "b"]  # type: ignore[union-attr]
+        with pytest.raises(CommandError, match="no store is named 'old'"):
+            call("--from", "old", "--to", "default")
