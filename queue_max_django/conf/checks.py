@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.apps import AppConfig
+from django.conf import settings
 from django.core import checks
 
 from ..engine import BreakerPolicy, InvalidBreakerPolicy, InvalidRate, parse_rate
@@ -256,11 +257,39 @@ def problems() -> list[Problem]:
     """Every mistake in the current settings; once the values are valid, also in the store they point at
     (its directory, or its PostgreSQL database)."""
     raw, base_dir = read_settings()
-    found = settings_problems(raw, base_dir)
+    found = settings_problems(raw, base_dir) + transfer_problems(base_dir)
     if any(problem.is_error for problem in found):
         return found
     values = merge_defaults(raw)
     return found + STORE_KINDS[values["STORE"]].store_problems(values, base_dir)
+
+
+def transfer_problems(base_dir: Any) -> list[Problem]:
+    """E030: the ``QUEUE_MAX_TRANSFER`` setting (the stores ``queue_transfer`` names) is not a dict of
+    names to ``QUEUE_MAX``-like dicts, names ``default``, or an entry has an error of its own (its values
+    only: nothing on disk or in a database is looked at, as the command opens them only when it runs)."""
+    named = getattr(settings, "QUEUE_MAX_TRANSFER", None)
+    if named is None:
+        return []
+    hint = ("Make QUEUE_MAX_TRANSFER a dict of names to dicts like QUEUE_MAX, such as {'old': {'STORE': "
+            "'lmdb', 'DATA_DIR': '/srv/app/queue_max_data'}} (docs/reference/settings.md).")  # fmt: skip
+    if not isinstance(named, Mapping):
+        return [
+            Problem(f"{PREFIX}.E030", f"QUEUE_MAX_TRANSFER must be a dict, not {type(named).__name__}.", hint)
+        ]
+    found = []
+    for name, raw in named.items():
+        where = f"QUEUE_MAX_TRANSFER[{name!r}]"
+        if name == "default" or not isinstance(name, str) or not name:
+            why = f"{where}: 'default' names QUEUE_MAX's store, and a name is a non-empty str."
+            found.append(Problem(f"{PREFIX}.E030", why, "Give the entry another name."))
+            continue
+        for problem in settings_problems(raw, base_dir):
+            if problem.is_error:
+                msg = problem.msg
+                msg = msg.replace("QUEUE_MAX", where, 1) if msg.startswith("QUEUE_MAX") else f"{where}: {msg}"
+                found.append(Problem(f"{PREFIX}.E030", f"{msg} ({problem.id} of QUEUE_MAX)", problem.hint))
+    return found
 
 
 def task_problems() -> list[Problem]:

@@ -28,6 +28,11 @@ from .uniqueness import UniquePut
 ALERT_QUIET = 1.0  # seconds from one pending alert to the next, at least
 
 
+def shard_of_key(partition_key: Any, shards: int) -> int:
+    """The shard a put with ``partition_key`` (or a unique key's text) goes to in a store of ``shards``."""
+    return zlib.crc32(msgpack.packb(partition_key, use_bin_type=True)) % shards
+
+
 class PutOwner(Protocol):
     """What a ``Putter`` reads of its Queue, at each put (so that a Queue's settings and ``events`` stay
     its own): the store behind the closed and fork checks, the clock, and the put settings."""
@@ -59,7 +64,7 @@ class Putter:
         """The shard of a put: the partition key's (a hash of its msgpack form), else the next in turn."""
         if partition_key is None:
             return next(self._rotation) % self._owner.shard_count
-        return zlib.crc32(msgpack.packb(partition_key, use_bin_type=True)) % self._owner.shard_count
+        return shard_of_key(partition_key, self._owner.shard_count)
 
     def put_one(
         self,

@@ -41,6 +41,7 @@ from .meta import (
 from .pauses import LmdbPauses
 from .reads import Listed
 from .shard import Shard
+from .transfer import LmdbTransfer
 from .wake import Waker
 from .workflows import LmdbWorkflows
 
@@ -154,6 +155,7 @@ class LmdbStore:
         self.pauses = LmdbPauses(control_env, self.clock, self.hints)
         self.workflows = LmdbWorkflows(self)
         self.concurrency = LmdbConcurrency(lambda: self._shards)
+        self.transfer = LmdbTransfer(lambda: self._shards, self.hints.notify)
         self._history = History(control_env)
         self._envs = envs
         self._shards = [Shard(index, env) for index, env in enumerate(envs)]

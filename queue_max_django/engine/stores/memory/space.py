@@ -115,6 +115,7 @@ class Space:
         self.unique: dict[bytes, tuple[int, int, int, int]] = {}
         self.duplicates = [0, 0]  # duplicates ever skipped, replaced (uniqueness.py)
         self.cancels: dict[int, int] = {}  # job id -> when a cancel was requested (µs)
+        self.moved: set[int] = set()  # ids taken in by a move (transfer.py), until it forgets them
         self.samples: dict[int, Sample] = {}  # minute -> its sample
         self.limits: dict[str, bytes] = {}  # flowstate's packed values, as every store keeps them
         self.breakers: dict[str, bytes] = {}

@@ -27,6 +27,7 @@ from .control import MemoryControl, MemoryLocks
 from .hints import MemoryHints
 from .pauses import MemoryPauses
 from .space import Row, Space, micros, ready_key
+from .transfer import MemoryTransfer
 from .workflows import MemoryWorkflows
 
 _SPACES: dict[str, Space] = {}  # the named stores of this process
@@ -98,6 +99,7 @@ class MemoryStore:
         self.pauses = MemoryPauses(self.space, self.clock, self.hints)
         self.workflows = MemoryWorkflows(self.space)
         self.concurrency = MemoryConcurrency(self.space)
+        self.transfer = MemoryTransfer(self.space)
         _OPEN.add(self)
 
     @property

@@ -34,8 +34,9 @@ from ...job import CANCELLED as CANCELLED_TYPE
 from . import limitfn
 from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 
-SCHEMA_VERSION = 6  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
-# 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits
+SCHEMA_VERSION = 7  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
+# 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits; 7: qm_moved
+# (queue_transfer)
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -55,6 +56,7 @@ PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 TABLES: tuple[str, ...] = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
     "qm_locks", "qm_workers", "qm_samples", "qm_cancels", "qm_pauses", "qm_pause_version", "qm_turns",
+    "qm_moved",
     *WORKFLOW_TABLES,
 )  # fmt: skip
 
@@ -231,6 +233,12 @@ CREATE TABLE IF NOT EXISTS qm_pause_version (
     version bigint NOT NULL
 );
 INSERT INTO qm_pause_version VALUES (1, 0) ON CONFLICT DO NOTHING;
+
+-- Version 7: the ids of the jobs a move (queue_transfer, transfer.py) wrote here, until it ends: a move run
+-- again skips them, so a job that ran here after its move is never written a second time.
+CREATE TABLE IF NOT EXISTS qm_moved (
+    id bigint PRIMARY KEY
+);
 """
 
 # Version 3: workflows, their nodes, and the triggers that settle a node (workflow_schema.py).

@@ -49,6 +49,7 @@ from .pauses import PgPauses
 from .rows import CLAIMED_COLUMNS, as_claimed, micros, pack_key
 from .schema import PENDING, RUNNING, SCHEDULED
 from .sql import FOLD_JOURNAL, slot
+from .transfer import PgTransfer
 from .workflows import PgWorkflows
 
 VACUUM_CHECK_INTERVAL = 30.0  # seconds between maintain()'s looks at the dead rows of the churned tables
@@ -143,6 +144,7 @@ class PostgresStore:
         self.locks = PgCoordination(self.db, self.clock)
         self.pauses = PgPauses(self.db, self.clock, self.hints)
         self.workflows = PgWorkflows(self)
+        self.transfer = PgTransfer(self)
 
     def params(self, **params: Any) -> dict[str, Any]:
         params["slot"] = slot()

@@ -1,0 +1,63 @@
+"""``engine/transfer.py`` on every store kind: a store's jobs, pauses, limits and breakers moved to an
+in-memory store and back, each job read the same by its id; the refusals, before anything is written."""
+
+from __future__ import annotations
+
+import pytest
+
+from queue_max_django.engine import Queue
+from queue_max_django.engine.stores.memory.store import MemoryStore
+from queue_max_django.engine.transfer import Refused, transfer_queues
+
+
+def fill(queue: Queue) -> list[int]:
+    ids = [
+        queue.put({"n": 1}, priority=5, name="t.a", metadata={"k": [1, 2]}),
+        queue.put({"n": 2}, delay=60, queue="mail"),
+        queue.put({"n": 3}, max_retries=0),
+    ]
+    record = queue.claim(ids[2])
+    assert record is not None
+    record.nack(ValueError("dead"))
+    queue.pause("mail", reason="down")
+    queue.set_rate_limit("queue:mail", "5/s")
+    return ids
+
+
+def test_a_store_moves_to_memory_and_back_with_its_ids(queue: Queue) -> None:
+    ids = fill(queue)
+    before = {job_id: queue.job(job_id) for job_id in ids}
+    with Queue(MemoryStore()) as memory:  # a store of its own
+        report = transfer_queues(queue, memory, batch=2)
+        assert (report.jobs, report.pauses, report.limits) == (3, 1, 1)
+        assert report.moved == {"pending": 1, "scheduled": 1, "running": 0, "done": 0, "failed": 1}
+        assert {job_id: memory.job(job_id) for job_id in ids} == before
+        assert all(queue.job(job_id) is None for job_id in ids)
+        assert [p.queue for p in memory.pauses()] == ["mail"]
+        back = transfer_queues(memory, queue)  # into the store the jobs left: their ids are free there
+        assert back.jobs == 3 and back.already_there == 0
+    assert {job_id: queue.job(job_id) for job_id in ids} == before
+    assert queue.verify() == []
+
+
+def test_a_running_job_or_a_live_worker_refuses_the_move_and_a_dry_run_writes_nothing(queue: Queue) -> None:
+    fill(queue)
+    with Queue(MemoryStore()) as memory:  # a store of its own
+        dry = transfer_queues(queue, memory, dry_run=True)
+        assert dry.dry_run and dry.jobs == 3 and memory.stats()["total"] == 0
+        assert memory.pauses() == [] and memory.rate_limits() == {}
+        queue.put("runs")
+        record = queue.get(timeout=0)
+        with pytest.raises(Refused, match="running on the source"):
+            transfer_queues(queue, memory)
+        assert memory.stats()["total"] == 0
+        record.ack()
+        queue.report_worker("web-1:42", stale_after=60.0, pid=42, host="web-1")
+        with pytest.raises(
+            Refused, match=r"1 worker\(s\) are registered on the source.*web-1:42 \(pid 42 on web-1\)"
+        ):
+            transfer_queues(queue, memory)
+        queue.remove_worker("web-1:42")
+        with pytest.raises(Refused, match="same store"):
+            transfer_queues(queue, queue)
+        assert memory.stats()["total"] == 0
