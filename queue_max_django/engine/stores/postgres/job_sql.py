@@ -190,11 +190,11 @@ WITH gone AS (
 ins AS (
     INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
         started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
-        error_msgs, error, error_type, traceback, metadata)
+        error_msgs, error, error_type, traceback, metadata, cgroup, climits, cns)
     SELECT id, {FAILED}, queue, name, priority, retries + 1, max_retries, attempts, enqueued_us, started_us,
         %(now)s, timeout, partition_key, payload, NULL, worker_ids,
         {appended("error_types", "%(error_type)s")}, {appended("error_msgs", "%(error)s")},
-        %(error)s, %(error_type)s, %(traceback)s, metadata
+        %(error)s, %(error_type)s, %(traceback)s, metadata, cgroup, climits, cns
     FROM gone RETURNING id, queue, error_type),
 {tally(("ins", str(RUNNING), -1), ("ins", str(FAILED), 1), ("ins", str(CANCELLED), IS_CANCEL))}
 SELECT (SELECT id FROM ins)

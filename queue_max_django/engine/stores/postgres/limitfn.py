@@ -2,20 +2,20 @@
 schema (version 3): a claim of up to ``p_limit`` limited jobs is one round trip.
 
 It goes round the groups of ``qm_turns`` in turn order. For each group: its next waiting job, locked ``FOR
-UPDATE SKIP LOCKED``; then a transaction-level advisory lock on each of the job's keys, in key order: the
-first one waited for (the claim holds no key then, so nobody can be waiting for it), every later one only
-taken if free (``pg_try_advisory_xact_lock``): a key another claim holds then is not waited for (the group
-keeps its turn and the claim goes on to the next group), so no two claims wait on each other: no deadlock
-(no other statement of the store takes an advisory lock, and job rows are locked ``SKIP LOCKED``). Holding
-the locks, it counts the running rows with each key (each statement of the function reads a fresh snapshot,
-taken after its locks: every start committed before is counted) and starts the job, or, a key being full,
-sends the group to the back of the turns. Counter rows are written once, at the end, in key
-order, as every statement of the store writes them.
+UPDATE SKIP LOCKED``; then a slot of each of its keys (``qm_take_slots``, ``limitslots.py``: a free slot
+row locked ``SKIP LOCKED``, its occupant checked in a snapshot taken after the lock), and the start in the
+same transaction. A key with no free slot sends the group to the back of the turns (held); a key whose
+slot rows another claim is growing at that moment leaves the group its turn (the claim goes on to the next
+group). No statement here waits for another claim (job and slot rows ``SKIP LOCKED``, the growth lock only
+tried), so claims of one key run side by side and never deadlock. Counter rows are written once, at the
+end, in key order, as every statement of the store writes them. (Before schema version 7 the claim took an
+advisory lock per key and counted the key's running rows under it: every claim of a key waited in line.)
 """
 
 from __future__ import annotations
 
 from ...job import STATE_CODE, State
+from .limitslots import BUSY, TAKEN
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, HISTORY_MAX
 
 PENDING, RUNNING = STATE_CODE[State.PENDING], STATE_CODE[State.RUNNING]  # as schema.py numbers them
@@ -29,24 +29,17 @@ RETURNS TABLE (id bigint, token bytea, payload bytea, retries integer, max_retri
                timeout double precision, lease_us bigint, worker_ids text[], claim smallint,
                metadata text, partition_key bytea, alone boolean)
 LANGUAGE plpgsql VOLATILE
-SET enable_bitmapscan = off  -- counts walk qm_jobs_limited_running, marking the dead entries they meet
 AS $fn$
 #variable_conflict use_column
 DECLARE
     groups text[];
     g text;
     j record;
-    keys text[];
-    k text;
-    n integer;
-    i integer;
-    full_key boolean;
-    locked boolean;
+    took smallint;
     taken bigint[] := '{{}}';
     queues text[] := '{{}}';
     pos integer := 1;
     was_alone boolean;
-    holding boolean := false;
 BEGIN
     SELECT array_agg(t.grp ORDER BY t.turn) INTO groups FROM (
         SELECT qt.grp, qt.turn FROM qm_turns qt
@@ -72,30 +65,12 @@ BEGIN
         IF was_alone AND cardinality(taken) > 0 THEN
             EXIT;
         END IF;
-        locked := true;
-        FOR k IN SELECT unnest(j.climits) ORDER BY 1 LOOP
-            IF NOT holding THEN  -- holding no key yet, it may wait: nobody waits for it
-                PERFORM pg_advisory_xact_lock(hashtextextended('qm_limit:' || k, 0));
-                holding := true;
-            ELSIF NOT pg_try_advisory_xact_lock(hashtextextended('qm_limit:' || k, 0)) THEN
-                locked := false;
-                EXIT;
-            END IF;
-        END LOOP;
-        IF NOT locked THEN
-            CONTINUE;  -- another claim is counting that key now: this group keeps its turn
+        took := qm_take_slots(j.id, j.climits, j.cns, p_token, p_now);
+        IF took = {BUSY} THEN
+            CONTINUE;  -- another claim is growing a key's slots now: this group keeps its turn
         END IF;
-        full_key := false;
-        FOR i IN 1 .. cardinality(j.climits) LOOP
-            SELECT count(*) INTO n FROM qm_jobs r  -- the running limited rows: qm_jobs_limited_running
-                WHERE r.state = {RUNNING} AND r.climits IS NOT NULL AND r.climits @> ARRAY[j.climits[i]];
-            IF n >= j.cns[i] THEN
-                full_key := true;
-                EXIT;
-            END IF;
-        END LOOP;
         UPDATE qm_turns SET turn = nextval('qm_turn_seq') WHERE grp = g;
-        IF full_key THEN
+        IF took <> {TAKEN} THEN
             CONTINUE;
         END IF;
         RETURN QUERY
