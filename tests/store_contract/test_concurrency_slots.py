@@ -169,3 +169,24 @@ def test_racing_claimers_never_pass_a_limit_and_all_jobs_run(store: Store) -> No
     assert max(peaks) == limit  # the claims did run side by side
     assert store.concurrency.running() == {}
     assert store.verify() == []
+
+
+@pytest.mark.sc_concurrency_claim
+@pytest.mark.sc_concurrency_batch
+def test_a_batch_of_one_group_takes_what_its_limit_leaves_in_claim_order(store: Store) -> None:
+    ids = lput(store, T0, *range(5), limits=[("task:t", 3)])
+    first = store.concurrency.claim(0, T0, None, LEASE, new_token(), "w1", None, 10)
+    assert [c.job_id for c in first.claimed] == ids[:3] and first.waiting
+    assert store.concurrency.running() == {"task:t": 3}
+    assert store.concurrency.claim(0, T0, None, LEASE, new_token(), "w1", None, 10).claimed == []
+    store.complete(T0, ids[0], first.claimed[0].token, None, False)
+    again = store.concurrency.claim(0, T0, None, LEASE, new_token(), "w1", None, 10)
+    assert [c.job_id for c in again.claimed] == [ids[3]]
+    # a job put under a lower limit of the key, next in line: the batch stops at it (two run already)
+    store.complete(T0, ids[1], first.claimed[1].token, None, False)
+    [lower] = lput(store, T0 + 1, "x", limits=[("task:t", 2)])
+    taken = store.concurrency.claim(0, T0 + 2, None, LEASE, new_token(), "w1", None, 10)
+    assert [c.job_id for c in taken.claimed] == [ids[4]] and taken.waiting
+    assert store.concurrency.running() == {"task:t": 3}
+    assert job(store, T0 + 2, lower).state is State.PENDING
+    assert store.verify() == []

@@ -45,7 +45,10 @@ SELECT id, priority, climits, cns, claim FROM qm_jobs WHERE state = {PENDING} AN
 ORDER BY priority DESC, ready_us, id LIMIT 1 FOR UPDATE SKIP LOCKED
 """
 
-TAKE_SLOTS = "SELECT qm_take_slots(%(id)s, %(keys)s, %(ns)s, %(token)s, %(now)s)"
+TAKE_SLOTS = (
+    "SELECT qm_take_slots(%(id)s::bigint, %(keys)s::text[], %(ns)s::integer[], %(token)s::bytea, "
+    "%(now)s::bigint)"
+)
 
 
 START = f"""

@@ -37,6 +37,7 @@ from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 SCHEMA_VERSION = 7  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
 # 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits; 7: limit slots
 # (qm_limit_slots, qm_take_slots) and a dead letter's limits (qm_finished.cgroup, climits, cns)
+LIMIT_FUNCTIONS = ("qm_claim_limited", "qm_take_slots", "qm_take_many")
 SLOTS_VERSION = 7  # a database from before this version gets slots for its running limited jobs
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
@@ -259,7 +260,7 @@ def create(conn: Any) -> None:
                 f"the queue_max tables in this database are at schema version {found}, newer than this "
                 f"version of queue_max_django reads ({SCHEMA_VERSION}): upgrade queue_max_django"
             )
-        ddl = DDL.replace("@LIMIT_SLOTS@", limitslots.DDL + limitslots.FUNCTION)
+        ddl = DDL.replace("@LIMIT_SLOTS@", limitslots.DDL + limitslots.FUNCTION + limitslots.MANY)
         conn.execute(ddl.replace("@LIMITED_CLAIM@", limitfn.FUNCTION))
         if found is not None and found < SLOTS_VERSION:
             conn.execute(limitslots.FILL)  # the jobs running now hold their slots
@@ -284,6 +285,4 @@ def drop(conn: Any) -> None:
     with conn.transaction():
         conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES) + " CASCADE")
         conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal, qm_turn_seq")
-        conn.execute(
-            "DROP FUNCTION IF EXISTS " + ", ".join((*FUNCTIONS, "qm_claim_limited", "qm_take_slots"))
-        )
+        conn.execute("DROP FUNCTION IF EXISTS " + ", ".join((*FUNCTIONS, *LIMIT_FUNCTIONS)))
