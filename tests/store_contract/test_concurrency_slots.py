@@ -190,3 +190,19 @@ def test_a_batch_of_one_group_takes_what_its_limit_leaves_in_claim_order(store: 
     assert store.concurrency.running() == {"task:t": 3}
     assert job(store, T0 + 2, lower).state is State.PENDING
     assert store.verify() == []
+
+
+@pytest.mark.sc_concurrency_turns
+@pytest.mark.sc_concurrency_batch
+def test_a_batch_over_several_groups_goes_round_them(store: Store) -> None:
+    a = lput(store, T0, "a1", "a2", "a3", "a4", limits=[("task:t:A", 9)])
+    b = lput(store, T0 + 1, "b1", "b2", "b3", limits=[("task:t:B", 9)])
+    c = lput(store, T0 + 2, "c1", "c2", "c3", limits=[("task:t:C", 2)])
+    outcome = store.concurrency.claim(0, T0 + 3, None, LEASE, new_token(), "w1", None, 7)
+    assert [x.job_id for x in outcome.claimed] == [a[0], b[0], c[0], a[1], b[1], c[1], a[2]]
+    assert outcome.waiting
+    # then C is held by its limit of 2, and A's and B's last jobs start, one a claim
+    order = [lclaim(store, T0 + 5).claimed for _ in range(3)]
+    assert sorted(x.job_id for x in order if x is not None) == sorted([a[3], b[2]])
+    assert store.concurrency.running() == {"task:t:A": 4, "task:t:B": 3, "task:t:C": 2}
+    assert store.verify() == []

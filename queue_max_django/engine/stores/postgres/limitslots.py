@@ -49,7 +49,7 @@ RUNNING = STATE_CODE[State.RUNNING]
 _HELD = f"""coalesce((SELECT r.state = {RUNNING} AND r.token = l.token FROM qm_jobs r WHERE r.id = l.job_id),
     false)"""
 
-_HELD_H = _HELD.replace("l.", "h.")
+HELD_H = _HELD.replace("l.", "h.")
 
 # Take for job ``p_id`` a slot of key ``kk[i]`` below ``nn[i]`` that was free in the statement's snapshot
 # (among the ``{cands}`` least recently taken: the likeliest to be free), in the order of the last take:
@@ -107,7 +107,7 @@ BEGIN
             FROM unnest(p_keys, p_ns) AS u(k, n);
     END IF;
     FOR i IN 1 .. coalesce(cardinality(kk), 0) LOOP
-        {_TAKE_FREE.format(cands="LIMIT 4", running=RUNNING, held=_HELD_H).strip()} INTO s;
+        {_TAKE_FREE.format(cands="LIMIT 4", running=RUNNING, held=HELD_H).strip()} INTO s;
         IF s IS NULL THEN
             -- slots above n (a lowered limit): the job waits while one is taken
             PERFORM 1 FROM qm_limit_slots l WHERE l.key = kk[i] AND l.slot >= nn[i] AND l.job_id IS NOT NULL
@@ -117,7 +117,7 @@ BEGIN
                 EXIT;
             END IF;
             -- any of the key's slots, in a newer snapshot
-            {_TAKE_FREE.format(cands="", running=RUNNING, held=_HELD_H).strip()} INTO s;
+            {_TAKE_FREE.format(cands="", running=RUNNING, held=HELD_H).strip()} INTO s;
         END IF;
         IF s IS NULL THEN
             IF NOT pg_try_advisory_xact_lock(hashtextextended('qm_slots:' || kk[i], 0)) THEN
