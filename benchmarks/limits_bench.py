@@ -5,6 +5,11 @@ limit of 64 per key over 100 keys (``concurrency_key``), in alternating rounds o
     uv run --group bench python benchmarks/limits_bench.py --n 20000 --rounds 3
     uv run --group bench python benchmarks/limits_bench.py --pg postgresql://postgres@127.0.0.1/bench
     uv run --group bench python benchmarks/limits_bench.py --root /tmp/base --modes none   # another checkout
+    uv run --group bench python benchmarks/limits_bench.py --modes none,task --limit 256  # a limit of 256
+
+A worker process claims up to 64 jobs at once (``worker/process.py``'s ``BATCH_MAX``, for no-op jobs), and
+counts them running until it acknowledges them: with ``--processes 2`` a task limit of 64 is what holds the
+jobs back (one process's batch fills it, the other waits); ``--limit 256`` leaves it room.
 
 Each round: a fresh store (LMDB in a new directory; PostgreSQL: the tables dropped and made again), the jobs
 put untimed, then the worker command timed. "busy" = N / (first job started -> last job finished), from the
@@ -31,32 +36,31 @@ KEYS = 100
 LIMIT = int(os.environ.get("QM_BENCH_LIMIT", "64"))
 
 
-def limits_of(mode: str, index: int) -> Any:
+def limits_of(mode: str, index: int, limit: int = LIMIT) -> Any:
     if mode == "none":
         return None
     if mode == "task":
-        return (("task:" + TASK, LIMIT),)
-    return ((f"task:{TASK}:k{index % KEYS}", LIMIT),)
+        return (("task:" + TASK, limit),)
+    return ((f"task:{TASK}:k{index % KEYS}", limit),)
 
 
-def prefill(root: Path, where: str, mode: str, n: int) -> None:
+def prefill(root: Path, where: str, mode: str, n: int, limit: int = LIMIT) -> None:
     """Put the jobs (in a child process on ``root``'s engine): 1,000 a batch, one batch per key."""
     code = f"""
 import sys
 sys.path.insert(0, {str(root)!r})
-sys.path.append({str(HERE)!r})
-from benchmarks.limits_bench import limits_of
 from queue_max_django.engine import Queue
+given = {limits_of(mode, 0, limit)!r}, {"task:" + TASK + ":k"!r}, {limit}
 with Queue({where!r}) as q:
     mode, n = {mode!r}, {n}
     if mode == "keyed":
         for key in range({KEYS}):
             items = [{{"args": [], "kwargs": {{}}}}] * len(range(key, n, {KEYS}))
-            q.put_many(items, name={TASK!r}, concurrency=limits_of(mode, key))
+            q.put_many(items, name={TASK!r}, concurrency=((given[1] + str(key), given[2]),))
     else:
         for start in range(0, n, 1000):
             items = [{{"args": [], "kwargs": {{}}}}] * min(1000, n - start)
-            options = {{}} if mode == "none" else {{"concurrency": limits_of(mode, 0)}}
+            options = {{}} if mode == "none" else {{"concurrency": given[0]}}
             if mode == "none":
                 q.put_many_to_shard((start // 1000) % q.shard_count, items, name={TASK!r})
             else:
@@ -103,7 +107,13 @@ print(json.dumps([done, last - first]))
 
 
 def one_round(
-    root: Path, mode: str, n: int, pg: str | None, threads: int | None, processes: int = 2
+    root: Path,
+    mode: str,
+    n: int,
+    pg: str | None,
+    threads: int | None,
+    processes: int = 2,
+    limit: int = LIMIT,
 ) -> float:
     folder = Path(tempfile.mkdtemp(prefix="qm-limits-"))
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS, "BENCH_DIR": str(folder),
@@ -114,7 +124,7 @@ def one_round(
         where = pg
     else:
         where = str(folder / "store")
-    prefill(root, where, mode, n)
+    prefill(root, where, mode, n, limit)
     args = [
         sys.executable,
         "-m",
@@ -144,12 +154,15 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=HERE, help="the checkout whose worker runs")
     parser.add_argument("--threads", type=int, help="threads per worker process (default: the worker's)")
     parser.add_argument("--processes", type=int, default=2, help="worker processes (default: 2)")
+    parser.add_argument("--limit", type=int, default=LIMIT, help=f"the limit's size (default {LIMIT})")
     args = parser.parse_args()
     modes = args.modes.split(",")
     rates: dict[str, list[float]] = {mode: [] for mode in modes}
     for index in range(args.rounds):
         for mode in modes[index % len(modes) :] + modes[: index % len(modes)]:
-            rates[mode].append(one_round(args.root, mode, args.n, args.pg, args.threads, args.processes))
+            rates[mode].append(
+                one_round(args.root, mode, args.n, args.pg, args.threads, args.processes, args.limit)
+            )
             time.sleep(0.5)
     for mode, values in rates.items():
         median = statistics.median(values)

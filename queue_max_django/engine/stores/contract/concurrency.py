@@ -36,6 +36,8 @@ class ConcurrencyOps(Protocol):
     - [sc_concurrency_count] The jobs running with a key are counted in the store, in the same transaction
       as each start (``claim``, ``claim_job``) and each end: ``complete``, ``complete_many``, ``fail``,
       ``release``, ``recover_expired`` (an expired lease gives its slot back), quarantine.
+    - [sc_concurrency_requeue] A limited dead letter requeued (``Store.requeue``) is limited again, with the
+      limits it was put with: pending in its group, started only by ``claim`` below.
     - [sc_concurrency_claim_job] ``Store.claim_job`` of a limited job whose limits are full claims nothing
       (None), as for a job in another state: a limit holds against every claim."""
 

@@ -1,19 +1,20 @@
 """The PostgreSQL store's concurrency limits (``stores/contract/concurrency.py``).
 
-A limited job's row carries its group (``cgroup``) and its limits (``climits`` keys, ``cns`` sizes). Waiting,
-it is only in ``qm_jobs_waiting`` (the claim's own indexes leave limited rows out, so the plain claim never
-walks past them); ``qm_turns`` holds each group's place in the turns, from its first put until a claim finds
-no job of it left. The jobs running with a key are counted from the running rows, through
-``qm_jobs_limited_running`` (a B-tree of the running limited rows only): whatever ends a job (complete,
-fail, release, a recovered lease) gives its slot back with no statement of its own, and the statements of
-unlimited jobs are unchanged.
+A limited job's row carries its group (``cgroup``) and its limits (``climits`` keys, ``cns`` sizes); a
+dead letter keeps them in ``qm_finished``, and a requeue puts them back (``upkeep.requeue``). Waiting, it
+is only in ``qm_jobs_waiting`` (the claim's own indexes leave limited rows out, so the plain claim never
+walks past them); ``qm_turns`` holds each group's place in the turns, from its first put (or requeue) until
+a claim finds no job of it left.
 
-A claim of limited jobs is one call of the server-side function ``qm_claim_limited`` (``limitfn.py``):
-the group's next job locked, an advisory lock on each of its keys, the count of the running rows with each
-key, then the start. Every claim of a key takes its lock before it counts, and a claim's lock is released
-only after its commit is visible, so the count a claim reads includes every start before it: no number of
-claims racing passes a limit. ``claim_job`` of a limited job does the same for that job, in a transaction
-of a few statements.
+A running limited job holds a slot of each of its keys (``qm_limit_slots``, ``limitslots.py``): a row
+naming the job and its claim's token, written in the claim's transaction. Whatever ends the job (complete,
+fail, release, a recovered lease, cancel, delete) frees its slots with no statement of its own: a slot whose
+job no longer runs with that token is free. A claim of limited jobs is one call of the server-side function
+``qm_claim_limited`` (``limitfn.py``): the group's next job locked, a free slot of each of its keys taken
+(``qm_take_slots``), then the start; claims of one key take different slots side by side, and a key has at
+most ``n`` slots, so no number of claims racing passes a limit. ``claim_job`` of a limited job takes its
+slots the same way, in a transaction of a few statements. ``running()`` counts the running rows
+(``qm_jobs_limited_running``): what the stats show, never what a claim decides on.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ...jobspec import JobSpec
 from ..contract.concurrency import LimitedClaim
 from ..types import Claimed
 from . import upkeep
+from .limitslots import TAKEN
 from .rows import CLAIM_ALONE_NEXT, CLAIMED, CLAIMED_COLUMNS, as_claimed, micros
 from .schema import PENDING, RUNNING, SCHEDULED
 from .sql import Statements, slot, tally
@@ -43,15 +45,10 @@ SELECT id, priority, climits, cns, claim FROM qm_jobs WHERE state = {PENDING} AN
 ORDER BY priority DESC, ready_us, id LIMIT 1 FOR UPDATE SKIP LOCKED
 """
 
-LOCK_KEYS = (
-    "SELECT pg_advisory_xact_lock(hashtextextended('qm_limit:' || k, 0)) FROM unnest(%(keys)s::text[]) k"
+TAKE_SLOTS = (
+    "SELECT qm_take_slots(%(id)s::bigint, %(keys)s::text[], %(ns)s::integer[], %(token)s::bytea, "
+    "%(now)s::bigint)"
 )
-
-RUNNING_OF = f"""
-SELECT k, (SELECT count(*) FROM qm_jobs
-           WHERE state = {RUNNING} AND climits IS NOT NULL AND climits @> ARRAY[k])
-FROM unnest(%(keys)s::text[]) k
-"""
 
 
 START = f"""
@@ -134,10 +131,9 @@ class PgConcurrency:
             return "low", None
         if claim == CLAIM_ALONE_NEXT and not alone_ok:
             return "alone", None
-        ordered = sorted(zip(keys, ns, strict=True))
-        conn.execute(LOCK_KEYS, {"keys": [key for key, _n in ordered]})
-        running = dict(conn.execute(RUNNING_OF, {"keys": [key for key, _n in ordered]}).fetchall())
-        if any(running.get(key, 0) >= n for key, n in ordered):
+        took = conn.execute(TAKE_SLOTS, {"id": found_id, "keys": keys, "ns": ns, "token": params["token"],
+                                         "now": params["now"]}).fetchone()[0]  # fmt: skip
+        if took != TAKEN:
             return "held", None
         was = found[5] if group is None else PENDING
         row = conn.execute(START, {**params, "id": found_id, "was": was}).fetchone()

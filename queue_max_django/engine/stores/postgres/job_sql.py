@@ -125,6 +125,11 @@ upd AS (
 """
 
 
+# A limited job that ends gives its slots back: the claims its limits held may take another job now (the
+# hint wakes the idle consumers, as a put does). -> 1 if it was sent.
+FREES_A_SLOT = notify_if("EXISTS (SELECT 1 FROM gone WHERE gone.cgroup IS NOT NULL)")
+
+
 def _complete_sql(one: bool) -> str:
     """Finish running jobs as done: ``items`` (arrays of ids, tokens, results) or, with ``one``, the single
     job ``%(id)s``, a statement the server plans once (see ``_enqueue_one_sql``): a job acknowledged alone
@@ -155,7 +160,7 @@ ins AS (
         metadata
     FROM gone RETURNING id, queue),
 {tally(("ins", str(RUNNING), -1), ("ins", str(DONE), 1))}
-SELECT array_agg(id) FROM ins
+SELECT (SELECT array_agg(id) FROM ins), {FREES_A_SLOT}
 """
 
 
@@ -190,14 +195,14 @@ WITH gone AS (
 ins AS (
     INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
         started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
-        error_msgs, error, error_type, traceback, metadata)
+        error_msgs, error, error_type, traceback, metadata, cgroup, climits, cns)
     SELECT id, {FAILED}, queue, name, priority, retries + 1, max_retries, attempts, enqueued_us, started_us,
         %(now)s, timeout, partition_key, payload, NULL, worker_ids,
         {appended("error_types", "%(error_type)s")}, {appended("error_msgs", "%(error)s")},
-        %(error)s, %(error_type)s, %(traceback)s, metadata
+        %(error)s, %(error_type)s, %(traceback)s, metadata, cgroup, climits, cns
     FROM gone RETURNING id, queue, error_type),
 {tally(("ins", str(RUNNING), -1), ("ins", str(FAILED), 1), ("ins", str(CANCELLED), IS_CANCEL))}
-SELECT (SELECT id FROM ins)
+SELECT (SELECT id FROM ins), {FREES_A_SLOT}
 """
 
 RELEASE = f"""

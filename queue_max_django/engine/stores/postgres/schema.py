@@ -31,12 +31,15 @@ from typing import Any
 
 from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
-from . import limitfn
+from . import limitfn, limitslots
 from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 
-SCHEMA_VERSION = 7  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
+SCHEMA_VERSION = 8  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
 # 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits; 7: qm_moved
-# (queue_transfer)
+# (queue_transfer); 8: limit slots (qm_limit_slots, qm_take_slots) and a dead letter's limits
+# (qm_finished.cgroup, climits, cns)
+LIMIT_FUNCTIONS = ("qm_claim_limited", "qm_take_slots", "qm_take_many")
+SLOTS_VERSION = 8  # a database from before this version gets slots for its running limited jobs
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -56,7 +59,7 @@ PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 TABLES: tuple[str, ...] = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
     "qm_locks", "qm_workers", "qm_samples", "qm_cancels", "qm_pauses", "qm_pause_version", "qm_turns",
-    "qm_moved",
+    "qm_moved", "qm_limit_slots",
     *WORKFLOW_TABLES,
 )  # fmt: skip
 
@@ -120,6 +123,8 @@ CREATE TABLE IF NOT EXISTS qm_turns (
 );
 CREATE INDEX IF NOT EXISTS qm_turns_order ON qm_turns (turn);
 CREATE SEQUENCE IF NOT EXISTS qm_turn_seq;
+-- Version 7: the slots of the limits (limitslots.py); the limited claim takes them (limitfn.py).
+@LIMIT_SLOTS@
 @LIMITED_CLAIM@
 CREATE INDEX IF NOT EXISTS qm_jobs_scheduled ON qm_jobs (ready_us, id) WHERE state = {SCHEDULED};
 CREATE INDEX IF NOT EXISTS qm_jobs_lease ON qm_jobs (lease_us, id) WHERE state = {RUNNING};
@@ -151,6 +156,10 @@ CREATE TABLE IF NOT EXISTS qm_finished (
 -- Version 2: a job's metadata (NULL: none). A version 1 database gains the column here.
 ALTER TABLE qm_jobs ADD COLUMN IF NOT EXISTS metadata jsonb;
 ALTER TABLE qm_finished ADD COLUMN IF NOT EXISTS metadata jsonb;
+-- Version 7: a dead letter keeps its limits (concurrency.py), which a requeue gives back to it.
+ALTER TABLE qm_finished ADD COLUMN IF NOT EXISTS cgroup text;
+ALTER TABLE qm_finished ADD COLUMN IF NOT EXISTS climits text[];
+ALTER TABLE qm_finished ADD COLUMN IF NOT EXISTS cns integer[];
 CREATE INDEX IF NOT EXISTS qm_finished_done ON qm_finished (finished_us, id) WHERE state = {DONE};
 CREATE INDEX IF NOT EXISTS qm_finished_failed ON qm_finished (id) WHERE state = {FAILED};
 
@@ -258,7 +267,10 @@ def create(conn: Any) -> None:
                 f"the queue_max tables in this database are at schema version {found}, newer than this "
                 f"version of queue_max_django reads ({SCHEMA_VERSION}): upgrade queue_max_django"
             )
-        conn.execute(DDL.replace("@LIMITED_CLAIM@", limitfn.FUNCTION))
+        ddl = DDL.replace("@LIMIT_SLOTS@", limitslots.DDL + limitslots.FUNCTION + limitslots.MANY)
+        conn.execute(ddl.replace("@LIMITED_CLAIM@", limitfn.FUNCTION))
+        if found is not None and found < SLOTS_VERSION:
+            conn.execute(limitslots.FILL)  # the jobs running now hold their slots
         conn.execute(WORKFLOW_DDL)
         conn.execute(
             "INSERT INTO qm_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = %s",
@@ -280,4 +292,4 @@ def drop(conn: Any) -> None:
     with conn.transaction():
         conn.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES) + " CASCADE")
         conn.execute("DROP SEQUENCE IF EXISTS qm_job_ids, qm_count_journal, qm_turn_seq")
-        conn.execute("DROP FUNCTION IF EXISTS " + ", ".join((*FUNCTIONS, "qm_claim_limited")))
+        conn.execute("DROP FUNCTION IF EXISTS " + ", ".join((*FUNCTIONS, *LIMIT_FUNCTIONS)))

@@ -427,11 +427,13 @@ class PostgresStore:
         if len(items) == 1:  # a statement the server plans once (job_sql._complete_sql)
             ((job_id, token, result),) = items
             params = self.params(id=job_id, token=token, result=result, now=micros(now))
-            done = self.one(job_sql.COMPLETE_ONE, params)[0]
+            done, freed = self.one(job_sql.COMPLETE_ONE, params)
         else:
             params = self.params(ids=[item[0] for item in items], tokens=[item[1] for item in items],
                                  results=[item[2] for item in items], now=micros(now))  # fmt: skip
-            done = self.one(job_sql.COMPLETE, params)[0]
+            done, freed = self.one(job_sql.COMPLETE, params)
+        if freed:
+            self.hints.local()
         finished = set(done or ())
         return {
             job_id: str(self._not_held(job_id, token)) for job_id, token, _ in items if job_id not in finished
@@ -452,7 +454,9 @@ class PostgresStore:
                               traceback=traceback)  # fmt: skip
         if retry_at is None:
             state = State.FAILED
-            done = self.one(job_sql.DEAD, params)[0]
+            done, freed = self.one(job_sql.DEAD, params)
+            if freed:
+                self.hints.local()
         else:
             retry_us = micros(retry_at)
             scheduled = retry_us > now_us

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ...job import CORRUPTED, STATE_CODE, State
 from ...retry import decide
 from ..types import UNIQUE_KEY_MIN_TTL, Recovered
-from . import cancels, uniqueness
+from . import cancels, limitslots, uniqueness
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, micros
 from .schema import (
     CANCELLED,
@@ -38,11 +38,11 @@ _LEASE_ERROR = "lease expired: the worker holding the job died or stalled"
 _TO_FINISHED = """
     INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
         started_us, finished_us, timeout, partition_key, payload, result, worker_ids, error_types,
-        error_msgs, error, error_type, traceback, metadata)
+        error_msgs, error, error_type, traceback, metadata, cgroup, climits, cns)
     SELECT id, {state}, queue, name, priority, retries + {charge}, max_retries, attempts, enqueued_us,
         started_us, %(now)s, timeout, partition_key, payload, NULL, worker_ids,
         {types}, {msgs},
-        %(error)s, %(error_type)s, %(traceback)s, metadata
+        %(error)s, %(error_type)s, %(traceback)s, metadata, cgroup, climits, cns
     FROM gone RETURNING id, queue, name"""
 
 
@@ -148,8 +148,9 @@ SELECT count(*) FROM gone
 
 
 def vacuum(store: Statements, now: float, cutoff: float, unique_ttl: float) -> int:
-    """Delete done jobs finished at or before ``cutoff`` (their cancel marks with them), and unique keys used
-    more than ``max(unique_ttl, UNIQUE_KEY_MIN_TTL)`` ago, a batch per statement. -> how many jobs."""
+    """Delete done jobs finished at or before ``cutoff`` (their cancel marks with them), unique keys used
+    more than ``max(unique_ttl, UNIQUE_KEY_MIN_TTL)`` ago, and the free slots of limits not taken since
+    ``cutoff`` (``limitslots.FORGET``), a batch per statement. -> how many jobs."""
     forget = {"cutoff": micros(now - max(unique_ttl, UNIQUE_KEY_MIN_TTL)), "now": micros(now), "batch": BATCH}
     while True:
         conn = store.db.connection()
@@ -157,6 +158,12 @@ def vacuum(store: Statements, now: float, cutoff: float, unique_ttl: float) -> i
             if conn.execute(uniqueness.VACUUM, forget).rowcount < BATCH:
                 break
     cancels.forget_orphans(store)
+    slots = {"cutoff": micros(cutoff), "batch": BATCH}
+    while True:
+        conn = store.db.connection()
+        with store.db.guard(conn):
+            if conn.execute(limitslots.FORGET, slots).rowcount < BATCH:
+                break
     total = 0
     while True:
         removed: int = store.one(_VACUUM, store.params(cutoff=micros(cutoff), batch=BATCH))[0]
@@ -206,10 +213,13 @@ WITH gone AS (DELETE FROM qm_finished WHERE id = %(id)s AND state = {FAILED} AND
               AND error_type IS DISTINCT FROM '{CORRUPTED}' RETURNING *),
 ins AS (
     INSERT INTO qm_jobs (id, state, queue, name, priority, ready_us, retries, max_retries, attempts,
-        enqueued_us, timeout, partition_key, payload, worker_ids, error_types, error_msgs, metadata)
+        enqueued_us, timeout, partition_key, payload, worker_ids, error_types, error_msgs, metadata, cgroup,
+        climits, cns)
     SELECT id, {PENDING}, queue, name, priority, %(now)s, 0, max_retries, attempts, enqueued_us, timeout,
-        partition_key, payload, worker_ids, error_types, error_msgs, metadata
-    FROM gone RETURNING id, queue),
+        partition_key, payload, worker_ids, error_types, error_msgs, metadata, cgroup, climits, cns
+    FROM gone RETURNING id, queue, cgroup),
+turn AS (INSERT INTO qm_turns (grp, turn) SELECT cgroup, nextval('qm_turn_seq') FROM ins
+         WHERE cgroup IS NOT NULL ON CONFLICT (grp) DO NOTHING),
 unmark AS (DELETE FROM qm_cancels c USING ins WHERE c.job_id = ins.id),
 {
     tally(
@@ -281,10 +291,11 @@ def quarantine(store: Statements, now_us: int, job_id: int, reason: str) -> None
     )
 
 
-CHURNED = ("qm_jobs", "qm_counts", "qm_flow", "qm_finished")
+CHURNED = ("qm_jobs", "qm_counts", "qm_flow", "qm_finished", "qm_limit_slots")
 """The tables whose rows are updated or deleted all the time: a live job's row goes when the job ends, a
-counter row is updated by every operation, a done job's row goes when the vacuum deletes it (``RESULT_TTL``
-after it finished: unvacuumed, ``qm_finished`` would grow with every job ever run)."""
+counter row is updated by every operation, a limit's slot row by every limited claim, a done job's row goes
+when the vacuum deletes it (``RESULT_TTL`` after it finished: unvacuumed, ``qm_finished`` would grow with
+every job ever run)."""
 VACUUM_DEAD_MIN = 10_000
 """A churned table is vacuumed by the store when it holds at least this many dead rows, and more dead rows
 than live ones: what autovacuum (set for these tables in schema.py) does far earlier when it runs."""
