@@ -1,5 +1,5 @@
-"""The slot rows of the PostgreSQL store's limits (``postgres/limitslots.py``, schema version 7; version 6
-counted running rows): ``schema.create`` (what ``migrate`` runs) brings a version 6 database up, and a
+"""The slot rows of the PostgreSQL store's limits (``postgres/limitslots.py``, schema version 8; before it a
+claim counted running rows): ``schema.create`` (what ``migrate`` runs) brings a version 6 database up, and a
 limited job running across the upgrade holds its slot; the vacuum forgets the free slot rows not taken since
 its cutoff, never a taken one."""
 
@@ -31,7 +31,7 @@ def test_create_upgrades_a_version_6_database_and_running_jobs_keep_their_slots(
         conn.execute("UPDATE qm_meta SET value = '6' WHERE key = 'schema_version'")
         schema.create(conn)
         schema.create(conn)  # idempotent
-        assert schema.version(conn) == schema.SCHEMA_VERSION == 7
+        assert schema.version(conn) == schema.SCHEMA_VERSION == 8
         assert conn.execute("SELECT key, slot, job_id FROM qm_limit_slots").fetchall() == [("task:t", 0, a)]
     with location.open_queue() as queue:
         store = queue._store

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from queue_max_django.engine import Queue
+from queue_max_django.engine import Queue, QueueEmpty
 from queue_max_django.engine.stores.memory.store import MemoryStore
 from queue_max_django.engine.transfer import Refused, transfer_queues
 
@@ -61,3 +61,26 @@ def test_a_running_job_or_a_live_worker_refuses_the_move_and_a_dry_run_writes_no
         with pytest.raises(Refused, match="same store"):
             transfer_queues(queue, queue)
         assert memory.stats()["total"] == 0
+
+
+def test_a_limited_dead_letter_moved_and_requeued_is_limited_again(queue: Queue) -> None:
+    """A dead letter keeps its limits through a move (to memory and back, on every store kind): requeued,
+    it waits while its key's one slot is taken."""
+    limit = (("task:t", 1),)
+    dead = queue.put("dead", name="t", max_retries=0, concurrency=limit)
+    record = queue.claim(dead)
+    assert record is not None
+    record.nack(ValueError("dead"))
+    with Queue(MemoryStore()) as memory:  # a store of its own
+        assert transfer_queues(queue, memory).jobs == 1
+        assert transfer_queues(memory, queue).jobs == 1
+    holder = queue.put("holder", name="t", concurrency=limit)
+    running = queue.get(timeout=0)
+    assert running is not None and running.job_id == holder
+    assert queue.requeue(dead)
+    with pytest.raises(QueueEmpty):  # the key's one slot is taken: the requeued job waits
+        queue.get(timeout=0)
+    running.ack()
+    again = queue.get(timeout=0)
+    assert again is not None and again.job_id == dead
+    again.ack()

@@ -1,5 +1,5 @@
 """The PostgreSQL store's limited claim as one server-side function (``qm_claim_limited``), created with the
-schema (version 3; slots since version 7): a claim of up to ``p_limit`` limited jobs is one round trip.
+schema (version 3; slots since version 8): a claim of up to ``p_limit`` limited jobs is one round trip.
 
 It goes round the groups of ``qm_turns`` in turn order. For each group: its next waiting job, locked ``FOR
 UPDATE SKIP LOCKED``; then a slot of each of its keys (``qm_take_slots``, ``limitslots.py``: a slot free in
@@ -11,7 +11,7 @@ rows another claim is growing at that moment leaves the group its turn (the clai
 No statement here waits for another claim (job rows ``SKIP LOCKED``, the slots' and the growth's advisory
 locks only tried, a group's row in ``qm_turns`` moved or removed only if no other claim holds it), so claims
 of one key run side by side and never deadlock. Counter rows are written once, at the end, in key order, as
-every statement of the store writes them. (Before schema version 7 the claim took an advisory lock per key and
+every statement of the store writes them. (Before schema version 8 the claim took an advisory lock per key and
 counted the key's running rows under it: every claim of a key waited in line for the one before.)
 """
 

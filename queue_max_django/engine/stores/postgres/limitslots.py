@@ -1,4 +1,4 @@
-"""The slots of the PostgreSQL store's concurrency limits (schema version 7): ``qm_limit_slots`` and the
+"""The slots of the PostgreSQL store's concurrency limits (schema version 8): ``qm_limit_slots`` and the
 server-side function ``qm_take_slots`` that the limited claim (``limitfn.py``) and ``claim_job`` of a limited
 job call.
 

@@ -32,7 +32,7 @@ UNION ALL
 SELECT * FROM (
     SELECT id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us, 0, started_us,
            finished_us, timeout, partition_key, payload, result, error, error_type, traceback, worker_ids,
-           error_types, error_msgs, metadata::text, NULL::text[], NULL::integer[], NULL::smallint
+           error_types, error_msgs, metadata::text, climits, cns, NULL::smallint
     FROM qm_finished WHERE %(after)s::bigint IS NULL OR id > %(after)s ORDER BY id LIMIT %(limit)s) ended
 ORDER BY id LIMIT %(limit)s
 """
@@ -48,8 +48,10 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 
 _FINISHED = """
 INSERT INTO qm_finished (id, state, queue, name, priority, retries, max_retries, attempts, enqueued_us,
                          started_us, finished_us, timeout, partition_key, payload, result, worker_ids,
-                         error_types, error_msgs, error, error_type, traceback, metadata)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::text::jsonb)
+                         error_types, error_msgs, error, error_type, traceback, metadata, cgroup, climits,
+                         cns)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::text::jsonb,
+        %s, %s, %s)
 """
 
 _UNIQUE = """
@@ -215,10 +217,14 @@ def _live_row(job: MovedJob) -> tuple[Any, ...]:
 
 
 def _finished_row(job: MovedJob) -> tuple[Any, ...]:
+    limited = job.limits is not None  # a dead letter keeps its limits for a requeue (schema version 8)
     return (
         job.job_id, STATE_CODE[job.state], job.queue, job.name, job.priority, job.retries, job.max_retries,
         job.attempts, job.enqueued_us, job.started_us, job.finished_us, job.timeout, job.partition_key,
         job.payload, job.result, list(job.worker_ids), [t for t, _m in job.errors],
         [m for _t, m in job.errors], job.error, job.error_type, job.traceback,
         None if job.metadata is None else job.metadata.decode(),
+        group_of(job.queue, job.limits) if limited else None,  # type: ignore[arg-type]
+        [key for key, _n in job.limits] if limited else None,  # type: ignore[union-attr]
+        [n for _key, n in job.limits] if limited else None,  # type: ignore[union-attr]
     )  # fmt: skip
