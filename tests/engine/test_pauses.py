@@ -113,14 +113,9 @@ def test_concurrency_limited_jobs_of_a_paused_queue_wait_and_the_others_run(queu
     assert drain(queue) == ["held"]
 
 
-def test_a_paused_task_never_holds_the_other_limited_jobs_of_its_queue(
-    queue: Queue, store_kind: str, request: pytest.FixtureRequest
-) -> None:
+def test_a_paused_task_never_holds_the_other_limited_jobs_of_its_queue(queue: Queue) -> None:
     """A paused task's limited jobs wait; the queue's other tasks' limited jobs run, under their own limit
     and under the queue's limit, where the paused task's jobs come first in the queue limit's group."""
-    if store_kind == "postgres":
-        why = "PostgreSQL's limited claim (being rewritten) takes no skip yet: the queue's limited jobs wait"
-        request.applymarker(pytest.mark.xfail(strict=True, reason=why))
     queue_limit = (("queue:mail", 5),)
     for n in range(2):  # the paused task's first, on one shard (a limit's key places them)
         queue.put(f"send {n}", queue="mail", name="app.send", priority=10, concurrency=queue_limit)

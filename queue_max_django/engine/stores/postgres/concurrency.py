@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...concurrency import SCAN_GROUPS, group_of
+from ...concurrency import SCAN_GROUPS, Skip, group_of
 from ...errors import QueueCorrupted
 from ...jobspec import JobSpec
 from ..contract.concurrency import LimitedClaim
@@ -80,7 +80,8 @@ GROUP BY k ORDER BY k
 
 CLAIM_LIMITED = """
 SELECT * FROM qm_claim_limited(%(queues)s::text[], %(min)s::integer, %(limit)s::integer, %(now)s::bigint,
-    %(lease)s::bigint, %(token)s::bytea, %(worker)s::text, %(slot)s::bigint, %(scan)s::integer)
+    %(lease)s::bigint, %(token)s::bytea, %(worker)s::text, %(slot)s::bigint, %(scan)s::integer,
+    %(skip)s::text[])
 """
 
 
@@ -101,6 +102,8 @@ def limit_new(ids: list[int], spec: JobSpec, params: dict[str, Any]) -> tuple[st
 
 class PgConcurrency:
     """``Store.concurrency`` of a ``PostgresStore``."""
+
+    passes_paused_tasks = True  # its claim takes ``skip`` (stores/contract/concurrency.py)
 
     def __init__(self, store: Statements) -> None:
         self._store = store
@@ -157,16 +160,18 @@ class PgConcurrency:
         worker: str | None,
         min_priority: int | None,
         limit: int = 1,
+        skip: Skip | None = None,
     ) -> LimitedClaim:
         """One round trip for the due jobs' promotion, one for the claim (``limitfn.py``), one for whether
-        limited jobs still wait."""
+        limited jobs still wait. ``skip``: the paused tasks whose jobs the claim passes over."""
         store = self._store
         listed = None if queues is None else list(queues)
+        passed = [f"{queue}\x1f{name}" for queue, names in (skip or {}).items() for name in sorted(names)]
         store.one(upkeep.PROMOTE, store.params(now=micros(now), batch=upkeep.BATCH))
         rows = store.rows(CLAIM_LIMITED, {
             "queues": listed, "min": min_priority, "limit": limit, "now": micros(now),
             "lease": micros(now + lease_time), "token": token, "worker": worker, "slot": slot(),
-            "scan": SCAN_GROUPS,
+            "scan": SCAN_GROUPS, "skip": passed or None,
         })  # fmt: skip
         taken: list[Claimed] = []
         for row in rows:

@@ -23,6 +23,10 @@ from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, HISTORY_MAX
 
 PENDING, RUNNING = STATE_CODE[State.PENDING], STATE_CODE[State.RUNNING]  # as schema.py numbers them
 
+# A job the claim may take: not one of a paused task of its queue (``p_skip``: "queue chr(31) task" of each
+# paused task of the claim's queues, [sc_concurrency_paused]); the scan of a group passes over those.
+PASSING = "(p_skip IS NULL OR (q.queue || chr(31) || q.name) <> ALL(p_skip))"
+
 # A claim of several jobs from several groups (``ROUNDS``, in ``qm_claim_limited``): it goes round the groups
 # as the loop below does, a round at a time: one statement locks the next job of each group still in the
 # round (in turn order), one takes a slot for each of them (the first free of its key among the four least
@@ -47,7 +51,7 @@ ROUNDS = f"""
                       FROM unnest(active) WITH ORDINALITY a(grp, o)
                       CROSS JOIN LATERAL (
                           SELECT q.id, q.climits, q.cns, q.queue, q.priority, q.claim FROM qm_jobs q
-                          WHERE q.state = {PENDING} AND q.cgroup COLLATE "C" = a.grp
+                          WHERE q.state = {PENDING} AND q.cgroup COLLATE "C" = a.grp AND {PASSING}
                           ORDER BY q.priority DESC, q.ready_us, q.id LIMIT 1 FOR UPDATE SKIP LOCKED) q
                       ORDER BY a.o LIMIT p_limit - cardinality(taken)) n;
             IF rnd = 1 THEN
@@ -144,9 +148,11 @@ ROUNDS = f"""
 """
 
 FUNCTION = f"""
+DROP FUNCTION IF EXISTS qm_claim_limited(  -- before the paused tasks' skip, its arguments were these
+    text[], integer, integer, bigint, bigint, bytea, text, bigint, integer);
 CREATE OR REPLACE FUNCTION qm_claim_limited(
     p_queues text[], p_min integer, p_limit integer, p_now bigint, p_lease bigint, p_token bytea,
-    p_worker text, p_slot bigint, p_scan integer)
+    p_worker text, p_slot bigint, p_scan integer, p_skip text[])
 RETURNS TABLE (id bigint, token bytea, payload bytea, retries integer, max_retries integer,
                attempts integer, enqueued_us bigint, priority smallint, queue text, name text,
                timeout double precision, lease_us bigint, worker_ids text[], claim smallint,
@@ -195,7 +201,7 @@ BEGIN
         -- floor) take their slots and start together, a few statements in all.
         g := groups[1];
         FOR j IN SELECT q.id, q.priority, q.climits, q.cns, q.claim, q.queue FROM qm_jobs q
-                WHERE q.state = {PENDING} AND q.cgroup COLLATE "C" = g
+                WHERE q.state = {PENDING} AND q.cgroup COLLATE "C" = g AND {PASSING}
                 ORDER BY q.priority DESC, q.ready_us, q.id LIMIT p_limit FOR UPDATE SKIP LOCKED LOOP
             EXIT WHEN cardinality(j.climits) <> 1 OR j.claim IS NOT DISTINCT FROM {CLAIM_ALONE_NEXT}
                 OR (p_min IS NOT NULL AND j.priority < p_min)
@@ -229,7 +235,7 @@ BEGIN
         g := groups[pos];
         pos := pos + 1;
         SELECT q.id, q.priority, q.climits, q.cns, q.claim, q.queue INTO j FROM qm_jobs q
-            WHERE q.state = {PENDING} AND q.cgroup COLLATE "C" = g
+            WHERE q.state = {PENDING} AND q.cgroup COLLATE "C" = g AND {PASSING}
             ORDER BY q.priority DESC, q.ready_us, q.id LIMIT 1 FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             DELETE FROM qm_turns t

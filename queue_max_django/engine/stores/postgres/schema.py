@@ -123,7 +123,7 @@ CREATE TABLE IF NOT EXISTS qm_turns (
 );
 CREATE INDEX IF NOT EXISTS qm_turns_order ON qm_turns (turn);
 CREATE SEQUENCE IF NOT EXISTS qm_turn_seq;
--- Version 7: the slots of the limits (limitslots.py); the limited claim takes them (limitfn.py).
+-- Version 8: the slots of the limits (limitslots.py); the limited claim takes them (limitfn.py).
 @LIMIT_SLOTS@
 @LIMITED_CLAIM@
 CREATE INDEX IF NOT EXISTS qm_jobs_scheduled ON qm_jobs (ready_us, id) WHERE state = {SCHEDULED};
