@@ -40,6 +40,7 @@ from .meta import (
 )
 from .pauses import LmdbPauses
 from .reads import Listed
+from .schedules import LmdbSchedules
 from .shard import Shard
 from .wake import Waker
 from .workflows import LmdbWorkflows
@@ -152,6 +153,7 @@ class LmdbStore:
         self.control = Control(control_env, self.clock)
         self.locks = Coordination(control_env, self.clock)
         self.pauses = LmdbPauses(control_env, self.clock, self.hints)
+        self.schedules = LmdbSchedules(control_env)
         self.workflows = LmdbWorkflows(self)
         self.concurrency = LmdbConcurrency(lambda: self._shards)
         self._history = History(control_env)

@@ -32,10 +32,11 @@ from typing import Any
 from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
 from . import limitfn
+from . import schedules as schedule_schema
 from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 
-SCHEMA_VERSION = 6  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
-# 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits
+SCHEMA_VERSION = 7  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
+# 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits; 7: qm_schedules
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -55,7 +56,7 @@ PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 TABLES: tuple[str, ...] = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
     "qm_locks", "qm_workers", "qm_samples", "qm_cancels", "qm_pauses", "qm_pause_version", "qm_turns",
-    *WORKFLOW_TABLES,
+    schedule_schema.TABLE, *WORKFLOW_TABLES,
 )  # fmt: skip
 
 DDL = f"""
@@ -252,6 +253,7 @@ def create(conn: Any) -> None:
             )
         conn.execute(DDL.replace("@LIMITED_CLAIM@", limitfn.FUNCTION))
         conn.execute(WORKFLOW_DDL)
+        conn.execute(schedule_schema.DDL)
         conn.execute(
             "INSERT INTO qm_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = %s",
             (str(SCHEMA_VERSION), str(SCHEMA_VERSION)),
