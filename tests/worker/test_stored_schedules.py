@@ -1,6 +1,7 @@
 """A schedule kept in the store, ticked by two real ``queue_worker`` commands: while the leading one is
 SIGKILLed (its whole process group), the other takes the lead and every one-second tick is enqueued exactly
-once, with no gap (issue 34). The checks and the scheduler in-process: tests/django/, same name."""
+once, with no gap (issue 34). The checks and the scheduler in-process are in
+tests/django/test_schedules_stored.py."""
 
 from __future__ import annotations
 
