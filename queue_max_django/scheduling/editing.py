@@ -164,7 +164,7 @@ def pause(queue: Queue, name: str, *, until: float | None = None, by: str | None
         raise ScheduleError(f"until must be a time, not {until!r}")
 
     def change(old: StoredSchedule | None) -> StoredSchedule:
-        base = old if old is not None else StoredSchedule(name)  # a code-declared one never paused
+        base = _base(name, old)
         if until is None:
             return replace(base, enabled=False, paused_until=None, changed_by=_by(by))
         return replace(base, enabled=True, paused_until=float(until), changed_by=_by(by))
@@ -177,18 +177,27 @@ def resume(queue: Queue, name: str, *, by: str | None = None) -> StoredSchedule:
     _exists(queue, name)
 
     def change(old: StoredSchedule | None) -> StoredSchedule:
-        base = old if old is not None else StoredSchedule(name)
-        return replace(base, enabled=True, paused_until=None, changed_by=_by(by))
+        return replace(_base(name, old), enabled=True, paused_until=None, changed_by=_by(by))
 
     return _change(queue, name, change)
 
 
+def _base(name: str, old: StoredSchedule | None) -> StoredSchedule:
+    """What a pause or resume changes: the kept record, or a code-declared schedule's first one."""
+    if old is not None:
+        return old
+    if not _declared(name):  # removed since it was looked at
+        raise UnknownSchedule(f"no schedule named {name!r} is kept")
+    return StoredSchedule(name)
+
+
 def remove(queue: Queue, name: str) -> None:
-    """Remove the kept schedule ``name``; ``ScheduleError`` for a code-declared or missing one."""
+    """Remove the kept schedule ``name`` (or the pause state left by a ``@periodic_task`` that is gone from
+    the code); ``ScheduleError`` for a code-declared or missing one."""
     _refuse_declared(name, "removed")
 
     def change(old: StoredSchedule | None) -> None:
-        if old is None or old.declared:
+        if old is None:
             raise UnknownSchedule(f"no schedule named {name!r} is kept")
         return None
 

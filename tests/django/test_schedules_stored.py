@@ -95,6 +95,10 @@ def test_add_list_pause_resume_remove_with_json(store: Queue) -> None:
     assert call("remove", "mail ops").strip() == "removed schedule 'mail ops'"
     assert store.schedule("mail ops") is None
     assert [name for name in store.schedule_names()] == ["code.cleanup"]  # its pause state stays
+    del registry._tasks["code.cleanup"]  # gone from the code: its pause state can be removed
+    assert "code.cleanup" not in call("list")
+    call("remove", "code.cleanup")
+    assert store.schedule_names() == []
 
 
 def test_the_command_refuses_bad_input_and_writes_nothing(store: Queue) -> None:
