@@ -27,6 +27,7 @@ from .pausestate import Pause
 from .queue import MAX_IDLE_WAIT, Queue
 from .ratelimit import Rate
 from .record import Record
+from .schedulestate import Edit, StoredSchedule
 from .stores.types import LockHolder, WorkerInfo
 from .validate import check_number
 
@@ -327,6 +328,17 @@ class AsyncQueue:
 
     async def pauses(self) -> list[Pause]:
         return await asyncio.to_thread(self.queue.pauses)
+
+    # ------------------------------------------------------------------ kept schedules
+
+    async def schedules(self) -> list[StoredSchedule]:
+        return await asyncio.to_thread(self.queue.schedules)
+
+    async def schedule(self, name: str) -> StoredSchedule | None:
+        return await asyncio.to_thread(self.queue.schedule, name)
+
+    async def change_schedule(self, name: str, edit: Edit) -> StoredSchedule | None:
+        return await asyncio.to_thread(self.queue.change_schedule, name, edit)
 
     # ------------------------------------------------------------------ locks and workers
 

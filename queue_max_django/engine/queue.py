@@ -40,6 +40,7 @@ from .pausecontrol import PauseControl
 from .pauses import Pauses
 from .putting import Putter, joined
 from .record import Record
+from .schedulecontrol import ScheduleControl
 from .stores.base import Store
 from .stores.opening import DEFAULT_MAP_SIZE, open_store
 from .tokens import new_token
@@ -52,7 +53,7 @@ Clock = Callable[[], float]
 logger = logging.getLogger("queue_max_django.engine")
 
 
-class Queue(Coordination, FlowControl, PauseControl, UniquePuts):
+class Queue(Coordination, FlowControl, PauseControl, ScheduleControl, UniquePuts):
     """A persistent, sharded, crash-safe job queue in a directory (or on a store object: see
     ``stores/base.py``). See docs/reference/engine.md."""
 

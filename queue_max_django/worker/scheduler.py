@@ -1,4 +1,7 @@
-"""The periodic scheduler: enqueues each tick of every ``@periodic_task`` exactly once per store.
+"""The periodic scheduler: enqueues each tick of every ``@periodic_task``, and of every schedule kept in the
+store (``scheduling/ticking.py``: both kinds take the same path, each with tick keys of its own), exactly
+once per store. A paused or disabled schedule enqueues nothing, and a tick due before its last change is
+never caught up.
 
 Any number of ``queue_worker`` commands may run one; only the one holding the store's ``LOCK`` lease (renewed
 every step, lost ``LOCK_TTL`` seconds after its holder dies) enqueues. Each tick is put with a unique key
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import logging
 import threading
 import time
@@ -34,7 +36,10 @@ from typing import Any
 
 from ..engine import LockHolder, Queue, QueueError
 from ..periodic import PeriodicTask, periodic_tasks
-from ..schedules import ticks_between
+from ..schedules import Cron, Interval, ticks_between
+from ..scheduling.ticking import Ticker, declared_ticker, tick_key, tickers
+
+__all__ = ["LOCK", "LOCK_TTL", "MAX_CATCH_UP", "STEP", "Scheduler", "resume_point", "tick_key"]
 
 logger = logging.getLogger("queue_max_django.worker")
 
@@ -42,16 +47,6 @@ LOCK = "periodic-scheduler"
 LOCK_TTL = 10.0
 STEP = 0.5  # seconds between steps: the lateness of a tick is at most about this
 MAX_CATCH_UP = 100  # ticks of one task enqueued in one step at most: the latest that are due
-
-
-def tick_key(task_name: str, due: dt.datetime) -> str:
-    """The unique key of one tick; long task names are hashed to keep it within the engine's limit."""
-    name = (
-        task_name
-        if len(task_name) <= 120
-        else hashlib.blake2b(task_name.encode(), digest_size=16).hexdigest()
-    )
-    return f"periodic:{name}:{int(due.timestamp() * 1_000_000)}"
 
 
 def resume_point(previous: LockHolder, lock_ttl: float, now: float) -> float:
@@ -71,13 +66,16 @@ class Scheduler:
         tasks: Callable[[], list[PeriodicTask[..., Any]]] = periodic_tasks,
         clock: Callable[[], float] = time.time,
         lock_ttl: float = LOCK_TTL,
+        stored: bool = True,
     ) -> None:
         self.queue = queue
         self.owner = owner
         self._tasks = tasks
         self._clock = clock
         self._lock_ttl = lock_ttl
-        self._next: dict[str, dt.datetime] = {}  # per task: the first tick this leader has not handled yet
+        self._stored = stored  # also tick the schedules kept in the store (scheduling/ticking.py)
+        # per ticker: (its schedule, the first tick this leader has not handled yet)
+        self._next: dict[str, tuple[Interval | Cron, dt.datetime]] = {}
         self._resume_from = 0.0  # when this leadership began: ticks from then on are not handled yet
         self.leading = False
         self._stop = threading.Event()
@@ -109,47 +107,52 @@ class Scheduler:
                         ", ".join(t.name for t in self._tasks()) or "none")  # fmt: skip
         moment = dt.datetime.fromtimestamp(now, dt.UTC)
         enqueued = 0
-        for task in self._tasks():
-            if task.schedule is None:
+        for ticker in tickers(self.queue, self._tasks, now, stored=self._stored):
+            schedule = ticker.schedule
+            known = self._next.get(ticker.key)
+            start = None if known is None or known[0] != schedule else known[1]  # an edit starts afresh
+            if ticker.held:  # paused or disabled: its ticks meanwhile are skipped, not caught up later
+                self._next[ticker.key] = (schedule, schedule.next_after(moment))
                 continue
-            oldest = moment - dt.timedelta(seconds=task.misfire_grace_time)
-            start = self._next.get(task.name)  # the first tick this leader has not handled yet
+            oldest = moment - dt.timedelta(seconds=ticker.misfire_grace_time)
             if start is not None and start < oldest:
                 logger.warning("scheduler: ticks of %s due from %s to %s were skipped: later than its "
-                               "misfire_grace_time (%g s)", task.name, start.isoformat(), oldest.isoformat(),
-                               task.misfire_grace_time)  # fmt: skip
+                               "misfire_grace_time (%g s)", ticker.label, start.isoformat(),
+                               oldest.isoformat(), ticker.misfire_grace_time)  # fmt: skip
             if start is None:  # a new leadership: from the previous leader's last renewal, or from now
                 start = dt.datetime.fromtimestamp(self._resume_from, dt.UTC)
-            if start < oldest:
-                start = oldest
+            # Never a tick due at or before the record's last change (a resume, an edit): not caught up.
+            floor = dt.datetime.fromtimestamp(ticker.not_before, dt.UTC) + dt.timedelta(microseconds=1)
+            start = max(start, oldest, floor)
             due, left_out = ticks_between(
-                task.schedule, start, moment, limit=1 if task.coalesce else MAX_CATCH_UP
+                schedule, start, moment, limit=1 if ticker.coalesce else MAX_CATCH_UP
             )
-            self._next[task.name] = task.schedule.next_after(moment)
-            if left_out and not task.coalesce:
+            self._next[ticker.key] = (schedule, schedule.next_after(moment))
+            if left_out and not ticker.coalesce:
                 logger.warning(
                     "scheduler: %d ticks of %s due from %s were skipped: at most %d are caught up at once",
-                    left_out, task.name, start.isoformat(), MAX_CATCH_UP,
+                    left_out, ticker.label, start.isoformat(), MAX_CATCH_UP,
                 )  # fmt: skip
             for tick in due:
                 late = self._clock() - tick.timestamp()  # again: this step may have been paused
-                if late > task.misfire_grace_time:
+                if late > ticker.misfire_grace_time:
                     logger.warning("scheduler: skipped %s due %s, %.1f s late (misfire_grace_time %g s)",
-                                   task.name, tick.isoformat(), late, task.misfire_grace_time)  # fmt: skip
+                                   ticker.label, tick.isoformat(), late,
+                                   ticker.misfire_grace_time)  # fmt: skip
                     continue
-                if self._enqueue(task, tick):
+                if self._enqueue(ticker, tick):
                     enqueued += 1
         return enqueued
 
-    def _enqueue(self, task: PeriodicTask[..., Any], due: dt.datetime) -> bool:
-        options = {**task._put_options(), "delay": None, "eta": None}
+    def _enqueue(self, ticker: Ticker | PeriodicTask[..., Any], due: dt.datetime) -> bool:
+        if isinstance(ticker, PeriodicTask):
+            ticker = declared_ticker(ticker)
         try:
-            task._prepare(self.queue)
-            job_id = self.queue.put(task._payload((), {}), unique_key=tick_key(task.name, due), **options)
+            job_id = ticker.enqueue(self.queue, due)
         except QueueError:
-            logger.exception("scheduler: enqueueing %s due %s failed", task.name, due.isoformat())
+            logger.exception("scheduler: enqueueing %s due %s failed", ticker.label, due.isoformat())
             return False
-        logger.info("scheduler: enqueued %s due %s as job %s", task.name, due.isoformat(), job_id)
+        logger.info("scheduler: enqueued %s due %s as job %s", ticker.label, due.isoformat(), job_id)
         return True
 
     # ------------------------------------------------------------------ as a thread

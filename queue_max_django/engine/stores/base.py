@@ -78,7 +78,7 @@ use it:
   own (the worker then writes its acknowledgements while it runs the next jobs).
 
 Every method of ``Store`` and of the protocols it hands out (``contract/``: ``Hints``, ``FlowOps``,
-``LockOps``, ``PauseOps``, ``TransferOps``) must exist; where a store has nothing to
+``LockOps``, ``PauseOps``, ``TransferOps``, ``ScheduleOps``) must exist; where a store has nothing to
 do, the method says so (``reader_check`` returns 0, ``Hints.watch`` returns None, ``end_thread`` does
 nothing). The ``durable`` arguments ask for the commit to be on disk before the call returns; a store whose
 every commit already is (PostgreSQL with ``synchronous_commit``) ignores them.
@@ -112,6 +112,7 @@ from .contract.flow import FlowOps
 from .contract.hints import Hints
 from .contract.locks import LockOps
 from .contract.pauses import PauseOps
+from .contract.schedules import ScheduleOps
 from .contract.transfer import TransferOps
 from .contract.workflows import WorkflowOps
 from .types import (
@@ -154,6 +155,9 @@ class Store(Protocol):
 
     @property
     def pauses(self) -> PauseOps: ...
+
+    @property
+    def schedules(self) -> ScheduleOps: ...
 
     @property
     def workflows(self) -> WorkflowOps: ...

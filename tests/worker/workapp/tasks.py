@@ -91,6 +91,12 @@ def every_second() -> None:
 
 
 @task
+def stored_tick(label: str) -> None:
+    """The task of a schedule kept in the store (tests/worker/test_stored_schedules.py)."""
+    mark("stored_ticks", f"{label}@{time.time()}")
+
+
+@task
 def exits(code: int) -> None:
     """``sys.exit()`` in a task, as argparse or click code given bad arguments does."""
     mark("exits", code)

@@ -52,6 +52,7 @@ CONTROL_DB_NAMES = (
     "workers",  # worker id -> its last report (see coordination.py)
     "samples",  # unix minute -> a sample of the store-wide counters (see history.py)
     "pauses",  # (queue, NUL, task) -> a pause in force (see pauses.py)
+    "schedules",  # schedule name -> a kept schedule (see schedules.py)
 )
 
 T = TypeVar("T")

@@ -40,6 +40,7 @@ from .meta import (
 )
 from .pauses import LmdbPauses
 from .reads import Listed
+from .schedules import LmdbSchedules
 from .shard import Shard
 from .transfer import LmdbTransfer
 from .wake import Waker
@@ -153,6 +154,7 @@ class LmdbStore:
         self.control = Control(control_env, self.clock)
         self.locks = Coordination(control_env, self.clock)
         self.pauses = LmdbPauses(control_env, self.clock, self.hints)
+        self.schedules = LmdbSchedules(control_env)
         self.workflows = LmdbWorkflows(self)
         self.concurrency = LmdbConcurrency(lambda: self._shards)
         self.transfer = LmdbTransfer(lambda: self._shards, self.hints.notify)
@@ -376,8 +378,7 @@ class LmdbStore:
         return state
 
     def release(self, now: float, job_id: int, token: bytes, retry_at: float | None = None) -> None:
-        """Back to pending (scheduled until ``retry_at`` when that is after ``now``), not charged an
-        attempt."""
+        """Back to pending (scheduled until a ``retry_at`` after ``now``), not charged an attempt."""
         one = self._shard(job_id)
         one.release(now, job_id, token, retry_at)
         self.hints.notify(one.index)
@@ -509,8 +510,7 @@ class LmdbStore:
         return total
 
     def queue_counts(self, now: float) -> dict[str, dict[str, int]]:
-        """Per queue: pending, scheduled and running jobs, from counters (a shard whose counters are not known
-        to be exact rebuilds them first)."""
+        """Per queue: pending, scheduled and running jobs, from counters (inexact ones rebuilt first)."""
         total: dict[str, dict[str, int]] = {}
         for one in self._shards:
             for queue, counts in one.queue_counts(now=now).items():

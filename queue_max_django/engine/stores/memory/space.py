@@ -121,6 +121,7 @@ class Space:
         self.breakers: dict[str, bytes] = {}
         self.flow_version = 0
         self.pauses: dict[str, bytes] = {}  # pausestate.target_key -> pausestate.pack (pauses.py)
+        self.schedules: dict[str, bytes] = {}  # schedule name -> schedulestate.pack (schedules.py)
         self.pause_version = 0
         self.locks: dict[str, tuple[str, float, float]] = {}  # name -> (owner, expires at, since)
         self.workers: dict[str, dict[str, Any]] = {}  # worker id -> its report (WorkerInfo's fields)

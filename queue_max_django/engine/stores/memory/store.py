@@ -26,6 +26,7 @@ from .concurrency import MemoryConcurrency
 from .control import MemoryControl, MemoryLocks
 from .hints import MemoryHints
 from .pauses import MemoryPauses
+from .schedules import MemorySchedules
 from .space import Row, Space, micros, ready_key
 from .transfer import MemoryTransfer
 from .workflows import MemoryWorkflows
@@ -97,6 +98,7 @@ class MemoryStore:
         self.control = MemoryControl(self.space, self.clock)
         self.locks = MemoryLocks(self.space, self.clock)
         self.pauses = MemoryPauses(self.space, self.clock, self.hints)
+        self.schedules = MemorySchedules(self.space)
         self.workflows = MemoryWorkflows(self.space)
         self.concurrency = MemoryConcurrency(self.space)
         self.transfer = MemoryTransfer(self.space)

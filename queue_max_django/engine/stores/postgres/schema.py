@@ -32,12 +32,13 @@ from typing import Any
 from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
 from . import limitfn, limitslots
+from . import schedules as schedule_schema
 from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 
-SCHEMA_VERSION = 8  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
+SCHEMA_VERSION = 9  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
 # 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits; 7: qm_moved
 # (queue_transfer); 8: limit slots (qm_limit_slots, qm_take_slots) and a dead letter's limits
-# (qm_finished.cgroup, climits, cns)
+# (qm_finished.cgroup, climits, cns); 9: qm_schedules
 LIMIT_FUNCTIONS = ("qm_claim_limited", "qm_take_slots", "qm_take_many")
 SLOTS_VERSION = 8  # a database from before this version gets slots for its running limited jobs
 COUNTER_SLOTS = 16
@@ -59,7 +60,7 @@ PENDING, SCHEDULED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 TABLES: tuple[str, ...] = (
     "qm_meta", "qm_jobs", "qm_finished", "qm_counts", "qm_unique", "qm_limits", "qm_breakers", "qm_flow",
     "qm_locks", "qm_workers", "qm_samples", "qm_cancels", "qm_pauses", "qm_pause_version", "qm_turns",
-    "qm_moved", "qm_limit_slots",
+    "qm_moved", "qm_limit_slots", schedule_schema.TABLE,
     *WORKFLOW_TABLES,
 )  # fmt: skip
 
@@ -272,6 +273,7 @@ def create(conn: Any) -> None:
         if found is not None and found < SLOTS_VERSION:
             conn.execute(limitslots.FILL)  # the jobs running now hold their slots
         conn.execute(WORKFLOW_DDL)
+        conn.execute(schedule_schema.DDL)
         conn.execute(
             "INSERT INTO qm_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = %s",
             (str(SCHEMA_VERSION), str(SCHEMA_VERSION)),

@@ -47,6 +47,7 @@ from .coordination import PgCoordination
 from .hints import PgHints
 from .pauses import PgPauses
 from .rows import CLAIMED_COLUMNS, as_claimed, micros, pack_key
+from .schedules import PgSchedules
 from .schema import PENDING, RUNNING, SCHEDULED
 from .sql import FOLD_JOURNAL, slot
 from .transfer import PgTransfer
@@ -143,6 +144,7 @@ class PostgresStore:
         self.concurrency = PgConcurrency(self)
         self.locks = PgCoordination(self.db, self.clock)
         self.pauses = PgPauses(self.db, self.clock, self.hints)
+        self.schedules = PgSchedules(self.db)
         self.workflows = PgWorkflows(self)
         self.transfer = PgTransfer(self)
 
