@@ -1,5 +1,6 @@
-"""Moving a store's jobs, pauses, rate limits and breakers to another store (``manage.py queue_transfer``),
-so that an application can go from the embedded LMDB store to PostgreSQL (or back) without losing a job.
+"""Moving a store's jobs, pauses, kept schedules, rate limits and breakers to another store (``manage.py
+queue_transfer``), so that an application can go from the embedded LMDB store to PostgreSQL (or back)
+without losing a job.
 
 The move is made of ``Store.transfer``'s operations (``stores/contract/transfer.py``), batch after batch:
 
@@ -20,7 +21,9 @@ target all along (the ids it takes in stay apart from its own: ``[sc_transfer_id
 (a later pass, or a rerun, moves them).
 
 Rate limits and breakers move as their definitions (a limit starts with a full bucket in the target, a
-breaker closed: ``FlowOps.set_limit``/``set_breaker``); a pause moves with the time it has left. A job's
+breaker closed: ``FlowOps.set_limit``/``set_breaker``); a pause moves with the time it has left; a kept
+schedule (``ScheduleOps``) as it is kept, its record's bytes written under its name (a rerun writes it
+again, over a change made in the target meanwhile, as it applies the pauses again). A job's
 unique key moves with it (its entry, in the insert's transaction), unless the target already has an entry
 for that key, or is a store of several shards where the key's shard is not the job's (``_unique_fits``:
 the report counts them). Running workflows are refused
@@ -60,6 +63,7 @@ class Report:
     limits: int = 0
     breakers: int = 0
     pauses: int = 0
+    schedules: int = 0
     unique_keys: int = 0  # moved jobs that held a unique key: its entry moved with them
     unique_dropped: int = 0  # of those, keys the target cannot hold beside their job (below): not moved
     passes: int = 0
@@ -73,8 +77,8 @@ class Report:
         return {
             "dry_run": self.dry_run, "jobs": self.jobs, "moved": dict(self.moved),
             "already_there": self.already_there, "left_in_source": self.left_in_source, "limits": self.limits,
-            "breakers": self.breakers, "pauses": self.pauses, "unique_keys": self.unique_keys,
-            "unique_dropped": self.unique_dropped,
+            "breakers": self.breakers, "pauses": self.pauses, "schedules": self.schedules,
+            "unique_keys": self.unique_keys, "unique_dropped": self.unique_dropped,
             "passes": self.passes, "marks_forgotten": self.marks_forgotten,
         }  # fmt: skip
 
@@ -121,6 +125,8 @@ def transfer(
     report.limits, report.breakers = len(flow.limits), len(flow.breakers)
     _version, pauses = source.pauses.pauses()
     report.pauses = len(pauses)
+    schedules = source.schedules.all()
+    report.schedules = len(schedules)
     if dry_run:
         for shard in range(source.shards):
             entries = _entries(source, shard)
@@ -142,6 +148,8 @@ def transfer(
         target.control.set_limit(key, limit.rate)
     for key, entry in flow.breakers.items():
         target.control.set_breaker(key, entry.policy)
+    for name, raw in schedules:  # kept schedules as kept (their records are the same bytes on every store)
+        target.schedules.change(name, lambda _kept, raw=raw: raw)  # type: ignore[misc]
     while True:
         report.passes += 1
         moved_now = _one_pass(source, target, batch, report)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from queue_max_django.engine import Queue, QueueEmpty
+from queue_max_django.engine.schedulestate import StoredSchedule
 from queue_max_django.engine.stores.memory.store import MemoryStore
 from queue_max_django.engine.transfer import Refused, transfer_queues
 
@@ -84,3 +85,18 @@ def test_a_limited_dead_letter_moved_and_requeued_is_limited_again(queue: Queue)
     again = queue.get(timeout=0)
     assert again is not None and again.job_id == dead
     again.ack()
+
+
+def test_kept_schedules_move_as_kept(queue: Queue) -> None:
+    """A schedule kept in the store (issue 34) moves with the store, as it was kept: arguments, pause, who
+    changed it last; a second move (a rerun) writes it again, the same."""
+    made = StoredSchedule("nightly", "app.report", args=[1], interval=60.0, enabled=False, changed_by="ann")
+    kept = queue.change_schedule("nightly", lambda _old: made)
+    assert kept is not None
+    with Queue(MemoryStore()) as memory:  # a store of its own
+        report = transfer_queues(queue, memory)
+        assert report.schedules == 1 and report.as_dict()["schedules"] == 1
+        assert memory.schedules() == [kept]
+        assert transfer_queues(queue, memory).schedules == 1  # a rerun
+        assert memory.schedules() == [kept]
+        assert transfer_queues(memory, queue, dry_run=True).schedules == 1

@@ -19,7 +19,8 @@ from ..common import engine_errors, open_queue, positive_int, to_json
 
 class Command(QueueCommand):
     help = (
-        "Move the jobs (waiting, scheduled, dead letters, results), pauses, rate limits and breakers of one "
+        "Move the jobs (waiting, scheduled, dead letters, results), pauses, kept schedules, rate limits and "
+        "breakers of one "
         "store to another: --from and --to name 'default' (QUEUE_MAX) or a key of QUEUE_MAX_TRANSFER. "
         "Refuses to start while a job of the source runs or a worker is registered there. Killed and run "
         "again, it finishes the move."
@@ -79,8 +80,9 @@ def _text(report: Report, source: str, target: str) -> str:
     if report.already_there:
         lines.append(f"{report.already_there} job(s) were in the target already (an earlier run): removed "
                      "from the source")  # fmt: skip
-    lines.append(f"{verb} {report.pauses} pause(s), {report.limits} rate limit(s), {report.breakers} "
-                 "breaker(s) (a limit starts full, a breaker closed)")  # fmt: skip
+    lines.append(f"{verb} {report.pauses} pause(s), {report.schedules} kept schedule(s), "
+                 f"{report.limits} rate limit(s), {report.breakers} breaker(s) (a limit starts full, "
+                 "a breaker closed)")  # fmt: skip
     if report.unique_keys:
         lines.append(f"{verb} {report.unique_keys - report.unique_dropped} unique key(s) with their jobs")
     if report.unique_dropped:
