@@ -328,15 +328,24 @@ def info(workflow_id: int, created_at: float, cancelled: bool, nodes: Sequence[N
     return WorkflowInfo(workflow_id, created_at, cancelled, shown)
 
 
-def reopen(nodes: list[Node], requeue: Callable[[int, Node], bool]) -> list[int]:
+def reopen(nodes: list[Node], requeue: Callable[[int, Node], bool], only: int | None = None) -> list[int]:
     """``retry_failed`` on a workflow's nodes (changed in place, in order): each failed node whose job
     ``requeue`` puts back (a dead letter to pending) is queued again, and each node cancelled because a
     parent did not succeed (it never had a job) waits again for its parents that have not ended now. -> the
-    indexes of the nodes changed."""
+    indexes of the nodes changed.
+
+    ``only``: the node whose job was requeued by itself (``Store.requeue`` of a node's dead letter, failed
+    or cancelled): that node alone is queued again (``requeue`` is not called), and the nodes cancelled
+    because of it wait again, so that they run after it succeeds."""
     changed: list[int] = []
     for at, node in enumerate(nodes):
+        again = node.state in (NodeState.FAILED, NodeState.CANCELLED) and node.job_id is not None
+        if at == only and again:
+            node.state, node.error = NodeState.QUEUED, None
+            changed.append(at)
+            continue
         if node.state is NodeState.FAILED:
-            if node.job_id is not None and requeue(at, node):
+            if only is None and node.job_id is not None and requeue(at, node):
                 node.state, node.error = NodeState.QUEUED, None
                 changed.append(at)
         elif node.state is NodeState.CANCELLED and node.job_id is None and node.doomed is not None:

@@ -225,6 +225,54 @@ def test_retry_failed_starts_the_failed_nodes_and_what_waits_on_them_again(store
     assert store.workflows.retry_failed(T0 + 5, workflow_id) == 0
 
 
+@pytest.mark.sc_workflow_retry
+def test_retry_failed_brings_back_every_descendant_the_failure_cancelled(store: Store) -> None:
+    workflow_id = graph(store, {"a": [], "b": ["a"], "c": ["b"], "d": ["c", "ok"], "ok": []})
+    run(store, T0, "a")
+    run(store, T0 + 1, "ok")
+    failing(store, T0 + 1, "b")
+    assert states(store, workflow_id)["d"] == "cancelled"
+    assert store.workflows.retry_failed(T0 + 2, workflow_id) == 3
+    assert states(store, workflow_id) == {
+        "a": "succeeded", "b": "queued", "c": "waiting", "d": "waiting", "ok": "succeeded",
+    }  # fmt: skip
+    run(store, T0 + 3, "b")
+    run(store, T0 + 4, "c")
+    run(store, T0 + 5, "d")
+    assert info(store, workflow_id).status is Status.SUCCEEDED
+    assert store.workflows.status(workflow_id) is Status.SUCCEEDED
+
+
+@pytest.mark.sc_workflow_retry
+def test_requeueing_a_nodes_dead_letter_brings_back_what_it_cancelled(store: Store) -> None:
+    workflow_id = graph(store, {"a": [], "b": ["a"], "c": ["b"]})
+    held = failing(store, T0, "a")
+    assert states(store, workflow_id) == {"a": "failed", "b": "cancelled", "c": "cancelled"}
+    assert store.workflows.status(workflow_id) is Status.FAILED
+    assert store.requeue(T0 + 1, held.job_id)
+    assert states(store, workflow_id) == {"a": "queued", "b": "waiting", "c": "waiting"}
+    assert store.workflows.status(workflow_id) is Status.RUNNING
+    run(store, T0 + 2, "a", 1)
+    run(store, T0 + 3, "b", 2)
+    run(store, T0 + 4, "c", 3)
+    assert info(store, workflow_id).status is Status.SUCCEEDED
+    assert store.workflows.status(workflow_id) is Status.SUCCEEDED
+    assert [codec.unpack_value(raw) for raw in store.workflows.results(workflow_id, [0, 1, 2])] == [1, 2, 3]
+
+
+@pytest.mark.sc_workflow_retry
+def test_requeueing_a_cancelled_nodes_job_runs_it_and_what_waited_on_it(store: Store) -> None:
+    workflow_id = graph(store, {"a": [], "b": ["a"]})
+    [held] = claim(store, T0)
+    assert store.fail(T0, held.job_id, held.token, ("stop", CANCELLED, None), None, False) is State.FAILED
+    assert states(store, workflow_id) == {"a": "cancelled", "b": "cancelled"}
+    assert store.requeue(T0 + 1, held.job_id)
+    assert states(store, workflow_id) == {"a": "queued", "b": "waiting"}
+    run(store, T0 + 2, "a")
+    run(store, T0 + 3, "b")
+    assert store.workflows.status(workflow_id) is Status.SUCCEEDED
+
+
 @pytest.mark.sc_workflow_get
 @pytest.mark.sc_workflow_counts
 def test_status_and_counts_follow_the_nodes_as_they_end(store: Store) -> None:

@@ -82,6 +82,7 @@ class Shard:
         self.workflows = dbs["workflows"]  # workflows and their nodes (workflows.py)
         self.node_ended = workflows.ended
         self.released = False  # a transaction released a workflow's node: the store hints (workflows.py)
+        self.wf_batch: dict[bytes, list[Any]] | None = None  # settlings kept back in complete_many
         self.turns = dbs["turns"]  # concurrency limits: groups' turns, jobs running per key (turns.py)
         # One index per state; its entry count is the state's count.
         self.indexes = {State.PENDING: self.ready, State.SCHEDULED: self.sched, State.RUNNING: self.lease,
@@ -344,11 +345,16 @@ class Shard:
 
         def txn_fn(txn: Any) -> dict[int, str]:
             skipped: dict[int, str] = {}
-            for job_id, token, result in done:
-                try:
-                    self._complete(txn, now_us, job_id, token, result)
-                except QueueCorrupted as exc:
-                    skipped[job_id] = str(exc)
+            self.wf_batch = {}  # a chord's members settled here write its head and callback once (workflows)
+            try:
+                for job_id, token, result in done:
+                    try:
+                        self._complete(txn, now_us, job_id, token, result)
+                    except QueueCorrupted as exc:
+                        skipped[job_id] = str(exc)
+                workflows.flush(self, txn)
+            finally:
+                self.wf_batch = None
             return skipped
 
         return self.env.write(txn_fn, durable=durable)
