@@ -113,10 +113,8 @@ def requeue(space: Space, now: float, job_id: int, *, node: bool = True) -> bool
     row.error = row.error_type = row.traceback = None
     space.index(row)
     space.cancels.pop(job_id, None)
-    if node and row.metadata is not None:
-        from .workflows import requeued
-
-        requeued(space, row)
+    if node and row.metadata is not None and space.node_requeued is not None:
+        space.node_requeued(space, row)
     space.hint()
     return True
 

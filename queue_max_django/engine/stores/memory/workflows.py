@@ -180,6 +180,7 @@ class MemoryWorkflows:
     def __init__(self, space: Space) -> None:
         self.space = space
         space.node_ended = ended
+        space.node_requeued = requeued
 
     def put(self, now: float, shard: int, nodes: Sequence[wf.NewNode], connection: Any = None) -> int:
         assert connection is None, "the memory store cannot write in a database transaction"

@@ -17,6 +17,7 @@ from ...job import CANCEL_KEY, CORRUPTED
 from .rows import micros, pack_key
 from .schema import FAILED, PENDING, RUNNING, SCHEDULED
 from .sql import tally
+from .workflow_reopen import locked_nodes, node_of_row, save_reopened
 
 _NODES = """
 INSERT INTO qm_workflow_nodes (workflow_id, idx, name, parents, children, always, waiting, state, payload,
@@ -142,7 +143,7 @@ class PgWorkflows:
             if head is None:
                 return None
             rows = conn.execute(_GET_NODES, (workflow_id,)).fetchall()
-        nodes = [_node(row) for row in rows]
+        nodes = [node_of_row(row) for row in rows]
         return wf.info(workflow_id, head[0] / 1_000_000, head[1], nodes)
 
     def status(self, workflow_id: int) -> wf.Status | None:
@@ -197,7 +198,7 @@ class PgWorkflows:
                 is None
             ):
                 return 0
-            nodes = _locked_nodes(conn, workflow_id)
+            nodes = locked_nodes(conn, workflow_id)
 
             def requeue(at: int, node: wf.Node) -> bool:
                 found = conn.execute(
@@ -213,7 +214,7 @@ class PgWorkflows:
                 )
 
             changed = wf.reopen(nodes, requeue)
-            _save_reopened(conn, workflow_id, nodes, changed)
+            save_reopened(conn, workflow_id, nodes, changed)
         if changed:
             self.store.hints.local()
         return len(changed)
@@ -227,49 +228,3 @@ class PgWorkflows:
             gone += count
             if count < batch:
                 return gone
-
-
-def _locked_nodes(conn: Any, workflow_id: int) -> list[wf.Node]:
-    """The workflow's nodes, each row locked (``FOR UPDATE``) until the transaction ends."""
-    rows = conn.execute(
-        "SELECT name, parents, children, always, waiting, state, job_id, doomed, error "
-        "FROM qm_workflow_nodes WHERE workflow_id = %s ORDER BY idx FOR UPDATE",
-        (workflow_id,),
-    ).fetchall()
-    return [_node(row) for row in rows]
-
-
-def _save_reopened(conn: Any, workflow_id: int, nodes: list[wf.Node], changed: list[int]) -> None:
-    for at in changed:
-        node = nodes[at]
-        conn.execute(
-            "UPDATE qm_workflow_nodes SET state = %s, waiting = %s, doomed = %s, error = %s "
-            "WHERE workflow_id = %s AND idx = %s",
-            (node.state.value, node.waiting, node.doomed, node.error, workflow_id, at),
-        )
-
-
-def requeued(conn: Any, job_id: int) -> None:
-    """In the transaction that just requeued the dead letter ``job_id`` by itself: if it is a node, the node
-    is queued again and the nodes cancelled because of it wait on it again (``workflows.reopen``)."""
-    row = conn.execute(
-        "SELECT (metadata -> '_workflow' ->> 0)::bigint, (metadata -> '_workflow' ->> 1)::integer "
-        "FROM qm_jobs WHERE id = %s AND jsonb_typeof(metadata -> '_workflow') = 'array'",
-        (job_id,),
-    ).fetchone()
-    if row is None:
-        return
-    workflow_id, index = row
-    if conn.execute("SELECT 1 FROM qm_workflows WHERE id = %s FOR UPDATE", (workflow_id,)).fetchone() is None:
-        return
-    nodes = _locked_nodes(conn, workflow_id)
-    if 0 <= index < len(nodes):
-        _save_reopened(conn, workflow_id, nodes, wf.reopen(nodes, lambda at, node: False, only=index))
-
-
-def _node(row: tuple[Any, ...]) -> wf.Node:
-    """A ``qm_workflow_nodes`` row as read by ``_GET_NODES`` and the retry's read: the node it stores."""
-    name, parents, children, always, waiting, state, job_id, doomed, error = row
-    return wf.Node(
-        name, list(parents), list(children), always, waiting, wf.NodeState(state), job_id, doomed, error=error
-    )
