@@ -25,7 +25,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def store(queue_max: Configure) -> Iterator[Queue]:
-    with queue_max():
+    # each test runs in a transaction never committed (django_db): its workflows are stored at once
+    with queue_max(ENQUEUE_ON_COMMIT=False):
         yield get_queue()
 
 
