@@ -34,8 +34,9 @@ from ...job import CANCELLED as CANCELLED_TYPE
 from . import limitfn
 from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 
-SCHEMA_VERSION = 6  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
-# 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits
+SCHEMA_VERSION = 7  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
+# 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits; 7: qm_wf_settle
+# records a node's end, and a child's count that stays above zero, in one statement each (CREATE OR REPLACE)
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
