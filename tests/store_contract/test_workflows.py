@@ -315,3 +315,32 @@ def test_every_job_of_a_workflow_is_in_the_shard_it_was_put_in(store: Store) -> 
     ids = [n.job_id for n in info(store, workflow_id).nodes if n.job_id is not None]
     assert len(ids) == 3 and {i & 0xFF for i in ids} == {shard}
     assert put(store, T0, "plain", shard=shard)
+
+
+@pytest.mark.sc_workflow_result
+def test_results_of_many_nodes_or_of_a_few_far_apart(store: Store) -> None:
+    """A chord's callback asks for every member's result at once; a node may ask for two far apart; an
+    index that is no node's, or a node that has not succeeded, reads as None."""
+    edges: dict[str, list[str]] = {f"m{i}": [] for i in range(40)}
+    workflow_id = graph(store, edges)
+    for _ in range(40):
+        [held] = claim(store, T0)
+        if held.payload != "m5":
+            store.complete(
+                T0, held.job_id, held.token, codec.pack_value(held.payload, what="r", limit=99), False
+            )
+    every = store.workflows.results(workflow_id, list(range(40)))
+    assert [None if raw is None else codec.unpack_value(raw) for raw in every] == [
+        None if i == 5 else f"m{i}" for i in range(40)
+    ]
+    few = store.workflows.results(workflow_id, [39, 0, 5, 77, -1, 0])
+    assert [None if raw is None else codec.unpack_value(raw) for raw in few] == [
+        "m39",
+        "m0",
+        None,
+        None,
+        None,
+        "m0",
+    ]
+    assert store.workflows.results(workflow_id, []) == []
+    assert store.workflows.results(workflow_id + 1_000_000, [0, 1]) == [None, None]

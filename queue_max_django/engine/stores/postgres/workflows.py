@@ -61,7 +61,16 @@ _STATUS_OF = """CASE WHEN EXISTS (SELECT 1 FROM qm_workflow_nodes n WHERE n.work
             ELSE 'succeeded' END"""
 _STATUS = f"SELECT {_STATUS_OF} FROM qm_workflows w"
 _COUNTS = f"SELECT s, count(*) FROM (SELECT {_STATUS_OF} AS s FROM qm_workflows w) t GROUP BY s"
-_RESULTS = "SELECT idx, result FROM qm_workflow_nodes WHERE workflow_id = %s AND idx = ANY(%s)"
+# A chord's callback asks for every member's result: ``idx = ANY(array)`` would test each row against the
+# whole array, 10,000 by 10,000 for a chord of 10,000 (0.2 to 0.4 s on the server). The indexes asked for
+# are read as a range along the primary key when they fill half of it or more (a chord's: 22 ms for 10,000),
+# else joined as a set.
+_RESULTS_RANGE = """
+SELECT idx, result FROM qm_workflow_nodes
+WHERE workflow_id = %s AND idx BETWEEN %s AND %s AND result IS NOT NULL"""
+_RESULTS_SET = """
+SELECT n.idx, n.result FROM (SELECT DISTINCT unnest(%s::integer[]) AS idx) want
+JOIN qm_workflow_nodes n ON n.workflow_id = %s AND n.idx = want.idx"""
 _SETTLE = "SELECT qm_wf_settle(%s, %s, 'cancelled', NULL, %s, %s)"
 
 _CANCEL_JOB = f"""
@@ -159,7 +168,14 @@ class PgWorkflows:
     def results(self, workflow_id: int, indexes: Sequence[int]) -> list[bytes | None]:
         conn = self.store.db.connection()
         with self.store.db.guard(conn):
-            found = dict(conn.execute(_RESULTS, (workflow_id, list(indexes))).fetchall())
+            if not indexes:
+                return []
+            low, high = min(indexes), max(indexes)
+            if 2 * len(set(indexes)) >= high - low + 1:
+                rows = conn.execute(_RESULTS_RANGE, (workflow_id, low, high)).fetchall()
+            else:
+                rows = conn.execute(_RESULTS_SET, (list(indexes), workflow_id)).fetchall()
+            found = dict(rows)
         return [None if found.get(at) is None else bytes(found[at]) for at in indexes]
 
     def cancel(self, now: float, workflow_id: int, by: str | None = None) -> int:
