@@ -9,7 +9,9 @@ Keys of the ``workflows`` database: ``b"W" + id`` -> its head, [created µs, nod
 ended, nodes failed or cancelled] (the last two kept by each settling, so its status is one read);
 ``b"N" + id + index`` -> a node (``Node.packed``). A wide workflow therefore runs on one shard's writer:
 its jobs are claimed by every worker, but each completion of one of them waits for that shard's write lock
-(docs/architecture.md).
+(docs/architecture.md). A member that succeeds without releasing its child (a chord's, nearly always) is
+settled by ``_succeeded`` on the raw entries; inside ``complete_many`` the head and the children's counts
+it changes are kept in ``shard.wf_batch`` and written once at the end of the transaction (``flush``).
 """
 
 from __future__ import annotations
