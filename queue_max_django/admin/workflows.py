@@ -18,6 +18,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from .. import conf
 from ..engine import Queue, State
 from ..engine.workflows import NodeState, Status
+from . import display
 from .workflow_graph import MAX_DRAWN, graph_svg
 
 JobAdmin = Any  # views.JobAdmin (which imports this module): its _url, _context, _render, _require
@@ -54,6 +55,7 @@ def workflow_view(admin: JobAdmin, request: HttpRequest, workflow_id: int) -> Ht
         request,
         f"Workflow {workflow_id}",
         workflow=info,
+        created=display.when(info.created_at),
         status=status.value,
         rows=rows,
         edges=edges,

@@ -344,3 +344,25 @@ def test_results_of_many_nodes_or_of_a_few_far_apart(store: Store) -> None:
     ]
     assert store.workflows.results(workflow_id, []) == []
     assert store.workflows.results(workflow_id + 1_000_000, [0, 1]) == [None, None]
+
+
+@pytest.mark.sc_workflow_retry
+@pytest.mark.parametrize("how", ["requeue", "retry_failed"])
+def test_a_node_still_waiting_on_another_parent_counts_the_retried_one_again(store: Store, how: str) -> None:
+    """A chord's callback after one member failed while another still runs: it waits, doomed. Retrying the
+    failed member makes it wait on both again, undoomed, so it runs once both succeed."""
+    workflow_id = graph(store, {"a": [], "b": [], "c": ["a", "b"]})
+    held_a = failing(store, T0, "a")
+    assert states(store, workflow_id) == {"a": "failed", "b": "queued", "c": "waiting"}
+    if how == "requeue":
+        assert store.requeue(T0 + 1, held_a.job_id)
+    else:
+        assert store.workflows.retry_failed(T0 + 1, workflow_id) == 1
+    assert states(store, workflow_id) == {"a": "queued", "b": "queued", "c": "waiting"}
+    assert store.workflows.status(workflow_id) is Status.RUNNING
+    run(store, T0 + 2, "b", 2)
+    assert states(store, workflow_id)["c"] == "waiting"  # still waits on a
+    run(store, T0 + 3, "a", 1)
+    run(store, T0 + 4, "c", 3)
+    assert info(store, workflow_id).status is Status.SUCCEEDED
+    assert store.workflows.status(workflow_id) is Status.SUCCEEDED

@@ -391,8 +391,8 @@ def retry_failed(shard: Any, now: float, workflow_id: int) -> int:
             shard.released = True
             return True
 
-        changed = wf.reopen(nodes, requeue)
-        _saved(shard, txn, workflow_id, head, nodes, changed)
+        changed, recounted = wf.reopen(nodes, requeue)
+        _saved(shard, txn, workflow_id, head, nodes, changed, recounted)
         return len(changed)
 
     return int(shard.env.write(txn_fn))
@@ -407,16 +407,22 @@ def requeued(shard: Any, txn: Any, record: list[Any]) -> None:
         return
     workflow_id, index = found
     nodes = _nodes(shard, txn, workflow_id, head[1])
-    changed = wf.reopen(nodes, lambda at, node: False, only=index)
-    _saved(shard, txn, workflow_id, head, nodes, changed)
+    changed, recounted = wf.reopen(nodes, lambda at, node: False, only=index)
+    _saved(shard, txn, workflow_id, head, nodes, changed, recounted)
 
 
 def _saved(
-    shard: Any, txn: Any, workflow_id: int, head: list[Any], nodes: list[wf.Node], changed: list[int]
+    shard: Any,
+    txn: Any,
+    workflow_id: int,
+    head: list[Any],
+    nodes: list[wf.Node],
+    changed: list[int],
+    recounted: list[int],
 ) -> None:
-    """Write the nodes ``changed`` by ``wf.reopen`` and the head's counts (each is live again)."""
+    """Write the nodes ``wf.reopen`` changed, and the head's counts (each node ``changed`` is live again)."""
     graph = LmdbGraph(shard, txn, workflow_id, 0)
-    for at in changed:
+    for at in [*changed, *recounted]:
         graph.save(at, nodes[at])
     if changed:
         head[3] += len(changed)

@@ -145,7 +145,7 @@ def retry_failed(space: Space, now: float, workflow_id: int) -> int:
     def again(at: int, node: wf.Node) -> bool:
         return node.job_id is not None and requeue(space, now, node.job_id, node=False)
 
-    changed = wf.reopen(stored.nodes, again)
+    changed, _ = wf.reopen(stored.nodes, again)  # (a waiting node recounted is changed in place)
     stored.live += len(changed)
     stored.bad -= len(changed)
     return len(changed)
@@ -158,7 +158,7 @@ def requeued(space: Space, row: Row) -> None:
     stored = None if found is None else space.workflows.get(found[0])
     if found is None or stored is None:
         return
-    changed = wf.reopen(stored.nodes, lambda at, node: False, only=found[1])
+    changed, _ = wf.reopen(stored.nodes, lambda at, node: False, only=found[1])
     stored.live += len(changed)
     stored.bad -= len(changed)
 

@@ -45,7 +45,8 @@ def requeued(conn: Any, job_id: int) -> None:
         return
     nodes = locked_nodes(conn, workflow_id)
     if 0 <= index < len(nodes):
-        save_reopened(conn, workflow_id, nodes, wf.reopen(nodes, lambda at, node: False, only=index))
+        changed, recounted = wf.reopen(nodes, lambda at, node: False, only=index)
+        save_reopened(conn, workflow_id, nodes, [*changed, *recounted])
 
 
 def node_of_row(row: tuple[Any, ...]) -> wf.Node:

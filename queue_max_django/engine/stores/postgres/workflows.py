@@ -229,8 +229,8 @@ class PgWorkflows:
                     is not None
                 )
 
-            changed = wf.reopen(nodes, requeue)
-            save_reopened(conn, workflow_id, nodes, changed)
+            changed, recounted = wf.reopen(nodes, requeue)
+            save_reopened(conn, workflow_id, nodes, [*changed, *recounted])
         if changed:
             self.store.hints.local()
         return len(changed)
