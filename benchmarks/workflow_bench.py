@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -67,16 +68,20 @@ def child_main(kind: str, n: int) -> None:
         print(chord(group(noop_each.si(i) for i in range(n)), collect.s()).delay().id)
 
 
-def span(queue: Any) -> tuple[float, float, int]:
+def span(queue: Any) -> tuple[float, float, int, float, float]:
+    """-> (first start, last end, jobs done, the last job's run time, the gap before it: its start less the
+    end of the job that ended before it). For a chord, the last job is the callback."""
     from queue_max_django.engine import State
 
-    first, last, count, after = float("inf"), 0.0, 0, None
+    first, count, after = float("inf"), 0, None
+    ends: list[tuple[float, float]] = [(0.0, 0.0), (0.0, 0.0)]  # the two latest (end, start)
     while True:
         page = queue.jobs(State.DONE, after=after, limit=1000)
         if not page:
-            return first, last, count
+            (last, last_start), (before, _) = ends[-1], ends[-2]
+            return first, last, count, last - last_start, last_start - before
         first = min(first, min(job.started_at for job in page))
-        last = max(last, max(job.finished_at for job in page))
+        ends = sorted([*ends, *((job.finished_at, job.started_at) for job in page)])[-2:]
         count += len(page)
         after = page[-1].job_id
 
@@ -89,21 +94,35 @@ def one_run(kind: str, store_kind: str, n: int) -> dict[str, Any]:
             env = env_for(folder, url)
             subprocess.run([sys.executable, __file__, "--child", kind, str(n)], cwd=ROOT, env=env, check=True,
                            stdout=subprocess.DEVNULL)  # fmt: skip
-            began = time.monotonic()
+            began, cpu = time.monotonic(), _children_cpu()
             subprocess.run(
                 [sys.executable, "-m", "django", "queue_worker", "--burst", "--processes", "2",
                  "--no-scheduler", "-v", "0"],
                 cwd=ROOT, env=env, check=True,
             )  # fmt: skip
-            wall = time.monotonic() - began
+            wall, cpu = time.monotonic() - began, _children_cpu() - cpu
             from queue_max_django.engine import Queue
 
             with Queue(folder / "store" if url is None else url) as queue:
-                first, last, done = span(queue)
+                first, last, done, tail_run, tail_gap = span(queue)
             expected = n + 1 if kind == "chord" else n
             if done != expected:
                 raise RuntimeError(f"{kind} on {store_kind}: {done} done of {expected}")
-    return {"busy_s": last - first, "wall_s": wall, "jobs": done}
+    return {
+        "busy_s": last - first,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "jobs": done,
+        "last_run_s": tail_run,
+        "last_gap_s": tail_gap,
+    }
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's ended children and theirs: the worker command's
+    processes, a measure of the work that a machine shared with other work disturbs less than time."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def celery_chain(n: int) -> float:
@@ -188,6 +207,15 @@ def main() -> None:
             one = statistics.median(run["busy_s"] for run in runs["one_shard"])
             report["stores"][store_kind]["one_shard_busy_s"] = one
             print(f"{store_kind}: {args.n:,} plain jobs in one shard {one:.2f} s ({args.n / one:,.0f}/s)")
+        callback = statistics.median(run["last_run_s"] for run in runs["chord"])
+        gap = statistics.median(run["last_gap_s"] for run in runs["chord"])
+        report["stores"][store_kind].update(callback_run_s=callback, callback_gap_s=gap)
+        cpu = {kind: statistics.median(run["cpu_s"] for run in runs[kind]) for kind in runs}
+        report["stores"][store_kind]["cpu_s"] = cpu
+        print(f"{store_kind}: CPU of the worker processes (launch to exit, start-up included): "
+              + ", ".join(f"{kind} {value:.2f} s" for kind, value in cpu.items()))  # fmt: skip
+        print(f"{store_kind}: the chord's callback ran {callback * 1e3:.0f} ms, {gap * 1e3:.0f} ms after the "
+              "last member's end")  # fmt: skip
         print(
             f"{store_kind}: {args.n:,} plain jobs {plain:.2f} s ({args.n / plain:,.0f}/s), a chord of "
             f"{args.n:,} {chord:.2f} s ({args.n / chord:,.0f}/s): chord/plain {chord / plain:.2f}x",

@@ -9,8 +9,11 @@ list of the group's results); in a ``Workflow``, its parent's result, or ``{name
 cycle, an unknown parent, a duplicate name, arguments that do not bind to the task, more than ``MAX_NODES``
 nodes.
 
-On PostgreSQL inside ``transaction.atomic()`` on the store's database, ``.delay()`` writes the workflow in
-that transaction, as a task's ``.delay()``; otherwise it is written at once. In ``IMMEDIATE`` mode every
+Inside ``transaction.atomic()`` a workflow's ``.delay()`` is the transaction's, as a task's: on PostgreSQL in
+the store's database it is written in that transaction; otherwise (LMDB, or PostgreSQL in another database),
+with ``ENQUEUE_ON_COMMIT`` (the default), inside a transaction of the default database, it is stored when
+that transaction commits, and never if it rolls back (its ``WorkflowResult`` has no id until then:
+``WorkflowNotCommitted``). Outside a transaction it is written at once. In ``IMMEDIATE`` mode every
 step runs here, in order, before ``.delay()`` returns.
 """
 
@@ -20,6 +23,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from .commits import Commit, waits_for_commit, written
 from .conf import caller_connection, callers_alias, get_config, get_queue, lent_to
 from .engine import Job, Queue, State
 from .engine.workflowing import Step
@@ -30,8 +34,8 @@ from .running.workflow_ends import announce
 from .running.workflow_inputs import AFTER_KEY
 from .signals import in_callers_transaction, workflow_finished
 
-__all__ = ["MAX_NODES", "InvalidWorkflow", "Signature", "Workflow", "WorkflowNotFound", "WorkflowResult",
-           "chain", "chord", "group"]  # fmt: skip
+__all__ = ["MAX_NODES", "InvalidWorkflow", "Signature", "Workflow", "WorkflowNotCommitted",
+           "WorkflowNotFound", "WorkflowResult", "chain", "chord", "group"]  # fmt: skip
 
 
 class Steppable(Protocol):
@@ -57,6 +61,12 @@ class Steppable(Protocol):
 
 class WorkflowNotFound(LookupError):
     """No workflow of that id is stored (never put, or forgotten by the vacuum once it ended)."""
+
+
+class WorkflowNotCommitted(WorkflowNotFound):
+    """The workflow was put inside a database transaction that has not committed: on the LMDB store (or
+    PostgreSQL in another database) it is stored when that transaction commits (``ENQUEUE_ON_COMMIT``), so
+    it has no id yet, and never will if the transaction rolls back."""
 
 
 class _Graph:
@@ -107,15 +117,31 @@ class _Graph:
                 payload[AFTER_KEY] = [self.shapes[at], [where[p] for p in parents], parents]
             indexes = tuple(where[p] for p in parents)
             steps.append(Step(name, payload, step.task._put_options(), indexes, self.always[at]))
-        queue = get_queue()
         joined = caller_connection()
+        config = get_config()
+        if joined is None and not config.immediate and waits_for_commit(None, config.enqueue_on_commit):
+            # as a task's .delay(): stored when the transaction of the default database commits
+            result = WorkflowResult(None, positional=positional)
+
+            def store() -> None:
+                result._id = self._store(steps, None)
+
+            result._commit = Commit(store=store)
+            return result
+        workflow_id = self._store(steps, joined)
+        if config.immediate:
+            _run_here(get_queue(), workflow_id)
+        result = WorkflowResult(workflow_id, positional=positional)
+        result._commit = written(callers_alias(joined), [])  # written in the caller's open transaction
+        return result
+
+    def _store(self, steps: list[Step], joined: Any) -> int:
+        """Put the workflow now, on the store's connection or in the caller's transaction (``joined``)."""
+        queue = get_queue()
         for task in {id(s.task): s.task for s in self.steps}.values():
             task._prepare(queue, joined)
         with in_callers_transaction(callers_alias(joined)), lent_to(queue, joined):
-            workflow_id = queue.workflows.put(steps, connection=joined)
-        if get_config().immediate:
-            _run_here(queue, workflow_id)
-        return WorkflowResult(workflow_id, positional=positional)
+            return queue.workflows.put(steps, connection=joined)
 
 
 def _run_here(queue: Queue, workflow_id: int) -> None:
@@ -275,19 +301,35 @@ class WorkflowResult:
     ``failed``, ``cancelled``), ``results`` (of the nodes that succeeded), ``jobs`` (a ``JobResult`` per
     node that became a job), ``wait()``, ``cancel()``, ``retry_failed()``."""
 
-    def __init__(self, workflow_id: int | str, *, positional: bool = False) -> None:
-        self._id = int(workflow_id)
+    def __init__(self, workflow_id: int | str | None, *, positional: bool = False) -> None:
+        self._id = None if workflow_id is None else int(workflow_id)
         self.positional = positional
+        self._commit: Commit | None = None  # the transaction whose commit stores it (ENQUEUE_ON_COMMIT)
 
     def __repr__(self) -> str:
+        if self._id is None:
+            note = "" if self._commit is None else self._commit.note()
+            return f"<WorkflowResult ({note or 'not stored'})>"
         return f"<WorkflowResult {self._id}>"
 
     @property
+    def is_committed(self) -> bool:
+        """False until the transaction the workflow was put in commits (it is stored then, or was written
+        in it: PostgreSQL in the store's database); True for one put outside a transaction."""
+        return self._commit is None or self._commit.committed
+
+    @property
     def id(self) -> str:
-        return str(self._id)
+        return str(self._stored_id())
+
+    def _stored_id(self) -> int:
+        if self._id is None:
+            why = "it is not stored" if self._commit is None else self._commit.explain("the workflow")
+            raise WorkflowNotCommitted(why)
+        return self._id
 
     def info(self) -> WorkflowInfo:
-        found = get_queue().workflows.get(self._id)
+        found = get_queue().workflows.get(self._stored_id())
         if found is None:
             raise WorkflowNotFound(f"no workflow {self._id} is stored")
         return found
@@ -304,7 +346,7 @@ class WorkflowResult:
     def results(self) -> Results:
         info = self.info()
         done = [node for node in info.nodes if node.state is NodeState.SUCCEEDED]
-        values = get_queue().workflows.results(self._id, [node.index for node in done])
+        values = get_queue().workflows.results(self._stored_id(), [node.index for node in done])
         return Results({node.name: value for node, value in zip(done, values, strict=True)}, self.positional)
 
     @property
@@ -332,11 +374,12 @@ class WorkflowResult:
         """Cancel the nodes that wait; a running one gets a cancel request. -> how many nodes. A workflow
         this ends (nothing of it ran) is signalled here (``signals.workflow_finished``)."""
         queue = get_queue()
-        reached = queue.workflows.cancel(self._id, by=by)
+        workflow_id = self._stored_id()
+        reached = queue.workflows.cancel(workflow_id, by=by)
         if workflow_finished.receivers:
-            announce(queue.workflows.status(self._id), self._id)
+            announce(queue.workflows.status(workflow_id), workflow_id)
         return reached
 
     def retry_failed(self) -> int:
         """The dead-lettered nodes and what waits on them start again. -> how many nodes."""
-        return get_queue().workflows.retry_failed(self._id)
+        return get_queue().workflows.retry_failed(self._stored_id())

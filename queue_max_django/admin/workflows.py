@@ -1,7 +1,8 @@
 """The admin's workflow page: a workflow's status, its nodes (state, job link, job state, parents, error),
-its edges listed, and two buttons: cancel (what waits is cancelled, running nodes get a cancel request) and
-retry failed (the dead-lettered nodes and what waited on them start again). View to see it; change to
-cancel or retry, as for one job (cancelling its running nodes also asks for ``cancel_job``).
+its edges drawn (``workflow_graph.py``: up to ``MAX_DRAWN`` nodes) and listed, and two buttons: cancel
+(what waits is cancelled, running nodes get a cancel request) and retry failed (the dead-lettered nodes and
+what waited on them start again). View to see it; change to cancel or retry, as for one job (cancelling
+its running nodes also asks for ``cancel_job``).
 
 The views are ``JobAdmin``'s (views.py routes ``workflow/<id>/`` here); they read the store as every page
 does, and a job's page links here when the job is a node of a workflow (``listing.workflow_of``).
@@ -17,6 +18,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from .. import conf
 from ..engine import Queue, State
 from ..engine.workflows import NodeState, Status
+from . import display
+from .workflow_graph import MAX_DRAWN, graph_svg
 
 JobAdmin = Any  # views.JobAdmin (which imports this module): its _url, _context, _render, _require
 
@@ -52,9 +55,12 @@ def workflow_view(admin: JobAdmin, request: HttpRequest, workflow_id: int) -> Ht
         request,
         f"Workflow {workflow_id}",
         workflow=info,
+        created=display.when(info.created_at),
         status=status.value,
         rows=rows,
         edges=edges,
+        graph=graph_svg(info.nodes),
+        max_drawn=MAX_DRAWN,
         jobs_url=admin._url("list", "done", query={"workflow": str(workflow_id)}),
         can_cancel=status is Status.RUNNING and can_change,
         can_retry=status is Status.FAILED and can_change,

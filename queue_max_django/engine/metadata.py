@@ -24,6 +24,7 @@ TOO_DEEP = (
     "keep it flat"
 )
 RESERVED_PREFIX = "_"
+_NODE_ONLY = re.compile(rb'\{"_workflow":\[(\d+),(\d+)\]\}\Z')  # what workflows.node_metadata writes alone
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # an escaped NUL character in JSON text
 
 
@@ -105,6 +106,10 @@ def unpack_metadata(raw: bytes | str | None) -> dict[str, Any]:
     the JSON of a dict (``codec.job_from_stored`` reports that as damage)."""
     if raw is None:
         return {}
+    if type(raw) is bytes and raw.startswith(b'{"_workflow":['):
+        found = _NODE_ONLY.match(raw)  # a workflow node's job with no metadata of its own (a chord's members)
+        if found is not None:
+            return {"_workflow": [int(found[1]), int(found[2])]}
     value = json.loads(raw)
     if type(value) is not dict:
         raise ValueError(f"stored metadata is not a JSON object: {raw[:80]!r}")

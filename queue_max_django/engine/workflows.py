@@ -328,26 +328,49 @@ def info(workflow_id: int, created_at: float, cancelled: bool, nodes: Sequence[N
     return WorkflowInfo(workflow_id, created_at, cancelled, shown)
 
 
-def reopen(nodes: list[Node], requeue: Callable[[int, Node], bool]) -> list[int]:
+def reopen(
+    nodes: list[Node], requeue: Callable[[int, Node], bool], only: int | None = None
+) -> tuple[list[int], list[int]]:
     """``retry_failed`` on a workflow's nodes (changed in place, in order): each failed node whose job
     ``requeue`` puts back (a dead letter to pending) is queued again, and each node cancelled because a
-    parent did not succeed (it never had a job) waits again for its parents that have not ended now. -> the
-    indexes of the nodes changed."""
+    parent did not succeed (it never had a job) waits again for its parents that have not ended now. A node
+    that still waits (its other parents had not all ended) counts the reopened parents as unended again and
+    drops the doom they gave it. -> (the indexes of the nodes started again, each one more node not ended;
+    those of the waiting nodes whose count or doom changed).
+
+    ``only``: the node whose job was requeued by itself (``Store.requeue`` of a node's dead letter, failed
+    or cancelled): that node alone is queued again (``requeue`` is not called), and the nodes cancelled
+    because of it wait again, so that they run after it succeeds."""
     changed: list[int] = []
+    recounted: list[int] = []
+    reopened: set[int] = set()
     for at, node in enumerate(nodes):
+        again = node.state in (NodeState.FAILED, NodeState.CANCELLED) and node.job_id is not None
+        if at == only and again:
+            node.state, node.error = NodeState.QUEUED, None
+            changed.append(at)
+            reopened.add(at)
+            continue
         if node.state is NodeState.FAILED:
-            if node.job_id is not None and requeue(at, node):
+            if only is None and node.job_id is not None and requeue(at, node):
                 node.state, node.error = NodeState.QUEUED, None
                 changed.append(at)
-        elif node.state is NodeState.CANCELLED and node.job_id is None and node.doomed is not None:
-            unended = [parent for parent in node.parents if nodes[parent].state not in ENDED]
-            if unended:
-                bad = [
-                    nodes[p]
-                    for p in node.parents
-                    if nodes[p].state in (NodeState.FAILED, NodeState.CANCELLED)
-                ]
-                node.state, node.waiting, node.error = NodeState.WAITING, len(unended), None
-                node.doomed = f"parent {bad[0].name!r} {bad[0].state.value}" if bad else None
-                changed.append(at)
-    return changed
+                reopened.add(at)
+            continue
+        cancelled = node.state is NodeState.CANCELLED and node.job_id is None and node.doomed is not None
+        waits = node.state is NodeState.WAITING and any(parent in reopened for parent in node.parents)
+        if not (cancelled or waits):
+            continue
+        unended = [parent for parent in node.parents if nodes[parent].state not in ENDED]
+        if not unended:
+            continue
+        bad = [nodes[p] for p in node.parents if nodes[p].state in (NodeState.FAILED, NodeState.CANCELLED)]
+        node.waiting, node.error = len(unended), None
+        node.doomed = f"parent {bad[0].name!r} {bad[0].state.value}" if bad else None
+        reopened.add(at)
+        if cancelled:
+            node.state = NodeState.WAITING
+            changed.append(at)
+        else:
+            recounted.append(at)
+    return changed, recounted

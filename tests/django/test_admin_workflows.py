@@ -25,7 +25,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def store(queue_max: Configure) -> Iterator[Queue]:
-    with queue_max():
+    # each test runs in a transaction never committed (django_db): its workflows are stored at once
+    with queue_max(ENQUEUE_ON_COMMIT=False):
         yield get_queue()
 
 
@@ -45,6 +46,7 @@ def test_the_workflow_page_lists_nodes_states_edges_and_links_to_jobs(tmp_path: 
     assert page.status_code == 200
     html = page.content.decode()
     assert "waiting on parents" in html and "fetch → left" in html and "left → report" in html
+    assert '<svg class="qm-graph"' in html and 'data-edge="left→report"' in html  # drawn, too
     fetch_job = result.nodes[0].job_id
     assert f'href="{BASE}{fetch_job}/"' in html
     assert "Cancel workflow" not in html  # view only: no buttons
@@ -84,3 +86,21 @@ def test_cancel_and_retry_failed_need_the_change_permission(tmp_path: Path) -> N
     waiting = chain(w.wf_add.s(1), w.wf_add.s(2)).delay()
     assert editor.post(f"{BASE}workflow/{waiting.id}/cancel/").status_code == 302
     assert waiting.status == "cancelled"
+
+
+def test_the_graph_is_drawn_in_columns_by_depth_and_not_at_all_when_too_wide() -> None:
+    from queue_max_django.admin.workflow_graph import MAX_DRAWN, graph_svg, layers
+    from queue_max_django.engine.workflows import NodeInfo
+
+    def nodes(parents: list[tuple[int, ...]]) -> list[NodeInfo]:
+        return [
+            NodeInfo(at, f"n{at}<b>", NodeState.WAITING, None, of, False, None)
+            for at, of in enumerate(parents)
+        ]
+
+    assert layers(nodes([(), (0,), (), (1, 2)])) == [0, 1, 0, 2]
+    svg = graph_svg(nodes([(), (0,), (), (1, 2)]))
+    assert svg is not None and svg.count("<path") == 3 and svg.count("<rect") == 4
+    assert "<b>" not in svg and "n1&lt;b&gt;" in svg  # names are escaped
+    assert graph_svg(nodes([()] * (MAX_DRAWN + 1))) is None
+    assert graph_svg([]) is None

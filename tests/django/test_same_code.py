@@ -26,6 +26,7 @@ from queue_max_django import conf
 from queue_max_django.engine import State
 from queue_max_django.results import JobNotCommitted, JobNotFound, JobResult, JobStatus
 from queue_max_django.testing import run_queued
+from queue_max_django.workflows import WorkflowNotCommitted, WorkflowNotFound, chain, group
 from tests.engine.locations import StoreLocation
 from tests.testapp.tasks import add
 
@@ -99,6 +100,38 @@ def test_a_rolled_back_delay_stores_nothing(
         for lost in (handle, *jobs):
             with pytest.raises(JobNotFound, match="never stored: the transaction it was enqueued in"):
                 lost.refresh()
+
+
+def test_a_workflow_put_in_a_transaction_is_stored_with_it_or_not_at_all(
+    queue_max: Configure, tx_alias: str, location: StoreLocation
+) -> None:
+    """A workflow's ``.delay()`` inside ``atomic()`` is the transaction's, as a task's: stored at the commit
+    on LMDB (no id before), written in it on PostgreSQL; nothing at all after a rollback."""
+
+    def workflows() -> dict[str, int]:
+        if not location.exists():
+            return {}
+        with location.open_queue() as queue:
+            return {status: n for status, n in queue.workflows.counts().items() if n}
+
+    with queue_max():
+        with transaction.atomic(using=tx_alias):
+            result = chain(add.s(1, 2), add.s(3)).delay()
+            assert not result.is_committed
+            assert workflows() == {} and stored(location) == {}
+            if tx_alias == "default":  # LMDB: stored at the commit, no id until then
+                assert repr(result) == "<WorkflowResult (not committed yet)>"
+                with pytest.raises(WorkflowNotCommitted, match="is not committed yet"):
+                    result.id  # noqa: B018
+        assert result.is_committed and workflows() == {"running": 1}
+        assert result.status == "running" and [n.state.value for n in result.nodes] == ["queued", "waiting"]
+
+        with pytest.raises(Rollback), transaction.atomic(using=tx_alias):
+            lost = group(add.s(1, 1), add.s(2, 2)).delay()
+            raise Rollback
+        assert workflows() == {"running": 1} and not lost.is_committed
+        with pytest.raises(WorkflowNotFound):
+            lost.status  # noqa: B018
 
 
 def test_a_repr_never_raises(queue_max: Configure, location: StoreLocation) -> None:

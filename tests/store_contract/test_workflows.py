@@ -225,6 +225,54 @@ def test_retry_failed_starts_the_failed_nodes_and_what_waits_on_them_again(store
     assert store.workflows.retry_failed(T0 + 5, workflow_id) == 0
 
 
+@pytest.mark.sc_workflow_retry
+def test_retry_failed_brings_back_every_descendant_the_failure_cancelled(store: Store) -> None:
+    workflow_id = graph(store, {"a": [], "b": ["a"], "c": ["b"], "d": ["c", "ok"], "ok": []})
+    run(store, T0, "a")
+    run(store, T0 + 1, "ok")
+    failing(store, T0 + 1, "b")
+    assert states(store, workflow_id)["d"] == "cancelled"
+    assert store.workflows.retry_failed(T0 + 2, workflow_id) == 3
+    assert states(store, workflow_id) == {
+        "a": "succeeded", "b": "queued", "c": "waiting", "d": "waiting", "ok": "succeeded",
+    }  # fmt: skip
+    run(store, T0 + 3, "b")
+    run(store, T0 + 4, "c")
+    run(store, T0 + 5, "d")
+    assert info(store, workflow_id).status is Status.SUCCEEDED
+    assert store.workflows.status(workflow_id) is Status.SUCCEEDED
+
+
+@pytest.mark.sc_workflow_retry
+def test_requeueing_a_nodes_dead_letter_brings_back_what_it_cancelled(store: Store) -> None:
+    workflow_id = graph(store, {"a": [], "b": ["a"], "c": ["b"]})
+    held = failing(store, T0, "a")
+    assert states(store, workflow_id) == {"a": "failed", "b": "cancelled", "c": "cancelled"}
+    assert store.workflows.status(workflow_id) is Status.FAILED
+    assert store.requeue(T0 + 1, held.job_id)
+    assert states(store, workflow_id) == {"a": "queued", "b": "waiting", "c": "waiting"}
+    assert store.workflows.status(workflow_id) is Status.RUNNING
+    run(store, T0 + 2, "a", 1)
+    run(store, T0 + 3, "b", 2)
+    run(store, T0 + 4, "c", 3)
+    assert info(store, workflow_id).status is Status.SUCCEEDED
+    assert store.workflows.status(workflow_id) is Status.SUCCEEDED
+    assert [codec.unpack_value(raw) for raw in store.workflows.results(workflow_id, [0, 1, 2])] == [1, 2, 3]
+
+
+@pytest.mark.sc_workflow_retry
+def test_requeueing_a_cancelled_nodes_job_runs_it_and_what_waited_on_it(store: Store) -> None:
+    workflow_id = graph(store, {"a": [], "b": ["a"]})
+    [held] = claim(store, T0)
+    assert store.fail(T0, held.job_id, held.token, ("stop", CANCELLED, None), None, False) is State.FAILED
+    assert states(store, workflow_id) == {"a": "cancelled", "b": "cancelled"}
+    assert store.requeue(T0 + 1, held.job_id)
+    assert states(store, workflow_id) == {"a": "queued", "b": "waiting"}
+    run(store, T0 + 2, "a")
+    run(store, T0 + 3, "b")
+    assert store.workflows.status(workflow_id) is Status.SUCCEEDED
+
+
 @pytest.mark.sc_workflow_get
 @pytest.mark.sc_workflow_counts
 def test_status_and_counts_follow_the_nodes_as_they_end(store: Store) -> None:
@@ -267,3 +315,54 @@ def test_every_job_of_a_workflow_is_in_the_shard_it_was_put_in(store: Store) -> 
     ids = [n.job_id for n in info(store, workflow_id).nodes if n.job_id is not None]
     assert len(ids) == 3 and {i & 0xFF for i in ids} == {shard}
     assert put(store, T0, "plain", shard=shard)
+
+
+@pytest.mark.sc_workflow_result
+def test_results_of_many_nodes_or_of_a_few_far_apart(store: Store) -> None:
+    """A chord's callback asks for every member's result at once; a node may ask for two far apart; an
+    index that is no node's, or a node that has not succeeded, reads as None."""
+    edges: dict[str, list[str]] = {f"m{i}": [] for i in range(40)}
+    workflow_id = graph(store, edges)
+    for _ in range(40):
+        [held] = claim(store, T0)
+        if held.payload != "m5":
+            store.complete(
+                T0, held.job_id, held.token, codec.pack_value(held.payload, what="r", limit=99), False
+            )
+    every = store.workflows.results(workflow_id, list(range(40)))
+    assert [None if raw is None else codec.unpack_value(raw) for raw in every] == [
+        None if i == 5 else f"m{i}" for i in range(40)
+    ]
+    few = store.workflows.results(workflow_id, [39, 0, 5, 77, -1, 0])
+    assert [None if raw is None else codec.unpack_value(raw) for raw in few] == [
+        "m39",
+        "m0",
+        None,
+        None,
+        None,
+        "m0",
+    ]
+    assert store.workflows.results(workflow_id, []) == []
+    assert store.workflows.results(workflow_id + 1_000_000, [0, 1]) == [None, None]
+
+
+@pytest.mark.sc_workflow_retry
+@pytest.mark.parametrize("how", ["requeue", "retry_failed"])
+def test_a_node_still_waiting_on_another_parent_counts_the_retried_one_again(store: Store, how: str) -> None:
+    """A chord's callback after one member failed while another still runs: it waits, doomed. Retrying the
+    failed member makes it wait on both again, undoomed, so it runs once both succeed."""
+    workflow_id = graph(store, {"a": [], "b": [], "c": ["a", "b"]})
+    held_a = failing(store, T0, "a")
+    assert states(store, workflow_id) == {"a": "failed", "b": "queued", "c": "waiting"}
+    if how == "requeue":
+        assert store.requeue(T0 + 1, held_a.job_id)
+    else:
+        assert store.workflows.retry_failed(T0 + 1, workflow_id) == 1
+    assert states(store, workflow_id) == {"a": "queued", "b": "queued", "c": "waiting"}
+    assert store.workflows.status(workflow_id) is Status.RUNNING
+    run(store, T0 + 2, "b", 2)
+    assert states(store, workflow_id)["c"] == "waiting"  # still waits on a
+    run(store, T0 + 3, "a", 1)
+    run(store, T0 + 4, "c", 3)
+    assert info(store, workflow_id).status is Status.SUCCEEDED
+    assert store.workflows.status(workflow_id) is Status.SUCCEEDED

@@ -53,7 +53,7 @@ def check_order(log: Path, result: WorkflowResult) -> None:
             continue
         for parent in node.parents:
             name = nodes[parent].name
-            if nodes[parent].state is NodeState.SUCCEEDED:
+            if nodes[parent].state is NodeState.SUCCEEDED and name in first_end:  # (one that logs)
                 assert first_end[name] < first_start[node.name], f"{node.name} started before {name} ended"
 
 
@@ -140,3 +140,33 @@ def test_retry_failed_reruns_the_dead_letter_and_what_waited(here: Site, tmp_pat
 
     assert result.status == "succeeded"
     assert result.results == {"0": 2, "1": 2, "2": 102}
+
+
+def test_requeueing_one_failed_step_brings_back_the_steps_it_cancelled(here: Site, tmp_path: Path) -> None:
+    """The admin's Retry of one dead letter (``Queue.requeue``), not the workflow's retry: the failed step's
+    descendants, cancelled because of it, wait on it again and run after it, in worker processes."""
+    switch, log = tmp_path / "switch", tmp_path / "log"
+    wf = Workflow()
+    wf.add("first", w.wf_add.s(1, 1, log=str(log), label="first"))
+    wf.add("flaky", w.wf_switch.s(str(switch)), after=["first"])
+    wf.add("next", w.wf_add.s(10, log=str(log), label="next"), after=["flaky"])
+    wf.add("last", w.wf_total.si([1, 2], log=str(log), label="last"), after=["next", "first"])
+    result = wf.delay()
+    assert here.run(*WORKERS).returncode == 0
+    assert [node.state for node in result.nodes] == [NodeState.SUCCEEDED, NodeState.FAILED,
+                                                     NodeState.CANCELLED, NodeState.CANCELLED]  # fmt: skip
+    flaky = result.nodes[1].job_id
+    assert flaky is not None
+
+    switch.touch()
+    assert get_queue().requeue(flaky)
+    assert [node.state for node in result.nodes][1:] == [
+        NodeState.QUEUED,
+        NodeState.WAITING,
+        NodeState.WAITING,
+    ]
+    assert here.run(*WORKERS).returncode == 0
+
+    assert result.status == "succeeded"
+    assert result.results == {"first": 2, "flaky": 2, "next": 12, "last": 3}  # next had flaky's result
+    check_order(log, result)

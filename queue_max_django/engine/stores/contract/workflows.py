@@ -70,7 +70,11 @@ class WorkflowOps(Protocol):
     def retry_failed(self, now: float, workflow_id: int) -> int:
         """In one transaction: each failed node's dead letter back to pending (as ``requeue``; its node
         queued again), and each node cancelled because a parent did not succeed waits again for those of
-        its parents that have not ended now. -> how many nodes started again. [sc_workflow_retry]"""
+        its parents that have not ended now (a node that still waits counts a retried parent as not ended
+        again, and drops the doom it gave). -> how many nodes started again. ``Store.requeue`` of one
+        node's dead letter (failed, or a cancelled job) does the same for that node alone, in its own
+        transaction: the node is queued again, and the nodes cancelled because of it wait on it again.
+        [sc_workflow_retry]"""
 
     def forget(self, now: float, cutoff: float) -> int:
         """Drop the workflows put at or before ``cutoff`` whose every node has ended (their jobs stay, as

@@ -12,7 +12,9 @@ from typing import Any
 from ...cancels import CancelOutcome
 from ...job import CORRUPTED
 from ...metadata import with_cancel_note
+from ...workflows import WORKFLOW_MARK
 from ..types import CorruptedJobQuarantined
+from . import workflows
 from .access import ShardDbs, delete_job, index_job, store_record, unindex_job
 from .keys import id_key, micros
 from .layout import (
@@ -57,6 +59,8 @@ def requeue(shard: ShardDbs, now: float, job_id: int) -> bool:
         index_job(shard, txn, job_id, record)
         store_record(shard, txn, job_id, record)
         txn.delete(id_key(job_id), db=shard.cancels)  # a cancelled job requeued runs afresh
+        if record[F_METADATA] is not None and WORKFLOW_MARK in record[F_METADATA]:
+            workflows.requeued(shard, txn, record)  # its node queued again, and what it cancelled waits
         return True
 
     requeued = shard.env.write(txn_fn)

@@ -69,6 +69,7 @@ from .layout import (
 )
 from .quarantine import Unreadable, quarantine_met, quarantine_unreadable, report
 from .records import record_to_job, unreadable_record
+from .workflow_checks import verify_workflows
 
 _READY_TAIL = struct.Struct(">QQ")  # after the queue name, NUL and the 2-byte flipped priority
 
@@ -404,7 +405,8 @@ def rebuild_queue_counts(shard: ShardDbs, now: float) -> None:
 
 
 def verify(shard: ShardDbs) -> list[str]:
-    """Every inconsistency between records, indexes and counters of this shard (empty if none)."""
+    """Every inconsistency between records, indexes and counters of this shard, and in its workflows
+    (``workflow_checks``): empty if none."""
     tag = f"shard {shard.index}"
 
     def txn_fn(txn: Any) -> list[str]:
@@ -489,6 +491,7 @@ def verify(shard: ShardDbs) -> list[str]:
                         f"{tag}: the counts of queue {queue.decode(errors='replace')!r} say (pending, "
                         f"scheduled) = {tuple(have)}, its jobs are {tuple(want)}"
                     )
+        problems.extend(verify_workflows(shard, txn, tag))
         return problems
 
     return shard.env.read(txn_fn)

@@ -82,6 +82,7 @@ class Shard:
         self.workflows = dbs["workflows"]  # workflows and their nodes (workflows.py)
         self.node_ended = workflows.ended
         self.released = False  # a transaction released a workflow's node: the store hints (workflows.py)
+        self.wf_batch: dict[bytes, list[Any]] | None = None  # settlings kept back in complete_many
         self.turns = dbs["turns"]  # concurrency limits: groups' turns, jobs running per key (turns.py)
         # One index per state; its entry count is the state's count.
         self.indexes = {State.PENDING: self.ready, State.SCHEDULED: self.sched, State.RUNNING: self.lease,
@@ -345,11 +346,16 @@ class Shard:
         def txn_fn(txn: Any) -> dict[int, str]:
             skipped: dict[int, str] = {}
             ended: dict[str, int] = {}  # slots given back per limit key, written once at the end
-            for job_id, token, result in done:
-                try:
-                    self._complete(txn, now_us, job_id, token, result, ended)
-                except QueueCorrupted as exc:
-                    skipped[job_id] = str(exc)
+            self.wf_batch = {}  # a chord's members settled here write its head and callback once (workflows)
+            try:
+                for job_id, token, result in done:
+                    try:
+                        self._complete(txn, now_us, job_id, token, result, ended)
+                    except QueueCorrupted as exc:
+                        skipped[job_id] = str(exc)
+                workflows.flush(self, txn)
+            finally:
+                self.wf_batch = None
             if skipped and (ended or turns.any_running(self, txn)):
                 # A job met there may have been quarantined, its slots recounted from the running records
                 # (quarantine.py) before this batch's ends were written: count again, after them all.

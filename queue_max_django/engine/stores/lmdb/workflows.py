@@ -9,7 +9,9 @@ Keys of the ``workflows`` database: ``b"W" + id`` -> its head, [created µs, nod
 ended, nodes failed or cancelled] (the last two kept by each settling, so its status is one read);
 ``b"N" + id + index`` -> a node (``Node.packed``). A wide workflow therefore runs on one shard's writer:
 its jobs are claimed by every worker, but each completion of one of them waits for that shard's write lock
-(docs/architecture.md).
+(docs/architecture.md). A member that succeeds without releasing its child (a chord's, nearly always) is
+settled by ``_succeeded`` on the raw entries; inside ``complete_many`` the head and the children's counts
+it changes are kept in ``shard.wf_batch`` and written once at the end of the transaction (``flush``).
 """
 
 from __future__ import annotations
@@ -186,19 +188,91 @@ def ended(shard: Any, txn: Any, record: list[Any]) -> None:
     if found is None:
         return
     workflow_id, index = found
-    head = _head(shard, txn, workflow_id)
+    batch: dict[bytes, list[Any]] | None = shard.wf_batch
+    head = _read(txn, shard.workflows, _head_key(workflow_id), batch)
     if head is None:
         return  # forgotten, or a job whose metadata was copied from a node's
     state = record[F_STATE]
     if state == DONE:
         outcome, result, error = wf.NodeState.SUCCEEDED, record[F_RESULT], None
+        if _succeeded(shard.workflows, txn, workflow_id, index, head, result, batch):
+            return
     elif state == FAILED:
         outcome, result, error = wf.ending(True, record[F_ERROR_TYPE]), None, record[F_ERROR]
     else:
         outcome, result, error = wf.NodeState.CANCELLED, None, "cancelled: its job was removed"
+    flush(shard, txn)  # what the quick settlings of this transaction kept back, before a full one reads
     graph = LmdbGraph(shard, txn, workflow_id, now_us)
     graph.head = head
     wf.settle(graph, index, outcome, result, error)
+
+
+_ENDED = frozenset(state.value for state in wf.ENDED)
+_WAITING = wf.NodeState.WAITING.value
+_SUCCEEDED = wf.NodeState.SUCCEEDED.value
+
+
+def _read(txn: Any, db: Any, key: bytes, batch: dict[bytes, list[Any]] | None) -> list[Any] | None:
+    """An entry (a head, a node's state part) as the transaction has it, kept back ones first."""
+    if batch is not None:
+        kept = batch.get(key)
+        if kept is not None:
+            return kept
+    raw = txn.get(key, db=db)
+    return None if raw is None else list(_unpack(raw))
+
+
+def _write(txn: Any, db: Any, key: bytes, value: list[Any], batch: dict[bytes, list[Any]] | None) -> None:
+    if batch is None:
+        txn.put(key, _pack(value), db=db)
+    else:
+        batch[key] = value  # written once, by ``flush``, however many members of one chord end here
+
+
+def flush(shard: Any, txn: Any) -> None:
+    """Write what the quick settlings of this transaction kept back (``Shard.complete_many`` calls this
+    before it commits; ``ended`` before a full settling)."""
+    batch = shard.wf_batch
+    if batch:
+        for key, value in batch.items():
+            txn.put(key, _pack(value), db=shard.workflows)
+        batch.clear()
+
+
+def _succeeded(
+    db: Any, txn: Any, workflow_id: int, index: int, head: list[Any], result: Any, batch: Any
+) -> bool:
+    """``wf.settle`` of a node that succeeded and releases no child (each child it has still waits on
+    another parent after it): a chord member's end, nearly always. Its state part, each waiting child's
+    count and the head are rewritten as they are, with no ``Node`` built; inside ``complete_many`` the
+    head and the children's parts are written once for all the transaction's members (``batch``). False,
+    with nothing written, when a child would be released (``settle`` does that, and all the rest)."""
+    fixed = _unpack(txn.get(_node_key(workflow_id, index), db=db))
+    key = _state_key(workflow_id, index)
+    own = _read(txn, db, key, batch)
+    assert own is not None
+    if own[1] in _ENDED:
+        return True  # ended before: settled once only (as ``settle`` skips it)
+    if fixed[3] is not None:
+        return False  # still holds its payload (``settle`` clears it)
+    children: list[tuple[bytes, list[Any]]] = []
+    for child_at in fixed[1]:
+        child_key = _state_key(workflow_id, child_at)
+        child = _read(txn, db, child_key, batch)
+        assert child is not None
+        if child[1] != _WAITING:
+            continue
+        if child[0] <= 1:
+            return False
+        children.append((child_key, child))
+    own[1], own[4], own[5] = _SUCCEEDED, result, None
+    txn.put(key, _pack(own), db=db)
+    for child_key, child in children:
+        child[0] -= 1
+        _write(txn, db, child_key, child, batch)
+    head[3] -= 1
+    _write(txn, db, _head_key(workflow_id), head, batch)
+    return True
 
 
 def put(shard: Any, now: float, nodes: Sequence[wf.NewNode]) -> int:
@@ -300,7 +374,6 @@ def retry_failed(shard: Any, now: float, workflow_id: int) -> int:
         head = _head(shard, txn, workflow_id)
         if head is None:
             return 0
-        graph = LmdbGraph(shard, txn, workflow_id, now_us)
         nodes = _nodes(shard, txn, workflow_id, head[1])
 
         def requeue(at: int, node: wf.Node) -> bool:
@@ -318,18 +391,43 @@ def retry_failed(shard: Any, now: float, workflow_id: int) -> int:
             shard.released = True
             return True
 
-        changed = wf.reopen(nodes, requeue)
-        for at in changed:
-            graph.save(at, nodes[at])
-        if changed:
-            head = _head(shard, txn, workflow_id)
-            assert head is not None
-            head[3] += len(changed)
-            head[4] -= len(changed)
-            _put_head(shard, txn, workflow_id, head)
+        changed, recounted = wf.reopen(nodes, requeue)
+        _saved(shard, txn, workflow_id, head, nodes, changed, recounted)
         return len(changed)
 
     return int(shard.env.write(txn_fn))
+
+
+def requeued(shard: Any, txn: Any, record: list[Any]) -> None:
+    """The job ``record`` (a node's) was just requeued by itself, in ``txn``: its node is queued again and
+    the nodes cancelled because of it wait on it again (``workflows.reopen``)."""
+    found = wf.node_of(record[F_METADATA])
+    head = None if found is None else _head(shard, txn, found[0])
+    if found is None or head is None:
+        return
+    workflow_id, index = found
+    nodes = _nodes(shard, txn, workflow_id, head[1])
+    changed, recounted = wf.reopen(nodes, lambda at, node: False, only=index)
+    _saved(shard, txn, workflow_id, head, nodes, changed, recounted)
+
+
+def _saved(
+    shard: Any,
+    txn: Any,
+    workflow_id: int,
+    head: list[Any],
+    nodes: list[wf.Node],
+    changed: list[int],
+    recounted: list[int],
+) -> None:
+    """Write the nodes ``wf.reopen`` changed, and the head's counts (each node ``changed`` is live again)."""
+    graph = LmdbGraph(shard, txn, workflow_id, 0)
+    for at in [*changed, *recounted]:
+        graph.save(at, nodes[at])
+    if changed:
+        head[3] += len(changed)
+        head[4] -= len(changed)
+        _put_head(shard, txn, workflow_id, head)
 
 
 def status(shard: Any, workflow_id: int) -> wf.Status | None:

@@ -127,6 +127,7 @@ class Space:
         self.workers: dict[str, dict[str, Any]] = {}  # worker id -> its report (WorkerInfo's fields)
         self.workflows: dict[int, Any] = {}  # workflow id -> its nodes (workflows.py)
         self.node_ended: Any = None  # settles a node whose job ended (workflows.ended, set by its store)
+        self.node_requeued: Any = None  # reopens a node whose job was requeued (workflows.requeued, likewise)
         self.hint_count = 0  # bumped by every write that may make a job claimable (hints.py)
         self.hinted = threading.Condition(self.lock)
         self.watchers: weakref.WeakSet[Any] = weakref.WeakSet()  # hints with descriptors to write to

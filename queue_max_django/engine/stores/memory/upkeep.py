@@ -99,9 +99,11 @@ def purge(space: Space, state: State, cutoff: float | None) -> int:
     return len(doomed)
 
 
-def requeue(space: Space, now: float, job_id: int) -> bool:
+def requeue(space: Space, now: float, job_id: int, *, node: bool = True) -> bool:
     """A dead letter back to pending, retries reset, at the back of its queue, its cancel mark dropped.
-    False if it is not a dead letter (or gone), or is one quarantined as corrupted."""
+    False if it is not a dead letter (or gone), or is one quarantined as corrupted. A workflow's node
+    (unless ``node`` is false: the workflow's own retry) is queued again with it, and the nodes cancelled
+    because of it wait on it again (``workflows.requeued``)."""
     row = space.rows.get(job_id)
     if row is None or row.state is not State.FAILED or row.error_type == CORRUPTED:
         return False
@@ -111,6 +113,8 @@ def requeue(space: Space, now: float, job_id: int) -> bool:
     row.error = row.error_type = row.traceback = None
     space.index(row)
     space.cancels.pop(job_id, None)
+    if node and row.metadata is not None and space.node_requeued is not None:
+        space.node_requeued(space, row)
     space.hint()
     return True
 

@@ -143,12 +143,24 @@ def retry_failed(space: Space, now: float, workflow_id: int) -> int:
         return 0
 
     def again(at: int, node: wf.Node) -> bool:
-        return node.job_id is not None and requeue(space, now, node.job_id)
+        return node.job_id is not None and requeue(space, now, node.job_id, node=False)
 
-    changed = wf.reopen(stored.nodes, again)
+    changed, _ = wf.reopen(stored.nodes, again)  # (a waiting node recounted is changed in place)
     stored.live += len(changed)
     stored.bad -= len(changed)
     return len(changed)
+
+
+def requeued(space: Space, row: Row) -> None:
+    """``row``'s dead letter was just requeued by itself: if it is a node, queue the node again and let the
+    nodes cancelled because of it wait on it (``workflows.reopen``)."""
+    found = wf.node_of(row.metadata)
+    stored = None if found is None else space.workflows.get(found[0])
+    if found is None or stored is None:
+        return
+    changed, _ = wf.reopen(stored.nodes, lambda at, node: False, only=found[1])
+    stored.live += len(changed)
+    stored.bad -= len(changed)
 
 
 def forget(space: Space, cutoff_us: int) -> int:
@@ -168,6 +180,7 @@ class MemoryWorkflows:
     def __init__(self, space: Space) -> None:
         self.space = space
         space.node_ended = ended
+        space.node_requeued = requeued
 
     def put(self, now: float, shard: int, nodes: Sequence[wf.NewNode], connection: Any = None) -> int:
         assert connection is None, "the memory store cannot write in a database transaction"

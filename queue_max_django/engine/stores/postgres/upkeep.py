@@ -238,8 +238,12 @@ def requeue(store: Statements, now: float, job_id: int) -> bool:
     """A dead letter back to pending, its retries reset, at the back of its queue. False if the job is not
     a dead letter (or gone), or is one quarantined as corrupted (error type ``Corrupted``: what it would run
     is not what was put)."""
-    if store.one(_REQUEUE, store.params(id=job_id, now=micros(now)))[0] is None:
-        return False
+    from .workflow_reopen import requeued
+
+    with store.db.transaction() as conn:  # a node's requeue reopens what waited on it (workflows.py)
+        if conn.execute(_REQUEUE, store.params(id=job_id, now=micros(now))).fetchone()[0] is None:
+            return False
+        requeued(conn, job_id)
     store.hints.local()
     return True
 

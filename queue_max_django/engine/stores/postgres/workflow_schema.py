@@ -65,7 +65,7 @@ DECLARE
     w_result bytea[] := ARRAY[p_result];
     w_error text[] := ARRAY[p_error];
     k integer; st text; res bytea; err text; last integer;
-    n_name text; n_state text; n_children integer[];
+    n_name text; n_children integer[];
     c_waiting integer; c_state text; c_doomed text; c_always boolean;
     child integer;
     new_id bigint;
@@ -78,14 +78,20 @@ BEGIN
         k := w_idx[last]; st := w_state[last]; res := w_result[last]; err := w_error[last];
         w_idx := w_idx[1:last - 1]; w_state := w_state[1:last - 1];
         w_result := w_result[1:last - 1]; w_error := w_error[1:last - 1];
-        SELECT name, state, children INTO n_name, n_state, n_children
-        FROM qm_workflow_nodes WHERE workflow_id = p_wf AND idx = k FOR UPDATE;
-        IF NOT FOUND OR n_state IN ('succeeded', 'failed', 'cancelled') THEN
+        -- One statement records the end and locks the row (none for a node that ended before: a second end).
+        UPDATE qm_workflow_nodes SET state = st, result = res, error = err
+        WHERE workflow_id = p_wf AND idx = k AND state NOT IN ('succeeded', 'failed', 'cancelled')
+        RETURNING name, children INTO n_name, n_children;
+        IF NOT FOUND THEN
             CONTINUE;
         END IF;
-        UPDATE qm_workflow_nodes SET state = st, result = res, error = err
-        WHERE workflow_id = p_wf AND idx = k;
         FOREACH child IN ARRAY n_children LOOP
+            -- A child that still waits on another parent after this one, and whose doom does not change:
+            -- one statement (a chord member's end, nearly always).
+            UPDATE qm_workflow_nodes SET waiting = waiting - 1
+            WHERE workflow_id = p_wf AND idx = child AND state = 'waiting' AND waiting > 1
+              AND (st = 'succeeded' OR doomed IS NOT NULL);
+            CONTINUE WHEN FOUND;
             SELECT waiting, state, doomed, always INTO c_waiting, c_state, c_doomed, c_always
             FROM qm_workflow_nodes WHERE workflow_id = p_wf AND idx = child FOR UPDATE;
             CONTINUE WHEN c_state <> 'waiting';

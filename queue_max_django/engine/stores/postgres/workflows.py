@@ -17,6 +17,7 @@ from ...job import CANCEL_KEY, CORRUPTED
 from .rows import micros, pack_key
 from .schema import FAILED, PENDING, RUNNING, SCHEDULED
 from .sql import tally
+from .workflow_reopen import locked_nodes, node_of_row, save_reopened
 
 _NODES = """
 INSERT INTO qm_workflow_nodes (workflow_id, idx, name, parents, children, always, waiting, state, payload,
@@ -60,7 +61,16 @@ _STATUS_OF = """CASE WHEN EXISTS (SELECT 1 FROM qm_workflow_nodes n WHERE n.work
             ELSE 'succeeded' END"""
 _STATUS = f"SELECT {_STATUS_OF} FROM qm_workflows w"
 _COUNTS = f"SELECT s, count(*) FROM (SELECT {_STATUS_OF} AS s FROM qm_workflows w) t GROUP BY s"
-_RESULTS = "SELECT idx, result FROM qm_workflow_nodes WHERE workflow_id = %s AND idx = ANY(%s)"
+# A chord's callback asks for every member's result: ``idx = ANY(array)`` would test each row against the
+# whole array, 10,000 by 10,000 for a chord of 10,000 (0.2 to 0.4 s on the server). The indexes asked for
+# are read as a range along the primary key when they fill half of it or more (a chord's: 22 ms for 10,000),
+# else joined as a set.
+_RESULTS_RANGE = """
+SELECT idx, result FROM qm_workflow_nodes
+WHERE workflow_id = %s AND idx BETWEEN %s AND %s AND result IS NOT NULL"""
+_RESULTS_SET = """
+SELECT n.idx, n.result FROM (SELECT DISTINCT unnest(%s::integer[]) AS idx) want
+JOIN qm_workflow_nodes n ON n.workflow_id = %s AND n.idx = want.idx"""
 _SETTLE = "SELECT qm_wf_settle(%s, %s, 'cancelled', NULL, %s, %s)"
 
 _CANCEL_JOB = f"""
@@ -142,7 +152,7 @@ class PgWorkflows:
             if head is None:
                 return None
             rows = conn.execute(_GET_NODES, (workflow_id,)).fetchall()
-        nodes = [_node(row) for row in rows]
+        nodes = [node_of_row(row) for row in rows]
         return wf.info(workflow_id, head[0] / 1_000_000, head[1], nodes)
 
     def status(self, workflow_id: int) -> wf.Status | None:
@@ -158,7 +168,14 @@ class PgWorkflows:
     def results(self, workflow_id: int, indexes: Sequence[int]) -> list[bytes | None]:
         conn = self.store.db.connection()
         with self.store.db.guard(conn):
-            found = dict(conn.execute(_RESULTS, (workflow_id, list(indexes))).fetchall())
+            if not indexes:
+                return []
+            low, high = min(indexes), max(indexes)
+            if 2 * len(set(indexes)) >= high - low + 1:
+                rows = conn.execute(_RESULTS_RANGE, (workflow_id, low, high)).fetchall()
+            else:
+                rows = conn.execute(_RESULTS_SET, (list(indexes), workflow_id)).fetchall()
+            found = dict(rows)
         return [None if found.get(at) is None else bytes(found[at]) for at in indexes]
 
     def cancel(self, now: float, workflow_id: int, by: str | None = None) -> int:
@@ -197,12 +214,7 @@ class PgWorkflows:
                 is None
             ):
                 return 0
-            rows = conn.execute(
-                "SELECT name, parents, children, always, waiting, state, job_id, doomed, error "
-                "FROM qm_workflow_nodes WHERE workflow_id = %s ORDER BY idx FOR UPDATE",
-                (workflow_id,),
-            ).fetchall()
-            nodes = [_node(row) for row in rows]
+            nodes = locked_nodes(conn, workflow_id)
 
             def requeue(at: int, node: wf.Node) -> bool:
                 found = conn.execute(
@@ -217,14 +229,8 @@ class PgWorkflows:
                     is not None
                 )
 
-            changed = wf.reopen(nodes, requeue)
-            for at in changed:
-                node = nodes[at]
-                conn.execute(
-                    "UPDATE qm_workflow_nodes SET state = %s, waiting = %s, doomed = %s, error = %s "
-                    "WHERE workflow_id = %s AND idx = %s",
-                    (node.state.value, node.waiting, node.doomed, node.error, workflow_id, at),
-                )
+            changed, recounted = wf.reopen(nodes, requeue)
+            save_reopened(conn, workflow_id, nodes, [*changed, *recounted])
         if changed:
             self.store.hints.local()
         return len(changed)
@@ -238,11 +244,3 @@ class PgWorkflows:
             gone += count
             if count < batch:
                 return gone
-
-
-def _node(row: tuple[Any, ...]) -> wf.Node:
-    """A ``qm_workflow_nodes`` row as read by ``_GET_NODES`` and the retry's read: the node it stores."""
-    name, parents, children, always, waiting, state, job_id, doomed, error = row
-    return wf.Node(
-        name, list(parents), list(children), always, waiting, wf.NodeState(state), job_id, doomed, error=error
-    )
