@@ -23,6 +23,7 @@ from ...job import MAX_SHARDS, STATE_CODE, Job, State, shard_of
 from ...jobspec import JobSpec
 from ...validate import check_number
 from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, Sample, StoreInfo
+from . import tagged
 from .concurrency import LmdbConcurrency
 from .control import Control
 from .coordination import Coordination
@@ -481,6 +482,8 @@ class LmdbStore:
                                        queue=queue, name=name, now=now))  # fmt: skip
         found.sort(key=lambda item: item.sort_key, reverse=newest_first)
         return [listed.job() for listed in found[:limit]]  # decode only what is returned
+
+    tagged_jobs = tagged.tagged_jobs  # Store.tagged_jobs (tagged.py)
 
     def counts(self, shard: int | None = None) -> dict[str, int]:
         """Jobs per state and ``total`` puts ever, of ``shard`` or of the whole store. No scan."""

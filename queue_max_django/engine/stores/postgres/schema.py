@@ -32,10 +32,12 @@ from typing import Any
 from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
 from . import limitfn
+from .tag_schema import TAGS_DDL
 from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 
-SCHEMA_VERSION = 6  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
-# 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits
+SCHEMA_VERSION = 7  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples; 3: qm_pauses;
+# 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits; 7: the tag indexes
+# (tag_schema.py)
 COUNTER_SLOTS = 16
 JOURNAL_START = 1000  # counter rows from this slot on are journal entries of the caller's transactions
 TOTAL = -1  # the counter "state" of every put ever made (the ``total`` of stats())
@@ -252,6 +254,7 @@ def create(conn: Any) -> None:
             )
         conn.execute(DDL.replace("@LIMITED_CLAIM@", limitfn.FUNCTION))
         conn.execute(WORKFLOW_DDL)
+        conn.execute(TAGS_DDL)
         conn.execute(
             "INSERT INTO qm_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = %s",
             (str(SCHEMA_VERSION), str(SCHEMA_VERSION)),

@@ -1,0 +1,13 @@
+"""The PostgreSQL store's tag indexes (schema version 7; ``tagged.py`` lists by them): a GIN index on each
+job table's ``metadata -> '_tags'`` (engine/tags.py), created by ``schema.create`` (idempotent)."""
+
+from __future__ import annotations
+
+from ...tags import TAGS_KEY
+
+# jsonb_path_ops: the smaller GIN opclass, which serves the ``@>`` the listing uses (and only that).
+TAGS_DDL = "".join(
+    f"CREATE INDEX IF NOT EXISTS {table}_tags ON {table} "
+    f"USING gin ((metadata -> '{TAGS_KEY}') jsonb_path_ops);"
+    for table in ("qm_jobs", "qm_finished")
+)
