@@ -13,6 +13,9 @@
     uv run python benchmarks/tag_search_bench.py --store memory
     uv run python benchmarks/tag_search_bench.py --store postgresql://postgres@127.0.0.1:5432/qm_bench
 
+``--put-cost N`` times what tags add to a put instead (``put_many`` of N jobs a round, batches of 100: with
+two tags, with metadata and no tags, with neither; rounds alternate).
+
 A PostgreSQL database must exist and be a scratch one: its queue_max tables are dropped first.
 """
 
@@ -41,6 +44,14 @@ def main() -> None:
     parser.add_argument("--rare", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument(
+        "--put-cost",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: time put_many of N jobs (batches of 100) with 2 tags, with metadata but no tags, and "
+        "with neither, in alternating rounds (--rounds), and print each mode's median",
+    )
+    parser.add_argument(
         "--scan-limit", type=int, default=100_000, help="jobs the walk without the index examines at most"
     )
     args = parser.parse_args()
@@ -54,7 +65,7 @@ def main() -> None:
             where, options = args.store, {}
             _scratch(args.store)
         with Queue(where, do_recover=False, do_vacuum=False, **options) as q:
-            run(q, args)
+            put_cost(q, args) if args.put_cost else run(q, args)
 
 
 def _scratch(url: str) -> None:
@@ -114,6 +125,24 @@ def run(q: Queue, args: argparse.Namespace) -> None:
     rate = scan / examined * 1_000_000
     print(f"  without the index: a walk of {examined:,} pending jobs finds {found}: {scan * 1000:,.0f} ms "
           f"({rate:.1f} s per 1,000,000 jobs walked)")  # fmt: skip
+
+
+def put_cost(q: Queue, args: argparse.Namespace) -> None:
+    """µs per job of ``put_many`` (batches of 100) in three modes, rounds alternating; the median of each."""
+    modes: dict[str, dict[str, Any] | None] = {
+        "no metadata": None,
+        "metadata, no tags": {"order": 42},
+        "2 tags": {"_tags": ["order:42", "tenant:acme"]},
+    }
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    for _ in range(args.rounds):
+        for mode, metadata in modes.items():
+            start = time.perf_counter()
+            for _batch in range(args.put_cost // 100):
+                q.put_many([{"n": n} for n in range(100)], metadata=metadata)
+            times[mode].append((time.perf_counter() - start) / args.put_cost * 1e6)
+    for mode, values in times.items():
+        print(f"  put_many(100) {mode}: median {statistics.median(values):.1f} µs/job ({args.rounds} rounds)")
 
 
 if __name__ == "__main__":
