@@ -18,6 +18,8 @@ from typing import Any
 from ..engine import InvalidJob, Job, Queue, State
 from ..engine.tags import TAG_PATTERN
 from ..engine.workflows import WORKFLOW_KEY
+from . import fieldsearch
+from .fieldsearch import Field, field_of
 
 PAGE_SIZE = 50
 PAGE_SCAN_LIMIT = 25_000  # jobs a list page examines at most (to fill itself, or to sort by failed-at)
@@ -142,13 +144,20 @@ class Filters:
 
     @property
     def text(self) -> str:
-        """The search without its tags: what task names and errors are searched for."""
-        return search_words(self.search)[1]
+        """The search without its tags and fields: what task names and errors are searched for."""
+        return " ".join(word for word in search_words(self.search)[1].split() if field_of(word) is None)
+
+    @property
+    def fields(self) -> list[Field]:
+        """The ``args.NAME:VALUE`` and ``meta.KEY:VALUE`` words of the search (fieldsearch.py): unindexed."""
+        return [found for word in search_words(self.search)[1].split() if (found := field_of(word))]
 
     @property
     def scans(self) -> bool:
         """True when some filter is tested here rather than by the engine (the list is then a scan)."""
-        return bool(self.text or self.error_type or self.shard is not None or self.workflow is not None)
+        return bool(
+            self.text or self.fields or self.error_type or self.shard is not None or self.workflow is not None
+        )
 
     def engine_options(self, shard_count: int) -> dict[str, Any]:
         """The filters the engine applies itself as it lists (a shard that exists is listed alone)."""
@@ -165,6 +174,8 @@ class Filters:
         if self.workflow is not None and workflow_of(job) != self.workflow:
             return False
         if self.error_type and job.error_type != self.error_type:
+            return False
+        if not all(fieldsearch.matches(job, found) for found in self.fields):
             return False
         if self.text:
             needle = self.text.casefold()

@@ -82,3 +82,24 @@ def test_all_that_match_a_tag_search_is_the_tags_jobs(admin_client: Client, stor
     assert done.status_code == 302
     assert all(store.job(i) is None for i in mine) and store.job(other).state is State.PENDING  # type: ignore[union-attr]
     assert store.tagged("tenant:acme") == []
+
+
+def test_args_and_meta_words_search_argument_and_metadata_values_by_a_bounded_scan(
+    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from queue_max_django.admin import listing
+
+    add = "tests.testapp.tasks.add"
+    acme = store.put({"args": [42, 1], "kwargs": {}}, name=add, metadata={"tenant": "acme"})
+    other = store.put({"args": [43], "kwargs": {"b": 1}}, name=add, metadata={"tenant": "other"})
+    keyword = store.put({"args": [], "kwargs": {"a": 42, "b": 2}}, name=add, metadata={"_tags": ["vip"]})
+    assert listed(admin_client, "pending", "args.a:42") == [acme, keyword]  # claim order: a scan
+    assert listed(admin_client, "pending", "args.b:1") == [acme, other]
+    assert listed(admin_client, "pending", "meta.tenant:acme") == [acme]
+    assert listed(admin_client, "pending", "META.tenant:acme args.a:42") == [acme]
+    assert listed(admin_client, "pending", "args.a:42 tag:vip") == [keyword]  # the tag's jobs, then tested
+    assert listed(admin_client, "pending", "args.nope:1") == []
+    monkeypatch.setattr(listing, "PAGE_SCAN_LIMIT", 2)
+    monkeypatch.setattr(listing, "BATCH", 1)
+    html = admin_client.get(f"{BASE}pending/?q={quote('meta.tenant:nobody')}").content.decode()
+    assert "Looked at 2 jobs without filling this page" in html

@@ -14,10 +14,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
+from queue_max_django import chain
 from queue_max_django.conf import get_queue
-from queue_max_django.engine import InvalidJob, State
+from queue_max_django.engine import InvalidJob, QueueEmpty, State
+from queue_max_django.running.runner import run_job
 from queue_max_django.tasks import Task
 from tests.testapp import tasks as t
+from tests.testapp import workflow_tasks as w
 
 Configure = Callable[..., override_settings]
 
@@ -124,3 +127,43 @@ def test_queue_list_by_tag_filters_pages_and_prints_json() -> None:
     assert any(line.split() == ["tags", "order:42,", "tenant:acme"] for line in shown.splitlines()), shown
     assert any(line.split() == ["tags", "none"] for line in call("queue_show", str(q.put("x"))).splitlines())
     assert q.tagged("order:42", state=State.PENDING)[0].job_id == second
+
+
+def test_workflow_steps_keep_their_tags_and_are_found_by_them() -> None:
+    result = chain(w.wf_add.using(tags=["order:42"]).s(1, 2), w.wf_add.using(tags=["order:42"]).s(10)).delay()
+    queue = get_queue()
+    assert [job.job_id for job in queue.tagged("order:42")] == [int(result.nodes[0].job_id or 0)]
+    ran = 0
+    while True:
+        try:
+            record = queue.get(0.3)
+        except QueueEmpty:
+            break
+        run_job(record)
+        ran += 1
+    assert ran == 2 and result.status == "succeeded"
+    assert [job.tags for job in queue.tagged("order:42", state="done")] == [("order:42",), ("order:42",)]
+
+
+def test_queue_list_where_walks_a_state_or_a_tag_and_stops_at_its_scan_limit() -> None:
+    q = get_queue()
+    acme = t.add.using(metadata={"tenant": "acme"}).delay(42, 1).job_id
+    other = t.add.using(metadata={"tenant": "other"}).delay(43, 1).job_id
+    tagged = t.add.using(tags=["vip"], metadata={"tenant": "acme"}).delay(42, 2).job_id
+    lines = call("queue_list", "--status", "pending", "--where", "args.a:42").splitlines()
+    assert [line.split()[0] for line in lines[1:-1]] == [str(acme), str(tagged)]
+    assert lines[-1] == "2 jobs matched, 3 examined."
+    both = call("queue_list", "--status", "pending", "--where", "meta.tenant:acme", "--where", "args.b:1")
+    assert both.splitlines()[-1] == "1 job matched, 3 examined."
+    assert str(tagged) in call("queue_list", "--tag", "vip", "--where", "meta.tenant:acme")
+    where = ("queue_list", "--status", "pending", "--where", "args.a:43", "--json")
+    stopped = json.loads(call(*where, "--scan-limit", "1"))
+    assert stopped["stopped"] and stopped["examined"] == 1 and stopped["jobs"] == []
+    assert stopped["next_after"] == str(acme)
+    rest = json.loads(call(*where, "--after", stopped["next_after"]))
+    assert [job["job_id"] for job in rest["jobs"]] == [str(other)] and not rest["stopped"]
+    with pytest.raises(CommandError, match=r"args\.NAME:VALUE"):
+        call("queue_list", "--status", "pending", "--where", "order=42")
+    with pytest.raises(CommandError, match="--where needs --status"):
+        call("queue_list", "--where", "args.a:42")
+    assert q.job(acme or 0) is not None

@@ -24,6 +24,7 @@ from ..common import (
     unknown_task_warning,
     when,
 )
+from ..where import by_where
 
 ERROR_WIDTH = 60  # characters of a failed job's error shown in the table
 
@@ -46,6 +47,21 @@ class Command(QueueCommand):
             help="Only jobs with this tag, found through the store's tag index (repeat it: jobs with all of "
             "them). Newest first; --after pages on.",
         )
+        parser.add_argument(
+            "--where",
+            action="append",
+            metavar="FIELD:VALUE",
+            help="Only jobs whose argument (args.NAME:VALUE) or metadata value (meta.KEY:VALUE) is VALUE "
+            "(repeat it: all of them). Unindexed: a walk of --status's jobs (or --tag's) that stops after "
+            "--scan-limit jobs.",
+        )
+        parser.add_argument(
+            "--scan-limit",
+            type=positive_int,
+            default=100_000,
+            metavar="N",
+            help="With --where: examine at most this many jobs (default 100,000), then say where to go on.",
+        )
         parser.add_argument("--queue", help="Only jobs of this queue.")
         parser.add_argument("--task", help="Only jobs of this task (its registered name).")
         parser.add_argument(
@@ -61,9 +77,11 @@ class Command(QueueCommand):
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
 
     def missing(self, options: dict[str, Any]) -> str | None:
-        return None if options["tag"] else status_missing(options)
+        return None if options["tag"] or options["where"] else status_missing(options)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["where"]:
+            return by_where(self, options)
         if options["tag"]:
             return by_tags(self, options)
         missing = status_missing(options)  # --status is required without --tag: argparse cannot say so
