@@ -1,13 +1,14 @@
 """A job's tags: short strings that say what a job is about (``order:42``, ``tenant:acme``, ``billing``), set
-when it is put and never changed, and indexed by every store so that finding the jobs of a tag costs what it
+when it is put, and indexed by every store so that finding the jobs of a tag costs what it
 finds, not the size of the store (``Queue.tagged``, stores/contract/tags.py).
 
 They are kept in the job's metadata under the reserved key ``TAGS_KEY`` (a list of str, sorted, no
 duplicates), so they travel with the job wherever its metadata does (put, put_many, requeue) and every store
 already stores them; each store's tag index is written in the transaction that puts the job and removed in the
-one that deletes it (delete, purge, retention, a cancel of a waiting job). A running task that saves its
-metadata keeps the reserved keys (the Django layer's rule), so the tags a job was put with are the ones it
-is indexed under for its whole life.
+one that deletes it (delete, purge, retention, a cancel of a waiting job). A holder that saves the job's
+metadata keeps them (``metadata.keeping_cancel_note``); only a duplicate put that replaces a waiting job's
+metadata (``on_duplicate`` replace) gives it other tags, and the store re-indexes it in that put's
+transaction.
 
 A tag: 1 to ``TAG_MAX_CHARS`` characters, each a letter or digit (ASCII) or one of ``TAG_PUNCTUATION``; at
 most ``TAGS_MAX`` tags per job. ``check_tags`` refuses anything else with ``InvalidJob`` before anything is

@@ -9,6 +9,7 @@ import pytest
 
 from queue_max_django.engine.job import State
 from queue_max_django.engine.stores.base import Store
+from queue_max_django.engine.stores.contract.uniqueness import HOLD_STARTED, ON_DUPLICATE_REPLACE, UniqueRule
 from queue_max_django.engine.tags import TAGS_KEY
 from tests.store_contract.conftest import T0, claim, job, put
 
@@ -114,3 +115,15 @@ def test_removed_jobs_leave_the_tag_index(store: Store) -> None:
     assert store.vacuum(T0 + 20, T0 + 1, 0.0) == 1
     assert find(store, "gone") == [kept] and index_entries(store, "gone") == 1
     assert cancelled not in find(store, "gone") and purged not in find(store, "gone")
+
+
+@pytest.mark.sc_tags_index
+def test_a_replacing_duplicate_gives_the_waiting_job_its_tags_in_the_index_too(store: Store) -> None:
+    rule = UniqueRule(b"sync:1", HOLD_STARTED, 0, ON_DUPLICATE_REPLACE)
+    [first] = put(store, T0, "a", unique=rule, metadata=tagged("old", "kept"))
+    [again] = put(store, T0 + 1, "b", unique=rule, metadata=tagged("new", "kept"))
+    assert again == first and job(store, T0, first).tags == ("kept", "new")
+    assert find(store, "old") == [] and find(store, "new") == [first] and find(store, "kept") == [first]
+    assert index_entries(store, "old") == 0
+    assert store.delete(T0 + 2, first, None)
+    assert (index_entries(store, "new"), index_entries(store, "kept")) == (0, 0)
