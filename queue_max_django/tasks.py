@@ -15,7 +15,7 @@ import inspect
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 import msgpack
@@ -39,6 +39,7 @@ from .engine import (
 )
 from .engine.classify import exception_types
 from .engine.metadata import normalized as normalized_metadata
+from .engine.tags import check_tags, with_tags
 from .engine.uniqueness import SKIP, STARTED
 from .engine.validate import validate_queue_name
 from .observability import tracing
@@ -112,6 +113,7 @@ class Task(Generic[P, R]):
         on_duplicate: str = SKIP,
         concurrency: int | None = None,
         concurrency_key: str | Callable[..., str] | None = None,
+        tags: Sequence[str] = (),
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task decorates a function, not {func!r}")
@@ -141,6 +143,7 @@ class Task(Generic[P, R]):
         self.delay_seconds: float | None = None
         self.eta: float | dt.datetime | None = None
         self.metadata: dict[str, Any] = {}  # stored with each job (using(metadata=...))
+        self.tags = check_tags(tags)  # each job's tags (engine/tags.py): InvalidJob now, not at enqueue
         self.enqueue_on_commit: bool | None = None  # None: QUEUE_MAX["ENQUEUE_ON_COMMIT"]
         self.is_async = inspect.iscoroutinefunction(func)
         self._signature = inspect.signature(func)
@@ -172,6 +175,7 @@ class Task(Generic[P, R]):
         unique_key: KeyOption = None,
         unique_until: str | float | None = None,
         on_duplicate: str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> Task[P, R]:
         """A copy with other options (not registered: jobs still name this task). ``enqueue_on_commit``:
         inside a transaction, wait for its commit to store the job (True) or store it at once (False), for
@@ -180,8 +184,11 @@ class Task(Generic[P, R]):
         task); ``InvalidMetadata`` unless it is a dict of str keys that JSON encodes within 64 KiB. Keys
         that start with ``_`` are reserved for the backend and libraries, as in Django's Tasks: stored,
         but not in ``JobResult.metadata`` nor in what the task sees. ``unique_key``, ``unique_until``,
-        ``on_duplicate``: as ``@task``'s, each replacing the task's (``unique_key=False``: none)."""
+        ``on_duplicate``: as ``@task``'s, each replacing the task's (``unique_key=False``: none). ``tags``:
+        added to the task's own (``@task(tags=...)``), at most 16 in all (docs/howto/tags.md)."""
         clone = copy.copy(self)
+        if tags is not None:
+            clone.tags = check_tags([*self.tags, *check_tags(tags)])
         clone.unique = UniqueOptions.using(self.unique, unique_key, unique_until, on_duplicate)
         refuse_unique_with_limits(self.name, clone.unique, self.concurrency)
         if metadata is not None:
@@ -415,7 +422,7 @@ class Task(Generic[P, R]):
             "timeout": timeout,
             "delay": self.delay_seconds,
             "eta": self.eta,
-            "metadata": self.metadata or None,
+            "metadata": with_tags(self.metadata, self.tags) or None,
         }
 
     def _limits(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[tuple[str, int], ...] | None:
@@ -549,6 +556,7 @@ def task(
     unique_key: KeyOption = ...,
     unique_until: str | float = ...,
     on_duplicate: str = ...,
+    tags: Sequence[str] = ...,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 def task(func: Callable[P, R] | None = None, /, **options: Any) -> Any:
     """Make a function a task: ``@task`` or ``@task(priority=..., queue=..., ...)``; registers it."""

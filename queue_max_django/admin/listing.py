@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine import InvalidJob, Job, Queue, State
+from ..engine.tags import TAG_PATTERN
 from ..engine.workflows import WORKFLOW_KEY
+from . import fieldsearch
+from .fieldsearch import Field, field_of
 
 PAGE_SIZE = 50
 PAGE_SCAN_LIMIT = 25_000  # jobs a list page examines at most (to fill itself, or to sort by failed-at)
@@ -24,6 +27,7 @@ SCAN_LIMIT = 100_000  # jobs a count or an "all matching" action examines at mos
 BATCH = 500  # jobs asked of the engine at a time while scanning
 FACET_SCAN_LIMIT = 2_000  # jobs a list's sidebar counts by task, queue and error type, at most (the newest)
 MAX_JOB_ID = 2**64 - 1  # ids are stored as unsigned 64-bit keys; anything larger names no job
+TAG_WORD = "tag:"  # a search word ``tag:T``: jobs tagged T (engine/tags.py), through the store's tag index
 
 # How people call the states; URLs and data use the State values.
 LABELS: dict[State, str] = {
@@ -88,8 +92,10 @@ def parse_job_id(value: Any) -> int | None:
 
 @dataclass(frozen=True)
 class Filters:
-    """The filters of a list page: ``q`` searches task names, error types and error texts (case-insensitive);
-    ``task``, ``queue`` and ``error_type`` match exactly; ``shard`` is a shard number."""
+    """The filters of a list page: ``q`` searches task names, error types and error texts (case-insensitive),
+    but its words ``tag:T`` are tags the jobs must all have (found through the store's tag index: the page
+    then lists that tag's jobs, newest first, and scans nothing else); ``task``, ``queue`` and ``error_type``
+    match exactly; ``shard`` is a shard number."""
 
     search: str = ""
     task: str = ""
@@ -132,9 +138,26 @@ class Filters:
         return bool(self.as_query())
 
     @property
+    def tags(self) -> tuple[str, ...]:
+        """The ``tag:T`` words of the search (valid tags only: another word is searched as text)."""
+        return search_words(self.search)[0]
+
+    @property
+    def text(self) -> str:
+        """The search without its tags and fields: what task names and errors are searched for."""
+        return " ".join(word for word in search_words(self.search)[1].split() if field_of(word) is None)
+
+    @property
+    def fields(self) -> list[Field]:
+        """The ``args.NAME:VALUE`` and ``meta.KEY:VALUE`` words of the search (fieldsearch.py): unindexed."""
+        return [found for word in search_words(self.search)[1].split() if (found := field_of(word))]
+
+    @property
     def scans(self) -> bool:
         """True when some filter is tested here rather than by the engine (the list is then a scan)."""
-        return bool(self.search or self.error_type or self.shard is not None or self.workflow is not None)
+        return bool(
+            self.text or self.fields or self.error_type or self.shard is not None or self.workflow is not None
+        )
 
     def engine_options(self, shard_count: int) -> dict[str, Any]:
         """The filters the engine applies itself as it lists (a shard that exists is listed alone)."""
@@ -152,11 +175,26 @@ class Filters:
             return False
         if self.error_type and job.error_type != self.error_type:
             return False
-        if self.search:
-            needle = self.search.casefold()
+        if not all(fieldsearch.matches(job, found) for found in self.fields):
+            return False
+        if self.text:
+            needle = self.text.casefold()
             haystacks = (job.name, job.error_type, job.error)
             return any(needle in text.casefold() for text in haystacks if text)
         return True
+
+
+def search_words(search: str) -> tuple[tuple[str, ...], str]:
+    """(the tags, the rest) of a search: each word ``tag:T`` whose ``T`` is a valid tag is a tag."""
+    tags: list[str] = []
+    rest: list[str] = []
+    for word in search.split():
+        value = word[len(TAG_WORD) :] if word.lower().startswith(TAG_WORD) else None
+        if value and TAG_PATTERN.fullmatch(value):
+            tags.append(value)
+        else:
+            rest.append(word)
+    return tuple(dict.fromkeys(tags)), " ".join(rest)
 
 
 def workflow_of(job: Job) -> int | None:
@@ -194,13 +232,17 @@ def matching(
     while scan.examined < scan.limit:
         size = min(BATCH if filters.scans else want, scan.limit - scan.examined)
         try:
-            batch = queue.jobs(
-                state,
-                after=cursor,
-                limit=size,
-                newest_first=newest_first,
-                **filters.engine_options(queue.shard_count),
-            )
+            if filters.tags:  # the tag index: newest first, whatever the state's order
+                where = {"queue": filters.queue or None, "name": filters.task or None}
+                batch = queue.tagged(*filters.tags, state=state, after=cursor, limit=size, **where)
+            else:
+                batch = queue.jobs(
+                    state,
+                    after=cursor,
+                    limit=size,
+                    newest_first=newest_first,
+                    **filters.engine_options(queue.shard_count),
+                )
         except InvalidJob as exc:
             raise ListingMoved(str(exc)) from exc
         for job in batch:

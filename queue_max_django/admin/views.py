@@ -230,7 +230,7 @@ class JobAdmin(ModelAdmin):
                 (job, display.short(job.payload), _list_times(current, job), _running_for(job, now))
                 for job in page.jobs
             ],
-            listed_by=_listed_by(current, order),
+            listed_by=_listed_by(current, order, filters),
             id_sort_url=self._url("list", state, query={**filters.as_query(), "o": id_order}),
             failed_sort_url=self._url("list", state, query={**filters.as_query(), "o": failed_order}),
             count=count,
@@ -551,7 +551,9 @@ def _running_for(job: Job, now: float) -> str | None:
     return display.duration(now - job.started_at)
 
 
-def _listed_by(state: State, order: str) -> str:
+def _listed_by(state: State, order: str, filters: listing.Filters) -> str:
+    if filters.tags and order not in (listing.FAILED_NEWEST, listing.FAILED_OLDEST):
+        return "job id, newest first (a search by tag lists the tag's jobs in that order)"
     if order == listing.FAILED_NEWEST:
         return "failed at, newest first"
     if order == listing.FAILED_OLDEST:

@@ -121,6 +121,14 @@ class Job:
         return UniqueNote.of(self.metadata)
 
     @property
+    def tags(self) -> tuple[str, ...]:
+        """The tags this job was put with (sorted; engine/tags.py), as its metadata keeps them under
+        ``tags.TAGS_KEY``; () for none."""
+        from .tags import tags_of
+
+        return tags_of(self.metadata)
+
+    @property
     def shard(self) -> int:
         """The shard that holds this job (derivable from its id)."""
         return shard_of(self.job_id)

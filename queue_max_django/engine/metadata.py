@@ -86,11 +86,13 @@ def keeping_cancel_note(stored: bytes | None, new: bytes | None) -> bytes | None
     """``new`` metadata (a holder's save) with the store's own keys ``stored`` holds, if any: the cancel note
     (written by ``cancel``), a workflow node's link (``workflows.WORKFLOW_KEY``) and the note of the unique
     key it was put with (``job.UNIQUE_NOTE_KEY``), so a task that saves its own metadata never erases who
-    cancelled it, the workflow it belongs to, nor its key."""
+    cancelled it, the workflow it belongs to, nor its key; nor its tags (``tags.TAGS_KEY``: the store indexes
+    a job under the tags it was put with, for its whole life)."""
     from .job import CANCEL_KEY, UNIQUE_NOTE_KEY
+    from .tags import TAGS_KEY
     from .workflows import WORKFLOW_KEY
 
-    own = (CANCEL_KEY, WORKFLOW_KEY, UNIQUE_NOTE_KEY)
+    own = (CANCEL_KEY, WORKFLOW_KEY, UNIQUE_NOTE_KEY, TAGS_KEY)
     if stored is None or not any(key.encode() in stored for key in own):
         return new
     try:

@@ -9,6 +9,7 @@ from typing import Any
 
 from .jobspec import JobSpec
 from .metadata import pack_metadata
+from .tags import TAGS_KEY, TAGS_MARK, check_tags
 from .validate import check_put, ready_at
 
 SPEC_CACHE_MAX = 256  # JobSpecs kept for option sets used before (no delay, eta or partition key)
@@ -51,6 +52,8 @@ class PutOptions:
                   partition_key=partition_key, queues=self._served, now=now, valid_queues=self._valid_queues,
                   valid_names=self._valid_names)  # fmt: skip
         packed = pack_metadata(metadata)  # InvalidMetadata before anything is written
+        if packed is not None and TAGS_MARK in packed and TAGS_KEY in metadata:
+            check_tags(metadata[TAGS_KEY])  # InvalidJob: the tags a store indexes are all valid ones
         given_max_retries = max_retries  # None (the Queue's default) is its own cache entry
         if max_retries is None:
             max_retries = self._max_retries

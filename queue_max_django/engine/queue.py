@@ -454,6 +454,15 @@ class Queue(Coordination, FlowControl, PauseControl, ScheduleControl, UniquePuts
         return store.list_jobs(self._clock(), state, queue=queue, name=name, after=after, limit=limit,
                                newest_first=newest_first, shard=shard)  # fmt: skip
 
+    def tagged(self, *tags: str, state: State | str | None = None, **where: Any) -> list[Job]:
+        """The jobs that have every one of ``tags``, newest first, found through the store's tag index (the
+        cost is the first tag's jobs, never the store's size). ``state``, ``queue``, ``name``, ``after``
+        (the last job id of a page), ``limit`` (50): as ``jobs()``'s (engine/tags.py)."""
+        from .validate import tag_listing
+
+        checked, options = tag_listing(tags, state, **where)
+        return self._live().tagged_jobs(self._clock(), checked, **options)
+
     def dead_letters(self, *, after: int | None = None, limit: int = 100) -> list[Job]:
         """Failed jobs, newest first: ``jobs(State.FAILED, newest_first=True, ...)``."""
         return self.jobs(State.FAILED, newest_first=True, after=after, limit=limit)

@@ -9,6 +9,7 @@ import traceback as _traceback
 import unicodedata
 from typing import Any
 
+from . import tags
 from .errors import ConfigurationError, InvalidJob, UnknownQueue
 from .job import PRIORITY_MAX, PRIORITY_MIN, State
 from .metadata import pack_metadata
@@ -322,3 +323,29 @@ def _remember(valid: set[str], name: str) -> None:
     if len(valid) > 10_000:
         valid.clear()
     valid.add(name)
+
+
+def tag_listing(
+    given: Any,
+    state: Any = None,
+    *,
+    queue: str | None = None,
+    name: str | None = None,
+    after: int | None = None,
+    limit: int = 50,
+) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The checked arguments of a listing by tag (``Queue.tagged``): (the tags, the first as given and the
+    rest sorted, the store's keyword arguments); ``InvalidJob`` for no tag, a bad one, a bad filter."""
+    if not given:
+        raise InvalidJob("a listing by tag needs at least one tag")
+    checked = tags.check_tags(list(given))
+    first = tags.check_tag(given[0])
+    check_filter("queue", queue)
+    check_filter("name", name)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidJob(f"limit must be an int >= 1, not {limit!r}")
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+        raise InvalidJob(f"after must be a job id, not {after!r}")
+    options = {"state": None if state is None else parse_state(state), "queue": queue, "name": name,
+               "after": after, "limit": limit}  # fmt: skip
+    return (first, *(tag for tag in checked if tag != first)), options

@@ -240,6 +240,7 @@ def job_dict(job: Job) -> dict[str, Any]:
     data["shard"] = job.shard
     data["attempts_allowed"] = job.max_retries + 1  # the first and max_retries more (as the admin counts)
     data["cancelled"] = job.cancelled  # a dead letter that is a cancel (who and when: metadata "_cancel")
+    data["tags"] = list(job.tags)  # what it was put with (metadata "_tags": engine/tags.py)
     return data
 
 

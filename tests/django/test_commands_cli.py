@@ -186,8 +186,7 @@ def test_every_options_help_is_a_sentence(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("name", "required"),
-    [
-        ("queue_list", "--status STATE"),
+    [  # (queue_list: --status, or --tag instead: neither is required alone; test_tags.py)
         ("queue_purge", "--status STATE"),
         ("queue_retry", "(--job-id ID | --all)"),
         ("queue_show", "JOB_ID"),

@@ -411,6 +411,23 @@ class Store(Protocol):
         last job of a page). ``errors.InvalidJob`` when that place can no longer be known (the job is gone,
         for a listing by time); a listing by id goes on from any id. [sc_list_after]"""
 
+    def tagged_jobs(
+        self,
+        now: float,
+        tags: tuple[str, ...],
+        *,
+        state: State | None,
+        queue: str | None,
+        name: str | None,
+        after: int | None,
+        limit: int,
+    ) -> list[Job]:
+        """Up to ``limit`` jobs that have every one of ``tags`` (checked tags, at least one: engine/tags.py),
+        in any state or in ``state``, of ``queue``/``name`` when given, across shards, newest first (by id),
+        with ids below ``after`` (keyset paging: pass the last job of a page; any id will do). The index of
+        the first tag is walked, never the store: the cost is that tag's jobs. See contract/tags.py.
+        [sc_tags_list]"""
+
     def counts(self, shard: int | None = None) -> dict[str, int]:
         """Jobs per state (every ``State`` value a key), ``cancelled`` (``cancel_counts``' first, within
         ``failed``) and ``total`` (puts ever), of ``shard`` or of the whole store, from counters (never a

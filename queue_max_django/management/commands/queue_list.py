@@ -8,6 +8,7 @@ from django.core.management.base import CommandParser
 
 from ...engine import Job, State
 from ..base import QueueCommand
+from ..bytags import by_tags
 from ..common import (
     STATUS_HELP,
     engine_errors,
@@ -23,6 +24,7 @@ from ..common import (
     unknown_task_warning,
     when,
 )
+from ..where import by_where
 
 ERROR_WIDTH = 60  # characters of a failed job's error shown in the table
 
@@ -30,12 +32,35 @@ ERROR_WIDTH = 60  # characters of a failed job's error shown in the table
 class Command(QueueCommand):
     help = (
         "List the jobs in one state (claim order for pending, ETA order for scheduled, finish order for "
-        'done, enqueue order for running and failed). --json prints one JSON object with a "jobs" list.'
+        "done, enqueue order for running and failed), or the jobs of a tag (--tag, in any state unless "
+        '--status is given, newest first). --json prints one JSON object with a "jobs" list.'
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--status", metavar="STATE", required=True, help=f"Which jobs to list: {STATUS_HELP}."
+            "--status", metavar="STATE", help=f"Which jobs to list: {STATUS_HELP}. Optional with --tag."
+        )
+        parser.add_argument(
+            "--tag",
+            action="append",
+            metavar="TAG",
+            help="Only jobs with this tag, found through the store's tag index (repeat it: jobs with all of "
+            "them). Newest first; --after pages on.",
+        )
+        parser.add_argument(
+            "--where",
+            action="append",
+            metavar="FIELD:VALUE",
+            help="Only jobs whose argument (args.NAME:VALUE) or metadata value (meta.KEY:VALUE) is VALUE "
+            "(repeat it: all of them). Unindexed: a walk of --status's jobs (or --tag's) that stops after "
+            "--scan-limit jobs.",
+        )
+        parser.add_argument(
+            "--scan-limit",
+            type=positive_int,
+            default=100_000,
+            metavar="N",
+            help="With --where: examine at most this many jobs (default 100,000), then say where to go on.",
         )
         parser.add_argument("--queue", help="Only jobs of this queue.")
         parser.add_argument("--task", help="Only jobs of this task (its registered name).")
@@ -52,9 +77,16 @@ class Command(QueueCommand):
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
 
     def missing(self, options: dict[str, Any]) -> str | None:
-        return status_missing(options)
+        return None if options["tag"] or options["where"] else status_missing(options)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["where"]:
+            return by_where(self, options)
+        if options["tag"]:
+            return by_tags(self, options)
+        missing = status_missing(options)  # --status is required without --tag: argparse cannot say so
+        if missing is not None:
+            self.create_parser("manage.py", "queue_list").error(missing)
         state = parse_status(options["status"])
         queue = open_queue(create=False)
         with engine_errors():

@@ -45,6 +45,8 @@ def job_lines(job: Job, *, cancel_requested: bool = False) -> list[str]:
     for key, value in fields.items():  # attempts as the admin and queue_list count them, where retries were
         if key == "retries":
             data["attempts"] = attempts_text(job)
+        elif key == "tags":  # kept in its metadata too (under "_tags")
+            data[key] = ", ".join(value) if value else "none"
         elif key not in ("max_retries", "attempts", "attempts_allowed"):
             data[key] = value
     traceback = data.pop("traceback")

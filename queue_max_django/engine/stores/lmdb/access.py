@@ -12,8 +12,9 @@ from typing import Any, Protocol
 
 from ...errors import QueueCorrupted
 from ...job import CANCELLED, STATES, State
+from ...tags import TAGS_MARK
 from ...workflows import WORKFLOW_MARK
-from . import layout, turns
+from . import layout, tagkeys, turns
 from .env import Env
 from .keys import (
     LIMITED,
@@ -70,6 +71,7 @@ class ShardDbs(Protocol):
     unique: Any
     cancels: Any
     turns: Any
+    tags: Any  # the tag index (tagged.py)
     indexes: dict[State, Any]  # one per state; its entry count is the state's count
 
 
@@ -275,6 +277,8 @@ def delete_job(shard: ShardDbs, txn: Any, job_id: int, record: list[Any]) -> Non
     meta = record[F_METADATA]
     if meta is not None and record[F_STATE] in (PENDING, SCHEDULED) and WORKFLOW_MARK in meta:
         shard.node_ended(shard, txn, record)  # a node's job removed while it waited: cancelled
+    if meta is not None and TAGS_MARK in meta:
+        tagkeys.unindex(shard, txn, job_id, meta)
     key = id_key(job_id)
     txn.delete(key, db=shard.jobs)
     if record[F_PAYLOAD] is None:

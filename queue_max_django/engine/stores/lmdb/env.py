@@ -44,6 +44,7 @@ DB_NAMES = (
     "cancels",  # job id -> when a cancel was requested: a running job marked "cancel requested"
     "workflows",  # workflow heads and nodes (workflows.py): a workflow lives in one shard, with its jobs
     "turns",  # concurrency limits: the groups' turns, and the jobs running per limit key (turns.py)
+    "tags",  # (tag, NUL, job id) -> nothing: the jobs of each tag (tagged.py, engine/tags.py)
 )
 CONTROL_DB_NAMES = (
     "limits",  # limit key -> (rate, bucket state): token buckets shared by every process

@@ -22,6 +22,7 @@ from ...job import STATE_CODE, State
 from ...jobspec import JobSpec
 from .keys import group_head, ready_prefix
 from .layout import F_PAYLOAD, RECORD_FIELDS
+from .tagkeys import prefixes_of
 
 _PENDING = STATE_CODE[State.PENDING]
 _SCHEDULED = STATE_CODE[State.SCHEDULED]
@@ -48,7 +49,7 @@ class NewRecords:
     """The constant parts of the stored record and ready index entry of new jobs of one ``JobSpec``."""
 
     __slots__ = ("_after", "_head_pending", "_head_scheduled", "_middle", "_ready_key", "group", "name_bytes",
-                 "queue_bytes", "ready_head", "ready_prefix")  # fmt: skip
+                 "queue_bytes", "ready_head", "ready_prefix", "tag_prefixes")  # fmt: skip
 
     def __init__(self, spec: JobSpec) -> None:
         self.queue_bytes = spec.queue.encode()
@@ -77,6 +78,7 @@ class NewRecords:
     def _tail(self, spec: JobSpec) -> None:
         """What follows the payload: [workers, errors, claim] None, then the metadata and the limits."""
         limits = spec.concurrency
+        self.tag_prefixes = prefixes_of(spec.metadata)  # the tag index's keys of these jobs (tagged.py)
         if limits is None and spec.metadata is None:
             self._after = _AFTER_PAYLOAD
             return

@@ -24,7 +24,7 @@ from ...jobspec import JobSpec
 from ...metadata import keeping_cancel_note
 from ...workflows import WORKFLOW_MARK
 from ..types import Candidate, NewJobs, Recovered
-from . import claims, layout, manage, reads, turns, uniqueness, upkeep, workflows
+from . import claims, layout, manage, reads, tagkeys, turns, uniqueness, upkeep, workflows
 from .access import (
     COUNTERS_KEY,
     PUT_COUNTERS,
@@ -84,6 +84,7 @@ class Shard:
         self.released = False  # a transaction released a workflow's node: the store hints (workflows.py)
         self.wf_batch: dict[bytes, list[Any]] | None = None  # settlings kept back in complete_many
         self.turns = dbs["turns"]  # concurrency limits: groups' turns, jobs running per key (turns.py)
+        self.tags = dbs["tags"]  # the tag index (tagged.py)
         # One index per state; its entry count is the state's count.
         self.indexes = {State.PENDING: self.ready, State.SCHEDULED: self.sched, State.RUNNING: self.lease,
                         State.DONE: self.done_at, State.FAILED: self.failed}  # fmt: skip
@@ -192,6 +193,8 @@ class Shard:
                 txn.cursor(db=index_db).putmulti(entries)
                 if parts.group is not None and not scheduled:
                     turns.join(self, txn, parts.group)
+                if parts.tag_prefixes:
+                    tagkeys.index_new(txn, self.tags, parts.tag_prefixes, job_ids)
                 ids.extend(job_ids)
                 total_new += count
                 if unique is not None:
@@ -251,6 +254,8 @@ class Shard:
             txn.put(parts.ready_key(ready_us, job_id), parts.name_bytes, db=self.ready)
             if parts.group is not None:
                 turns.join(self, txn, parts.group)
+        if parts.tag_prefixes:
+            tagkeys.index_new(txn, self.tags, parts.tag_prefixes, (job_id,))
         return job_id
 
     def _count_puts(self, txn: Any, sequence: int, total: int, floor: int, new: int) -> None:

@@ -23,6 +23,7 @@ from ...job import MAX_SHARDS, STATE_CODE, Job, State, shard_of
 from ...jobspec import JobSpec
 from ...validate import check_number
 from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, Sample, StoreInfo
+from . import tagged
 from .concurrency import LmdbConcurrency
 from .control import Control
 from .coordination import Coordination
@@ -97,8 +98,7 @@ class LmdbStore:
 
     @staticmethod
     def exists(path: str | os.PathLike[str]) -> bool:
-        """Whether a store was made at ``path`` (its ``store.json`` is there), creating nothing: what a
-        caller that only reads asks before it opens (opening makes a new, empty store where there is none)."""
+        """Whether a store was made at ``path`` (its ``store.json`` is there), creating nothing."""
         return os.path.isfile(os.path.join(path, META_FILE))
 
     @staticmethod
@@ -232,8 +232,7 @@ class LmdbStore:
         before this returns, through the shard's group commit, which writes the batches of concurrent
         callers in one transaction and one sync. ``shard=None`` (durable only): the store picks, a shard
         whose group commit is forming if there is one. -> the ids, batch after batch. (Group commit takes
-        single jobs: a batch of many is one transaction and one sync of its own.) ``connection`` is never
-        given: the store cannot join a database transaction (``transactional_enqueue`` is false)."""
+        single jobs.) ``connection`` is never given (``transactional_enqueue`` is false)."""
         assert connection is None, "the LMDB store cannot write in the caller's transaction"
         if durable and len(batches) == 1 and len(batches[0].payloads) == 1:
             if shard is None:
@@ -484,6 +483,8 @@ class LmdbStore:
                                        queue=queue, name=name, now=now))  # fmt: skip
         found.sort(key=lambda item: item.sort_key, reverse=newest_first)
         return [listed.job() for listed in found[:limit]]  # decode only what is returned
+
+    tagged_jobs = tagged.tagged_jobs  # Store.tagged_jobs (tagged.py)
 
     def counts(self, shard: int | None = None) -> dict[str, int]:
         """Jobs per state and ``total`` puts ever, of ``shard`` or of the whole store. No scan."""

@@ -25,7 +25,7 @@ from ..contract.uniqueness import (
     until_of,
 )
 from ..types import NewJobs
-from . import layout
+from . import layout, tagkeys
 from .access import COUNTERS_KEY, UNIQUE, ShardDbs, index_job, store_record, unindex_job
 from .keys import id_key, micros
 from .layout import F_METADATA, F_PAYLOAD, F_READY_AT, F_STATE, PENDING, SCHEDULED
@@ -94,6 +94,8 @@ def _replace(shard: ShardDbs, txn: Any, job_id: int, record: list[Any], batch: N
         record[F_PAYLOAD] = None
     else:
         record[F_PAYLOAD] = payload
+    tagkeys.unindex(shard, txn, job_id, record[F_METADATA])  # the new put's tags are the job's now
+    tagkeys.index_new(txn, shard.tags, tagkeys.prefixes_of(spec.metadata), (job_id,))
     record[F_METADATA] = spec.metadata
     ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
     record[F_STATE] = SCHEDULED if ready_us > now_us else PENDING

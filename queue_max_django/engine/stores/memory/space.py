@@ -22,6 +22,7 @@ from typing import Any
 
 from ...forks import fork_generation
 from ...job import CANCELLED, State
+from ...tags import TAGS_MARK, stored_tags
 from ...workflows import WORKFLOW_MARK
 from ..types import Sample
 from .turns import Turns
@@ -133,6 +134,7 @@ class Space:
         self.watchers: weakref.WeakSet[Any] = weakref.WeakSet()  # hints with descriptors to write to
         self.generation = fork_generation()
         self.turns = Turns()  # limited jobs: waiting per group, running per key (memory/concurrency.py)
+        self.tags: dict[str, list[int]] = {}  # tag -> the sorted ids of its jobs (engine/tags.py)
 
     def after_fork(self) -> None:
         """A forked child has a copy of the data and nobody else's threads: new locks (a parent's thread
@@ -201,6 +203,24 @@ class Space:
     def add(self, row: Row) -> None:
         self.rows[row.job_id] = row
         self.index(row)
+        self.tag(row)
+
+    def tag(self, row: Row) -> None:
+        """Enter ``row`` under each of its tags (``tags``)."""
+        if row.metadata is not None and TAGS_MARK in row.metadata:
+            for tag in stored_tags(row.metadata):
+                bisect.insort(self.tags.setdefault(tag, []), row.job_id)
+
+    def untag(self, row: Row) -> None:
+        """Take ``row`` out of ``tags`` (before it goes, or takes other metadata)."""
+        if row.metadata is not None and TAGS_MARK in row.metadata:
+            for tag in stored_tags(row.metadata):
+                ids = self.tags.get(tag, [])
+                at = bisect.bisect_left(ids, row.job_id)
+                if at < len(ids) and ids[at] == row.job_id:
+                    del ids[at]
+                    if not ids:
+                        del self.tags[tag]
 
     def remove(self, row: Row) -> None:
         """Delete the job: its row, its index entry, its cancel mark (it goes with the job). A node's job
@@ -210,6 +230,7 @@ class Space:
             self.node_ended(self, row)
         del self.rows[row.job_id]
         self.cancels.pop(row.job_id, None)
+        self.untag(row)
 
     def next_id(self, now_us: int) -> int:
         """A new job id: ``sequence << 8`` (shard 0), the sequence ``max(previous + 1, now in µs)``."""

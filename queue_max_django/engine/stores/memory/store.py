@@ -21,7 +21,7 @@ from ...forks import add_open_probe
 from ...job import Job, State
 from ...jobspec import JobSpec
 from ..types import Candidate, Claimed, ClaimOutcome, Head, NewJobs, Recovered, Sample, StoreInfo
-from . import claims, reads, uniqueness, upkeep
+from . import claims, reads, tagged, uniqueness, upkeep
 from .concurrency import MemoryConcurrency
 from .control import MemoryControl, MemoryLocks
 from .hints import MemoryHints
@@ -335,6 +335,15 @@ class MemoryStore:
         with self.lock:
             return reads.list_jobs(self.space, state, queue=queue, name=name, after=after, limit=limit,
                                    newest_first=newest_first)  # fmt: skip
+
+    def tagged_jobs(
+        self, now: float, tags: tuple[str, ...], *, state: State | None, queue: str | None, name: str | None,
+        after: int | None, limit: int,
+    ) -> list[Job]:  # fmt: skip
+        with self.lock:
+            return tagged.tagged(
+                self.space, tags, state=state, queue=queue, name=name, after=after, limit=limit
+            )
 
     def counts(self, shard: int | None = None) -> dict[str, int]:
         with self.lock:

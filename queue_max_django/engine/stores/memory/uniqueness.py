@@ -72,7 +72,9 @@ def _replace(space: Space, row: Row, batch: NewJobs, now_us: int) -> None:
     ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
     space.unindex(row)
     row.payload = bytes(batch.payloads[0])
+    space.untag(row)  # the new put's tags are the job's now (engine/tags.py)
     row.metadata = spec.metadata
+    space.tag(row)
     row.state = State.SCHEDULED if ready_us > now_us else State.PENDING
     row.ready_us = ready_us if ready_us > now_us else now_us
     space.index(row)

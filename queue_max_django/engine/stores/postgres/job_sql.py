@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 
 from ...job import CANCEL_KEY, UNIQUE_NOTE_KEY
+from ...tags import TAGS_KEY
 from ...workflows import WORKFLOW_KEY
 from . import pauses
 from .concurrency import WAITING_ANY, WAITING_IN
@@ -167,7 +168,7 @@ SELECT (SELECT array_agg(id) FROM ins), {FREES_A_SLOT}
 COMPLETE = _complete_sql(one=False)
 COMPLETE_ONE = _complete_sql(one=True)
 
-_OWN_KEYS = ", ".join(f"'{key}'" for key in (CANCEL_KEY, WORKFLOW_KEY, UNIQUE_NOTE_KEY))
+_OWN_KEYS = ", ".join(f"'{key}'" for key in (CANCEL_KEY, WORKFLOW_KEY, UNIQUE_NOTE_KEY, TAGS_KEY))
 SAVE_METADATA = f"""
 UPDATE qm_jobs SET metadata = CASE
     WHEN jsonb_typeof(metadata) = 'object' AND metadata ?| ARRAY[{_OWN_KEYS}]
@@ -175,7 +176,7 @@ UPDATE qm_jobs SET metadata = CASE
          || (SELECT jsonb_object_agg(key, value) FROM jsonb_each(metadata) WHERE key IN ({_OWN_KEYS}))
     ELSE %s::text::jsonb END
 WHERE id = %s AND state = {RUNNING} AND token = %s RETURNING id
-"""  # the store's own keys stay (metadata.keeping_cancel_note): the cancel note, a node.s link, its key
+"""  # the store's own keys stay (metadata.keeping_cancel_note): the cancel note, a node's link, its key, tags
 
 RETRY = f"""
 WITH upd AS (

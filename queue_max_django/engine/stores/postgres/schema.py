@@ -33,13 +33,15 @@ from ...errors import SchemaError
 from ...job import CANCELLED as CANCELLED_TYPE
 from . import limitfn, limitslots
 from . import schedules as schedule_schema
+from .tag_schema import TAGS_DDL
 from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 
-SCHEMA_VERSION = 10  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples;
+SCHEMA_VERSION = 11  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples;
 # 3: qm_pauses; 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits;
 # 7: qm_moved (queue_transfer); 8: limit slots (qm_limit_slots, qm_take_slots) and a dead letter's limits
 # (qm_finished.cgroup, climits, cns); 9: qm_schedules; 10: qm_wf_settle records a node's end, and a
-# child's count that stays above zero, in one statement each (CREATE OR REPLACE)
+# child's count that stays above zero, in one statement each (CREATE OR REPLACE); 11: the tag indexes
+# (tag_schema.py)
 LIMIT_FUNCTIONS = ("qm_claim_limited", "qm_take_slots", "qm_take_many")
 SLOTS_VERSION = 8  # a database from before this version gets slots for its running limited jobs
 COUNTER_SLOTS = 16
@@ -275,6 +277,7 @@ def create(conn: Any) -> None:
             conn.execute(limitslots.FILL)  # the jobs running now hold their slots
         conn.execute(WORKFLOW_DDL)
         conn.execute(schedule_schema.DDL)
+        conn.execute(TAGS_DDL)
         conn.execute(
             "INSERT INTO qm_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = %s",
             (str(SCHEMA_VERSION), str(SCHEMA_VERSION)),

@@ -38,7 +38,7 @@ from ..types import (
     Sample,
     StoreInfo,
 )
-from . import cancels, history, job_sql, reads, schema, uniqueness, upkeep
+from . import cancels, history, job_sql, reads, schema, tagged, uniqueness, upkeep
 from .clock import ServerClock
 from .concurrency import PgConcurrency, limit_new
 from .connection import PREPARE_THRESHOLD, Connections, display_url, savepoint
@@ -543,6 +543,12 @@ class PostgresStore:
     ) -> list[Job]:
         return reads.list_jobs(self, state, queue=queue, name=name, after=after, limit=limit,
                                newest_first=newest_first)  # fmt: skip
+
+    def tagged_jobs(
+        self, now: float, tags: tuple[str, ...], *, state: State | None, queue: str | None, name: str | None,
+        after: int | None, limit: int,
+    ) -> list[Job]:  # fmt: skip
+        return tagged.tagged(self, tags, state=state, queue=queue, name=name, after=after, limit=limit)
 
     def counts(self, shard: int | None = None) -> dict[str, int]:
         return reads.counts(self)

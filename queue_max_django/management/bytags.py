@@ -1,0 +1,47 @@
+"""``queue_list --tag``: the jobs that have every tag given, newest first, through the store's tag index
+(``Queue.tagged``, engine/tags.py): the cost is the first tag's jobs, never the store's size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .common import engine_errors, id_text, job_dict, open_queue, parse_status, table, to_json, when
+
+
+def by_tags(command: Any, options: dict[str, Any]) -> None:
+    """List the jobs of ``options["tag"]`` (with ``--status``, ``--queue``, ``--task``, ``--after``,
+    ``--limit``, ``--json``) to ``command``'s output."""
+    tags = options["tag"]
+    state = None if options["status"] is None else parse_status(options["status"])
+    queue = open_queue(create=False)
+    with engine_errors():
+        jobs = queue.tagged(
+            *tags,
+            state=state,
+            queue=options["queue"],
+            name=options["task"],
+            after=options["after"],
+            limit=options["limit"],
+        )
+    more = len(jobs) == options["limit"]
+    if options["json"]:
+        next_after = id_text(jobs[-1].job_id) if more else None
+        data = {"tags": tags, "status": None if state is None else state.value, "count": len(jobs)}
+        command.stdout.write(
+            to_json({**data, "next_after": next_after, "jobs": [job_dict(job) for job in jobs]})
+        )
+        return
+    what = ("" if state is None else f"{state.value} ") + "jobs tagged " + " and ".join(tags)
+    if not jobs:
+        command.stdout.write(f"No {what}.")
+        return
+    headers = ["ID", "STATE", "QUEUE", "TASK", "ENQUEUED (UTC)", "TAGS"]
+    rows = [
+        [job.job_id, job.state.value, job.queue, job.name, when(job.enqueued_at), " ".join(job.tags)]
+        for job in jobs
+    ]
+    command.stdout.write(table(headers, rows))
+    footer = f"{len(jobs)} {what}, newest first"
+    if more:
+        footer += f"; more may follow: --after {jobs[-1].job_id}"
+    command.stdout.write(footer + ".")
