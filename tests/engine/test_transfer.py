@@ -100,3 +100,14 @@ def test_kept_schedules_move_as_kept(queue: Queue) -> None:
         assert transfer_queues(queue, memory).schedules == 1  # a rerun
         assert memory.schedules() == [kept]
         assert transfer_queues(memory, queue, dry_run=True).schedules == 1
+
+
+def test_tagged_jobs_are_found_by_their_tags_after_a_move(queue: Queue) -> None:
+    """A job's tags move with it (in its metadata), and the target's tag index finds it (issue 34)."""
+    tagged = queue.put("tagged", metadata={"_tags": ["order:42"]})
+    queue.put("untagged")
+    with Queue(MemoryStore()) as memory:  # a store of its own
+        assert transfer_queues(queue, memory).jobs == 2
+        assert [job.job_id for job in memory.tagged("order:42")] == [tagged]
+        assert transfer_queues(memory, queue).jobs == 2
+    assert [job.job_id for job in queue.tagged("order:42")] == [tagged]

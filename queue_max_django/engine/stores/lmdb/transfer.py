@@ -18,7 +18,7 @@ from ...concurrency import group_of
 from ...errors import InvalidJob, QueueCorrupted
 from ...job import SHARD_BITS, STATE_CODE, STATES, State
 from ..contract.transfer import MovedJob, TransferConflict, UniqueEntry, pack_key, unpack_key
-from . import layout
+from . import layout, tagkeys
 from .access import (
     COUNTERS_KEY,
     delete_job,
@@ -145,6 +145,7 @@ class LmdbTransfer:
                     record[F_PAYLOAD] = job.payload
                 index_job(dbs, txn, job.job_id, record)
                 store_record(dbs, txn, job.job_id, record)
+                tagkeys.index_new(txn, dbs.tags, tagkeys.prefixes_of(job.metadata), (job.job_id,))  # its tags
                 tally(dbs, txn, job.queue.encode(), 0, 0, 1)  # counted as a put into its queue
                 if job.cancel_us is not None:
                     txn.put(key, _WHEN.pack(job.cancel_us), db=dbs.cancels)
