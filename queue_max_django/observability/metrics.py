@@ -2,8 +2,8 @@
 per scrape from what the store itself counts (so every process and machine is counted once, whichever
 process serves the scrape), rendered in Prometheus's text format through a registry of its own.
 
-``prometheus_client`` is the optional extra ``queue-max-django[metrics]``: imported when a scrape is
-rendered, never when this module is imported (``MissingExtra`` says how to install it).
+``prometheus_client`` is the optional extra ``metrics`` (``queue_max_django[metrics]``): imported when a
+scrape is rendered, never when this module is imported (``MissingExtra`` says how to install it).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from ..engine import Queue
 from ..engine.throughput import cancel_counts, enqueued_totals, finished_totals
 
 PREFIX = "queue_max"
-EXTRA_HINT = 'pip install "queue-max-django[metrics]"'
+# Not on the package index: extras come with a checkout or a wheel built from one (docs/quickstart.md).
+EXTRA_HINT = "pip install '<checkout or wheel>[metrics]' (or prometheus-client>=0.20)"
 BREAKER_STATES = ("closed", "open", "half_open")
 QUEUE_STATES = ("pending", "scheduled", "running")  # the states of queue_max_queue_jobs
 DEFAULT_QUEUE = "default"  # the queue a job goes to unless told otherwise

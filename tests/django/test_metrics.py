@@ -163,8 +163,8 @@ def test_without_the_extra_the_check_and_the_view_name_it(
     assert [m for m in checks.run_checks(tags=["urls"]) if m.id == "queue_max_django.E027"] == []
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if it were not installed
     (error,) = [m for m in checks.run_checks(tags=["urls"]) if m.id == "queue_max_django.E027"]
-    assert "queue-max-django[metrics]" in error.hint
-    with pytest.raises(ImproperlyConfigured, match=r"queue-max-django\[metrics\]"):
+    assert "[metrics]' (or prometheus-client>=0.20)" in error.hint
+    with pytest.raises(ImproperlyConfigured, match=r"\[metrics\]' \(or prometheus-client"):
         scrape()
 
 

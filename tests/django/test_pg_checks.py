@@ -119,7 +119,8 @@ def test_e019_database_and_url(pg_url: str) -> None:
 def test_e020_psycopg_missing(pg_store: Configure, pg_url: str) -> None:
     expected = Error(
         "QUEUE_MAX['STORE'] is 'postgresql', but psycopg 3 is not installed.",
-        hint="Install the PostgreSQL extra: pip install 'queue-max-django[postgres]'.",
+        hint="Install the PostgreSQL extra: "
+        "pip install '<checkout or wheel>[postgres]' (or psycopg[binary]>=3.2).",
         id=ID + "E020",
     )
     with pytest.MonkeyPatch.context() as patch:

@@ -23,7 +23,8 @@ from ...problems import PREFIX, Problem
 from . import database
 
 CHECK_TIMEOUT = 3  # seconds to wait for the server at check time (libpq's connect_timeout: 2 at least)
-EXTRA = "pip install 'queue-max-django[postgres]'"
+# Not on the package index: extras come with a checkout or a wheel built from one (docs/quickstart.md).
+EXTRA = "pip install '<checkout or wheel>[postgres]' (or psycopg[binary]>=3.2)"
 
 
 def settings_problems(values: Mapping[str, Any]) -> list[Problem]:
