@@ -71,7 +71,8 @@ def load_psycopg() -> Any:
         import psycopg
     except ImportError as exc:
         raise ConfigurationError(
-            "the PostgreSQL store needs psycopg 3: pip install 'queue-max-django[postgres]'"
+            "the PostgreSQL store needs psycopg 3: install this package with its postgres extra "
+            "(pip install '<checkout or wheel>[postgres]'), or psycopg[binary]>=3.2"
         ) from exc
     return psycopg
 
