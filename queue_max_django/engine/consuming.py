@@ -86,7 +86,24 @@ class Consumer:
     def try_claim(self, allowed: tuple[str, ...] | None, limit: int = 1) -> tuple[list[Record], float | None]:
         """Claim the highest-priority job(s) across shards (``Claimer.best``). -> (records, possibly none;
         the earliest future ETA, or when a token or breaker trial that holds jobs back is due). More than
-        one (``limit``) only when no rate limit or breaker of these queues is set: those admit job by job."""
+        one (``limit``) only when no rate limit or breaker of these queues is set: those admit job by job.
+        A job that a pause committed after this claim read the pauses holds back (put after that pause,
+        perhaps) is given back at once, uncharged, never run (``Pauses.taken_while_paused``)."""
+        records, next_eta = self._try_claim(allowed, limit)
+        if records:
+            stale = self._owner._pauses.taken_while_paused(
+                [(record.queue, record.name) for record in records]
+            )
+            if stale:
+                for index in stale:
+                    records[index].release()
+                records = [record for index, record in enumerate(records) if index not in stale]
+                next_eta = 0.0 if not records else next_eta  # look again at once, past the new pause
+        return records, next_eta
+
+    def _try_claim(
+        self, allowed: tuple[str, ...] | None, limit: int = 1
+    ) -> tuple[list[Record], float | None]:
         owner = self._owner
         store = owner._live()
         paused = owner._pauses.held(allowed)  # one version read when nothing is paused (pauses.py)

@@ -23,7 +23,8 @@ held-back jobs looks again when the first pause ends (or when a resume hints it)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -67,13 +68,33 @@ class Pauses:
         self._cache: tuple[int, list[Pause]] = (-1, [])
         # held()'s cache: (the pause list it was made of, {filter: (Held or None, valid until)})
         self._held: tuple[list[Pause] | None, dict[Queues, tuple[Held | None, float]]] = (None, {})
+        self._local = threading.local()  # .seen: the version this thread's last claim decided on
 
     def current(self) -> list[Pause]:
         """The pauses in force as of the last read (some may have ended since: ``Pause.in_force``)."""
         version = self._ops.version()
-        if version != self._cache[0]:
-            self._cache = self._ops.pauses()
-        return self._cache[1]
+        cache = self._cache
+        if version != cache[0]:
+            cache = self._cache = self._ops.pauses()
+        self._local.seen = cache[0]
+        return cache[1]
+
+    def taken_while_paused(self, claimed: Sequence[tuple[str, str | None]]) -> list[int]:
+        """Of the jobs this thread just claimed (their queue and task name), the positions of those that a
+        pause holds back which this thread's decision did not know: committed after its ``version`` read
+        and before (or while) its claim ran. A claim takes jobs put after that pause, too: its caller gives
+        them back, uncharged, before any runs (``consuming.Consumer.try_claim``). [] when the version is
+        still the one decided on (the common case: one version read)."""
+        seen = getattr(self._local, "seen", None)
+        if self._ops.version() == seen:
+            return []
+        pauses = self.current()
+        now = self._clock()
+        in_force = [pause for pause in pauses if pause.in_force(now)]
+        return [
+            index for index, (queue, name) in enumerate(claimed)
+            if any(p.queue == queue and (p.task is None or p.task == name) for p in in_force)
+        ]  # fmt: skip
 
     def listing(self) -> list[Pause]:
         """The pauses in force now, read afresh."""

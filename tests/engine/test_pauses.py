@@ -259,3 +259,36 @@ def test_with_nothing_paused_a_claim_reads_no_pauses(queue: Queue) -> None:
         assert len(reads) <= 2
     finally:
         del ops.pauses
+
+
+@pytest.mark.parametrize("paused", ["queue", "task"])
+def test_a_job_put_after_a_pause_never_starts_even_when_the_claim_read_the_pauses_before_it(
+    queue: Queue, paused: str
+) -> None:
+    """A claim reads the pause version, then claims: a pause committed in between, and a job put after it,
+    must not give that job to the claim (an idle consumer that read the pauses before a pause, woken by the
+    put that followed it, took the job and ran it). The claim gives it back, uncharged, before anything
+    runs (PostgreSQL's claim statement takes nothing on a changed version: [sc_pause_fresh]); the job of
+    another queue is claimed."""
+    queue.put_many_to_shard(0, ["other"], queue="other")
+    pauses = queue._pauses
+    held = pauses.held
+    task = "app.send" if paused == "task" else None
+
+    def decide_then_pause_then_put(allowed: Any) -> Any:
+        pauses.held = held  # once: the pause and the put land after the claim read the pauses
+        decided = held(allowed)
+        queue.pause("mail", task=task, reason="outage")
+        queue.put_many_to_shard(0, ["after the pause"], queue="mail", name="app.send", priority=10)
+        return decided
+
+    pauses.held = decide_then_pause_then_put  # type: ignore[method-assign]
+    got = queue.get_many(10, timeout=1)  # (PostgreSQL's claim statement refuses on a changed version)
+    assert [record.payload for record in got] == ["other"]
+    got[0].ack()
+    [held] = queue.jobs(State.PENDING)
+    assert (held.payload, held.attempts) == ("after the pause", 0)  # back, waiting, not charged
+    with pytest.raises(QueueEmpty):
+        queue.get(timeout=0)
+    queue.resume("mail", task=task)
+    assert drain(queue) == ["after the pause"]

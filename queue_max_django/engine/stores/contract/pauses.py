@@ -55,4 +55,7 @@ class PauseOps(Protocol):
         this process's consumers, and the thread's next ``version`` returns the committed one. So a claim
         never takes a job on pauses older than those committed before its thread asked, and one that
         began before a pause committed is concurrent with it (it takes its job as if it came first; the
-        job runs to its end as a running job does)."""
+        job runs to its end as a running job does). A never-stale store's claim may still take a job put
+        after a pause that committed between its thread's ``version`` and its transaction: the Queue asks
+        ``version`` again after the claim and gives such jobs back before they run
+        (``pauses.Pauses.taken_while_paused``)."""
