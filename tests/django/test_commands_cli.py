@@ -131,8 +131,15 @@ def test_stats_watch_ends_with_status_0_on_ctrl_c(tmp_path: Path) -> None:
         f"from tests.settings import *\nQUEUE_MAX = {{'DATA_DIR': {str(store)!r}}}\n"
     )
     env = {**environment(tmp_path), "DJANGO_SETTINGS_MODULE": "watch_settings", "PYTHONPATH": str(tmp_path)}
+    # As a terminal's Ctrl-C finds it: SIGINT raises KeyboardInterrupt. (A child of a shell's background job
+    # starts with SIGINT ignored, and Python then leaves it ignored: CI runs a suite that way.)
+    interruptible = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv = ['django', 'queue_stats', '--watch', '0.5']; "
+        "runpy.run_module('django', run_name='__main__')"
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "django", "queue_stats", "--watch", "0.5"],
+        [sys.executable, "-c", interruptible],
         cwd=ROOT,
         env={**env, "PYTHONUNBUFFERED": "1"},
         stdin=subprocess.DEVNULL,

@@ -255,7 +255,7 @@ BEGIN
             CONTINUE;  -- another claim is growing a key's slots now: this group keeps its turn
         END IF;
         -- to the back of the turns (not when it is the only group: no other is served before it); a claim
-        -- that is moving it there now (its row locked) is not waited for
+        -- that is moving it there at this moment, its row locked, is not waited for
         IF ngroups > 1 THEN
             UPDATE qm_turns t SET turn = nextval('qm_turn_seq')
                 WHERE t.grp = (SELECT l.grp FROM qm_turns l WHERE l.grp = g FOR UPDATE SKIP LOCKED);
