@@ -108,6 +108,17 @@ def _stop(site: Site) -> None:
         assert worker.wait() == 0, worker.output()
 
 
+def _assert_idle(site: Site, what: str, *args: str) -> None:
+    """Start an idle worker (``args``: more options), watch it over WINDOW, stop it: it stayed within the
+    bounds, and ran nothing."""
+    cpu, xacts = _idle_cost(site, _start_idle(site, *args))
+    _stop(site)
+    print(f"idle worker, {what}: {cpu:.1%} of a core, {xacts} transactions/s")
+    assert cpu <= MAX_CPU_SHARE, cpu
+    assert xacts is None or xacts <= MAX_TRANSACTIONS_PER_SECOND, xacts
+    assert site.marks("finished") == []
+
+
 def test_an_idle_worker_with_rate_limits_and_no_job_waits_instead_of_polling(site: Site) -> None:
     """Limits of every kind at once, on a key of the application's own (``try_acquire``: no job falls under
     it), on the queue the worker serves, on a task and store-wide, and no job: the worker waits (for a hint
@@ -115,13 +126,7 @@ def test_an_idle_worker_with_rate_limits_and_no_job_waits_instead_of_polling(sit
     an upper bound, so a path that polls shows in the sum.)"""
     for key in ("app:mine", "queue:default", f"name:{TASKS}finish", "*"):
         _limit(site, key, "1/h")
-    pid = _start_idle(site)
-    cpu, xacts = _idle_cost(site, pid)
-    _stop(site)
-    print(f"idle worker, four limits: {cpu:.1%} of a core, {xacts} transactions/s")
-    assert cpu <= MAX_CPU_SHARE, cpu
-    assert xacts is None or xacts <= MAX_TRANSACTIONS_PER_SECOND, xacts
-    assert site.marks("finished") == []
+    _assert_idle(site, "four limits")
 
 
 @pytest.mark.parametrize("key", ["queue:default", f"name:{TASKS}finish", "*"], ids=["queue", "task", "store"])
@@ -135,13 +140,7 @@ def test_an_idle_worker_with_a_job_a_rate_limit_holds_back_waits_instead_of_poll
     with site.queue() as queue:
         assert queue.try_acquire(key)  # the bucket's one token: the next comes in an hour
         queue.put({"args": [1], "kwargs": {}}, name=TASKS + "finish")
-    pid = _start_idle(site)
-    cpu, xacts = _idle_cost(site, pid)
-    _stop(site)
-    print(f"idle worker, limit {key!r}, a job held back: {cpu:.1%} of a core, {xacts} transactions/s")
-    assert cpu <= MAX_CPU_SHARE, cpu
-    assert xacts is None or xacts <= MAX_TRANSACTIONS_PER_SECOND, xacts
-    assert site.marks("finished") == []
+    _assert_idle(site, f"limit {key!r}, a job held back")
 
 
 def test_an_idle_worker_ignores_the_limit_of_a_queue_it_does_not_serve(site: Site) -> None:
@@ -150,13 +149,7 @@ def test_an_idle_worker_ignores_the_limit_of_a_queue_it_does_not_serve(site: Sit
     _limit(site, "queue:other", "1/h")
     with site.queue() as queue:
         queue.put({"args": [1], "kwargs": {}}, name=TASKS + "finish", queue="other")
-    pid = _start_idle(site, "--queue", "default")
-    cpu, xacts = _idle_cost(site, pid)
-    _stop(site)
-    print(f"idle worker, limit on a queue it does not serve: {cpu:.1%} of a core, {xacts} transactions/s")
-    assert cpu <= MAX_CPU_SHARE, cpu
-    assert xacts is None or xacts <= MAX_TRANSACTIONS_PER_SECOND, xacts
-    assert site.marks("finished") == []
+    _assert_idle(site, "limit on a queue it does not serve", "--queue", "default")
 
 
 def test_a_limited_job_starts_as_soon_as_its_token_is_due(site: Site) -> None:
