@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import engine_errors, id_text, job_dict, open_queue, parse_status, table, to_json, when
+from .common import engine_errors, id_text, job_dict, jobs_table, open_queue, parse_status, to_json
 
 
 def by_tags(command: Any, options: dict[str, Any]) -> None:
@@ -35,12 +35,7 @@ def by_tags(command: Any, options: dict[str, Any]) -> None:
     if not jobs:
         command.stdout.write(f"No {what}.")
         return
-    headers = ["ID", "STATE", "QUEUE", "TASK", "ENQUEUED (UTC)", "TAGS"]
-    rows = [
-        [job.job_id, job.state.value, job.queue, job.name, when(job.enqueued_at), " ".join(job.tags)]
-        for job in jobs
-    ]
-    command.stdout.write(table(headers, rows))
+    command.stdout.write(jobs_table(jobs))
     footer = f"{len(jobs)} {what}, newest first"
     if more:
         footer += f"; more may follow: --after {jobs[-1].job_id}"

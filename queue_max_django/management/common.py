@@ -188,6 +188,14 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join([line(headers), *(line(row) for row in cells)])
 
 
+def jobs_table(jobs: Sequence[Any]) -> str:
+    """Jobs found by what they are about (``queue_list --tag``, ``--where``), a row each with their tags."""
+    headers = ["ID", "STATE", "QUEUE", "TASK", "ENQUEUED (UTC)", "TAGS"]
+    rows = [[job.job_id, job.state.value, job.queue, job.name, when(job.enqueued_at), " ".join(job.tags)]
+            for job in jobs]  # fmt: skip
+    return table(headers, rows)
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

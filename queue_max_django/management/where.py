@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from ..engine import Job
-from .common import engine_errors, id_text, job_dict, open_queue, parse_status, table, to_json, when
+from .common import engine_errors, id_text, job_dict, jobs_table, open_queue, parse_status, to_json
 
 BATCH = 500  # jobs asked of the engine at a time
 
@@ -60,12 +60,7 @@ def by_where(command: Any, options: dict[str, Any]) -> None:
         command.stdout.write(to_json({**out, "jobs": [job_dict(job) for job in found_jobs]}))
         return
     if found_jobs:
-        headers = ["ID", "STATE", "QUEUE", "TASK", "ENQUEUED (UTC)", "TAGS"]
-        rows = [
-            [job.job_id, job.state.value, job.queue, job.name, when(job.enqueued_at), " ".join(job.tags)]
-            for job in found_jobs
-        ]
-        command.stdout.write(table(headers, rows))
+        command.stdout.write(jobs_table(found_jobs))
     footer = f"{len(found_jobs)} job{'s' if len(found_jobs) != 1 else ''} matched, {examined:,} examined"
     if stopped:
         footer += f"; stopped at the scan limit ({bound:,}): go on with --after {next_after}"

@@ -11,7 +11,6 @@ tag) is passed over by a listing, never shown.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from ...errors import QueueCorrupted
@@ -73,25 +72,6 @@ def tagged(
     return shard.env.read(txn_fn)
 
 
-def across(
-    shards: Sequence[ShardDbs],
-    tags: tuple[str, ...],
-    *,
-    state: State | None,
-    queue: str | None,
-    name: str | None,
-    after: int | None,
-    limit: int,
-) -> list[Job]:
-    """``Store.tagged_jobs``: each shard's newest ``limit`` jobs of the tags, merged by id; only what is
-    returned is decoded."""
-    found: list[Listed] = []
-    for shard in shards:
-        found.extend(tagged(shard, tags, state=state, queue=queue, name=name, after=after, limit=limit))
-    found.sort(key=lambda item: item.job_id, reverse=True)
-    return [listed.job() for listed in found[:limit]]
-
-
 def tagged_jobs(
     store: Any,
     now: float,
@@ -103,5 +83,10 @@ def tagged_jobs(
     after: int | None,
     limit: int,
 ) -> list[Job]:
-    """``LmdbStore.tagged_jobs`` (a method of the store, kept here: the store's module is full)."""
-    return across(store._shards, tags, state=state, queue=queue, name=name, after=after, limit=limit)
+    """``LmdbStore.tagged_jobs`` (a method of the store, kept here: the store's module is full): each shard's
+    newest ``limit`` jobs of the tags, merged by id; only what is returned is decoded."""
+    found: list[Listed] = []
+    for shard in store._shards:
+        found.extend(tagged(shard, tags, state=state, queue=queue, name=name, after=after, limit=limit))
+    found.sort(key=lambda item: item.job_id, reverse=True)
+    return [listed.job() for listed in found[:limit]]
