@@ -225,7 +225,7 @@ class _Cache:
     """This process's config and queue. ``pid`` tells a forked child not to use its parent's queue."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # get_queue() holds it while get_config() builds under it too
         self.config: QueueMaxConfig | None = None
         self.queue: Queue | None = None
         self.pid = os.getpid()
@@ -243,11 +243,14 @@ def get_config() -> QueueMaxConfig:
     database is named for the processes a test starts (teststore.py)."""
     config, test_state = _cache.config, teststore.state()
     if config is None or _cache.test_state != test_state:
-        config = build_config(*read_settings())
-        moved = teststore.data_dir(config.data_dir, close=reset)
-        if moved != config.data_dir:
-            config = dataclasses.replace(config, data_dir=moved)
-        _cache.config, _cache.test_state = config, test_state
+        with _cache.lock:  # one config for all threads: a second one would make get_queue() close the queue
+            config, test_state = _cache.config, teststore.state()
+            if config is None or _cache.test_state != test_state:
+                config = build_config(*read_settings())
+                moved = teststore.data_dir(config.data_dir, close=reset)
+                if moved != config.data_dir:
+                    config = dataclasses.replace(config, data_dir=moved)
+                _cache.config, _cache.test_state = config, test_state
     alias = STORE_KINDS[config.store].callers_alias(config) if test_state[0] else None
     if alias is not None:
         teststore.publish_database(alias)  # for the workers a test starts

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -303,6 +304,31 @@ def test_get_queue_is_rebuilt_when_settings_change(queue_max: Configure, tmp_pat
             assert second.lease_time == 6.0 and second.path == os.path.realpath(tmp_path / "other")
         third = get_queue()
         assert second.closed and third.lease_time == 5.0
+
+
+@pytest.mark.store_neutral
+def test_threads_reading_a_fresh_config_share_one_queue(queue_max: Configure) -> None:
+    """A worker thread's get_queue() and the main thread's get_config() (a .delay()) right after the settings
+    changed build one config, not one each: with two, the next get_queue() saw "another config" and closed
+    the queue the worker thread was reading (the docs' worker thread failed so, once in a CI run)."""
+    with queue_max():
+        for _ in range(30):
+            conf.reset()
+            start = threading.Barrier(4)
+            seen: list[object] = []
+
+            def read(start: threading.Barrier, seen: list[object]) -> None:
+                start.wait()
+                seen.append(get_config())
+
+            threads = [threading.Thread(target=read, args=(start, seen)) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(10)
+            assert len(seen) == 4 and all(config is seen[0] for config in seen)
+            queue = get_queue()
+            assert get_config() is seen[0] and not queue.closed
 
 
 @pytest.mark.store_neutral
