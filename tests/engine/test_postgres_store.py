@@ -180,12 +180,20 @@ def test_notify_off_sends_no_notification(pg_url: str) -> None:
         deadline = time.monotonic() + 5
         while not hints.listening and time.monotonic() < deadline:  # type: ignore[attr-defined]
             time.sleep(0.01)
-        hints.changed()
-        before = hints.mark()
-        producer.put("quiet")
-        hints.wait(0.3)  # bounded: nothing is sent, so the wait runs out
-        assert hints.mark() == before
-        assert consumer.get(timeout=0).payload == "quiet"  # the job is there all the same
+        # The database is lent to other tests in turn: a process one of them left behind may NOTIFY on the
+        # store's one channel at any time (seen once in a full run). A producer that sent a hint would be
+        # heard in every round; a stray, in one at most.
+        quiet_rounds = 0
+        for round_ in range(3):
+            hints.changed()
+            before = hints.mark()
+            producer.put(f"quiet {round_}")
+            hints.wait(0.3)  # bounded: nothing is sent, so the wait runs out
+            quiet_rounds += hints.mark() == before
+            assert consumer.get(timeout=0).payload == f"quiet {round_}"  # the job is there all the same
+            if quiet_rounds:
+                break
+        assert quiet_rounds == 1
     finally:
         consumer.close()
         producer.close()
