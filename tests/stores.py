@@ -105,10 +105,16 @@ store_kind = pytest.fixture(params=STORE_KINDS, name="store_kind")(store_kind_pa
 """The kind of store this test runs on; each kind shows in the test's id (``[lmdb]``)."""
 
 
+PROCESS_SUITES = frozenset({"engine", "worker", "faults", "chaos"})
+"""The folders whose tests are marked ``stores_and_processes`` (pyproject.toml says what for)."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test marked ``lmdb`` or ``store_neutral`` keeps its default-kind variant only; every variant gets its
-    kind's markers (``KINDS``)."""
+    kind's markers (``KINDS``); a test of ``PROCESS_SUITES`` gets ``stores_and_processes``."""
     for item in list(items):
+        if _suite_of(item) in PROCESS_SUITES:
+            item.add_marker(pytest.mark.stores_and_processes)
         callspec = getattr(item, "callspec", None)
         kind = callspec.params.get("store_kind") if callspec is not None else None
         if kind is None:
