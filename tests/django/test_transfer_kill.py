@@ -25,4 +25,6 @@ def test_killed_at_random_instants_and_run_again_the_move_ends_with_every_job_in
     assert (outcome.kills, outcome.runs) == (3, 4)  # each kill landed during the move
     assert check(source, target, expected) == []
     report = outcome.last_report
-    assert report["left_in_source"] == 0 and 0 < report["jobs"] < len(expected)
+    # The last run did not move everything again. It may move nothing: a kill that lands after the last
+    # batch, while the command ends its run, leaves it nothing to move (seen once in CI, under load).
+    assert report["left_in_source"] == 0 and report["jobs"] < len(expected)
