@@ -25,7 +25,7 @@ from django.db import transaction
 from .commits import Commit, waits_for_commit, written
 from .conf import Applied, caller_connection, callers_alias, get_config, get_queue, lent_to
 from .coordination import unique as unique_jobs
-from .coordination.concurrency import TaskConcurrency, job_limits, refuse_unique_with_limits, store_by_limits
+from .coordination.concurrency import TaskConcurrency, job_limits, store_by_limits
 from .coordination.flow import apply_flow, breaker_policy
 from .coordination.unique import KeyOption, UniqueOptions
 from .engine import (
@@ -149,7 +149,6 @@ class Task(Generic[P, R]):
         self._signature = inspect.signature(func)
         # at most ``concurrency`` jobs running (per key, with ``concurrency_key``): concurrency.py
         self.concurrency = TaskConcurrency(self.name, self._signature, concurrency, concurrency_key)
-        refuse_unique_with_limits(self.name, self.unique, self.concurrency)
         self._flow_applied = Applied()  # this task's limit and breaker, in the store (_prepare)
         functools.update_wrapper(self, func)
 
@@ -190,7 +189,6 @@ class Task(Generic[P, R]):
         if tags is not None:
             clone.tags = check_tags([*self.tags, *check_tags(tags)])
         clone.unique = UniqueOptions.using(self.unique, unique_key, unique_until, on_duplicate)
-        refuse_unique_with_limits(self.name, clone.unique, self.concurrency)
         if metadata is not None:
             clone.metadata = normalized_metadata(metadata)  # checked now: nothing is written if bad
         clone.priority = self.priority if priority is None else priority
@@ -298,17 +296,18 @@ class Task(Generic[P, R]):
         unique ``keys``, each on its key's shard (``coordination/unique.py``); items under different
         concurrency limits (``limits``, one per item) each put with theirs. -> (id, deduplicated) each."""
         if any(item != limits[0] for item in limits):
-            ids = store_by_limits(
-                payloads,
+            return store_by_limits(
                 limits,
-                lambda part, lim: [i for i, _ in self._store_many(part, joined, None, [lim])],
-            )
-            return [(job_id, False) for job_id in ids]
+                lambda part, lim: self._store_many(
+                    [payloads[i] for i in part], joined, None if keys is None else [keys[i] for i in part],
+                    [lim] * len(part),
+                ),
+            )  # fmt: skip
         queue = self._prepare(get_queue(), joined)
         options = self._put_options()
+        options["concurrency"] = limits[0]
         if keys is not None:
             return unique_jobs.store_many(self, queue, payloads, keys, joined, options)
-        options["concurrency"] = limits[0]
         with tracing.sending(self.name, self.queue, options) as sending:
             if joined is None:
                 ids = queue.put_parts(payloads, **options)

@@ -192,8 +192,6 @@ def settings_problems(raw: Any, base_dir: Any) -> list[Problem]:
     else:
         found.append(_wrong_type(("QUEUE_RATE_LIMITS",), limits, f"a dict of queue name -> {_RATE}"))
     found += check_queue_concurrency(values["QUEUE_CONCURRENCY"])
-    if isinstance(values["QUEUE_CONCURRENCY"], Mapping):
-        found += unique_tasks_in_limited_queues(values["QUEUE_CONCURRENCY"])
     for key, defaults in NESTED_DEFAULTS.items():
         if not isinstance(values[key], Mapping):
             found.append(_wrong_type((key,), raw[key], "a dict"))
@@ -382,25 +380,3 @@ def check_queue_concurrency(value: Any) -> list[Problem]:
             "Set QUEUE_MAX['QUEUE_CONCURRENCY'] to a dict such as {'media': 8}, or remove it (no limit).",
         )
     ]
-
-
-def unique_tasks_in_limited_queues(limits: Mapping[Any, Any]) -> list[Problem]:
-    """Each registered task with a unique key whose queue has a limit in ``QUEUE_CONCURRENCY`` (E029): its
-    jobs would be refused at enqueue, since a unique key and a concurrency limit each place a job by their
-    own key."""
-    found = []
-    for name in registry.names():
-        task = registry.get(name)
-        queue = getattr(task, "queue", None)
-        if getattr(task, "unique", None) is not None and isinstance(queue, str) and queue in limits:
-            found.append(
-                Problem(
-                    f"{PREFIX}.E029",
-                    f"The task {name!r} has a unique key and runs in the queue {queue!r}, which "
-                    "QUEUE_MAX['QUEUE_CONCURRENCY'] limits: its jobs would be refused at enqueue (a unique "
-                    "key and a concurrency limit each place a job by their own key).",
-                    f"Give the task another queue (@task(queue=...)), drop its unique_key, or remove "
-                    f"{queue!r} from QUEUE_CONCURRENCY.",
-                )
-            )
-    return found

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from ..engine.concurrency import MAX_KEY, MAX_N, check_limits
 from ..engine.validate import bad_character
@@ -20,6 +20,7 @@ from ..engine.validate import bad_character
 QUEUE_KEY = "queue:"
 TASK_KEY = "task:"
 KeyFunction = Callable[..., Any]
+T = TypeVar("T")
 
 
 class TaskConcurrency:
@@ -103,16 +104,6 @@ class TaskConcurrency:
         return value
 
 
-def refuse_unique_with_limits(task_name: str, unique: Any, concurrency: TaskConcurrency) -> None:
-    """``ValueError`` for a task with both a unique key and a concurrency limit: each places the job by its
-    own key (the engine refuses the pair too, ``engine.concurrency.refuse_unique_with_limits``)."""
-    if unique is not None and concurrency.limit is not None:
-        raise ValueError(
-            f"task {task_name!r}: give unique_key or concurrency, not both (each places the job by its own "
-            "key; see docs/howto/concurrency-limits.md)"
-        )
-
-
 def job_limits(
     task: TaskConcurrency | None,
     queue: str,
@@ -133,16 +124,15 @@ def job_limits(
     return check_limits(limits) if limits else None
 
 
-def store_by_limits(
-    payloads: list[Any], limits: list[Any], store: Callable[[list[Any], Any], list[int]]
-) -> list[int]:
-    """``.map()`` of items under different limits (a key per item): ``store(payloads, limits)`` once per
-    distinct limits, in the order they first appear. -> the ids in the items' order."""
+def store_by_limits(limits: list[Any], store: Callable[[list[int], Any], list[T]]) -> list[T]:
+    """``.map()`` of items under different limits (a key per item): ``store(indexes, limits)`` once per
+    distinct limits, in the order they first appear, with the indexes of its items. -> what ``store``
+    gave for each item, in the items' order."""
     parts: dict[Any, list[int]] = {}
     for index, item in enumerate(limits):
         parts.setdefault(item, []).append(index)
-    ids: list[int] = [0] * len(payloads)
+    out: list[Any] = [None] * len(limits)
     for item, indexes in parts.items():
-        for index, job_id in zip(indexes, store([payloads[i] for i in indexes], item), strict=True):
-            ids[index] = job_id
-    return ids
+        for index, done in zip(indexes, store(indexes, item), strict=True):
+            out[index] = done
+    return out

@@ -6,7 +6,8 @@ A job's limits are a tuple of ``(key, n)`` pairs, fixed at its put and stored wi
 carrying ``key`` run at once. The Django layer makes the keys: ``"queue:<queue>"`` (``QUEUE_CONCURRENCY``),
 ``"task:<task name>"`` (``@task(concurrency=N)``) and ``"task:<task name>:<key value>"`` (with
 ``concurrency_key``). The broadest key comes first: a store that must keep every job of a key in one place
-(the LMDB store: one shard) routes the job by it.
+(the LMDB store: one shard) routes the job by it. A limited job with a unique key is routed by its limits,
+its key scoped to that route (``uniqueness.scoped``).
 
 Waiting limited jobs are grouped by their queue and their last (most specific) key: the claim gives the
 groups turns, least recently served first (``group_of``), so that one key's many waiting jobs never starve
@@ -123,14 +124,6 @@ def limited(spec: JobSpec, concurrency: Any, partition_key: Any) -> tuple[JobSpe
     if partition_key is not None:
         raise InvalidJob("give concurrency or partition_key, not both: a limit's jobs are placed by its key")
     return variant(spec, concurrency=limits), route_key(limits)
-
-
-def refuse_unique_with_limits(concurrency: Any) -> None:
-    """``InvalidJob`` for a put with both a unique key and concurrency limits: each places the job by its own
-    key (on LMDB, the shard where the key's check, or the limit's count, is made), and one job can be placed
-    only once. Refused the same way on every store, before anything is written."""
-    if concurrency is not None:
-        raise InvalidJob("give unique_key or concurrency, not both: each places the job by its own key")
 
 
 def summary(running: Mapping[str, int], waiting: Mapping[str, int]) -> dict[str, dict[str, int]]:

@@ -77,10 +77,11 @@ class Putter:
         connection: Any = None,
     ) -> UniquePut:
         """``Queue.put``'s other cases: with a unique key (routed by it: the check and the write meet on
-        its shard; ``uniqueputs.py`` refused a partition key with it), or durable (``sync``: group commit,
+        its shard; ``uniqueputs.py`` refused a partition key with it, and gives the limits' route key of a
+        limited job, whose unique key is scoped to it), or durable (``sync``: group commit,
         which picks the shard of a put without a key itself). -> the job's id (or the holder's of the
         key) and what the put did."""
-        if unique is not None:
+        if unique is not None and partition_key is None:
             partition_key = unique.text  # one key, one shard: the check and the write meet there
         job = NewJobs((self.pack(payload),), spec, unique)
         if connection is not None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from .cancels import MAX_CANCEL_BY, CancelOutcome
 from .claiming import Claimer
-from .concurrency import limited, refuse_unique_with_limits, summary
+from .concurrency import limited, summary
 from .consuming import MAX_IDLE_WAIT as MAX_IDLE_WAIT
 from .consuming import Consumer
 from .coordinating import Coordination
@@ -221,11 +221,11 @@ class Queue(Coordination, FlowControl, PauseControl, ScheduleControl, UniquePuts
         ``transactional_enqueue`` is true): the job is written in the caller's transaction and commits or
         rolls back with it. A store that cannot (LMDB) raises ``ConfigurationError``."""
         if unique_key is not None:
-            refuse_unique_with_limits(concurrency)
             return self.put_unique(
                 payload, unique_key=unique_key, unique_until=unique_until, on_duplicate=on_duplicate,
                 priority=priority, delay=delay, eta=eta, queue=queue, name=name, max_retries=max_retries,
                 timeout=timeout, partition_key=partition_key, connection=connection, metadata=metadata,
+                concurrency=concurrency,
             ).job_id  # fmt: skip
         store = self._live()
         now = self._clock()
@@ -266,11 +266,11 @@ class Queue(Coordination, FlowControl, PauseControl, ScheduleControl, UniquePuts
         """Store many jobs with the same options in ONE shard and ONE transaction: all or nothing. With
         ``unique_keys`` (one per payload): ``put_many_unique``'s ids (one transaction per key's shard)."""
         if unique_keys is not None:
-            refuse_unique_with_limits(concurrency)
             return ids_of(self.put_many_unique(
                 payloads, unique_keys=unique_keys, unique_until=unique_until, on_duplicate=on_duplicate,
                 priority=priority, delay=delay, eta=eta, queue=queue, name=name, max_retries=max_retries,
                 timeout=timeout, partition_key=partition_key, connection=connection, metadata=metadata,
+                concurrency=concurrency,
             ))  # fmt: skip
         spec = self._put_options.check(
             priority=priority, delay=delay, eta=eta, queue=queue, name=name, metadata=metadata,

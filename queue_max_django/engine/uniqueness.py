@@ -25,6 +25,7 @@ from .stores.contract.uniqueness import (
     ON_DUPLICATE_RAISE,
     ON_DUPLICATE_REPLACE,
     ON_DUPLICATE_SKIP,
+    SCOPE,
     UniqueRule,
 )
 from .stores.types import UNIQUE_KEY_MIN_TTL, NewJobs, id_bytes
@@ -104,6 +105,16 @@ def rule(key: Any, until: Any, on_duplicate: Any, result_ttl: float) -> UniqueRu
             f"= {longest:g} s): shorten the window or raise the result TTL"
         )
     return UniqueRule(encoded, hold, int(window * 1_000_000), check_on_duplicate(on_duplicate))
+
+
+def scoped(unique: UniqueRule, route: str) -> UniqueRule:
+    """``unique`` judged among the jobs placed by ``route`` (a job's concurrency ``route_key``): its key
+    becomes ``SCOPE + route + SCOPE + key``, so that the check meets the write on the limits' shard and two
+    jobs with one key but different placements are not each other's duplicates, on every store alike.
+    ``InvalidJob`` when the two together pass a store key's size."""
+    text = unique.key.decode()
+    key = id_bytes("unique_key with its concurrency key", SCOPE + route + SCOPE + text, 2 * MAX_NAME + 2)
+    return UniqueRule(key, unique.hold, unique.window_us, unique.on_duplicate)
 
 
 def noted(metadata: Any, key: str, until: Any, on_duplicate: str) -> Any:

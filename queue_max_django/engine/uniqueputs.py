@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import codec
-from .concurrency import refuse_unique_with_limits
+from .concurrency import limited
 from .errors import InvalidJob
 from .jobspec import JobSpec, variant
 from .metadata import pack_metadata
@@ -17,7 +17,7 @@ from .options import PutOptions
 from .putting import Putter, joined
 from .stores.base import Store
 from .stores.types import NewJobs
-from .uniqueness import SKIP, UniquePut, distinct_for_raise, noted, rule
+from .uniqueness import SKIP, UniquePut, distinct_for_raise, noted, rule, scoped
 from .validate import put_defaults
 
 BOTH = (
@@ -57,17 +57,22 @@ class UniquePuts:
         **options: Any,
     ) -> UniquePut:
         """``put`` with a unique key: -> the id (the new job's, or the holder's) and what the put did.
-        ``InvalidJob`` (nothing written) for a bad key or option, or with a ``partition_key`` or
-        ``concurrency`` limits (each places the job by its own key)."""
+        ``InvalidJob`` (nothing written) for a bad key or option, or with a ``partition_key`` (the key
+        places the job). With ``concurrency`` limits the limits place the job, and its duplicates are the
+        jobs with the same key and the same placement (``uniqueness.scoped``)."""
         store = self._live()
         now = self._clock()
         unique = rule(unique_key, unique_until, on_duplicate, self.result_ttl)
         if partition_key is not None:
             raise InvalidJob(BOTH)
         checked = put_defaults(options)
-        refuse_unique_with_limits(checked.pop("concurrency"))
+        concurrency = checked.pop("concurrency")
         spec = self._noted(now, checked, metadata, unique_key, unique_until, on_duplicate)
-        return self._putter.put_one(store, now, payload, spec, unique, None, connection)
+        route = None
+        if concurrency is not None:
+            spec, route = limited(spec, concurrency, None)
+            unique = scoped(unique, route)
+        return self._putter.put_one(store, now, payload, spec, unique, route, connection)
 
     def _noted(
         self, now: float, checked: dict[str, Any], metadata: Any, key: str, until: Any, on_duplicate: str
@@ -113,15 +118,22 @@ class UniquePuts:
         rules = [rule(key, unique_until, on_duplicate, self.result_ttl) for key in keys]
         distinct_for_raise(keys, on_duplicate)
         checked = put_defaults(options)
-        refuse_unique_with_limits(checked.pop("concurrency"))
+        concurrency = checked.pop("concurrency")
         specs = []
         for key in keys:
             specs.append(self._noted(now, checked, metadata, key, unique_until, on_duplicate))
+        route = None
+        if concurrency is not None:
+            pairs = [limited(spec, concurrency, None) for spec in specs]
+            specs = [spec for spec, _route in pairs]
+            route = pairs[0][1] if pairs else None
+            if route is not None:
+                rules = [scoped(unique, route) for unique in rules]
         packed = codec.pack_values(items, what="payload", limit=self.max_payload_bytes)
         putter = self._putter
         parts: dict[int, list[int]] = {}
         for index, unique in enumerate(rules):
-            parts.setdefault(putter.route(unique.text), []).append(index)
+            parts.setdefault(putter.route(unique.text if route is None else route), []).append(index)
         batches = [NewJobs((packed[i],), specs[i], rules[i]) for i in range(len(items))]
         ids = [0] * len(items)
         for shard, indexes in parts.items():

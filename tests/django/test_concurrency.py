@@ -15,9 +15,10 @@ from django.core.checks import Error
 from django.core.management import call_command
 from django.test import override_settings
 
+from queue_max_django import DuplicateJob
 from queue_max_django.conf import get_queue
 from queue_max_django.conf.checks import check_settings
-from queue_max_django.engine import InvalidJob, QueueEmpty
+from queue_max_django.engine import QueueEmpty
 from queue_max_django.running.registry import registry
 from queue_max_django.tasks import task
 
@@ -113,7 +114,6 @@ def test_map_puts_each_item_under_its_own_key() -> None:
         ({"concurrency": 2, "concurrency_key": "customer"}, ValueError, "names no parameter of the task"),
         ({"concurrency_key": "account"}, ValueError, "concurrency_key needs concurrency=N"),
         ({"concurrency": 2, "concurrency_key": 5}, TypeError, r"a parameter name \(str\) or a callable"),
-        ({"concurrency": 2, "unique_key": True}, ValueError, "give unique_key or concurrency, not both"),
     ],
 )
 def test_bad_options_are_refused_when_the_task_is_declared(
@@ -188,40 +188,42 @@ def test_a_malformed_queue_concurrency_is_check_e028(queue_max: Configure, value
     ]
 
 
-def test_a_unique_key_with_a_limit_is_refused_before_anything_is_written() -> None:
-    """A unique key and a concurrency limit each place a job by their own key: the pair is refused, by
-    ``.using()`` on a limited task and by the engine's put, and nothing is stored."""
-    with pytest.raises(ValueError, match="give unique_key or concurrency, not both"):
-        export.using(unique_key="report-1")
-    queue = get_queue()
-    before = queue.stats()["total"]
-    with pytest.raises(InvalidJob, match="give unique_key or concurrency, not both"):
-        queue.put("x", unique_key="k", concurrency=(("task:x", 1),))
-    with pytest.raises(InvalidJob, match="give unique_key or concurrency, not both"):
-        queue.put_many(["x"], unique_keys=["k"], concurrency=(("task:x", 1),))
-    assert queue.stats()["total"] == before
+@task(name="limits.sync_once", concurrency=1, concurrency_key="account", unique_key=True)
+def sync_once(account: str, full: bool = False) -> str:
+    return account
 
 
-@pytest.mark.store_neutral
-def test_a_unique_task_in_a_limited_queue_is_check_e029(queue_max: Configure) -> None:
-    @task(name="limits.unique_in_limited", queue="limited-e029", unique_key=True)
-    def once(n: int) -> None:
-        return None
+def test_a_unique_task_with_a_keyed_limit_skips_duplicates_and_holds_its_limit() -> None:
+    """One job per distinct call (the key is the task and its arguments), at most one running per account,
+    on every store: the limits place the job and its key is judged among the jobs of that placement."""
+    first = sync_once.delay("acme")
+    again = sync_once.delay("acme")
+    full = sync_once.delay("acme", full=True)
+    other = sync_once.delay("globex")
+    assert again.deduplicated and again.job_id == first.job_id
+    assert not full.deduplicated and not other.deduplicated
+    taken = claim_all()
+    assert sorted(r.payload["args"][0] for r in taken) == ["acme", "globex"]
+    assert get_queue().concurrency_limits()["task:limits.sync_once:acme"] == {"running": 1, "waiting": 1}
+    handles = sync_once.map(["acme", "initech", "initech"])
+    assert [h.deduplicated for h in handles] == [False, False, True]  # acme's first job runs: not held
+    assert get_queue().stats()["total"] == 5
+    job = get_queue().job(first.job_id)
+    assert job is not None and job.unique is not None and job.unique.key.startswith("limits.sync_once:")
+
+
+def test_a_unique_task_in_a_limited_queue_is_deduplicated_and_limited(queue_max: Configure) -> None:
+    @task(name="limits.unique_in_limited", queue="media", unique_key=lambda image: f"image-{image}")
+    def once(image: int) -> int:
+        return image
 
     try:
-        with queue_max(QUEUE_CONCURRENCY={"limited-e029": 2}):
-            found = [m for m in check_settings() if m.id == "queue_max_django.E029"]
-        with queue_max(QUEUE_CONCURRENCY={"other": 2}):
-            assert [m for m in check_settings() if m.id == "queue_max_django.E029"] == []
+        assert [m for m in check_settings() if m.id.startswith("queue_max_django.")] == []
+        handles = [once.delay(image) for image in (1, 2, 3, 1)]
+        assert [h.deduplicated for h in handles] == [False, False, False, True]
+        assert len(claim_all()) == 2  # the queue's limit of 2
+        assert get_queue().concurrency_limits() == {"queue:media": {"running": 2, "waiting": 1}}
+        with pytest.raises(DuplicateJob, match="unique key 'image-3'"):
+            once.using(on_duplicate="raise").delay(3)
     finally:
         registry.unregister("limits.unique_in_limited")
-    assert found == [
-        Error(
-            "The task 'limits.unique_in_limited' has a unique key and runs in the queue 'limited-e029', "
-            "which QUEUE_MAX['QUEUE_CONCURRENCY'] limits: its jobs would be refused at enqueue (a unique key "
-            "and a concurrency limit each place a job by their own key).",
-            hint="Give the task another queue (@task(queue=...)), drop its unique_key, or remove "
-            "'limited-e029' from QUEUE_CONCURRENCY.",
-            id="queue_max_django.E029",
-        )
-    ]

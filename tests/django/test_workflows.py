@@ -173,7 +173,7 @@ def test_a_step_with_a_unique_key_or_a_concurrency_limit_is_refused(queue_max: C
         with pytest.raises(InvalidWorkflow, match=r"step '0': the task '.*wf_add' has a unique key"):
             chain(w.wf_add.using(unique_key="once").s(1), w.wf_add.s(2)).delay()
         assert stored_total() == 0
-    limited = w.wf_add.using(queue="wf-limited")  # a queue no registered task with a unique key uses (E029)
+    limited = w.wf_add.using(queue="wf-limited")  # a queue of its own, limited below
     with queue_max(QUEUE_CONCURRENCY={"wf-limited": 2}):
         with pytest.raises(InvalidWorkflow, match="or a concurrency limit \\(its own or its queue's\\)"):
             group(limited.s(1), limited.s(2)).delay()

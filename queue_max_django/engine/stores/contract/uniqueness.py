@@ -40,7 +40,10 @@ stale by a check at the next put with that key, which reads the holder's state i
   as if it had never been.
 
 A key routes its job on a store of several shards (the Queue puts it on the shard of the key's hash), so
-that the check and the write meet in one shard's transaction.
+that the check and the write meet in one shard's transaction. A job with concurrency limits too is routed by
+its limits (``concurrency.route_key``) and its key is *scoped* to that route (``scoped_key``: the route and
+the key, after ``SCOPE``), so that its duplicates are judged among the jobs of its placement, the same on
+every store; a store treats a scoped key as any other.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ ON_DUPLICATE_RAISE = 2
 # hold: a state code below the bound holds it.
 STATE_BOUND = {HOLD_STARTED: 2, HOLD_FINISHED: 3}
 
+SCOPE = "\x1f"  # opens a scoped key and ends its scope: "\x1f<route>\x1f<key>"
+
 
 @dataclass(frozen=True, slots=True)
 class UniqueRule:
@@ -74,7 +79,9 @@ class UniqueRule:
 
     @property
     def text(self) -> str:
-        return self.key.decode()
+        """The key as the caller gave it (a scoped key without its scope)."""
+        text = self.key.decode()
+        return text.split(SCOPE, 2)[2] if text.startswith(SCOPE) else text
 
 
 def holds(hold: int, until_us: int, state: int | None, now_us: int) -> bool:
