@@ -28,6 +28,9 @@ deployed project has its ``.pyc`` files (pip writes them; so do most images), wh
   a virtualenv that ``uv sync`` made without ``--compile-bytecode`` has none). ``--no-pyc-cache`` is the
   same as ``--bytecode none``.
 
+The command's own CPU time (user + system, from /proc, 10 ms ticks) when the job is seen started is
+printed too: on a machine that other work keeps busy it moves less than the wall clock.
+
 Where the time goes: each run's command traces its start-up phases (``QUEUE_MAX_STARTUP_TRACE``,
 worker/earlystop.py, on checkouts that have it): the median of launch -> each phase is printed too ("app":
 Django imported this app, "ready": the apps are set up, "command": the command's module is loaded,
@@ -84,6 +87,16 @@ def command_env(checkout: Path, state: Path, store: RunStore, pyc: Path | None) 
     return env
 
 
+def cpu_seconds(pid: int) -> float:
+    """The user + system CPU seconds process ``pid`` (the command's, not its children's) has used so far
+    (Linux: /proc; NaN elsewhere). Steadier than the wall clock on a machine that other work keeps busy."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def drop_own_bytecode(pyc: Path, checkout: Path) -> None:
     """Take the cached ``.pyc`` of the checkout's own modules (the package, the example project) out of
     the cache ``pyc`` (``PYTHONPYCACHEPREFIX`` mirrors the source folders' absolute paths)."""
@@ -115,7 +128,7 @@ def one_run(checkout: Path, folder: Path, store: RunStore, pyc: Path | None) -> 
             while True:
                 job = queue.job(job_id)
                 if job is not None and job.started_at is not None:
-                    started = job.started_at
+                    started, cpu = job.started_at, cpu_seconds(proc.pid)
                     break
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"no job started (exit {proc.returncode}):\n{log.read_text()}")
@@ -128,7 +141,7 @@ def one_run(checkout: Path, folder: Path, store: RunStore, pyc: Path | None) -> 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    seconds = {"job": started - launched}
+    seconds = {"job": started - launched, "cpu": cpu}
     if trace.exists():
         for line in trace.read_text(encoding="utf-8").splitlines():
             phase, when = line.split()
@@ -215,7 +228,9 @@ def main() -> None:
                 print(f"{kind} {bytecode} {checkout}: launch -> first job started, median {median:.3f} s "
                       f"(min {min(seconds):.3f}, max {max(seconds):.3f}, {len(seconds)} runs)",
                       flush=True)  # fmt: skip
-                phases = [phase for phase in runs[0] if phase != "job" and all(phase in run for run in runs)]
+                cpu = statistics.median(run["cpu"] for run in runs)
+                print(f"    the command's own CPU until then: median {cpu:.3f} s", flush=True)
+                phases = [p for p in runs[0] if p not in ("job", "cpu") and all(p in run for run in runs)]
                 if phases:
                     print("    launch -> " + ", ".join(
                         f"{phase} {statistics.median(run[phase] for run in runs):.3f}"
