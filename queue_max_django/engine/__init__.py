@@ -1,6 +1,12 @@
-"""The embedded job store and queue. Pure Python + lmdb + msgpack; never imports Django."""
+"""The embedded job store and queue. Pure Python + lmdb + msgpack; never imports Django.
 
-from .aio import AsyncQueue, AsyncRecord
+``AsyncQueue`` and ``AsyncRecord`` (``aio.py``) load on first access: a process that works synchronously (the
+worker's supervisor, a command) does not compile or import them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .breaker import BreakerPolicy, BreakerState, InvalidBreakerPolicy
 from .cancels import Cancelled, CancelOutcome
 from .classify import Decision, Permanent, Retry, classify, is_interrupt
@@ -46,6 +52,9 @@ from .retry import backoff_delay
 from .stores.lmdb.env import StoreInUse
 from .stores.types import LockHolder, WorkerInfo
 from .uniqueness import UniquePut
+
+if TYPE_CHECKING:
+    from .aio import AsyncQueue, AsyncRecord
 
 __all__ = [
     "ALERT",
@@ -110,3 +119,13 @@ __all__ = [
     "job_keys",
     "parse_rate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("AsyncQueue", "AsyncRecord"):
+        from . import aio
+
+        value = getattr(aio, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

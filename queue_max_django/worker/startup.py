@@ -1,4 +1,5 @@
-"""``queue_worker``'s start-up, before the supervisor runs: a SIGTERM or Ctrl-C meanwhile (``StartupStop``),
+"""``queue_worker``'s start-up, before the supervisor runs: a SIGTERM or Ctrl-C meanwhile (``startup_stop``,
+from the moment Django imports the app: ``earlystop.py``; ``stopped`` at each phase),
 what the worker processes should inherit ready-made (``preload``), and waiting for a store that cannot be
 reached yet (``open_waiting``)."""
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from ..conf import get_config, get_queue, store_class
 from ..engine import Queue, StoreUnavailable
+from . import earlystop
 from .banner import django_task_names
 
 logger = logging.getLogger("queue_max_django.worker")
@@ -27,7 +29,16 @@ def startup_stop() -> Iterator[threading.Event]:
     """Inside: SIGTERM and SIGINT set the event instead of killing the process, so that a stop during
     start-up ends the command with status 0 and nothing half-started (the supervisor, once it runs, puts
     its own handlers in and looks at the event). The previous handlers come back at the end. In a thread
-    other than the main one (no signal handler can be set there) the event is never set."""
+    other than the main one (no signal handler can be set there) the event is never set.
+
+    In ``queue_worker``'s own process the early handlers (``earlystop.py``) are in already, since Django
+    imported the app: their event is the one, and they come out at the end."""
+    if earlystop.installed():
+        try:
+            yield earlystop.STOP
+        finally:
+            earlystop.uninstall()
+        return
     stop = threading.Event()
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -38,6 +49,16 @@ def startup_stop() -> Iterator[threading.Event]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def stopped(phase: str, stop: threading.Event) -> bool:
+    """The command reached start-up phase ``phase`` (``earlystop.PHASES``). -> whether it was told to stop
+    (it then ends with status 0, having started nothing more; logged here)."""
+    earlystop.reached(phase)
+    if stop.is_set():
+        logger.warning("stopped during start-up (%s)", phase)
+        return True
+    return False
 
 
 def preload() -> None:

@@ -10,11 +10,11 @@ from django.core.management.base import CommandError, CommandParser
 
 from ...conf import get_config
 from ...engine import QueueError
-from ...worker import WorkerOptionError, run_worker
+from ...worker import WorkerOptionError, earlystop, run_worker
 from ...worker.launch import make_launcher
 from ...worker.logs import configure_logging
 from ...worker.options import from_config, parse_autoscale
-from ...worker.startup import open_waiting, preload, startup_stop
+from ...worker.startup import open_waiting, preload, startup_stop, stopped
 from ..base import QueueCommand
 from ..common import non_negative_float
 
@@ -29,8 +29,12 @@ class Command(QueueCommand):
     )
     _stop = threading.Event()  # set by SIGTERM or SIGINT during start-up (worker/startup.py)
 
+    # Each phase of the start-up looks at the stop (``stopped``): once it is set, the command ends with
+    # status 0 having started nothing (or, past the fork server's start, nothing that outlives it).
     def execute(self, *args: Any, **options: Any) -> str | None:
         with startup_stop() as self._stop:  # before the system checks run: a stop then is graceful too
+            if stopped("command", self._stop):
+                return None
             return super().execute(*args, **options)
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -89,6 +93,8 @@ class Command(QueueCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if stopped("checks", self._stop):
+            return
         verbosity = int(options["verbosity"])
         try:
             worker_options = from_config(
@@ -110,15 +116,19 @@ class Command(QueueCommand):
         except WorkerOptionError as exc:
             raise CommandError(str(exc)) from None
         configure_logging(verbosity)
-        if self._stop.is_set():
-            logger.warning("stopped during start-up")
+        if stopped("options", self._stop):
             return
         preload()
         launcher = make_launcher(worker_options.processes)  # the fork server forks here: no store is open
         try:
+            if stopped("launcher", self._stop):
+                return
             queue = open_waiting(self._stop)
             if queue is None:
                 return  # stopped while waiting for the store
+            if stopped("store", self._stop):
+                queue.close()
+                return
             if worker_options.queues is not None and queue.queues is not None:
                 unknown = sorted(set(worker_options.queues) - set(queue.queues))
                 if unknown:
@@ -126,6 +136,7 @@ class Command(QueueCommand):
                     raise CommandError(
                         f"unknown queue(s) {', '.join(unknown)}: QUEUE_MAX['QUEUES'] lists {served}"
                     )
+            earlystop.reached("supervisor")  # run_worker takes the signals over, then looks at the stop
             code = run_worker(queue, worker_options, launcher, stopped=self._stop)
         except WorkerOptionError as exc:  # a lease time the worker cannot renew
             raise CommandError(str(exc)) from None
