@@ -1,0 +1,145 @@
+"""Encrypted jobs (issue 36), on every store: what an encrypted task's job stores is sealed (its arguments,
+result, user metadata, error text and traceback), what stays clear (ids, name, queue, state, times, tags, the
+error's type), the handle and the running task see it opened, and a job whose payload does not open is a
+dead letter quarantined as corrupted while the others go on. Jobs run in-process (``run_queued``)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.core.checks import run_checks
+from django.test import override_settings
+
+from queue_max_django.conf import get_queue
+from queue_max_django.encryption.jobs import SEALED_KEY
+from queue_max_django.encryption.keys import EncryptionNotConfigured
+from queue_max_django.engine import Job, State
+from queue_max_django.engine.sealing import is_sealed, is_sealed_text, key_id_of
+from queue_max_django.testing import run_queued
+from tests.testapp import encrypted_tasks as et
+
+pytest.importorskip("cryptography")
+
+Configure = Callable[..., override_settings]
+KEY_1 = base64.urlsafe_b64encode(bytes(range(32))).decode()
+KEY_2 = base64.urlsafe_b64encode(bytes(range(100, 132))).decode()
+SECRET = "4111-1111-SECRET"
+
+
+def raw(job_id: int | None) -> Job:
+    assert job_id is not None
+    job = get_queue().job(job_id)
+    assert job is not None
+    return job
+
+
+def test_put_stores_arguments_and_user_metadata_sealed(queue_max: Configure) -> None:
+    with queue_max(ENCRYPTION_KEYS={"k1": KEY_1}):
+        handle = et.charge.using(metadata={"customer": SECRET}).delay(SECRET, amount=3)
+        job = raw(handle.job_id)
+        assert is_sealed(job.payload) and key_id_of(job.payload) == "k1"
+        assert SECRET not in repr(job)
+        assert set(job.metadata) == {SEALED_KEY, "_tags"} and job.metadata["_tags"] == ["billing"]
+        assert (job.name, job.queue, job.state) == (et.charge.name, "default", State.PENDING)
+        assert handle.metadata == {"customer": SECRET}  # the handle opens it
+        assert [j.job_id for j in get_queue().tagged("billing")] == [handle.job_id]  # tags stay clear
+
+
+def test_success_stores_the_result_and_saved_metadata_sealed(queue_max: Configure) -> None:
+    with queue_max(ENCRYPTION_KEYS={"k1": KEY_1}):
+        handle = et.charge.using(metadata={"customer": "c1"}).delay(SECRET, amount=3)
+        [outcome] = run_queued()
+        assert outcome.state is State.DONE
+        job = raw(handle.job_id)
+        assert is_sealed(job.result) and SECRET not in repr(job)
+        assert is_sealed_text(job.metadata[SEALED_KEY]) and "_tags" in job.metadata
+        handle.refresh()
+        assert handle.return_value == {"receipt": f"{SECRET}-receipt", "amount": 3}
+        assert handle.metadata == {"customer": "c1", "charged": f"{SECRET}-done"}
+
+
+def test_failure_stores_error_text_and_traceback_sealed_and_type_clear(queue_max: Configure) -> None:
+    with queue_max(ENCRYPTION_KEYS={"k1": KEY_1}):
+        handle = et.leak.delay(SECRET)
+        [outcome] = run_queued()
+        assert outcome.state is State.FAILED
+        job = raw(handle.job_id)
+        assert job.error_type == "ValueError"
+        assert is_sealed_text(job.error) and is_sealed_text(job.traceback)
+        assert all(is_sealed_text(text) for _kind, text in job.errors)
+        assert SECRET not in repr(job)
+        handle.refresh()
+        [error] = handle.errors
+        assert f"card {SECRET} was declined" in error.traceback
+
+
+def test_encrypt_setting_covers_every_task_but_those_that_say_no(queue_max: Configure) -> None:
+    with queue_max(ENCRYPT=True, ENCRYPTION_KEYS=[KEY_1]):
+        sealed, clear = et.follows.delay(SECRET), et.clear.delay(SECRET)
+        assert is_sealed(raw(sealed.job_id).payload)
+        assert raw(clear.job_id).payload == {"args": [SECRET], "kwargs": {}}
+        run_queued()
+        sealed.refresh()
+        assert sealed.return_value == SECRET and is_sealed(raw(sealed.job_id).result)
+
+
+def test_map_seals_every_job(queue_max: Configure) -> None:
+    with queue_max(ENCRYPTION_KEYS={"k1": KEY_1}):
+        handles = et.charge.map([f"{SECRET}-{i}" for i in range(5)])
+        assert all(is_sealed(raw(h.job_id).payload) for h in handles)
+        run_queued()
+        handles[3].refresh()
+        assert handles[3].return_value["receipt"] == f"{SECRET}-3-receipt"
+
+
+def test_no_key_refuses_to_store(queue_max: Configure) -> None:
+    with queue_max():
+        with pytest.raises(EncryptionNotConfigured, match="E033"):
+            et.charge.delay(SECRET)
+        assert get_queue().stats()["total"] == 0
+
+
+def test_old_key_still_opens_after_rotation(queue_max: Configure) -> None:
+    with queue_max(ENCRYPTION_KEYS={"k1": KEY_1}):
+        handle = et.charge.delay(SECRET)
+    with queue_max(ENCRYPTION_KEYS={"k2": KEY_2, "k1": KEY_1}):
+        [outcome] = run_queued()
+        assert outcome.state is State.DONE
+        job = raw(handle.job_id)
+        assert key_id_of(job.payload) == "k1" and key_id_of(job.result) == "k2"
+
+
+@pytest.mark.parametrize("keys", [{"k2": KEY_2}, {"k1": KEY_2}], ids=["key-removed", "does-not-verify"])
+def test_a_payload_that_does_not_open_is_quarantined_and_others_go_on(
+    queue_max: Configure, keys: dict[str, str]
+) -> None:
+    with queue_max(ENCRYPTION_KEYS={"k1": KEY_1}):
+        lost = et.charge.delay(SECRET)
+    with queue_max(ENCRYPTION_KEYS=keys):
+        fine = et.charge.delay("other")
+        outcomes = run_queued()
+        assert {o.job_id: o.state for o in outcomes} == {lost.job_id: State.FAILED, fine.job_id: State.DONE}
+        job = raw(lost.job_id)
+        assert job.corrupted and job.error_type == "Corrupted"
+        assert "does not open" in str(job.error) and SECRET not in repr(job)
+        assert is_sealed(job.payload)  # kept as it was, for the key to be put back
+        assert get_queue().delete(lost.job_id)
+
+
+@pytest.mark.store_neutral  # settings only
+@pytest.mark.parametrize(
+    ("keys", "ids"),
+    [
+        ({"ENCRYPT": True}, ["queue_max_django.E033"]),
+        ({"ENCRYPTION_KEYS": ["c2hvcnQ="]}, ["queue_max_django.E032"]),
+        ({"ENCRYPTION_KEYS": {"bad id": KEY_1}}, ["queue_max_django.E032"]),
+        ({"ENCRYPTION_KEYS": [KEY_1], "ENCRYPT": True}, []),
+    ],
+)
+def test_checks(queue_max: Configure, keys: dict[str, Any], ids: list[str]) -> None:
+    with queue_max(**keys):
+        found = [m.id for m in run_checks() if m.id in {f"queue_max_django.E03{n}" for n in (1, 2, 3)}]
+        assert sorted(set(found)) == ids
