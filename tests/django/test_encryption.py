@@ -143,3 +143,17 @@ def test_checks(queue_max: Configure, keys: dict[str, Any], ids: list[str]) -> N
     with queue_max(**keys):
         found = [m.id for m in run_checks() if m.id in {f"queue_max_django.E03{n}" for n in (1, 2, 3)}]
         assert sorted(set(found)) == ids
+
+
+def test_a_chain_of_encrypted_steps_passes_results_on(queue_max: Configure) -> None:
+    from queue_max_django import chain
+    from tests.testapp import workflow_tasks as w
+
+    with queue_max(ENCRYPT=True, ENCRYPTION_KEYS={"k1": KEY_1}):
+        result = chain(w.wf_add.s(1, 2), w.wf_add.s(10)).delay()
+        first = raw(int(result.nodes[0].job_id or 0))
+        assert is_sealed(first.payload)
+        run_queued()
+        assert result.status == "succeeded"
+        assert result.results == {"0": 3, "1": 13}
+        assert is_sealed(raw(int(result.nodes[1].job_id or 0)).result)
