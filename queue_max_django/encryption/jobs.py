@@ -21,7 +21,7 @@ from typing import Any
 
 from ..engine import Job, codec
 from ..engine.job import CORRUPTED
-from ..engine.sealing import SealBroken, Sealer, is_sealed, is_sealed_text
+from ..engine.sealing import METADATA_KEY, SealBroken, Sealer, is_sealed, is_sealed_text
 from ..engine.validate import DescribedError, describe_error
 from .keys import job_sealer, required_sealer, sealer
 
@@ -42,7 +42,7 @@ __all__ = [
     "sealed_error",
 ]
 
-SEALED_KEY = "_sealed"  # in an encrypted job's metadata: the user's keys, sealed JSON text
+SEALED_KEY = METADATA_KEY  # in an encrypted job's metadata: the user's keys, sealed JSON text
 ENCRYPTED = "(encrypted)"  # what is shown in place of what a reader may not open
 
 

@@ -34,6 +34,7 @@ from .errors import QueueError
 
 __all__ = [
     "FORMAT",
+    "METADATA_KEY",
     "SEALED_EXT",
     "TEXT_PREFIX",
     "KeyProblem",
@@ -49,6 +50,7 @@ __all__ = [
 SEALED_EXT = 81  # the msgpack ext type code of a sealed value
 FORMAT = 1  # the blob's first byte: this module's layout
 TEXT_PREFIX = "qm-sealed:1:"
+METADATA_KEY = "_sealed"  # in an encrypted job's metadata: its user keys as one sealed JSON text
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12
 MAX_KID = 32
