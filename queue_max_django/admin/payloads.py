@@ -7,15 +7,14 @@ the queue and the state are never sealed, so lists and tag searches work for eve
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from django.http import HttpRequest
 
-from ..encryption.jobs import ENCRYPTED, SEALED_KEY, is_encrypted_job, opened_job
+from ..encryption.jobs import is_encrypted_job, masked, opened_job
 from ..encryption.keys import EncryptionNotConfigured
 from ..engine import Job
-from ..engine.sealing import SealBroken, is_sealed, is_sealed_text
+from ..engine.sealing import SealBroken
 
 PERMISSION = "queue_max_django.view_job_payload"
 DECRYPT = "decrypt"  # the query parameter of a job's page that opens its sealed data
@@ -25,24 +24,6 @@ __all__ = ["DECRYPT", "PERMISSION", "listed", "masked", "may_read", "opened", "s
 
 def may_read(request: HttpRequest) -> bool:
     return bool(request.user.has_perm(PERMISSION))
-
-
-def masked(job: Job) -> Job:
-    """``job`` with each sealed part shown as ``(encrypted)``; its clear metadata keys kept."""
-
-    def text(value: Any) -> Any:
-        return ENCRYPTED if is_sealed_text(value) else value
-
-    metadata = {key: (ENCRYPTED if key == SEALED_KEY else value) for key, value in job.metadata.items()}
-    return dataclasses.replace(
-        job,
-        payload=ENCRYPTED if is_sealed(job.payload) else job.payload,
-        result=ENCRYPTED if is_sealed(job.result) else job.result,
-        error=text(job.error),
-        traceback=text(job.traceback),
-        errors=tuple((kind, text(message)) for kind, message in job.errors),
-        metadata=metadata,
-    )
 
 
 def listed(job: Job) -> Job:

@@ -31,11 +31,13 @@ __all__ = [
     "corrupted",
     "is_encrypted",
     "loggable_error",
+    "masked",
     "open_metadata",
     "open_payload",
     "open_result",
     "open_text",
     "pack_result",
+    "readable",
     "seal_metadata",
     "seal_put",
     "seal_puts",
@@ -231,3 +233,30 @@ def seal_saved_metadata(record: Any, metadata: dict[str, Any]) -> dict[str, Any]
     if not is_sealed(record.payload):
         return metadata
     return seal_metadata(required_sealer("a job's metadata"), metadata) or {}
+
+
+def masked(job: Job) -> Job:
+    """``job`` with each sealed part shown as ``(encrypted)``; its clear metadata keys kept."""
+    import dataclasses
+
+    def text(value: Any) -> Any:
+        return ENCRYPTED if is_sealed_text(value) else value
+
+    metadata = {key: (ENCRYPTED if key == SEALED_KEY else value) for key, value in job.metadata.items()}
+    return dataclasses.replace(
+        job,
+        payload=ENCRYPTED if is_sealed(job.payload) else job.payload,
+        result=ENCRYPTED if is_sealed(job.result) else job.result,
+        error=text(job.error),
+        traceback=text(job.traceback),
+        errors=tuple((kind, text(message)) for kind, message in job.errors),
+        metadata=metadata,
+    )
+
+
+def readable(job: Job, decrypt: bool) -> Job:
+    """``job`` as a command prints it: opened with ``decrypt`` (what does not open still masked), else
+    ``masked``. ``EncryptionNotConfigured`` to decrypt without a key."""
+    if not is_encrypted_job(job):
+        return job
+    return masked(opened_job(job) if decrypt else job)

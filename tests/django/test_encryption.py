@@ -6,6 +6,7 @@ dead letter quarantined as corrupted while the others go on. Jobs run in-process
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -157,3 +158,35 @@ def test_a_chain_of_encrypted_steps_passes_results_on(queue_max: Configure) -> N
         assert result.status == "succeeded"
         assert result.results == {"0": 3, "1": 13}
         assert is_sealed(raw(int(result.nodes[1].job_id or 0)).result)
+
+
+def _command(*argv: str) -> str:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command(*argv, stdout=out)
+    return out.getvalue()
+
+
+def test_queue_show_and_queue_list_decrypt_only_when_asked(queue_max: Configure) -> None:
+    with queue_max(ENCRYPTION_KEYS={"k1": KEY_1}):
+        done = et.charge.using(metadata={"customer": SECRET}).delay(SECRET)
+        failed = et.leak.delay(SECRET)
+        run_queued()
+        waiting = et.charge.delay(SECRET)
+        for job_id in (done.job_id, failed.job_id, waiting.job_id):
+            for fmt in ((), ("--json",)):
+                shown = _command("queue_show", str(job_id), *fmt)
+                assert SECRET not in shown and "(encrypted)" in shown
+                assert SECRET in _command("queue_show", str(job_id), "--decrypt", *fmt)
+        for status in ("pending", "done", "failed"):
+            assert SECRET not in _command("queue_list", "--status", status, "--json")
+            assert SECRET in _command("queue_list", "--status", status, "--json", "--decrypt")
+        assert SECRET not in _command("queue_list", "--tag", "billing", "--json")
+        assert SECRET in _command("queue_list", "--tag", "billing", "--json", "--decrypt")
+        where = ("queue_list", "--status", "pending", "--where", f"args.card:{SECRET}", "--json")
+        assert json.loads(_command(*where))["count"] == 0  # a search cannot look into it
+        found = json.loads(_command(*where, "--decrypt"))
+        assert [job["job_id"] for job in found["jobs"]] == [str(waiting.job_id)]
