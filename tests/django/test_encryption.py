@@ -190,3 +190,19 @@ def test_queue_show_and_queue_list_decrypt_only_when_asked(queue_max: Configure)
         assert json.loads(_command(*where))["count"] == 0  # a search cannot look into it
         found = json.loads(_command(*where, "--decrypt"))
         assert [job["job_id"] for job in found["jobs"]] == [str(waiting.job_id)]
+
+
+def test_schedules_and_queue_enqueue_seal_the_jobs_they_put(queue_max: Configure) -> None:
+    from queue_max_django.scheduling import editing
+    from queue_max_django.scheduling.entries import ScheduleEntry
+
+    with queue_max(ENCRYPTION_KEYS={"k1": KEY_1}):
+        entry = ScheduleEntry(name="nightly", declared=True, task=et.charge.name, schedule=None, problem=None,
+                              misfire_grace_time=0.0, coalesce=False, kept=None, args=[SECRET])  # fmt: skip
+        ticked = raw(editing.enqueue(get_queue(), entry, unique_key=None))
+        assert is_sealed(ticked.payload) and SECRET not in repr(ticked)
+        out = _command("queue_enqueue", "--task", et.charge.name, "--args", json.dumps([SECRET]), "--json")
+        [job_id] = json.loads(out)["job_ids"]
+        enqueued = raw(int(job_id))
+        assert is_sealed(enqueued.payload) and SECRET not in repr(enqueued)
+        assert {o.state for o in run_queued()} == {State.DONE}
