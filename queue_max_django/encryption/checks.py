@@ -47,13 +47,12 @@ def encryption_problems(values: Mapping[str, Any]) -> list[Problem]:
 
 
 def encryption_task_problems(values: Mapping[str, Any]) -> list[Problem]:
-    """E033 (and E031) for each registered task with ``encrypt=True`` when there is no key (no extra)."""
-    names = sorted(name for name in registry.names() if getattr(registry.get(name), "encrypt", None) is True)
-    if not names:
+    """E033 for each registered task with ``encrypt=True`` when there is no key (with keys, the settings'
+    check says whether the extra is missing: E031)."""
+    if values["ENCRYPTION_KEYS"] is not None:
         return []
-    if values["ENCRYPTION_KEYS"] is None:
-        return [_no_key(f"the task {name!r} has encrypt=True") for name in names]
-    return [] if _have_cryptography() or values["ENCRYPT"] is True else [_no_extra()]
+    names = sorted(name for name in registry.names() if getattr(registry.get(name), "encrypt", None) is True)
+    return [_no_key(f"the task {name!r} has encrypt=True") for name in names]
 
 
 def _no_key(why: str) -> Problem:

@@ -38,6 +38,12 @@ def store(queue_max: Configure) -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True)
+def _encrypted_tasks() -> Iterator[None]:
+    with et.registered():
+        yield
+
+
 def listed(client: Client, state: str, search: str) -> list[int]:
     response = client.get(f"{BASE}{state}/?q={quote(search)}")
     assert response.status_code == 200

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -28,6 +28,12 @@ Configure = Callable[..., override_settings]
 KEY_1 = base64.urlsafe_b64encode(bytes(range(32))).decode()
 KEY_2 = base64.urlsafe_b64encode(bytes(range(100, 132))).decode()
 SECRET = "4111-1111-SECRET"
+
+
+@pytest.fixture(autouse=True)
+def _encrypted_tasks() -> Iterator[None]:
+    with et.registered():
+        yield
 
 
 def raw(job_id: int | None) -> Job:
@@ -206,3 +212,15 @@ def test_schedules_and_queue_enqueue_seal_the_jobs_they_put(queue_max: Configure
         enqueued = raw(int(job_id))
         assert is_sealed(enqueued.payload) and SECRET not in repr(enqueued)
         assert {o.state for o in run_queued()} == {State.DONE}
+
+
+@pytest.mark.store_neutral  # settings only
+def test_check_names_the_extra_when_cryptography_is_not_importable(
+    queue_max: Configure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cryptography", None)  # what Python does for a package it cannot import
+    with queue_max(ENCRYPTION_KEYS=[KEY_1]):
+        [message] = [m for m in run_checks() if m.id == "queue_max_django.E031"]
+        assert "queue-max-django[encryption]" in (message.hint or "")

@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,12 @@ SECRET = "SECRET-7f3a9c-4111111111111111"
 CLEAR = "CLEAR-CONTROL-5b2e81"
 BOUND = 120.0
 KEYS: dict[str, Any] = {"ENCRYPTION_KEYS": {"k1": KEY}, "RETRY_BACKOFF": 0}
+
+
+@pytest.fixture(autouse=True)
+def _encrypted_tasks() -> Iterator[None]:
+    with et.registered():
+        yield
 
 
 def _settings(location: StoreLocation) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,12 @@ Configure = Callable[..., override_settings]
 KEY_0, KEY_1, KEY_2 = (base64.urlsafe_b64encode(bytes([n]) * 32).decode() for n in (7, 8, 9))
 ROOT = Path(__file__).resolve().parents[2]
 BOUND = 60.0  # seconds any one subprocess may take
+
+
+@pytest.fixture(autouse=True)
+def _encrypted_tasks() -> Iterator[None]:
+    with et.registered():
+        yield
 
 
 def under(queue: Any = None) -> Counter[str]:

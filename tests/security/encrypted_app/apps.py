@@ -8,4 +8,6 @@ class EncryptedTasksConfig(AppConfig):
     label = "queue_max_encrypted_tasks"
 
     def ready(self) -> None:
-        from tests.testapp import encrypted_tasks  # noqa: F401  (registers its tasks)
+        from tests.testapp import encrypted_tasks
+
+        encrypted_tasks.register()
