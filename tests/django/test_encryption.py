@@ -224,3 +224,13 @@ def test_check_names_the_extra_when_cryptography_is_not_importable(
     with queue_max(ENCRYPTION_KEYS=[KEY_1]):
         [message] = [m for m in run_checks() if m.id == "queue_max_django.E031"]
         assert "queue-max-django[encryption]" in (message.hint or "")
+
+
+def test_immediate_mode_stores_sealed_and_returns_opened(queue_max: Configure) -> None:
+    with queue_max(ENCRYPTION_KEYS={"k1": KEY_1}, IMMEDIATE=True):
+        handle = et.charge.delay(SECRET, amount=2)
+        assert handle.return_value == {"receipt": f"{SECRET}-receipt", "amount": 2}
+        failed = et.leak.delay(SECRET)
+        assert failed.status == "FAILED" and f"card {SECRET} was declined" in failed.errors[-1].traceback
+        for job in (raw(handle.job_id), raw(failed.job_id)):
+            assert is_sealed(job.payload) and SECRET not in repr(job)
