@@ -23,6 +23,7 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
+from .encryption.jobs import open_metadata, seal_saved_metadata
 from .engine import Cancelled, InvalidMetadata, QueueCorrupted, Record
 from .engine.metadata import RESERVED_PREFIX
 from .running import cancels
@@ -51,7 +52,7 @@ class JobContext:
 
     def __init__(self, record: Record, task_name: str | None) -> None:
         self._record = record
-        self._raw: dict[str, Any] = record.metadata  # as stored, reserved keys too
+        self._raw: dict[str, Any] = open_metadata(record.metadata)  # as stored (opened), reserved keys too
         self.task_name = task_name
         self.metadata: dict[str, Any] = copy.deepcopy(user_metadata(self._raw))
 
@@ -113,8 +114,8 @@ class JobContext:
         """Store ``raw`` as the job's whole metadata, reserved keys too (the django.tasks backend's
         ``save_metadata``, which Django's ``TaskContext`` calls with them). ``metadata`` (the same dict)
         then holds what was stored, as it reads back (tuples as lists)."""
-        self._record.save_metadata(raw)
-        self._raw = self._record.metadata
+        self._record.save_metadata(seal_saved_metadata(self._record, raw))  # an encrypted job's: sealed
+        self._raw = open_metadata(self._record.metadata)
         self.metadata.clear()
         self.metadata.update(copy.deepcopy(user_metadata(self._raw)))
 

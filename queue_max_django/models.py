@@ -1,8 +1,9 @@
 """An unmanaged model with no table: it only gives the admin its index entry ("Queue Max", "Jobs") and
 Django's permissions over the queue (view, change = retry/cancel a waiting job, delete = delete/purge, and
 ``cancel_job`` = cancel a running job: ask its worker to stop it, ``pause_queue`` = pause and resume a
-queue or a task of it). A second one, ``Schedule``, does the same for the schedules' page
-(admin/schedules.py).
+queue or a task of it, ``view_job_payload`` = read an encrypted job's arguments, result, metadata and
+traceback, and search encrypted tasks' arguments). A second one, ``Schedule``, does the same for the
+schedules' page (admin/schedules.py).
 
 Jobs and schedules live in the engine's store, never in the database; nothing ever queries this model.
 """
@@ -22,6 +23,7 @@ class Job(models.Model):
         permissions = [
             ("cancel_job", "Can cancel a running job (its worker stops it)"),
             ("pause_queue", "Can pause and resume a queue (or a task of a queue)"),
+            ("view_job_payload", "Can read encrypted jobs' arguments, results and tracebacks"),
         ]
         verbose_name = "job"
         verbose_name_plural = "jobs"

@@ -20,6 +20,7 @@ from typing import Any
 
 from .commits import COMMITTED, OPEN, Commit, find
 from .conf import caller_connection, get_queue
+from .encryption.jobs import opened_job
 from .engine import CancelOutcome, Job, State
 
 
@@ -145,7 +146,7 @@ class JobResult:
         # (skipped, or the holder took the new arguments: on_duplicate="replace").
         self.deduplicated = deduplicated  # None: stored when the transaction commits (see bind())
         self.task_name = task_name if task_name is not None or job is None else job.name
-        self._loaded = job  # None: read from the store on first use
+        self._loaded = None if job is None else opened_job(job)  # None: read from the store on first use
         self._commit = commit  # the transaction it was enqueued in (None: none, or committed before)
 
     @property
@@ -356,7 +357,7 @@ class JobResult:
                 error = JobNotCommitted if commit.state == OPEN else JobNotFound
                 raise error(commit.explain(self._label()))
             raise JobNotFound(f"job {self.id} is no longer in the store (cancelled, purged or vacuumed)")
-        self._loaded = job
+        self._loaded = opened_job(job)  # an encrypted job's data opened (encryption/jobs.py)
         if self.task_name is None:
             self.task_name = job.name
 

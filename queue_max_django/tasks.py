@@ -28,6 +28,7 @@ from .coordination import unique as unique_jobs
 from .coordination.concurrency import TaskConcurrency, job_limits, store_by_limits
 from .coordination.flow import apply_flow, breaker_policy
 from .coordination.unique import KeyOption, UniqueOptions
+from .encryption.jobs import check_encrypt, seal_puts
 from .engine import (
     PayloadNotSerializable,
     PayloadTooLarge,
@@ -114,6 +115,7 @@ class Task(Generic[P, R]):
         concurrency: int | None = None,
         concurrency_key: str | Callable[..., str] | None = None,
         tags: Sequence[str] = (),
+        encrypt: bool | None = None,
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task decorates a function, not {func!r}")
@@ -144,6 +146,7 @@ class Task(Generic[P, R]):
         self.eta: float | dt.datetime | None = None
         self.metadata: dict[str, Any] = {}  # stored with each job (using(metadata=...))
         self.tags = check_tags(tags)  # each job's tags (engine/tags.py): InvalidJob now, not at enqueue
+        self.encrypt = check_encrypt(encrypt)  # None: QUEUE_MAX["ENCRYPT"] (encryption/jobs.py seals at put)
         self.enqueue_on_commit: bool | None = None  # None: QUEUE_MAX["ENQUEUE_ON_COMMIT"]
         self.is_async = inspect.iscoroutinefunction(func)
         self._signature = inspect.signature(func)
@@ -304,7 +307,7 @@ class Task(Generic[P, R]):
                 ),
             )  # fmt: skip
         queue = self._prepare(get_queue(), joined)
-        options = self._put_options()
+        payloads, options = seal_puts(self, payloads, self._put_options())  # encrypted tasks' (encryption/)
         options["concurrency"] = limits[0]
         if keys is not None:
             return unique_jobs.store_many(self, queue, payloads, keys, joined, options)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from .commits import Commit, waits_for_commit, written
 from .conf import caller_connection, callers_alias, get_config, get_queue, lent_to
+from .encryption.jobs import open_result, seal_put
 from .engine import Job, Queue, State
 from .engine.workflowing import Step
 from .engine.workflows import MAX_NODES, InvalidWorkflow, NodeInfo, NodeState, Status, WorkflowInfo, plan
@@ -116,7 +117,8 @@ class _Graph:
             if self.shapes[at] is not None:
                 payload[AFTER_KEY] = [self.shapes[at], [where[p] for p in parents], parents]
             indexes = tuple(where[p] for p in parents)
-            steps.append(Step(name, payload, step.task._put_options(), indexes, self.always[at]))
+            payload, options = seal_put(step.task, payload, step.task._put_options())  # an encrypted task's
+            steps.append(Step(name, payload, options, indexes, self.always[at]))
         joined = caller_connection()
         config = get_config()
         if joined is None and not config.immediate and waits_for_commit(None, config.enqueue_on_commit):
@@ -346,7 +348,10 @@ class WorkflowResult:
     def results(self) -> Results:
         info = self.info()
         done = [node for node in info.nodes if node.state is NodeState.SUCCEEDED]
-        values = get_queue().workflows.results(self._stored_id(), [node.index for node in done])
+        values = [
+            open_result(v)
+            for v in get_queue().workflows.results(self._stored_id(), [node.index for node in done])
+        ]
         return Results({node.name: value for node, value in zip(done, values, strict=True)}, self.positional)
 
     @property

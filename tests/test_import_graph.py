@@ -5,8 +5,8 @@ later one), under ``if TYPE_CHECKING:`` (a type is a dependency too), and ``impo
 constant name. Relative imports are resolved against the importing module's package. Rules:
 
 - the Django layer (every module of ``queue_max_django`` outside ``engine/``) has no import circle;
-- the engine imports nothing outside itself but the standard library, lmdb, msgpack and psycopg: never
-  Django, never the Django layer;
+- the engine imports nothing outside itself but the standard library, lmdb, msgpack, psycopg and
+  cryptography: never Django, never the Django layer;
 - the engine has no import circle either;
 - only the LMDB store (``engine/stores/lmdb/``) imports lmdb, and no more of the engine reaches into it
   than does now; a shard's upkeep and reads import neither each other nor ``shard.py``;
@@ -30,7 +30,8 @@ from pathlib import Path
 PACKAGE = "queue_max_django"
 ENGINE = f"{PACKAGE}.engine"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / PACKAGE
-ENGINE_THIRD_PARTY = frozenset({"lmdb", "msgpack", "psycopg"})  # psycopg: the PostgreSQL store, later
+# psycopg: the PostgreSQL store; cryptography: engine/sealing.py, only when a key is used ([encryption])
+ENGINE_THIRD_PARTY = frozenset({"lmdb", "msgpack", "psycopg", "cryptography"})
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..encryption.jobs import ENCRYPTED
 from ..engine import Job, State
 from ..engine.job import utc_datetime
+from ..engine.sealing import is_sealed
 from ..running.outcome import DJANGO_TASK_KEY
 from ..running.registry import registry
 from ..running.runner import _arguments as task_arguments
@@ -106,7 +108,10 @@ def _keys_are_text(value: Any) -> bool:
 
 
 def short(payload: Any, limit: int = 80) -> str:
-    """A one-line summary of the arguments for lists: ``1, 2, to="a@b"`` (values as JSON)."""
+    """A one-line summary of the arguments for lists: ``1, 2, to="a@b"`` (values as JSON); an encrypted
+    job's: ``(encrypted)``."""
+    if is_sealed(payload):
+        return ENCRYPTED
     django_alias = _django_alias(payload)
     unpacked = task_arguments(_call_part(payload) if django_alias is not None else payload)
     if unpacked is None:

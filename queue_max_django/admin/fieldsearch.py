@@ -10,8 +10,9 @@ import json
 import re
 from typing import Any
 
+from ..encryption.jobs import is_encrypted_job
 from ..engine import Job
-from . import display
+from . import display, payloads
 
 FIELD_WORD = re.compile(r"(?P<kind>args|meta)\.(?P<name>[A-Za-z_][A-Za-z0-9_]*):(?P<value>.+)", re.IGNORECASE)
 
@@ -36,7 +37,14 @@ def _same(stored_json: str, typed: str) -> bool:
         return False
 
 
-def matches(job: Job, field: Field) -> bool:
+def matches(job: Job, field: Field, *, decrypt: bool = False) -> bool:
+    """Whether ``job`` has ``field``; an encrypted job's sealed data is looked into only with ``decrypt``
+    (the viewer holds ``view_job_payload``: admin/payloads.py), else it matches no such search."""
+    if is_encrypted_job(job):
+        found = payloads.opened(job) if decrypt else None
+        if found is None:
+            return False
+        job = found
     kind, name, typed = field
     if kind == "meta":
         if name not in job.metadata:

@@ -103,9 +103,10 @@ class Filters:
     error_type: str = ""
     shard: int | None = None
     workflow: int | None = None  # the jobs of one workflow (its nodes' jobs: their metadata names it)
+    decrypt: bool = False  # args./meta. searches look into encrypted jobs (admin/payloads.py's permission)
 
     @classmethod
-    def from_query(cls, data: Mapping[str, Any]) -> Filters:
+    def from_query(cls, data: Mapping[str, Any], *, decrypt: bool = False) -> Filters:
         def text(key: str) -> str:
             value = data.get(key, "")
             return value.strip() if isinstance(value, str) else ""
@@ -119,6 +120,7 @@ class Filters:
             error_type=text("error_type"),
             shard=int(shard) if shard.isdigit() else None,
             workflow=int(workflow) if workflow.isdigit() else None,
+            decrypt=decrypt,
         )
 
     def as_query(self) -> dict[str, str]:
@@ -175,7 +177,7 @@ class Filters:
             return False
         if self.error_type and job.error_type != self.error_type:
             return False
-        if not all(fieldsearch.matches(job, found) for found in self.fields):
+        if not all(fieldsearch.matches(job, found, decrypt=self.decrypt) for found in self.fields):
             return False
         if self.text:
             needle = self.text.casefold()

@@ -36,11 +36,11 @@ from ..tasks import registry
 from .lazy import lazy_module
 
 if TYPE_CHECKING:
-    from . import actions, dashboard, display, listing, pausing, workflows
+    from . import actions, dashboard, display, listing, pausing, payloads, workflows
 else:  # run on the first page served, not when Django starts (every process imports this module then)
-    actions, dashboard, display, listing, pausing, workflows = (
+    actions, dashboard, display, listing, pausing, payloads, workflows = (
         lazy_module(f"{__package__}.{name}")
-        for name in ("actions", "dashboard", "display", "listing", "pausing", "workflows")
+        for name in ("actions", "dashboard", "display", "listing", "pausing", "payloads", "workflows")
     )
 
 
@@ -200,7 +200,7 @@ class JobAdmin(ModelAdmin):
     def list_view(self, request: HttpRequest, state: str) -> HttpResponse:
         current = State(state)
         queue = get_queue()
-        filters = listing.Filters.from_query(request.GET)
+        filters = listing.Filters.from_query(request.GET, decrypt=payloads.may_read(request))
         order = request.GET.get("o", "")
         by_failed_at = order in (listing.FAILED_NEWEST, listing.FAILED_OLDEST)
         if order not in listing.ORDERS or (by_failed_at and current is not State.FAILED):
@@ -228,7 +228,7 @@ class JobAdmin(ModelAdmin):
             page=page,
             rows=[
                 (job, display.short(job.payload), _list_times(current, job), _running_for(job, now))
-                for job in page.jobs
+                for job in map(payloads.listed, page.jobs)  # an encrypted job's data: "(encrypted)"
             ],
             listed_by=_listed_by(current, order, filters),
             id_sort_url=self._url("list", state, query={**filters.as_query(), "o": id_order}),
@@ -295,7 +295,7 @@ class JobAdmin(ModelAdmin):
             return HttpResponseRedirect(self._url("list", state))
         self._require(request, actions.PERMISSION[action])
         queue = get_queue()
-        filters = listing.Filters.from_query(request.POST)
+        filters = listing.Filters.from_query(request.POST, decrypt=payloads.may_read(request))
         back = self._url("list", state, query=filters.as_query())
         matching_scope = request.POST.get("scope") == "matching"
         ids = [job_id for job_id in map(listing.parse_job_id, request.POST.getlist("ids")) if job_id]
@@ -416,12 +416,14 @@ class JobAdmin(ModelAdmin):
         except QueueCorrupted as exc:  # its record on disk does not decode: say so, never a 500
             messages.error(request, f"Job {job_id} cannot be read: {exc}. Run manage.py queue_check.")
             return HttpResponseRedirect(self._url("changelist"))
+        job, sealing = payloads.shown(self, request, job)  # an encrypted job's: masked, or opened and logged
         label = listing.LABELS[job.state]
         can_change = self.has_change_permission(request)
         context = self._context(
             request,
             f"Job {job.job_id}",
             job=job,
+            sealing=sealing,
             state=job.state.value,
             label=label,
             state_label=listing.JOB_LABELS[job.state],

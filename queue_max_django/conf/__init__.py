@@ -33,6 +33,7 @@ from django.dispatch import receiver
 
 from ..commits import OPEN, Commit
 from ..engine import GLOBAL_KEY, QUEUE_KEY_PREFIX, Queue, Rate, parse_rate
+from ..engine.sealing import parse_keys
 from ..signals import connect
 from . import teststore
 from .checks import settings_problems
@@ -113,6 +114,8 @@ class QueueMaxConfig:
     postgres: PostgresConfig | None = None  # with store "postgresql"
     unknown_task_grace: float = DEFAULTS["UNKNOWN_TASK_GRACE"]  # seconds (runner.unknown_task_wait)
     metrics_token: str | None = None  # METRICS_TOKEN: a bearer token that may read the metrics view
+    encrypt: bool = False  # ENCRYPT: every task's jobs encrypted (encryption/)
+    encryption_keys: tuple[tuple[str, bytes], ...] = ()  # ENCRYPTION_KEYS: (id, key), the sealing one first
 
 
 def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
@@ -157,6 +160,8 @@ def build_config(raw: Mapping[str, Any], base_dir: Any) -> QueueMaxConfig:
         store=values["STORE"],
         unknown_task_grace=float(values["UNKNOWN_TASK_GRACE"]),
         metrics_token=values["METRICS_TOKEN"],
+        encrypt=values["ENCRYPT"],
+        encryption_keys=tuple(parse_keys(values["ENCRYPTION_KEYS"])) if values["ENCRYPTION_KEYS"] else (),
         **STORE_KINDS[values["STORE"]].config(values, base_dir),  # data_dir, postgres
     )
 

@@ -17,6 +17,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
 
+from ..encryption.checks import encryption_problems, encryption_task_problems
 from ..engine import BreakerPolicy, InvalidBreakerPolicy, InvalidRate, parse_rate
 from ..engine.concurrency import MAX_N
 from ..engine.errors import InvalidJob
@@ -207,6 +208,7 @@ def settings_problems(raw: Any, base_dir: Any) -> list[Problem]:
         if listed is not None and isinstance(worker["QUEUES"], (list, tuple)):
             found += _unlisted_queue_problems(("WORKER", "QUEUES"), worker["QUEUES"], listed)
     found += _metrics_token_problems(values["METRICS_TOKEN"])
+    found += encryption_problems(values)
     return found
 
 
@@ -320,7 +322,9 @@ def task_problems() -> list[Problem]:
         )
         for name, exc in _bad_task_names(registry.names())
     ]
-    return conflicts + schedules + names
+    raw, _base_dir = read_settings()
+    encrypted = encryption_task_problems(merge_defaults(raw)) if isinstance(raw, Mapping) else []
+    return conflicts + schedules + names + encrypted
 
 
 def _schedule_errors() -> list[tuple[str, str]]:

@@ -63,6 +63,8 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "ENQUEUE_ON_COMMIT": True,  # inside a transaction, a job is stored at its commit (commits.py)
         "UNKNOWN_TASK_GRACE": 3600.0,  # seconds a job of a task the worker lacks waits for one that has it
         "METRICS_TOKEN": None,  # a bearer token that may read the metrics view (observability/views.py)
+        "ENCRYPT": False,  # every task's jobs encrypted at rest (encryption/; a task's encrypt= overrides)
+        "ENCRYPTION_KEYS": None,  # key id -> base64 key, or a list of keys: the first seals, all open
         "WORKER": WORKER_DEFAULTS,
     }
 )

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ..conf import callers_alias, lent_to
+from ..encryption.jobs import seal_put
 from ..engine import Queue
 from ..engine.uniqueness import SKIP, STARTED, check_key_option, check_options, key_of
 from ..observability import tracing
@@ -102,6 +103,7 @@ def store_one(
 ) -> tuple[int, bool]:
     """Put one job of ``task`` (with its unique key, if it has one). -> (its id, or the id of the job that
     holds the key; whether it was a duplicate). ``DuplicateJob`` with ``on_duplicate="raise"``."""
+    payload, options = seal_put(task, payload, options)  # an encrypted task's: sealed (encryption/jobs.py)
     unique = task.unique
     if unique is None:
         return queue.put(payload, connection=connection, **options), False

@@ -95,9 +95,20 @@ def validate_name(name: Any) -> str:
     return name
 
 
+class DescribedError(Exception):
+    """An error given to ``nack`` already described: its (text, type, traceback) are stored as they are (an
+    encrypted job's, sealed by the Django layer: ``queue_max_django/encryption/jobs.py``)."""
+
+    def __init__(self, text: str, type_name: str | None, trace: str | None) -> None:
+        super().__init__(text)
+        self.parts = (text, type_name, trace)
+
+
 def describe_error(error: BaseException | str | None) -> tuple[str, str | None, str | None]:
     """(text, type, traceback) of what ``nack(error=...)`` was given, bounded in size, each as every store
-    can hold it (``storable_text``)."""
+    can hold it (``storable_text``); a ``DescribedError``'s as they are."""
+    if type(error) is DescribedError:
+        return error.parts
     if error is None:
         return "nack() called without an error", None, None
     if isinstance(error, BaseException):

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import engine_errors, id_text, job_dict, jobs_table, open_queue, parse_status, to_json
+from .common import (
+    engine_errors,
+    id_text,
+    job_dict,
+    jobs_table,
+    open_queue,
+    parse_status,
+    readable_job,
+    to_json,
+)
 
 
 def by_tags(command: Any, options: dict[str, Any]) -> None:
@@ -24,6 +33,7 @@ def by_tags(command: Any, options: dict[str, Any]) -> None:
             limit=options["limit"],
         )
     more = len(jobs) == options["limit"]
+    jobs = [readable_job(job, options["decrypt"]) for job in jobs]  # encrypted ones: (encrypted)
     if options["json"]:
         next_after = id_text(jobs[-1].job_id) if more else None
         data = {"tags": tags, "status": None if state is None else state.value, "count": len(jobs)}

@@ -238,6 +238,18 @@ def id_text(job_id: int | None) -> str | None:
     return None if job_id is None else str(job_id)
 
 
+def readable_job(job: Job, decrypt: bool) -> Job:
+    """``job`` as a command prints it: an encrypted job's data ``(encrypted)``, or with ``decrypt``
+    (``--decrypt``) opened (``encryption/jobs.py``); a ``CommandError`` to decrypt without a key."""
+    from ..encryption.jobs import readable
+    from ..encryption.keys import EncryptionNotConfigured
+
+    try:
+        return readable(job, decrypt)
+    except EncryptionNotConfigured as exc:
+        raise CommandError(str(exc)) from None
+
+
 def job_dict(job: Job) -> dict[str, Any]:
     """A job as JSON-ready data: every field of ``Job`` plus its ``shard``, ``attempts_allowed`` and
     ``cancelled`` (``Job.cancelled``); the name is its ``task``, the id a string (``id_text``)."""

@@ -10,7 +10,16 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from ..engine import Job
-from .common import engine_errors, id_text, job_dict, jobs_table, open_queue, parse_status, to_json
+from .common import (
+    engine_errors,
+    id_text,
+    job_dict,
+    jobs_table,
+    open_queue,
+    parse_status,
+    readable_job,
+    to_json,
+)
 
 BATCH = 500  # jobs asked of the engine at a time
 
@@ -46,8 +55,8 @@ def by_where(command: Any, options: dict[str, Any]) -> None:
             for job in batch:
                 examined += 1
                 cursor = job.job_id
-                if all(matches(job, field) for field in fields):
-                    found_jobs.append(job)
+                if all(matches(job, field, decrypt=options["decrypt"]) for field in fields):
+                    found_jobs.append(readable_job(job, options["decrypt"]))
                     if len(found_jobs) >= limit:
                         break
             if len(batch) < size:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..encryption.jobs import sealed_error
 from ..engine import QueueCorrupted, Record, State
 from ..engine.codec import Packed
 from ..engine.workflows import WORKFLOW_KEY
@@ -143,7 +144,8 @@ class Completer:
             record.release(delay=verdict.delay)
             state = State.SCHEDULED if verdict.delay else State.PENDING
             return Outcome(record.job_id, state, error=verdict.error, reason=verdict.reason)
-        state = record.nack(verdict.error, delay=verdict.delay, permanent=kind is not Kind.RETRY)
+        error = verdict.error if kind is Kind.CANCELLED else sealed_error(record, verdict.error)  # encrypted
+        state = record.nack(error, delay=verdict.delay, permanent=kind is not Kind.RETRY)
         self._ended(record, state)
         return Outcome(record.job_id, state, error=verdict.error, reason=verdict.reason)
 

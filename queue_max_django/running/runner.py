@@ -16,6 +16,8 @@ from typing import Any
 
 from ..conf import get_config
 from ..context import running
+from ..encryption.jobs import corrupted, open_payload, pack_result
+from ..encryption.keys import EncryptionNotConfigured
 from ..engine import (
     InvalidMetadata,
     PayloadNotSerializable,
@@ -27,6 +29,7 @@ from ..engine import (
     is_interrupt,
 )
 from ..engine.codec import Packed
+from ..engine.sealing import SealBroken
 from ..observability import tracing
 from .completer import INLINE, Completer, Verdict
 from .outcome import DJANGO_TASK_KEY, Outcome, _run_coroutine, claim_now
@@ -152,7 +155,12 @@ def _run_job(
     if task is None:
         message = unknown_task_message(record.name)
         return completer.write(record, _unknown_task(record, final, clock, message, record.name is not None))
-    payload = record.payload
+    try:
+        payload = open_payload(record.payload)  # an encrypted job's, opened (encryption/jobs.py)
+    except SealBroken as exc:  # tampered, or its key removed: quarantined as a corrupted dead letter
+        return completer.write(record, Verdict.failed(corrupted(record.job_id, exc), permanent=True))
+    except EncryptionNotConfigured as exc:  # this process has no key: a dead letter to retry once it has
+        return completer.write(record, Verdict.failed(exc, permanent=True))
     if type(payload) is dict and AFTER_KEY in payload:  # a workflow step: its parents' results go first
         try:
             payload = with_parents(payload, record.metadata, record._owner)
@@ -188,7 +196,7 @@ def _run_job(
         error = InvalidMetadata(f"task {task.name!r} left metadata that cannot be stored: {problem}")
         return completer.write(record, Verdict.failed(error, permanent=True))
     try:
-        packed = None if result is None else Packed(result, record.pack_result(result))
+        packed = None if result is None else Packed(result, pack_result(record, result))
     except (PayloadNotSerializable, PayloadTooLarge) as exc:
         message = f"task {task.name!r} returned a value that cannot be stored as its result: {exc}"
         return completer.write(record, Verdict.failed(message, permanent=True))

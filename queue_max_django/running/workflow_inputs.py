@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..encryption.jobs import open_result
 from ..engine.workflows import WORKFLOW_KEY
 
 AFTER_KEY = "after"  # in a step's payload, beside "args" and "kwargs"
@@ -39,7 +40,7 @@ def with_parents(payload: dict[str, Any], metadata: dict[str, Any], owner: Any) 
     # requeued alone after that finds None for each parent: its results went with the workflow).
     while not hasattr(owner, "workflows"):  # the record's owner is its Queue's consumer: up to the Queue
         owner = owner._owner
-    values = owner.workflows.results(link[0], indexes)
+    values = [open_result(value) for value in owner.workflows.results(link[0], indexes)]  # opened if sealed
     if shape == "one":
         first: Any = values[0]
     elif shape == "list":

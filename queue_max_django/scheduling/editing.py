@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..encryption.jobs import seal_put
 from ..engine import Queue, QueueError
 from ..engine.job import PRIORITY_MAX, PRIORITY_MIN
 from ..engine.schedulestate import ScheduleExists, StoredSchedule, UnknownSchedule, check_name
@@ -225,7 +226,8 @@ def enqueue(
         task = task.using(queue=found.queue, priority=found.priority, metadata=metadata)
     options = {**task._put_options(), "delay": None, "eta": None}
     task._prepare(queue)
-    return queue.put(task._payload(tuple(found.args), found.kwargs), unique_key=unique_key, **options)
+    payload, options = seal_put(task, task._payload(tuple(found.args), found.kwargs), options)  # encrypted?
+    return queue.put(payload, unique_key=unique_key, **options)
 
 
 def _exists(queue: Queue, name: str) -> ScheduleEntry:

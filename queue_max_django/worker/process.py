@@ -37,6 +37,7 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
+from ..encryption.jobs import loggable_error
 from ..engine import Queue, QueueClosed, QueueCorrupted, QueueEmpty, QueueError, Record, State
 from ..running import cancels
 from ..running.completer import INLINE, Verdict
@@ -512,7 +513,7 @@ class WorkerProcess:
             job = None
         attempt = record.attempts  # this one included, as Job.attempts counts them (queue_list, the admin)
         allowed = "" if job is None else f" of {job.max_retries + 1}"
-        error = outcome.error
+        error = loggable_error(record.payload, outcome.error)  # an encrypted job's: its type only
         raised = error if isinstance(error, BaseException) and error.__traceback__ is not None else None
         # The same as structured fields of the record, for error trackers and JSON log formatters (Sentry's
         # logging integration adds a record's extra fields to its event).

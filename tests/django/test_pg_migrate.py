@@ -60,8 +60,8 @@ def test_migrate_creates_the_tables_and_zero_drops_them(pg_store: Configure, pg_
         assert tables(pg_url) == set(schema.TABLES)
         assert version(pg_url) == schema.SCHEMA_VERSION
         # 0001 (the model), 0002 (the PostgreSQL store's tables), 0003 (the cancel_job permission), 0004
-        # (the pause_queue permission), 0005 (the Schedule model's permissions)
-        assert sql(pg_url, "SELECT count(*) FROM django_migrations WHERE app = 'queue_max_django'") == [(5,)]
+        # (the pause_queue permission), 0005 (the Schedule model's permissions), 0006 (view_job_payload)
+        assert sql(pg_url, "SELECT count(*) FROM django_migrations WHERE app = 'queue_max_django'") == [(6,)]
         assert "No migrations to apply." in migrate()  # and again: nothing to do
 
         out = migrate("queue_max_django", "zero")

@@ -16,6 +16,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from ...conf import QueueMaxConfig
+from ...encryption.jobs import seal_puts
 from ...engine import Queue
 from ...engine.codec import MAX_DEPTH, check_reads_back, pack_value
 from ...engine.validate import check_put
@@ -171,7 +172,8 @@ def put(queue: Queue, calls: list[AnyCall], batch: int, progress: ProgressBar) -
         for start in range(0, len(indexes), size):  # one part a call: the next shard in turn each time
             part = indexes[start : start + size]
             payloads = [task._payload(tuple(calls[i].args), calls[i].kwargs) for i in part]
-            stored = queue.put_parts(payloads, part_size=size, **options)
+            payloads, sealed = seal_puts(task, payloads, options)  # an encrypted task's: sealed
+            stored = queue.put_parts(payloads, part_size=size, **sealed)
             transactions += 1
             for index, job_id in zip(part, stored, strict=True):
                 ids[index] = job_id

@@ -18,6 +18,7 @@ from ..common import (
     open_queue,
     parse_status,
     positive_int,
+    readable_job,
     status_missing,
     table,
     to_json,
@@ -75,6 +76,9 @@ class Command(QueueCommand):
         )
         parser.add_argument("--newest-first", action="store_true", help="Reverse the order.")
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
+        parser.add_argument("--decrypt", action="store_true",
+                            help="Show encrypted jobs' arguments, result, metadata and errors decrypted "
+                                 "(default: (encrypted)).")  # fmt: skip
 
     def missing(self, options: dict[str, Any]) -> str | None:
         return None if options["tag"] or options["where"] else status_missing(options)
@@ -99,6 +103,7 @@ class Command(QueueCommand):
                 newest_first=options["newest_first"],
             )
         more = len(jobs) == options["limit"]
+        jobs = [readable_job(job, options["decrypt"]) for job in jobs]  # encrypted ones: (encrypted)
         warning = None if jobs else unknown_task_warning(options["task"], f"{state.value} jobs")
         if warning is not None:
             self.stderr.write(f"Warning: {warning}")

@@ -9,7 +9,17 @@ from django.core.management.base import CommandParser
 from ...engine import Job, State
 from ...engine.workflows import WORKFLOW_KEY
 from ..base import QueueCommand
-from ..common import engine_errors, id_text, job_dict, job_id, open_queue, printable, to_json, when
+from ..common import (
+    engine_errors,
+    id_text,
+    job_dict,
+    job_id,
+    open_queue,
+    printable,
+    readable_job,
+    to_json,
+    when,
+)
 from ..jobs import get_job
 
 FIRST = (
@@ -118,12 +128,16 @@ class Command(QueueCommand):
             help='The job\'s id, as queue_list prints it (or "quoted", as --json writes it).',
         )
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead.")
+        parser.add_argument("--decrypt", action="store_true",
+                            help="Show encrypted jobs' arguments, result, metadata and errors decrypted "
+                                 "(default: (encrypted)).")  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
         queue = open_queue(create=False)
         with engine_errors():
             job = get_job(queue, options["job_id"])
             marked = job.state is State.RUNNING and queue.cancel_requested(job.job_id)
+        job = readable_job(job, options["decrypt"])  # an encrypted job's data: (encrypted), or opened
         if options["json"]:
             data = job_dict(job)  # as queue_list prints it, and for a workflow's step, which one
             found = node_of_job(job)

@@ -64,6 +64,23 @@ class UniqueEntry:
     until_us: int
 
 
+@dataclass(frozen=True, slots=True)
+class SealedFields:
+    """The fields of a job that hold its user's data, as ``MovedJob`` carries them: what an encrypted job
+    keeps sealed (``engine/sealing.py``) and ``rewrite`` replaces in place (``engine/rekey.py``)."""
+
+    payload: bytes
+    result: bytes | None
+    error: str | None
+    traceback: str | None
+    errors: tuple[tuple[str | None, str | None], ...]
+    metadata: bytes | None
+
+    @classmethod
+    def of(cls, job: MovedJob) -> SealedFields:
+        return cls(job.payload, job.result, job.error, job.traceback, job.errors, job.metadata)
+
+
 class TransferConflict(QueueError):
     """``insert`` met an id the target holds as a job of its own (not one it took in a move): nothing of
     that call was written."""
@@ -95,6 +112,13 @@ class TransferOps(Protocol):
       ``delete`` does, in one transaction. -> how many went.
     - [sc_transfer_marks] ``forget_marks()``: drop every mark (the move is over: the source holds none of
       those ids). -> how many there were. ``marks()``: how many there are now.
+    - [sc_transfer_rewrite] ``rewrite(shard, changes)``: each change ``(job_id, old, new)`` (``SealedFields``)
+      replaces, in place, the payload, result, error, traceback, error history and metadata of that job of
+      ``shard`` by ``new`` if the job is there, is not running, and holds exactly ``old`` (as ``export``
+      gave them; the metadata compared as JSON); any other job is left as it is. Its state, times, counts,
+      indexes, tags (``new`` keeps its metadata's ``_tags``) and everything else stay. One transaction for
+      all of ``changes``. -> the ids rewritten. (``manage.py queue_rekey``: a job that changed between the
+      export and the rewrite, such as one claimed, is seen again by the next pass.)
     """
 
     def export(self, shard: int, after: int | None, limit: int) -> list[MovedJob]: ...
@@ -108,6 +132,8 @@ class TransferOps(Protocol):
     def forget_marks(self) -> int: ...
 
     def marks(self) -> int: ...
+
+    def rewrite(self, shard: int, changes: Sequence[tuple[int, SealedFields, SealedFields]]) -> list[int]: ...
 
 
 def pack_key(value: object) -> bytes | None:

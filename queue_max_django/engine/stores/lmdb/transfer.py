@@ -17,7 +17,7 @@ from typing import Any
 from ...concurrency import group_of
 from ...errors import InvalidJob, QueueCorrupted
 from ...job import SHARD_BITS, STATE_CODE, STATES, State
-from ..contract.transfer import MovedJob, TransferConflict, UniqueEntry, pack_key, unpack_key
+from ..contract.transfer import MovedJob, SealedFields, TransferConflict, UniqueEntry, pack_key, unpack_key
 from . import layout, tagkeys
 from .access import (
     COUNTERS_KEY,
@@ -195,6 +195,40 @@ class LmdbTransfer:
     def marks(self) -> int:
         return sum(len(dbs.env.read(functools.partial(_marks, dbs))) for dbs in self._shards())
 
+    def rewrite(self, shard: int, changes: Sequence[tuple[int, SealedFields, SealedFields]]) -> list[int]:
+        dbs = self._shard(shard)
+
+        def txn_fn(txn: Any) -> list[int]:
+            done: list[int] = []
+            for job_id, old, new in changes:
+                key = id_key(job_id)
+                raw = txn.get(key, db=dbs.jobs)
+                if raw is None:
+                    continue
+                try:
+                    record = layout.unpack_record(raw, job_id)
+                except QueueCorrupted:
+                    continue
+                stored = _sealed(record, load_payload(dbs, txn, job_id, record))
+                if record[F_STATE] == RUNNING or stored != old:
+                    continue
+                if len(new.payload) > INLINE_PAYLOAD_MAX:
+                    txn.put(key, new.payload, db=dbs.payloads)
+                    record[F_PAYLOAD] = None
+                else:
+                    if record[F_PAYLOAD] is None:
+                        txn.delete(key, db=dbs.payloads)
+                    record[F_PAYLOAD] = new.payload
+                record[F_RESULT], record[F_ERROR], record[F_TRACEBACK] = new.result, new.error, new.traceback
+                record[F_ERRORS] = [[error_type, error] for error_type, error in new.errors] or None
+                record[F_METADATA] = new.metadata
+                store_record(dbs, txn, job_id, record)
+                done.append(job_id)
+            return done
+
+        rewritten: list[int] = dbs.env.write(txn_fn)
+        return rewritten
+
 
 def _marks(dbs: Shard, txn: Any) -> list[bytes]:
     cursor = txn.cursor(db=dbs.jobs)
@@ -205,6 +239,12 @@ def _marks(dbs: Shard, txn: Any) -> list[bytes]:
                 break
             keys.append(bytes(key))
     return keys
+
+
+def _sealed(record: list[Any], payload: bytes | None) -> SealedFields:
+    errors = tuple((error_type, error) for error_type, error in record[F_ERRORS] or ())
+    return SealedFields(bytes(payload or b""), record[F_RESULT], record[F_ERROR], record[F_TRACEBACK], errors,
+                        record[F_METADATA])  # fmt: skip
 
 
 def _moved(job_id: int, record: list[Any], payload: bytes | None, cancel_us: int | None) -> MovedJob:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ...concurrency import group_of
 from ...errors import InvalidJob
 from ...job import SHARD_BITS, State
-from ..contract.transfer import MovedJob, TransferConflict, UniqueEntry, pack_key, unpack_key
+from ..contract.transfer import MovedJob, SealedFields, TransferConflict, UniqueEntry, pack_key, unpack_key
 from .space import CLAIM_ALONE_NEXT, Row, Space
 
 
@@ -77,6 +77,26 @@ class MemoryTransfer:
     def marks(self) -> int:
         with self._space.lock:
             return len(self._space.moved)
+
+    def rewrite(self, shard: int, changes: Sequence[tuple[int, SealedFields, SealedFields]]) -> list[int]:
+        space = self._space
+        done: list[int] = []
+        with space.lock:
+            if shard != 0:
+                return done
+            for job_id, old, new in changes:
+                row = space.rows.get(job_id)
+                if row is None or row.state is State.RUNNING or _sealed(row) != old:
+                    continue
+                row.payload, row.result = new.payload, new.result
+                row.error, row.traceback = new.error, new.traceback
+                row.errors, row.metadata = list(new.errors), new.metadata
+                done.append(job_id)
+        return done
+
+
+def _sealed(row: Row) -> SealedFields:
+    return SealedFields(row.payload, row.result, row.error, row.traceback, tuple(row.errors), row.metadata)
 
 
 def _moved(row: Row, cancel_us: int | None) -> MovedJob:

@@ -12,7 +12,7 @@ from typing import Any
 from ...concurrency import group_of
 from ...errors import InvalidJob
 from ...job import CANCELLED, SHARD_BITS, STATE_CODE, STATES, State
-from ..contract.transfer import MovedJob, TransferConflict, UniqueEntry
+from ..contract.transfer import MovedJob, SealedFields, TransferConflict, UniqueEntry
 from .rows import CLAIM_ALONE_NEXT
 from .schema import CANCELLED as CANCELLED_COUNT
 from .schema import CANCELLED_LEFT, DONE, DONE_LEFT, FAILED, FAILED_LEFT, PENDING, SCHEDULED, TOTAL
@@ -74,6 +74,23 @@ counts AS (SELECT queue, state, count(*) AS n, count(*) FILTER (WHERE error_type
            FROM gone GROUP BY queue, state)
 SELECT queue, state, n, nc FROM counts
 """
+
+
+_REWRITE = """
+UPDATE {table} SET payload = %(payload)s, {result} error = %(error)s, traceback = %(traceback)s,
+       error_msgs = %(msgs)s, error_types = %(types)s, metadata = %(metadata)s::text::jsonb
+WHERE id = %(id)s AND state <> {running} AND payload = %(old_payload)s {old_result}
+  AND error IS NOT DISTINCT FROM %(old_error)s AND traceback IS NOT DISTINCT FROM %(old_traceback)s
+  AND coalesce(error_msgs, '{{}}') = %(old_msgs)s AND coalesce(error_types, '{{}}') = %(old_types)s
+  AND metadata IS NOT DISTINCT FROM %(old_metadata)s::text::jsonb
+RETURNING id
+"""
+_RUNNING = STATE_CODE[State.RUNNING]
+_REWRITES = (
+    _REWRITE.format(table="qm_jobs", result="", old_result="", running=_RUNNING),
+    _REWRITE.format(table="qm_finished", result="result = %(result)s,",
+                    old_result="AND result IS NOT DISTINCT FROM %(old_result)s", running=_RUNNING),
+)  # fmt: skip
 
 
 class PgTransfer:
@@ -184,6 +201,28 @@ class PgTransfer:
 
     def marks(self) -> int:
         return int(self._store.one("SELECT count(*) FROM qm_moved", {})[0])
+
+    def rewrite(self, shard: int, changes: Sequence[tuple[int, SealedFields, SealedFields]]) -> list[int]:
+        if shard != 0 or not changes:
+            return []
+        done: list[int] = []
+        with self._store.db.transaction() as conn:
+            for job_id, old, new in changes:
+                params = {
+                    "id": job_id, "payload": new.payload, "result": new.result, "error": new.error,
+                    "traceback": new.traceback, "msgs": [m for _t, m in new.errors],
+                    "types": [t for t, _m in new.errors],
+                    "metadata": None if new.metadata is None else new.metadata.decode(),
+                    "old_payload": old.payload, "old_result": old.result, "old_error": old.error,
+                    "old_traceback": old.traceback, "old_msgs": [m for _t, m in old.errors],
+                    "old_types": [t for t, _m in old.errors],
+                    "old_metadata": None if old.metadata is None else old.metadata.decode(),
+                }  # fmt: skip
+                for statement in _REWRITES:
+                    if conn.execute(statement, params).fetchone() is not None:
+                        done.append(job_id)
+                        break
+        return done
 
 
 def _moved(row: tuple[Any, ...], cancel_us: int | None) -> MovedJob:
