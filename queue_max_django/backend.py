@@ -51,9 +51,20 @@ from django.utils.json import normalize_json
 from .commits import Commit, find, placeholder, waits_for_commit, written
 from .conf import caller_connection, callers_alias, get_config, get_queue, lent_to
 from .context import JobContext, NoCurrentJob, running, running_context
+from .encryption.jobs import (
+    corrupted,
+    is_encrypted_job,
+    open_metadata,
+    open_payload,
+    opened_job,
+    pack_result,
+    seal_put,
+)
+from .encryption.keys import EncryptionNotConfigured
 from .engine import Job, PayloadNotSerializable, PayloadTooLarge, Record, State, classify, codec, is_interrupt
 from .engine.codec import Packed
 from .engine.nesting import depth
+from .engine.sealing import SealBroken
 from .engine.validate import validate_queue_name
 from .observability import tracing
 from .results import attempt_errors, attempt_workers, exception_class_path, read_job
@@ -185,6 +196,8 @@ class QueueMaxBackend(BaseTaskBackend):
             worker_ids=[],
             **_raw_metadata(dict(getattr(task, "metadata", None) or {})),
         )
+        if config.encrypt:  # QUEUE_MAX["ENCRYPT"]: the whole payload sealed, user metadata too (encryption/)
+            payload, options = seal_put(task, payload, options)
         on_commit = waits_for_commit(self._on_commit(), config.enqueue_on_commit)
         if joined is None and not config.immediate and on_commit:
             codec.pack_value(payload, what="payload", limit=config.max_payload_bytes)  # fails now, not then
@@ -227,6 +240,7 @@ class QueueMaxBackend(BaseTaskBackend):
             INLINE.run(record, run_django_task_job, final=True)
         job = queue.job(job_id)
         if job is not None:  # None: the store forgot it at once (RESULT_TTL 0): the result stays READY
+            job = opened_job(job)
             fresh = result_of(job, result.task, job.payload)
             for name in TASK_REFRESH_ATTRS:
                 object.__setattr__(result, name, getattr(fresh, name))
@@ -241,6 +255,8 @@ class QueueMaxBackend(BaseTaskBackend):
                 raise TaskResultDoesNotExist(commit.explain(f"the job of result {result_id!r}")) from None
             raise TaskResultDoesNotExist(f"{result_id!r} is not a result id of this backend") from None
         job = read_job(job_id) if job_id > 0 else None
+        if job is not None and is_encrypted_job(job):
+            job = opened_job(job)  # what does not open stays sealed, and is no django.tasks payload
         payload = job.payload if job is not None else None
         if job is None or not isinstance(payload, dict) or DJANGO_TASK_KEY not in payload:
             commit = find(job_id) if job is None else None
@@ -423,6 +439,7 @@ def run_django_task_job(
     *,
     retry_delay: float | None = None,
     final: bool = False,
+    payload: dict[str, Any] | None = None,
 ) -> Outcome:
     """Run one claimed django.tasks job as ``ImmediateBackend._execute_task`` does (statuses, timestamps,
     ``TaskContext``, ``TaskError`` with the traceback, ``task_started``/``task_finished``), and end it
@@ -434,8 +451,16 @@ def run_django_task_job(
     ``ImmediateBackend`` and django-tasks' database worker record them FAILED), except a
     ``KeyboardInterrupt`` on the main thread (a test's ``run_queued()``, the immediate mode): that is the
     user's Ctrl-C, so the job is released (no attempt counted) and it propagates, as ``ImmediateBackend``
-    lets it. A worker never runs jobs on its main thread."""
-    payload = record.payload
+    lets it. A worker never runs jobs on its main thread. ``payload``: the job's, opened where it is
+    encrypted (the runner opened it to route it); the record's, opened, by default."""
+    if payload is None:
+        try:
+            payload = open_payload(record.payload)
+        except SealBroken as exc:  # tampered, or its key removed: quarantined as a corrupted dead letter
+            return completer.write(record, Verdict.failed(corrupted(record.job_id, exc), permanent=True))
+        except EncryptionNotConfigured as exc:  # this process has no key: a dead letter to retry
+            return completer.write(record, Verdict.failed(exc, permanent=True))
+    assert payload is not None
     module_path, alias = payload.get("task"), payload.get("backend")
     task = lookup(module_path, alias)
     if task is None:
@@ -461,7 +486,7 @@ def run_django_task_job(
         backend=alias,
         errors=[],
         worker_ids=attempt_workers(record.attempts, record.worker_ids),
-        **_raw_metadata(record.metadata),
+        **_raw_metadata(open_metadata(record.metadata)),
     )
     task_started.send(sender=sender, task_result=result)
     with (
@@ -505,7 +530,7 @@ def run_django_task_job(
             value = normalize_json(value)  # as Django requires: JSON data (which msgpack stores as is)
         except RecursionError:
             raise PayloadNotSerializable("result cannot be stored: it is nested too deep") from None
-        packed = Packed(value, record.pack_result(value))
+        packed = Packed(value, pack_result(record, value))  # sealed if the job is (encryption/)
         outcome = completer.write(record, Verdict.done(packed, at_once=True))
     except (TypeError, ValueError, PayloadNotSerializable, PayloadTooLarge) as exc:
         verdict = Verdict.failed(exc, permanent=True, reason="the return value cannot be stored")
