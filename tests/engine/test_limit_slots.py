@@ -86,3 +86,54 @@ def test_a_stray_entry_at_a_groups_head_is_dropped_and_the_group_goes_on(
     record.ack()
     job = queue.job(done)
     assert job is not None and job.state is State.DONE
+
+
+def test_a_broken_waiting_job_met_by_a_batch_claim_does_not_charge_the_batch_twice(
+    queue: Queue, probe: Callable[[Queue], StoreProbe], clock: FakeClock
+) -> None:
+    """A limited claim that takes a job and then meets a waiting job of the group whose record does not
+    decode (quarantined in the claim's transaction, the running counts recounted from the running records,
+    the job just taken among them) charges the job it took once: the stored count is the jobs running, and
+    after they end (acked or recovered) it is 0, so the key's next jobs start up to its limit again."""
+    limit = (("task:t", 3),)
+    earlier = queue.put("earlier", concurrency=limit)
+    first = queue.get(timeout=0)  # a slot in use before the batch: the claim's quarantine recounts
+    assert first.job_id == earlier
+    taken, broken = queue.put("taken", concurrency=limit), queue.put("broken", concurrency=limit)
+    later = [queue.put(f"later {n}", concurrency=limit) for n in range(3)]
+    probe(queue).break_record(broken, "garbage-record")
+    batch = queue.get_many(3, timeout=0)
+    assert batch[0].job_id == taken
+    held = queue.job(broken)
+    assert held is not None and held.state is State.FAILED and held.error_type == "Corrupted"
+    assert running(queue) == 1 + len(batch)
+    first.ack()
+    clock.advance(queue.lease_time + 1)
+    queue.recover()  # the batch's leases expired: back to waiting, their slots with them
+    assert running(queue) == 0
+    again = [queue.get(timeout=0) for _ in range(3)]  # recovered: each claimed alone next
+    assert running(queue) == 3
+    with pytest.raises(QueueEmpty):
+        queue.get(timeout=0)  # the limit is full: the last one waits
+    assert {r.job_id for r in again} <= {taken, *later}
+
+
+def test_a_broken_waiting_limited_job_leaves_its_queue_counted_right(
+    queue: Queue, probe: Callable[[Queue], StoreProbe]
+) -> None:
+    """A limited job waiting (LMDB: under its group's head in the ready index, not its queue's) whose
+    record does not decode is quarantined by the claim that meets it: its queue's pending count loses it,
+    and the counts read back (no count under the group's head, whose bytes are not text)."""
+    broken = queue.put("broken", queue="media", concurrency=LIMIT)
+    fine = queue.put("fine", queue="media", concurrency=LIMIT)
+    assert queue.queue_counts()["media"]["pending"] == 2
+    probe(queue).break_record(broken, "garbage-record")
+    record = queue.get(timeout=0)
+    assert record.job_id == fine
+    job = queue.job(broken)
+    assert job is not None and job.state is State.FAILED and job.error_type == "Corrupted"
+    counts = queue.queue_counts()
+    assert counts.get("media", {}).get("pending", 0) == 0, counts
+    assert set(counts) <= {"media", "default"}, counts
+    record.ack()
+    assert running(queue) == 0

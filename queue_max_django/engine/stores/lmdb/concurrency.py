@@ -96,6 +96,7 @@ def claim(
                 record = None if raw is None else layout.unpack_record(raw, job_id)
             except QueueCorrupted as exc:
                 quarantine(shard, txn, job_id, key, None, now_us, str(exc))
+                cycle.appendleft(group)  # the group's next job may start
                 continue
             if record is None or record[F_STATE] != PENDING:
                 delete_entry(txn, ready_db, key, met=True)  # a stray entry: its job is gone or moved on
