@@ -21,6 +21,7 @@ from .quarantine import quarantine, report
 from .records import as_claimed, mark_running
 
 PROMOTE_BATCH = 1000
+TURNS_READ = 4 * SCAN_GROUPS  # groups in turn a claim reads, at most (those of its queues: SCAN_GROUPS)
 
 
 def may_start(shard: ShardDbs, txn: Any, record: list[Any]) -> bool:
@@ -54,7 +55,15 @@ def claim(
     skip: Skip | None = None,
 ) -> LimitedClaim:
     """``ConcurrencyOps.claim`` on one shard, in one write transaction: up to ``limit`` jobs, the groups in
-    turn (a group served goes to the back of this claim's round too)."""
+    turn (a group served goes to the back of this claim's round too). The groups served or held go to the
+    back of the turns in the order each was last served or held, as if each had gone there at that moment
+    (the memory store's order): a claim that serves a group twice puts it behind those it served once.
+
+    Its bookkeeping is once per claim, not per job: each limit key's running count is read when first
+    needed and written once at the end (``turns.count``/``set_counts``); the turns are settled at the end
+    (``turns.settle``: a group already in its new order keeps its place), and whether jobs of a group still
+    wait is known from the cursor, which a claimed job's deletion leaves on the group's next job (taken from
+    there, without a seek, when the group comes round next)."""
     now_us = micros(now)
     lease_us = micros(now + lease_time)
     promoted: list[Any] = []
@@ -66,23 +75,28 @@ def claim(
             upkeep.promote_in(shard, txn, now_us, PROMOTE_BATCH, promoted)
         ready_db, jobs_db, lease_db = shard.ready, shard.jobs, shard.lease
         ready = txn.cursor(db=ready_db)
-        seek, put, pack = ready.set_range, txn.put, layout.pack_record
-        cycle = round_of(turns.in_turn(shard, txn, 4 * SCAN_GROUPS), queues)
+        seek, put, get, pack = ready.set_range, txn.put, txn.get, layout.pack_record
+        read = turns.in_turn(shard, txn, TURNS_READ)
+        cycle = round_of((group for group, _place in read), queues)
         claimed: list[Claimed] = []
         records: list[list[Any]] = []
-        served_now: list[str] = []
+        # groups served, held by a full limit, or found empty, in the order each last was -> do jobs of
+        # theirs still wait? (the turns then: those that wait to the back in this order, the others out)
+        seen: dict[str, bool] = {}
         heads: dict[str, bytes] = {}  # each group's range in the ready index
-        running: dict[str, int] = {}  # jobs running per key, as read and as this claim changed them
-        started: dict[str, int] = {}
+        counts: dict[str, int] = {}  # jobs running per key, as read and as this claim changed them
+        charged: set[str] = set()
         queues_left: dict[str, int] = {}  # pending jobs claimed, per queue
+        at = None  # the group whose next waiting job the cursor is on (after a claim of one of its jobs)
         while cycle and len(claimed) < limit:
             group = cycle.popleft()
             head = heads.get(group)
             if head is None:
                 head = heads[group] = group_head(group) + QUEUE_SEP
-            if not (seek(head) and ready.key().startswith(head)):
-                turns.leave_if_done(shard, txn, group)  # nothing waits there (a stray turn)
+            if group is not at and not (seek(head) and ready.key().startswith(head)):
+                seen[group] = False  # nothing waits there (or no longer): it leaves the turns
                 continue
+            at = None
             names = passing(group, skip)
             if names is not None and not _past(ready, head, names):
                 continue  # only paused tasks' jobs at its head: it keeps its turn
@@ -91,11 +105,12 @@ def claim(
             if min_priority is not None and priority < min_priority:
                 continue  # outranked: it keeps its turn
             id_k = id_key(job_id)
-            raw = txn.get(id_k, db=jobs_db)
+            raw = get(id_k, db=jobs_db)
             try:
                 record = None if raw is None else layout.unpack_record(raw, job_id)
             except QueueCorrupted as exc:
                 quarantine(shard, txn, job_id, key, None, now_us, str(exc))
+                cycle.appendleft(group)  # the group's next job may start
                 continue
             if record is None or record[F_STATE] != PENDING:
                 delete_entry(txn, ready_db, key, met=True)  # a stray entry: its job is gone or moved on
@@ -105,15 +120,21 @@ def claim(
             if alone and claimed:
                 break  # its lease once expired: the next claim takes it, alone
             keys = record[F_LIMITS][1]
-            for limit_key, _n in keys:
-                if limit_key not in running:
-                    running.update(turns.running(shard, txn, [limit_key]))
-            if full_key(keys, running) is not None:
-                turns.to_back(shard, txn, group)  # held: it loses its turn, and waits as it was
+            full = False
+            for limit_key, n in keys:
+                running = counts.get(limit_key)
+                if running is None:
+                    running = counts[limit_key] = turns.count(shard, txn, limit_key)
+                if running >= n:
+                    full = True
+                    break
+            if full:
+                seen.pop(group, None)
+                seen[group] = True  # it loses its turn, and waits as it was
                 continue
             payload = record[F_PAYLOAD]
             if payload is None:
-                payload = txn.get(id_k, db=shard.payloads)
+                payload = get(id_k, db=shard.payloads)
             try:
                 if payload is None:
                     raise QueueCorrupted(f"job {job_id}: its payload is missing")
@@ -124,8 +145,13 @@ def claim(
                 cycle.appendleft(group)
                 continue
             # pending -> running, written out (what unindex_job() + index_job() do, the counts once below)
-            if not txn.delete(key, db=ready_db):
+            deleted = ready.delete()  # the entry the cursor is on: it moves to the next one
+            if not deleted:
                 delete_entry(txn, ready_db, key, met=True)
+            if deleted and names is None:
+                more = ready.key().startswith(head)
+            else:  # (or jobs of paused tasks before it were passed over: they wait too)
+                more = seek(head) and ready.key().startswith(head)
             put(time_key(lease_us, job_id), b"", db=lease_db)
             mark_running(record, now_us, lease_us, token, worker)
             if claimed:
@@ -136,26 +162,27 @@ def claim(
                     put(id_key(claimed[0].job_id), pack(first), db=jobs_db)
             put(id_k, pack(record), db=jobs_db)
             for limit_key, _n in keys:
-                running[limit_key] += 1
-                started[limit_key] = started.get(limit_key, 0) + 1
+                counts[limit_key] += 1
+                charged.add(limit_key)
             queue = record[F_QUEUE]
             queues_left[queue] = queues_left.get(queue, 0) + 1
             claimed.append(as_claimed(job_id, record, value, alone))
             records.append(record)
-            if group not in served_now:
-                served_now.append(group)
+            seen.pop(group, None)
+            seen[group] = more
             if alone:
                 break
-            cycle.append(group)
-        if started:
-            turns.change_by(shard, txn, started)
+            if more:
+                at = group
+                cycle.append(group)
+        if charged:
+            turns.set_counts(shard, txn, {key: counts[key] for key in charged})
         for name, count in queues_left.items():
             tally(shard, txn, name.encode(), 0, -count)
-        for group in served_now:  # to the back of the turns once each, in the order served, or out
-            turns.leave_if_done(shard, txn, group)
-            if txn.get(turns.GROUP_PREFIX + group.encode(), db=shard.turns) is not None:
-                turns.to_back(shard, txn, group)
-        return LimitedClaim(claimed, waiting(shard, txn, queues))
+        back = [group for group, more in seen.items() if more]
+        gone = [group for group, more in seen.items() if not more]
+        turns.settle(shard, txn, read, len(read) < TURNS_READ, back, gone)
+        return LimitedClaim(claimed, bool(back) or waiting(shard, txn, queues))
 
     outcome: LimitedClaim = shard.env.write(txn_fn)
     if promoted:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ... import codec
+from ...concurrency import queue_of
 from ...errors import QueueCorrupted, QueueError
 from ...job import CORRUPTED
 from ..types import CorruptedJobQuarantined
@@ -25,7 +26,7 @@ from .access import (
     store_record,
     tally,
 )
-from .keys import QUEUE_SEP, id_key, micros, time_key_parts
+from .keys import LIMITED, QUEUE_SEP, id_key, micros, time_key_parts
 from .layout import (
     F_ERROR,
     F_ERROR_TYPE,
@@ -59,6 +60,7 @@ def quarantine(
     *,
     bad_payload: bytes | None = None,
     counted: bool = True,
+    waiting: bool = False,
 ) -> CorruptedJobQuarantined:
     """A job whose data is broken goes to the dead letters with a "corrupted" reason, so that one bad
     record never blocks the queue. ``ready_k``: its entry in the ready index (None: the caller
@@ -66,10 +68,15 @@ def quarantine(
     value, so that the dead letter reads (and shows what was there). ``record`` None: the record does
     not decode (``layout.unpack_record``); a minimal one replaces it (queue "default", no name, enqueued
     when its id says), its bytes on disk are kept as the dead letter's result, and a large payload of
-    it stays its payload (as bytes, if those do not decode either)."""
+    it stays its payload (as bytes, if those do not decode either).
+
+    A record that does not decode may have been running, with limits it no longer says: the running counts
+    are then counted again from the running records (``recount_running``), unless the job is known to have
+    been waiting (``ready_k`` given, or ``waiting``): a claim that quarantines one has taken jobs whose
+    slots it charges at its end, which a recount in between would count as well."""
     if ready_k is not None:  # a pending job, met by a claim: its queue (the key says which) has one fewer
         delete_entry(txn, shard.ready, ready_k, met=True)
-        tally(shard, txn, ready_k[: ready_k.index(QUEUE_SEP)], COUNTED[PENDING], -1)
+        tally(shard, txn, queue_of_ready(ready_k), COUNTED[PENDING], -1)
     elif record is None and counted:  # pending or scheduled, perhaps: the record cannot say, nor its queue
         counts_inexact(shard, txn)
     undecodable = record is None
@@ -104,9 +111,19 @@ def quarantine(
     if load_payload(shard, txn, job_id, record) is None:
         record[F_PAYLOAD] = codec.pack_value(None, what="payload", limit=16)
     store_record(shard, txn, job_id, record)
-    if undecodable and turns.any_running(shard, txn):
+    if undecodable and not waiting and ready_k is None and turns.any_running(shard, txn):
         recount_running(shard, txn)  # it may have run with limits that its record no longer says
     return CorruptedJobQuarantined(job_id, reason)
+
+
+def queue_of_ready(ready_k: bytes) -> bytes:
+    """The queue name (UTF-8) of a ready entry's key: the text before its separator, or, for a limited job
+    waiting under its group's head (``keys.group_head``: a byte that is no text, then the group), the queue
+    the group names."""
+    head = ready_k[: ready_k.index(QUEUE_SEP)]
+    if head[:1] != LIMITED:
+        return head
+    return queue_of(head[len(LIMITED) :].decode()).encode()
 
 
 def recount_running(shard: ShardDbs, txn: Any) -> None:
@@ -138,8 +155,9 @@ def quarantine_met(
         drop_entries(shard, txn, {job_id})
     else:
         delete_entry(txn, db, key, met=True)
-    counted = key is None or db is shard.ready or db is shard.sched  # else it was running, done or failed
-    return quarantine(shard, txn, job_id, None, None, now_us, reason, counted=counted)
+    waiting = key is not None and (db is shard.ready or db is shard.sched)
+    counted = key is None or waiting  # else it was running, done or failed
+    return quarantine(shard, txn, job_id, None, None, now_us, reason, counted=counted, waiting=waiting)
 
 
 def drop_entries(shard: ShardDbs, txn: Any, job_ids: set[int]) -> None:

@@ -65,18 +65,65 @@ def leave_if_done(shard: TurnDbs, txn: Any, group: str) -> None:
         txn.delete(GROUP_PREFIX + name, db=db)
 
 
-def in_turn(shard: TurnDbs, txn: Any, limit: int) -> list[str]:
-    """The first ``limit`` groups of the turns, in order."""
+def in_turn(shard: TurnDbs, txn: Any, limit: int) -> list[tuple[str, bytes]]:
+    """The first ``limit`` groups of the turns, in order, each with its place (as ``settle`` takes them)."""
     cursor = txn.cursor(db=shard.turns)
-    out: list[str] = []
+    out: list[tuple[str, bytes]] = []
     found = cursor.set_range(TURN_PREFIX)
+    start, end = len(TURN_PREFIX), len(TURN_PREFIX) + _COUNT.size
     while found and len(out) < limit:
         key = bytes(cursor.key())
         if not key.startswith(TURN_PREFIX):
             break
-        out.append(key[1 + _COUNT.size :].decode())
+        out.append((key[end:].decode(), key[start:end]))
         found = cursor.next()
     return out
+
+
+def settle(
+    shard: TurnDbs,
+    txn: Any,
+    read: list[tuple[str, bytes]],
+    whole: bool,
+    back: list[str],
+    gone: list[str],
+) -> None:
+    """The turns after a claim: the groups ``gone`` (none of their jobs waits) leave them, and the groups
+    ``back`` go to the back, in that order, as ``to_back`` of each in turn would leave them. ``read``: the
+    groups in turn with their places, as ``in_turn`` gave them to the claim (every group named here is among
+    them); ``whole``: they were all of the turns. Then a group of ``back`` keeps its place where the order
+    allows: only those after the first one out of order are given new places (a claim that went round every
+    group in turn order rewrites nothing but what ``gone`` removes)."""
+    db = shard.turns
+    places = dict(read)
+    for group in gone:
+        name = group.encode()
+        txn.delete(TURN_PREFIX + places[group] + name, db=db)
+        txn.delete(GROUP_PREFIX + name, db=db)
+    if not back:
+        return
+    moving = back
+    if whole:  # the order wanted: the groups that stay, as they are, then ``back``
+        left, moved = set(gone), set(back)
+        wanted = [group for group, _place in read if group not in left and group not in moved] + back
+        previous = b""
+        for index, group in enumerate(wanted):
+            if places[group] <= previous:  # (places: fixed-width big-endian, so bytes compare as numbers)
+                moving = wanted[index:]
+                break
+            previous = places[group]
+        else:
+            return
+    raw = txn.get(LAST_KEY, db=db)
+    last = 0 if raw is None else _COUNT.unpack(raw)[0]
+    for group in moving:
+        name = group.encode()
+        txn.delete(TURN_PREFIX + places[group] + name, db=db)
+        last += 1
+        place = _COUNT.pack(last)
+        txn.put(GROUP_PREFIX + name, place, db=db)
+        txn.put(TURN_PREFIX + place + name, b"", db=db)
+    txn.put(LAST_KEY, _COUNT.pack(last), db=db)
 
 
 def waiting_groups(shard: TurnDbs, txn: Any) -> list[str]:
@@ -112,6 +159,23 @@ def running(shard: TurnDbs, txn: Any, keys: Iterable[str] | None = None) -> dict
         counted[raw_key[1:].decode()] = _COUNT.unpack(cursor.value())[0]
         found = cursor.next()
     return counted
+
+
+def count(shard: TurnDbs, txn: Any, key: str) -> int:
+    """Jobs running with limit ``key`` here."""
+    raw = txn.get(RUNNING_PREFIX + key.encode(), db=shard.turns)
+    return 0 if raw is None else int(_COUNT.unpack(raw)[0])
+
+
+def set_counts(shard: TurnDbs, txn: Any, counts: dict[str, int]) -> None:
+    """The jobs running per limit key become ``counts`` (as a claim read them with ``count`` and changed
+    them in the same transaction: one write per key, no read)."""
+    db = shard.turns
+    for key, value in counts.items():
+        if value > 0:
+            txn.put(RUNNING_PREFIX + key.encode(), _COUNT.pack(value), db=db)
+        else:
+            txn.delete(RUNNING_PREFIX + key.encode(), db=db)
 
 
 def change(shard: TurnDbs, txn: Any, limits: list[list[Any]], step: int) -> None:
