@@ -13,7 +13,7 @@ from . import pauses
 from .concurrency import WAITING_ANY, WAITING_IN
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED
 from .schema import CANCELLED, DONE, FAILED, IS_CANCEL, PENDING, RUNNING, SCHEDULED, TOTAL
-from .sql import appended, notify_if, tally
+from .sql import appended, notify_if, tally, tally_put
 
 
 def _enqueue_sql(journal: bool) -> str:
@@ -63,7 +63,7 @@ ins AS (
     VALUES (nextval('qm_job_ids'), {state}, %(queue)s, %(name)s, %(priority)s, %(ready)s, %(max_retries)s,
             %(now)s, %(timeout)s, %(partition_key)s, %(payload)s, %(metadata)s::text::jsonb)
     RETURNING id, queue),
-{tally(("ins", str(state), 1), ("ins", str(TOTAL), 1), journal=journal)}
+{tally_put((state, TOTAL), journal)}
 SELECT ARRAY[(SELECT id FROM ins)], {notify_if("(SELECT yes FROM lead)")}, (SELECT yes FROM lead)
 """
 
