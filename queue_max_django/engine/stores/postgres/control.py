@@ -63,6 +63,7 @@ _UPDATE = (
     "FROM unnest(%s::text[], %s::bytea[]) AS v(key, value) WHERE t.key = v.key)"
 )
 _BUMP = "UPDATE qm_flow SET version = version + 1 WHERE id = 1 RETURNING version"
+_VERSION = "SELECT version FROM qm_flow WHERE id = 1"
 
 
 def check_text(what: str, value: str) -> str:
@@ -169,10 +170,13 @@ class PgControl:
         asked = time.monotonic()
         if asked - at < VERSION_TTL:
             return cached
+        if self._db.lent() is not None:  # in a savepoint: a failure leaves the caller's transaction usable
+            with self._db.transaction() as conn:
+                return int(conn.execute(_VERSION).fetchone()[0])
         conn = self._db.connection()
         with self._db.guard(conn):  # one statement, its own transaction: one round trip
-            version = int(conn.execute("SELECT version FROM qm_flow WHERE id = 1").fetchone()[0])
-        self.seen(version, asked)
+            version = int(conn.execute(_VERSION).fetchone()[0])
+        self._saw(version, asked)
         return version
 
     def seen(self, version: int, at: float) -> None:
