@@ -6,6 +6,7 @@ no-op task (issue 17).
     uv run --group bench python benchmarks/peers_postgres.py --quick            # ~3-6 min, busy 2-core VM
     uv run --group bench python benchmarks/peers_postgres.py --json out.json    # the full run, ~25 minutes
     uv run --group bench python benchmarks/peers_postgres.py --only ours_pg,pgqueuer --quick
+    uv run --group bench python benchmarks/peers_postgres.py --only ours_pg,pgqueuer --depths 20000,100000
 
 Each PostgreSQL system gets a fresh database on the server of ``--url`` (``CREATE DATABASE qm_peer_<name>``,
 dropped afterwards); the Redis systems a flushed database of the Redis at ``--redis-url``, or of a
@@ -919,6 +920,49 @@ def run_system(
         report["results"][name] = result
 
 
+def drain_at(name: str, admin_url: str, redis_url: str, depth: int) -> dict[str, Any]:
+    """One end-to-end drain of ``depth`` jobs by system ``name``, on a fresh database of its own."""
+    cls = SYSTEMS[name]
+    with contextlib.ExitStack() as stack:
+        pg_url = None
+        if cls.store == "postgres":
+            pg_url = stack.enter_context(fresh_database(admin_url, f"qm_peer_{name}"))
+        system = cls(pg_url, redis_url if cls.store == "redis" else None)
+        stack.callback(getattr(system, "teardown", lambda: None))
+        system.setup()
+        load = os.getloadavg()[0]
+        drain = system.drain(depth)
+        drain["load_1m"] = load
+        print(f"{LABELS[name]}: {depth:,} deep: busy {drain['busy_per_s']:,.0f} jobs/s, wall "
+              f"{drain['wall_per_s']:,.0f} jobs/s (load {load:.1f})", flush=True)  # fmt: skip
+        return drain
+
+
+def run_depths(
+    chosen: list[str], admin_url: str, redis_url: str, depths: list[int], rounds: int
+) -> dict[str, Any]:
+    """``--depths``: end to end only, each system at each depth, ``rounds`` times, the systems taking turns
+    within a depth (the first one alternating by round). Prints ours on PostgreSQL / each peer per depth:
+    the median of the per-round ratios of busy rates, and their range."""
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in chosen}
+    for depth in depths:
+        for index in range(rounds):
+            order = chosen if index % 2 == 0 else chosen[::-1]
+            for name in order:
+                runs[name].setdefault(str(depth), []).append(drain_at(name, admin_url, redis_url, depth))
+    if "ours_pg" in runs:
+        print("\nratios, ours on PostgreSQL / theirs, busy rates, per round (same run):")
+        for depth in depths:
+            ours = [run["busy_per_s"] for run in runs["ours_pg"][str(depth)]]
+            for name in chosen:
+                if name == "ours_pg":
+                    continue
+                ratios = [a / run["busy_per_s"] for a, run in zip(ours, runs[name][str(depth)], strict=True)]
+                print(f"  {depth:,} deep, vs {LABELS[name]}: {statistics.median(ratios):.2f}x "
+                      f"(rounds {', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
+    return runs
+
+
 def pass_or_miss(met: bool) -> str:
     return "PASS" if met else "MISS"
 
@@ -1001,6 +1045,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a ~2-3 minute check")
     parser.add_argument("--only", help="comma-separated: " + ",".join(SYSTEMS))
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--depths", help="comma-separated queue depths: end to end only, each system at each (issue 35)"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="with --depths: drains per system and depth")
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
@@ -1019,6 +1067,13 @@ def main() -> None:
         "skipped": {},
     }
     print(f"{report['machine']}; PostgreSQL {report['server']}", flush=True)
+    if options.depths:
+        depths = [int(depth) for depth in options.depths.split(",")]
+        with redis_server(options.redis_url) as redis_url:
+            report["depths"] = run_depths(chosen, options.url, redis_url, depths, options.rounds)
+        if options.json:
+            options.json.write_text(json.dumps(report, indent=2))
+        return
     with redis_server(options.redis_url) as redis_url:
         for name in chosen:
             module = NEEDS.get(name)

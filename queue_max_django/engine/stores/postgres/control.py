@@ -24,14 +24,15 @@ for ours), so that creating it is as exclusive as changing it; nobody sees the e
 before the transaction commits.
 
 ``version()`` (the key of the ``Flow``'s cache: a claim asks it every time) is kept for ``VERSION_TTL``
-seconds of this process's monotonic clock, so most claims cost no round trip. The staleness this allows: a
-limit or breaker another process set, or a token it took, is seen here up to ``VERSION_TTL`` (5 ms) late,
-as if that call had come 5 ms later. This process's own writes are seen at once (a write keeps the version
-it committed). Admission itself never reads the cache: ``take`` and ``admit`` lock the rows, so a stale
-version can only make a consumer look again (or not yet) at jobs that the rows then decide about. A version
-read or written on a connection the thread lent the store (``Connections.borrowed``) is not kept: it is the
-caller's transaction's, which may yet roll back, and another thread of the process would take it for a
-committed one (and keep the state of another version under it).
+seconds of this process's monotonic clock, so most claims cost no round trip; each claim and acknowledgement
+statement returns the committed version too (``seen``), so a busy consumer reads it for free. The staleness
+this allows: a limit or breaker another process set, or a token it took, is seen here up to ``VERSION_TTL``
+(5 ms) late, as if that call had come 5 ms later. This process's own writes are seen at once (a write keeps
+the version it committed). Admission itself never reads the cache: ``take`` and ``admit`` lock the rows, so
+a stale version can only make a consumer look again (or not yet) at jobs that the rows then decide about. A
+version read or written on a connection the thread lent the store (``Connections.borrowed``) is not kept: it
+is the caller's transaction's, which may yet roll back, and another thread of the process would take it for
+a committed one (and keep the state of another version under it).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ _UPDATE = (
     "FROM unnest(%s::text[], %s::bytea[]) AS v(key, value) WHERE t.key = v.key)"
 )
 _BUMP = "UPDATE qm_flow SET version = version + 1 WHERE id = 1 RETURNING version"
+_VERSION = "SELECT version FROM qm_flow WHERE id = 1"
 
 
 def check_text(what: str, value: str) -> str:
@@ -168,11 +170,22 @@ class PgControl:
         asked = time.monotonic()
         if asked - at < VERSION_TTL:
             return cached
-        with self._db.transaction() as conn:
-            version = int(conn.execute("SELECT version FROM qm_flow WHERE id = 1").fetchone()[0])
-        if self._db.lent() is None:
-            self._saw(version, asked)
+        if self._db.lent() is not None:  # in a savepoint: a failure leaves the caller's transaction usable
+            with self._db.transaction() as conn:
+                return int(conn.execute(_VERSION).fetchone()[0])
+        conn = self._db.connection()
+        with self._db.guard(conn):  # one statement, its own transaction: one round trip
+            version = int(conn.execute(_VERSION).fetchone()[0])
+        self._saw(version, asked)
         return version
+
+    def seen(self, version: int, at: float) -> None:
+        """A statement sent at ``at`` (monotonic) read the committed ``version`` (the claims and the
+        acknowledgements return it: ``job_sql.FLOW_VERSION``): keep it, so that a busy consumer never
+        reads it in a round trip of its own. Not on a connection the thread lent the store (the caller's
+        transaction's, which may yet roll back)."""
+        if self._db.lent() is None:
+            self._saw(version, at)
 
     # ------------------------------------------------------------------ limits
 

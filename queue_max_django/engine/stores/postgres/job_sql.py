@@ -13,7 +13,7 @@ from . import pauses
 from .concurrency import WAITING_ANY, WAITING_IN
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED
 from .schema import CANCELLED, DONE, FAILED, IS_CANCEL, PENDING, RUNNING, SCHEDULED, TOTAL
-from .sql import appended, notify_if, tally
+from .sql import appended, notify_if, tally, tally_put
 
 
 def _enqueue_sql(journal: bool) -> str:
@@ -63,7 +63,7 @@ ins AS (
     VALUES (nextval('qm_job_ids'), {state}, %(queue)s, %(name)s, %(priority)s, %(ready)s, %(max_retries)s,
             %(now)s, %(timeout)s, %(partition_key)s, %(payload)s, %(metadata)s::text::jsonb)
     RETURNING id, queue),
-{tally(("ins", str(state), 1), ("ins", str(TOTAL), 1), journal=journal)}
+{tally_put((state, TOTAL), journal)}
 SELECT ARRAY[(SELECT id FROM ins)], {notify_if("(SELECT yes FROM lead)")}, (SELECT yes FROM lead)
 """
 
@@ -75,6 +75,15 @@ ENQUEUE_ONE = {
     for joined in (False, True)
 }
 
+FLOW_VERSION = "(SELECT version FROM qm_flow WHERE id = 1)"
+"""The flow control's committed version (``control.py``), returned by the claims and acknowledgements so
+that a busy consumer's ``PgControl.version()`` never needs a round trip of its own."""
+CLAIM_JOBS_AT = 5  # a claim's row: head, eta, alone, waiting, flow version, then the claimed job's columns
+NONE_DUE = f"AND NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {SCHEDULED} AND ready_us <= %(now)s)"
+"""A claim's guard: it takes nothing while a scheduled job is due (the store then promotes and claims again),
+so that it never passes over a job whose ETA passed for one of lower priority, at the cost of one index
+probe instead of a promotion statement before every claim."""
+
 WORKERS = (
     f"CASE WHEN %(worker)s::text IS NULL THEN j.worker_ids ELSE {appended('j.worker_ids', '%(worker)s')} END"
 )
@@ -83,7 +92,7 @@ CLAIM = f"""
 WITH picked AS (
     SELECT id, claim, priority, ready_us FROM qm_jobs
     WHERE state = {PENDING} AND cgroup IS NULL @QUEUES@
-      @MIN_PRIORITY@ @PAUSED@
+      @MIN_PRIORITY@ @PAUSED@ @NONE_DUE@
     ORDER BY priority DESC, ready_us, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
 ordered AS (SELECT id, claim, row_number() OVER (ORDER BY priority DESC, ready_us, id) AS rn FROM picked),
 cut AS (SELECT coalesce(min(rn) FILTER (WHERE claim = {CLAIM_ALONE_NEXT} AND rn > 1), 2147483647) AS stop,
@@ -99,10 +108,10 @@ upd AS (
 {tally(("upd", str(PENDING), -1), ("upd", str(RUNNING), 1))},
 head AS (SELECT max(priority) AS priority FROM qm_jobs
     WHERE state = {PENDING} AND cgroup IS NULL @QUEUES@
-      AND id <> ALL (SELECT id FROM chosen)),
+      AND id NOT IN (SELECT id FROM chosen)),
 eta AS (SELECT min(ready_us) AS ready_us FROM qm_jobs WHERE state = {SCHEDULED})
 SELECT (SELECT priority FROM head), (SELECT ready_us FROM eta), (SELECT alone FROM cut), @WAITING@,
-    upd.* @PAUSE_VERSION@
+    {FLOW_VERSION}, upd.* @PAUSE_VERSION@
 FROM (SELECT 1) one LEFT JOIN upd ON true ORDER BY upd.rn
 """
 
@@ -161,7 +170,7 @@ ins AS (
         metadata
     FROM gone RETURNING id, queue),
 {tally(("ins", str(RUNNING), -1), ("ins", str(DONE), 1))}
-SELECT (SELECT array_agg(id) FROM ins), {FREES_A_SLOT}
+SELECT (SELECT array_agg(id) FROM ins), {FREES_A_SLOT}, {FLOW_VERSION}
 """
 
 
@@ -228,11 +237,15 @@ FROM (SELECT 1) one LEFT JOIN LATERAL (
 
 
 @functools.cache
-def variant(sql: str, filtered: bool, floor: bool = False, guarded: bool = False) -> str:
+def variant(
+    sql: str, filtered: bool, floor: bool = False, guarded: bool = False, none_due: bool = False
+) -> str:
     """``sql`` with or without its queue filter and priority floor: separate statements, so that each has
     a plan of its own that uses the right index (a generic plan for "no filter, or this filter" would not).
     ``guarded``: a claim that takes nothing unless the pauses' version is ``%(pauses)s``, and returns the
-    committed one as its last column (``pauses.py``)."""
+    committed one as its last column (``pauses.py``). ``none_due``: a claim that takes nothing while a
+    scheduled job is due (``NONE_DUE``)."""
+    sql = sql.replace("@NONE_DUE@", NONE_DUE if none_due else "")
     sql = sql.replace("@QUEUES@", "AND queue = ANY(%(queues)s)" if filtered else "")
     sql = sql.replace("@PAUSED@", pauses.GUARD if guarded else "")
     sql = sql.replace("@PAUSE_VERSION@", f", {pauses.COMMITTED}" if guarded else "")

@@ -30,6 +30,18 @@ def tally(*moves: tuple[str, str, int | str], journal: bool = False) -> str:
     )
 
 
+def tally_put(states: tuple[int, ...], journal: bool) -> str:
+    """``tally`` of one job put in ``%(queue)s``: +1 for each of ``states`` (distinct), as a plain
+    ``VALUES`` list in key order, without the union and grouping that a tally of many rows needs (the
+    single put's statement: docs/benchmarks.md, "PostgreSQL single path (issue 35)")."""
+    slot_sql = "nextval('qm_count_journal')" if journal else "%(slot)s"
+    rows = ", ".join(f"(%(queue)s, {state}::smallint, {slot_sql}, 1::bigint)" for state in sorted(states))
+    return (
+        f"cnt AS (INSERT INTO qm_counts (queue, state, slot, n) VALUES {rows} "
+        "ON CONFLICT (queue, state, slot) DO UPDATE SET n = qm_counts.n + EXCLUDED.n RETURNING 1)"
+    )
+
+
 _local = threading.local()
 
 

@@ -31,14 +31,13 @@ from ..types import (
     Candidate,
     Claimed,
     ClaimOutcome,
-    CorruptedJobQuarantined,
     Head,
     NewJobs,
     Recovered,
     Sample,
     StoreInfo,
 )
-from . import cancels, history, job_sql, reads, schema, tagged, uniqueness, upkeep
+from . import cancels, claims, history, job_sql, reads, schema, tagged, uniqueness, upkeep
 from .clock import ServerClock
 from .concurrency import PgConcurrency, limit_new
 from .connection import PREPARE_THRESHOLD, Connections, display_url, savepoint
@@ -316,49 +315,15 @@ class PostgresStore:
                               limit=limit, now=micros(now), lease=micros(now + lease_time), token=token,
                               worker=worker)  # fmt: skip
         expected = params["pauses"] = self.pauses.expected()  # [sc_pause_fresh]: the claim's guard
-        sql = job_sql.variant(
-            job_sql.CLAIM, queues is not None, min_priority is not None, expected is not None
-        )
         asked = time.monotonic()
-        conn = self.db.connection()
-        with self.db.guard(conn):
-            # Due scheduled jobs become pending first (a claim never passes over a job whose ETA passed
-            # for one of lower priority: the caller's view of the ETAs may be stale), in the same round
-            # trip: the two statements go out in one pipeline, each its own transaction, in order.
-            with conn.pipeline():
-                promoting = conn.execute(upkeep.PROMOTE, self.params(now=params["now"], batch=upkeep.BATCH))
-                claiming = conn.execute(sql, params)
-            promoted = promoting.fetchone()[0]
-            rows = claiming.fetchall()
-        if promoted:
-            self.hints.local()
+        rows = claims.claim_rows(
+            self, params, queues is not None, min_priority is not None, expected is not None
+        )
         head, eta_us, alone, limited = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
+        self.control.seen(rows[0][4], asked)
         if expected is not None and self.pauses.guarded(rows[0][-1], expected, asked):
             return ClaimOutcome([], None, None if eta_us is None else eta_us / 1_000_000, False, limited)
-        # As on LMDB: a job whose payload does not decode is quarantined; the jobs before it are the claim,
-        # those after it go back (uncharged) for the next claim, and if it came first the claim raises.
-        claimed: list[Claimed] = []
-        broken: tuple[int, str] | None = None
-        back: list[int] = []
-        for row in rows:
-            if row[4] is None:
-                continue
-            data = row[4 : 4 + CLAIMED_COLUMNS]
-            if broken is not None:
-                back.append(data[0])
-                continue
-            try:
-                claimed.append(as_claimed(data, bool(alone)))
-            except QueueCorrupted as exc:
-                broken = (data[0], str(exc))
-        if broken is not None:
-            upkeep.quarantine(self, micros(now), *broken)
-            for job_id in back:
-                self.one(job_sql.RELEASE, self.params(id=job_id, token=token, state=PENDING, ready=None))
-            if back:
-                self.hints.local()
-            if not claimed:
-                raise CorruptedJobQuarantined(*broken)
+        claimed = claims.delivered(self, rows, bool(alone), now, token)
         return ClaimOutcome(claimed, head, None if eta_us is None else eta_us / 1_000_000, False, limited)
 
     def claim_job(
@@ -426,14 +391,16 @@ class PostgresStore:
     ) -> dict[int, str]:
         """(job id, token, result) done, in ONE statement. -> {job id: why} of those this token no longer
         held (the others are done)."""
+        asked = time.monotonic()
         if len(items) == 1:  # a statement the server plans once (job_sql._complete_sql)
             ((job_id, token, result),) = items
             params = self.params(id=job_id, token=token, result=result, now=micros(now))
-            done, freed = self.one(job_sql.COMPLETE_ONE, params)
+            done, freed, version = self.one(job_sql.COMPLETE_ONE, params)
         else:
             params = self.params(ids=[item[0] for item in items], tokens=[item[1] for item in items],
                                  results=[item[2] for item in items], now=micros(now))  # fmt: skip
-            done, freed = self.one(job_sql.COMPLETE, params)
+            done, freed, version = self.one(job_sql.COMPLETE, params)
+        self.control.seen(version, asked)
         if freed:
             self.hints.local()
         finished = set(done or ())
