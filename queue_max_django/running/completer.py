@@ -138,7 +138,7 @@ class Completer:
             result = verdict.result
             record.ack(result)
             self._ended(record, State.DONE)
-            return Outcome(record.job_id, State.DONE, result=None if result is None else result.value)
+            return Outcome.done(record.job_id, None if result is None else result.value)
         if kind is Kind.RELEASED:
             record.release(delay=verdict.delay)
             state = State.SCHEDULED if verdict.delay else State.PENDING

@@ -3,7 +3,8 @@
 The worker threads loop on ``Queue.get`` and ``runner.run_job``. Around each job a thread does what Django
 does around a request: ``close_old_connections()`` before and after it (a connection of Django's that is
 past ``CONN_MAX_AGE``, or that a task left broken or out of autocommit, is closed, so the next job gets a
-fresh one); and a thread that ends closes its Django connections and its store connection.
+fresh one), once the thread has opened a database connection (``dbconns.py``); and a thread that ends
+closes its Django connections and its store connection.
 
 The main thread renews the leases of running jobs (heartbeats), reports this process to the store's worker
 registry, stops a job that overran its timeout, and decides when the process ends. Its last line says how
@@ -35,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from ..engine import Queue, QueueClosed, QueueCorrupted, QueueEmpty, QueueError, Record, State
 from ..running import cancels
@@ -45,6 +46,7 @@ from ..running.runner import TaskNotRegistered, run_job
 from ..signals import job_signals_connected, record_run
 from .acks import AckLine, Batch, quietly, write_successes
 from .claims import ClaimTrouble
+from .dbconns import close_old
 from .logs import Throttle, log_stopped, summary
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
 from .tally import Tally
@@ -67,7 +69,7 @@ class JobTimeout(Exception):
     """A job ran longer than its timeout (``@task(timeout=)`` or the ``TIMEOUT`` setting)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """A job being run by one worker thread."""
 
@@ -435,13 +437,13 @@ class WorkerProcess:
         outcome: Outcome | None = None
         waiting = completer.waiting
         try:
-            close_old_connections()  # as Django does when a request starts and ends
+            close_old()  # as Django does when a request starts and ends
             cancels.running(record.job_id)
             try:
                 outcome = run_job(record, completer=completer)  # its end, through the completer
             finally:
                 cancels.running(None)
-                close_old_connections()
+                close_old()
         except QueueCorrupted:
             if not slot.timed_out:
                 logger.warning("worker %s: job %s was taken back while it ran (its lease expired)",
