@@ -15,6 +15,7 @@ Three modes:
     uv run --group bench python benchmarks/lmdb_worker_profile.py --jobs 50000
     uv run --group bench python benchmarks/lmdb_worker_profile.py --jobs 100000 --no-profile
     uv run --group bench python benchmarks/lmdb_worker_profile.py --jobs 100000 --phases
+    uv run --group bench python benchmarks/lmdb_worker_profile.py --jobs 100000 --phases --batch-max 256
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def main() -> None:
     parser.add_argument("--no-profile", action="store_true", help="time the drain, CPU per job")
     parser.add_argument("--phases", action="store_true", help="CPU and wall time per phase of the loop")
     parser.add_argument("--top", type=int, default=45, help="lines of each profile listing")
+    parser.add_argument("--batch-max", type=int, help="the worker's BATCH_MAX (default: its own)")
     args = parser.parse_args()
 
     folder = tempfile.mkdtemp(prefix="qm-lmdb-profile-")
@@ -109,6 +111,8 @@ def main() -> None:
     from queue_max_django.worker.acks import Batch
     from queue_max_django.worker.options import WorkerOptions
 
+    if args.batch_max:
+        process.BATCH_MAX = args.batch_max
     queue = conf.get_queue()
     for start in range(0, args.jobs, 10_000):
         count = min(10_000, args.jobs - start)
@@ -141,13 +145,15 @@ def main() -> None:
     print(
         f"CPU {cpu / args.jobs * 1e6:.1f} us/job (user {(after.user - times.user) / args.jobs * 1e6:.1f}, "
         f"system {(after.system - times.system) / args.jobs * 1e6:.1f}); the worker thread was on a CPU "
-        f"{sched.on / sched.wall:.0%} of its life, runnable but waiting for one {sched.waited / sched.wall:.0%}"
+        f"{sched.on / sched.wall:.0%} of its life, runnable but waiting for one "
+        f"{sched.waited / sched.wall:.0%}"
     )
     if phases is not None:
         print(f"\nper job ({args.jobs:,} jobs), the worker thread:")
         for phase, seconds in phases.cpu.items():
             wall = phases.wall[phase]
-            print(f"  {phase:32} CPU {seconds / args.jobs * 1e6:6.2f} us   wall {wall / args.jobs * 1e6:6.2f} us")
+            cpu_us, wall_us = seconds / args.jobs * 1e6, wall / args.jobs * 1e6
+            print(f"  {phase:32} CPU {cpu_us:6.2f} us   wall {wall_us:6.2f} us")
         print(f"  {'whole drain (wall)':32} {'':15}wall {elapsed / args.jobs * 1e6:6.2f} us")
     queue.close()
     if profile is not None:

@@ -176,7 +176,7 @@ def _run_job(
                 ended = _call(record, task, arguments, job, span, completer, retry_delay, final)
     finally:
         leave(token)
-    if type(ended) is Outcome:
+    if isinstance(ended, Outcome):
         return ended
     result, problem = ended
     if problem is not None:  # the attempt fails for good: the same code would fail the same way again

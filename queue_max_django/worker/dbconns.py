@@ -17,7 +17,12 @@ from typing import Any
 from django.db import close_old_connections
 from django.db.backends.signals import connection_created
 
-_thread = threading.local()  # .opened: this thread has opened a database connection
+
+class _Thread(threading.local):
+    opened = False  # this thread has opened a database connection (a class default: no lookup fails)
+
+
+_thread = _Thread()
 
 
 def _opened(sender: Any, connection: Any, **kwargs: Any) -> None:
@@ -29,10 +34,10 @@ connection_created.connect(_opened, weak=False, dispatch_uid="queue_max_django.w
 
 def opened() -> bool:
     """Has the calling thread opened a database connection (since it began)?"""
-    return getattr(_thread, "opened", False)
+    return _thread.opened
 
 
 def close_old() -> None:
     """``close_old_connections()`` if the calling thread has opened a database connection."""
-    if getattr(_thread, "opened", False):
+    if _thread.opened:
         close_old_connections()

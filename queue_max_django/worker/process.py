@@ -43,11 +43,12 @@ from ..running import cancels
 from ..running.completer import INLINE, Verdict
 from ..running.outcome import Outcome, use_event_loop
 from ..running.runner import TaskNotRegistered, run_job
-from ..signals import job_signals_connected, record_run
+from ..signals import job_signals_connected, record_run, record_runs
 from .acks import AckLine, Batch, quietly, write_successes
 from .claims import ClaimTrouble
 from .dbconns import close_old
-from .logs import Throttle, log_stopped, summary
+from .failures import log_failure
+from .logs import Throttle, log_stopped
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
 from .tally import Tally
 
@@ -63,6 +64,8 @@ BATCH_MAX = 64
 BATCH_SECONDS = 0.02
 ACK_EVERY = 0.05
 UNKNOWN_TASK_LOG_EVERY = 60.0  # seconds between the log lines about the jobs of one task this worker lacks
+
+Runs = dict[tuple[str, str | None], list[float]]  # record_runs: (task, outcome) -> [attempts, seconds]
 
 
 class JobTimeout(Exception):
@@ -347,6 +350,7 @@ class WorkerProcess:
         completer = Batch(self.queue, self.worker_id, line=line, settle=self._settle)
         mean: float | None = None  # running mean of this thread's job times
         quiet = False
+        runs: Runs = {}  # attempts run quietly, for the task statistics (record_runs, before each flush)
         try:
             while self._claiming and number < self._wanted:
                 size = 1 if mean is None else max(1, min(BATCH_MAX, int(BATCH_SECONDS / max(mean, 1e-6))))
@@ -357,19 +361,21 @@ class WorkerProcess:
                     records = self._claim(size)
                 with self._lock:
                     held.extend(records)
-                flushed = time.monotonic()
+                now = flushed = time.monotonic()
                 for record in records:
                     if not self._claiming:
                         break  # the rest are released (by _end) unstarted
-                    started = time.monotonic()
-                    self._run(number, record, completer, quiet)
-                    now = time.monotonic()
+                    started = now
+                    now = self._run(number, record, completer, quiet, started, runs)
                     mean = now - started if mean is None else 0.9 * mean + 0.1 * (now - started)
-                    if completer.waiting and now - flushed >= ACK_EVERY:
+                    if now - flushed >= ACK_EVERY and completer.waiting:
+                        record_runs(runs)
                         completer.flush(held, quiet)
                         flushed = now
+                record_runs(runs)
                 completer.flush(held, quiet)
         finally:
+            record_runs(runs)
             self._acks.drain()  # what this thread handed over is written first
             completer.close(held, quiet)  # successes left here were counted quietly when they ran
             use_event_loop(None)
@@ -428,8 +434,20 @@ class WorkerProcess:
         self._trouble.worked()
         return records
 
-    def _run(self, number: int, record: Record, completer: Batch, quiet: bool = False) -> None:
-        started = time.monotonic()
+    def _run(
+        self,
+        number: int,
+        record: Record,
+        completer: Batch,
+        quiet: bool = False,
+        started: float | None = None,
+        runs: Runs | None = None,
+    ) -> float:
+        """Run ``record``'s job (``started``: now, monotonic, if the caller has it) and count it; ``runs``:
+        where a quiet run is counted for the task statistics (``record_runs``; None: at once).
+        -> when it ended (monotonic)."""
+        if started is None:
+            started = time.monotonic()
         timeout = record.timeout
         slot = Slot(record, started, None if timeout is None else started + timeout)
         with self._lock:
@@ -459,12 +477,29 @@ class WorkerProcess:
             with self._lock:
                 self._running.pop(number, None)
             cancels.forget(record.job_id)
+        ended = time.monotonic()
         if slot.timed_out or outcome is None:
-            return
-        seconds = time.monotonic() - started
-        if quiet:  # a held success sends no event (acked quietly): count it; any other outcome sent one
-            record_run(record.name, seconds, "succeeded" if completer.waiting > waiting else None)
-        self._count(outcome, seconds, record)
+            return ended
+        seconds = ended - started
+        if quiet and record.name is not None:  # a held success sends no event (acked quietly): count it
+            key = (record.name, "succeeded" if completer.waiting > waiting else None)  # others sent one
+            counted = runs.get(key) if runs is not None else None
+            if counted is not None:
+                counted[0] += 1
+                counted[1] += seconds
+            elif runs is not None:
+                runs[key] = [1, seconds]
+            else:
+                record_run(record.name, seconds, key[1])
+        if outcome.state is State.DONE:  # the common case, first
+            with self._lock:
+                self.processed += 1
+                done = self.processed
+            self._add("done")
+            self._counted(record, outcome, seconds, done)
+        else:
+            self._count(outcome, seconds, record)
+        return ended
 
     def _give_up(self, number: int, record: Record) -> None:
         """The store refused ``record``'s outcome and then run_job's last resort (the store fails): its lease
@@ -498,6 +533,11 @@ class WorkerProcess:
         else:
             self._add("dead" if outcome.state is State.FAILED else "retried")
             self._log_failure(record, outcome)
+        self._counted(record, outcome, seconds, done)
+
+    def _counted(self, record: Record, outcome: Outcome, seconds: float, done: int) -> None:
+        """After an attempt was counted (``done``: the attempts this process ran): its log line at
+        verbosity 2, and --max-jobs."""
         if self.options.verbosity >= 2:
             logger.info("job %s %s -> %s in %.3fs", record.job_id, record.name, outcome.state.value, seconds)
         max_jobs = self.options.max_jobs
@@ -506,40 +546,7 @@ class WorkerProcess:
             self.stop(RECYCLE)
 
     def _log_failure(self, record: Record, outcome: Outcome) -> None:
-        """A failed attempt: one line (``logs.summary``) if the job runs again; if it is a dead letter now,
-        the full traceback as well. Both say which attempt of how many it was, read back from the store."""
-        try:
-            job = self.queue.job(record.job_id)
-        except QueueError:
-            job = None
-        attempt = record.attempts  # this one included, as Job.attempts counts them (queue_list, the admin)
-        allowed = "" if job is None else f" of {job.max_retries + 1}"
-        error = outcome.error
-        raised = error if isinstance(error, BaseException) and error.__traceback__ is not None else None
-        # The same as structured fields of the record, for error trackers and JSON log formatters (Sentry's
-        # logging integration adds a record's extra fields to its event).
-        fields = {
-            "job_id": str(record.job_id),
-            "task": record.name,
-            "queue": record.queue,
-            "attempt": attempt,
-            "attempts_allowed": None if job is None else job.max_retries + 1,
-            "dead_letter": outcome.state is State.FAILED,
-        }
-        if outcome.state is State.FAILED:
-            if job is not None and job.retries > job.max_retries:
-                why = "no retries left"
-            else:
-                why = f"not retried ({outcome.reason})" if outcome.reason else "not retried"
-            logger.error("job %s (%s) failed (attempt %d%s), %s: now a dead letter: %s", record.job_id,
-                         record.name, attempt, allowed, why, summary(error),
-                         exc_info=raised, extra=fields)  # fmt: skip
-            return
-        when = "now"
-        if job is not None and job.state is State.SCHEDULED and job.eta is not None:
-            when = f"in {max(0.0, job.eta - time.time()):.1f} s"
-        logger.warning("job %s (%s) failed (attempt %d%s), retrying %s: %s", record.job_id, record.name,
-                       attempt, allowed, when, summary(error), extra=fields)  # fmt: skip
+        log_failure(self.queue, record, outcome)
 
     def _log_waiting(self, record: Record, outcome: Outcome) -> None:
         held = self._unknown.due(str(record.name))
