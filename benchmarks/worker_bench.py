@@ -4,6 +4,7 @@ django-tasks-db's `db_worker` and django-q2's ORM cluster, on the same no-op tas
     uv run --group bench python benchmarks/worker_bench.py --quick           # ~1.5 minutes
     uv run --group bench python benchmarks/worker_bench.py --json out.json   # the full run
     uv run --group bench python benchmarks/worker_bench.py --rss 1000000     # worker memory over 1M jobs
+    uv run --group bench python benchmarks/worker_bench.py --only ours,lmdb_queue --repeat 5 --compete 1
 
 Method (docs/benchmarks.md): each system gets a fresh directory (its store or SQLite database), is prefilled
 with N jobs of the same no-op task (untimed, in a child process), then its worker command drains them with 2
@@ -13,7 +14,10 @@ table every 5 ms (huey: its rows leave the table when dequeued; django-q2: when 
 (command launched -> all done), which includes starting Python, Django and the processes. Ratios are
 ours / theirs. Also: lmdb-queue's bare get/ack loop in 2 processes (engine_bench's workload 5), the idle
 worker's pickup latency (started_at - enqueued_at from the store), and, with --rss, the worker process's
-anonymous memory (RssAnon) after 10,000 jobs and after N.
+anonymous memory (RssAnon) after 10,000 jobs and after N. ``--compete N`` runs N CPU-bound processes
+(benchmarks/competitor.py) while each system runs, started before its prefill and stopped after it ends. The
+CPU per job printed for ours is the command's (``os.wait4``: every worker process, start-up included), for
+lmdb-queue its two consumer processes' over their loop.
 """
 
 from __future__ import annotations
@@ -127,7 +131,9 @@ def bench_ours(folder: Path, n: int) -> dict[str, Any]:
             )
     began = time.monotonic()
     proc = django(folder, "queue_worker", "--burst", "--processes", "2", "--no-scheduler", "-v", "0")
-    if proc.wait(600) != 0:
+    _pid, status, usage = os.wait4(proc.pid, 0)  # the command's CPU and its reaped children's
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
         raise RuntimeError(f"queue_worker exited with {proc.returncode}")
     wall = time.monotonic() - began
     with Queue(folder / "store") as queue:
@@ -135,7 +141,8 @@ def bench_ours(folder: Path, n: int) -> dict[str, Any]:
         if stats["done"] != n:
             raise RuntimeError(f"ours: {stats['done']} done of {n}")
         first, last = span(queue)
-    return {"n": n, "busy_per_s": n / (last - first), "wall_per_s": n / wall}
+    cpu = usage.ru_utime + usage.ru_stime  # start-up included
+    return {"n": n, "busy_per_s": n / (last - first), "wall_per_s": n / wall, "cpu_us_per_job": cpu / n * 1e6}
 
 
 def span(queue: Any) -> tuple[float, float]:
@@ -227,7 +234,8 @@ def bench_lmdb_queue(folder: Path, n: int) -> dict[str, Any]:
 
     variant = engine_bench.Variant(engine_bench.LMDBQ, {}, extra={"procs": 2})
     result = engine_bench.w_drain_procs(variant, {"procs_n": n}, str(folder / "lmdbq"))
-    return {"n": n, "busy_per_s": result["jobs_per_s"], "wall_per_s": None}
+    return {"n": n, "busy_per_s": result["jobs_per_s"], "wall_per_s": None,
+            "cpu_us_per_job": result["cpu_us_per_job"]}  # fmt: skip
 
 
 def bench_pickup(folder: Path, samples: int) -> dict[str, Any]:
@@ -371,15 +379,25 @@ def main() -> None:
     parser.add_argument(
         "--rss", type=int, metavar="N", help="measure the worker's memory over N jobs instead"
     )
+    parser.add_argument(
+        "--compete", type=int, default=0, metavar="N",
+        help="N CPU-bound processes compete for the cores while each system runs (benchmarks/competitor.py)",
+    )  # fmt: skip
+    parser.add_argument("--n", type=int, help="jobs for ours and lmdb_queue (instead of the size's default)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
         child_main(options.child)
         return
-    sizes = QUICK if options.quick else FULL
+    sizes = dict(QUICK if options.quick else FULL)
+    if options.n:
+        sizes["ours"] = sizes["lmdb_queue"] = options.n
     machine = f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}"
-    report: dict[str, Any] = {"machine": machine, "results": {}}
+    report: dict[str, Any] = {"machine": machine, "results": {}, "compete": options.compete}
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from competitor import Competitors
+
     if options.rss:
         with tempfile.TemporaryDirectory(prefix="qm-rss-") as tmp:
             report["rss"] = result = bench_rss(Path(tmp), options.rss)
@@ -398,10 +416,15 @@ def main() -> None:
                             f"pickup p50 {result['p50_ms']:.2f} ms, p90 {result['p90_ms']:.2f} ms", flush=True
                         )
                     else:
-                        result = SYSTEMS[name](Path(tmp), sizes[name])
+                        load = os.getloadavg()[0]
+                        with Competitors(options.compete):
+                            result = SYSTEMS[name](Path(tmp), sizes[name])
+                        result["load"] = load
                         wall = result["wall_per_s"]
                         walled = f", wall {wall:,.0f} jobs/s" if wall else ""
-                        rate = f"busy {result['busy_per_s']:,.0f} jobs/s{walled}"
+                        cpu = result.get("cpu_us_per_job")
+                        cpu_text = f", {cpu:.1f} us CPU/job" if cpu else ""
+                        rate = f"busy {result['busy_per_s']:,.0f} jobs/s{walled}{cpu_text} (load {load:.2f})"
                         print(f"{LABELS[name]}: {rate} (n={result['n']:,})", flush=True)
                     report["results"].setdefault(name, []).append(result)
         summarize(report)
