@@ -58,6 +58,8 @@ class Verdict:
 
     @classmethod
     def done(cls, result: Packed | None, *, at_once: bool = False) -> Verdict:
+        if result is None and not at_once:
+            return _DONE_NONE  # the no-result success, one for all (a verdict is never changed)
         return cls(Kind.DONE, result=result, at_once=at_once)
 
     @classmethod
@@ -82,6 +84,8 @@ class Verdict:
     def cancelled(cls, error: BaseException) -> Verdict:
         return cls(Kind.CANCELLED, error=error, reason="cancelled")
 
+
+_DONE_NONE = Verdict(Kind.DONE)
 
 Runner = Callable[..., Outcome]  # runner(record, completer, **options): runs the job, -> completer.write(...)
 
