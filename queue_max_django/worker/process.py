@@ -371,7 +371,7 @@ class WorkerProcess:
                     if now - flushed >= ACK_EVERY and completer.waiting:
                         record_runs(runs)
                         completer.flush(held, quiet)
-                        flushed = now
+                        now = flushed = time.monotonic()  # the next job starts after the flush
                 record_runs(runs)
                 completer.flush(held, quiet)
         finally:
