@@ -4,6 +4,8 @@ django-tasks-db's `db_worker` and django-q2's ORM cluster, on the same no-op tas
     uv run --group bench python benchmarks/worker_bench.py --quick           # ~1.5 minutes
     uv run --group bench python benchmarks/worker_bench.py --json out.json   # the full run
     uv run --group bench python benchmarks/worker_bench.py --rss 1000000     # worker memory over 1M jobs
+    uv run --group bench python benchmarks/worker_bench.py --only ours,lmdb_queue --repeat 5 --compete 1
+    uv run --group bench python benchmarks/worker_bench.py --only ours,base,lmdb_queue --base ../b --repeat 5
 
 Method (docs/benchmarks.md): each system gets a fresh directory (its store or SQLite database), is prefilled
 with N jobs of the same no-op task (untimed, in a child process), then its worker command drains them with 2
@@ -13,7 +15,11 @@ table every 5 ms (huey: its rows leave the table when dequeued; django-q2: when 
 (command launched -> all done), which includes starting Python, Django and the processes. Ratios are
 ours / theirs. Also: lmdb-queue's bare get/ack loop in 2 processes (engine_bench's workload 5), the idle
 worker's pickup latency (started_at - enqueued_at from the store), and, with --rss, the worker process's
-anonymous memory (RssAnon) after 10,000 jobs and after N.
+anonymous memory (RssAnon) after 10,000 jobs and after N. ``--compete N`` runs N CPU-bound processes
+(benchmarks/competitor.py) while each system runs, started before its prefill and stopped after it ends. The
+CPU per job printed for ours is the command's (``os.wait4``: every worker process, start-up included), for
+lmdb-queue its two consumer processes' over their loop. ``--base PATH`` adds the system ``base``: the worker
+of another checkout of this repository (with its own ``.venv``), run the same way, in the same rounds.
 """
 
 from __future__ import annotations
@@ -55,20 +61,24 @@ QUICK = {
 }
 
 
-def env_for(folder: Path) -> dict[str, str]:
+BASE: Path | None = None  # --base: another checkout, whose worker runs as the system "base"
+
+
+def env_for(folder: Path, side: Path = ROOT) -> dict[str, str]:
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": SETTINGS,
         "BENCH_DIR": str(folder),
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(side),
     }
 
 
-def django(folder: Path, *args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
+def django(folder: Path, *args: str, side: Path = ROOT, **kwargs: Any) -> subprocess.Popen[bytes]:
+    python = sys.executable if side == ROOT else str(side / ".venv" / "bin" / "python")
     return subprocess.Popen(
-        [sys.executable, "-m", "django", *args],
-        cwd=ROOT,
-        env=env_for(folder),
+        [python, "-m", "django", *args],
+        cwd=side,
+        env=env_for(folder, side),
         start_new_session=True,
         **kwargs,
     )
@@ -116,7 +126,13 @@ def poll_table(
 # ---------------------------------------------------------------------------------------------- systems
 
 
-def bench_ours(folder: Path, n: int) -> dict[str, Any]:
+def bench_base(folder: Path, n: int) -> dict[str, Any]:
+    """``bench_ours`` with the worker of the ``--base`` checkout (its store prefilled by this one's)."""
+    assert BASE is not None
+    return bench_ours(folder, n, BASE)
+
+
+def bench_ours(folder: Path, n: int, side: Path = ROOT) -> dict[str, Any]:
     from queue_max_django.engine import Queue
 
     with Queue(folder / "store") as queue:
@@ -126,8 +142,11 @@ def bench_ours(folder: Path, n: int) -> dict[str, Any]:
                 (start // 10_000) % queue.shard_count, [{"args": [], "kwargs": {}}] * count, name=OUR_TASK
             )
     began = time.monotonic()
-    proc = django(folder, "queue_worker", "--burst", "--processes", "2", "--no-scheduler", "-v", "0")
-    if proc.wait(600) != 0:
+    command = ("queue_worker", "--burst", "--processes", "2", "--no-scheduler", "-v", "0")
+    proc = django(folder, *command, side=side)
+    _pid, status, usage = os.wait4(proc.pid, 0)  # the command's CPU and its reaped children's
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
         raise RuntimeError(f"queue_worker exited with {proc.returncode}")
     wall = time.monotonic() - began
     with Queue(folder / "store") as queue:
@@ -135,7 +154,8 @@ def bench_ours(folder: Path, n: int) -> dict[str, Any]:
         if stats["done"] != n:
             raise RuntimeError(f"ours: {stats['done']} done of {n}")
         first, last = span(queue)
-    return {"n": n, "busy_per_s": n / (last - first), "wall_per_s": n / wall}
+    cpu = usage.ru_utime + usage.ru_stime  # start-up included
+    return {"n": n, "busy_per_s": n / (last - first), "wall_per_s": n / wall, "cpu_us_per_job": cpu / n * 1e6}
 
 
 def span(queue: Any) -> tuple[float, float]:
@@ -227,7 +247,8 @@ def bench_lmdb_queue(folder: Path, n: int) -> dict[str, Any]:
 
     variant = engine_bench.Variant(engine_bench.LMDBQ, {}, extra={"procs": 2})
     result = engine_bench.w_drain_procs(variant, {"procs_n": n}, str(folder / "lmdbq"))
-    return {"n": n, "busy_per_s": result["jobs_per_s"], "wall_per_s": None}
+    return {"n": n, "busy_per_s": result["jobs_per_s"], "wall_per_s": None,
+            "cpu_us_per_job": result["cpu_us_per_job"]}  # fmt: skip
 
 
 def bench_pickup(folder: Path, samples: int) -> dict[str, Any]:
@@ -346,12 +367,14 @@ def child_main(args: list[str]) -> None:
 
 SYSTEMS: dict[str, Callable[[Path, int], dict[str, Any]]] = {
     "ours": bench_ours,
+    "base": bench_base,
     "huey": bench_huey,
     "django_q2": bench_django_q2,
     "tasks_db": bench_tasks_db,
     "lmdb_queue": bench_lmdb_queue,
 }
 LABELS = {
+    "base": "queue_max_django of --base: queue_worker --burst --processes 2",
     "ours": "queue_max_django: queue_worker --burst --processes 2",
     "huey": "huey 3 consumer, SqliteHuey, -w 2 -k process",
     "django_q2": "django-q2 qcluster, ORM broker (SQLite), 2 workers",
@@ -371,15 +394,31 @@ def main() -> None:
     parser.add_argument(
         "--rss", type=int, metavar="N", help="measure the worker's memory over N jobs instead"
     )
+    parser.add_argument(
+        "--compete", type=int, default=0, metavar="N",
+        help="N CPU-bound processes compete for the cores while each system runs (benchmarks/competitor.py)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--base", type=Path, help="another checkout (with its .venv): its worker runs too, as the system base"
+    )
+    parser.add_argument("--n", type=int, help="jobs for ours and lmdb_queue (instead of the size's default)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
         child_main(options.child)
         return
-    sizes = QUICK if options.quick else FULL
+    global BASE
+    BASE = None if options.base is None else options.base.resolve()
+    sizes = dict(QUICK if options.quick else FULL)
+    sizes["base"] = sizes["ours"]
+    if options.n:
+        sizes["ours"] = sizes["base"] = sizes["lmdb_queue"] = options.n
     machine = f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}"
-    report: dict[str, Any] = {"machine": machine, "results": {}}
+    report: dict[str, Any] = {"machine": machine, "results": {}, "compete": options.compete}
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from competitor import Competitors
+
     if options.rss:
         with tempfile.TemporaryDirectory(prefix="qm-rss-") as tmp:
             report["rss"] = result = bench_rss(Path(tmp), options.rss)
@@ -388,7 +427,8 @@ def main() -> None:
             f"{result['after_n_kb']} kB after {result['n']:,} ({result['growth']:+.1%})"
         )
     else:
-        chosen = options.only.split(",") if options.only else [*SYSTEMS, "pickup"]
+        everything = [name for name in SYSTEMS if name != "base" or BASE is not None]
+        chosen = options.only.split(",") if options.only else [*everything, "pickup"]
         for _round in range(options.repeat):
             for name in chosen:
                 with tempfile.TemporaryDirectory(prefix=f"qm-{name}-") as tmp:
@@ -398,10 +438,15 @@ def main() -> None:
                             f"pickup p50 {result['p50_ms']:.2f} ms, p90 {result['p90_ms']:.2f} ms", flush=True
                         )
                     else:
-                        result = SYSTEMS[name](Path(tmp), sizes[name])
+                        load = os.getloadavg()[0]
+                        with Competitors(options.compete):
+                            result = SYSTEMS[name](Path(tmp), sizes[name])
+                        result["load"] = load
                         wall = result["wall_per_s"]
                         walled = f", wall {wall:,.0f} jobs/s" if wall else ""
-                        rate = f"busy {result['busy_per_s']:,.0f} jobs/s{walled}"
+                        cpu = result.get("cpu_us_per_job")
+                        cpu_text = f", {cpu:.1f} us CPU/job" if cpu else ""
+                        rate = f"busy {result['busy_per_s']:,.0f} jobs/s{walled}{cpu_text} (load {load:.2f})"
                         print(f"{LABELS[name]}: {rate} (n={result['n']:,})", flush=True)
                     report["results"].setdefault(name, []).append(result)
         summarize(report)

@@ -1,8 +1,9 @@
 """``current_job()``: the job this code runs in, as its task sees it: id, task name, attempt, and its
 metadata, which the task may change and save (progress: ``{"done": 40, "of": 100}``).
 
-The runner (runner.py for ``@task`` jobs, backend.py for ``django.tasks`` ones) makes a ``JobContext`` for
-each job it runs and makes it current for the task's call (a ``contextvars`` variable: each worker thread,
+The runner (runner.py for ``@task`` jobs, backend.py for ``django.tasks`` ones) makes a ``RunningJob`` for
+each job it runs, which makes the job's ``JobContext`` when the task first asks for it, and makes it current
+for the task's call (a ``contextvars`` variable: each worker thread,
 and each coroutine task started from it, sees its own job). Outside a running job ``current_job()`` raises
 ``NoCurrentJob``: calling a task function directly runs no job.
 
@@ -133,31 +134,66 @@ class JobContext:
         return None
 
 
-_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("queue_max_job", default=None)
+class RunningJob:
+    """What is current while a job's task runs: its record and task name, and its ``JobContext`` once
+    something asked for it (``current_job()``). Most tasks never ask: the runner then makes no
+    ``JobContext`` (no copy of the metadata) and has nothing to save at the end."""
+
+    __slots__ = ("context", "record", "task_name")
+
+    def __init__(self, record: Record, task_name: str | None) -> None:
+        self.record = record
+        self.task_name = task_name
+        self.context: JobContext | None = None
+
+    def job_context(self) -> JobContext:
+        """The job's ``JobContext``, made on the first call."""
+        context = self.context
+        if context is None:
+            context = self.context = JobContext(self.record, self.task_name)
+        return context
+
+    def save_at_end(self) -> InvalidMetadata | None:
+        """``JobContext.save_at_end`` of the context, if one was made (else nothing can have changed)."""
+        context = self.context
+        return None if context is None else context.save_at_end()
+
+
+_current: contextvars.ContextVar[RunningJob | None] = contextvars.ContextVar("queue_max_job", default=None)
 
 
 def current_job() -> JobContext:
     """The job this code runs in. ``NoCurrentJob`` outside one."""
-    context = _current.get()
-    if context is None:
+    job = _current.get()
+    if job is None:
         raise NoCurrentJob(
             "current_job() is only available inside a running job: in a task run by queue_worker, the "
             "immediate mode (QUEUE_MAX['IMMEDIATE']) or testing.run_queued(), not in a direct call"
         )
-    return context
+    return job.job_context()
 
 
 def running_context(job_id: int) -> JobContext | None:
     """The current context if it is job ``job_id``'s (the django.tasks backend's ``save_metadata``)."""
-    context = _current.get()
-    return context if context is not None and context.job_id == job_id else None
+    job = _current.get()
+    return job.job_context() if job is not None and job.record.job_id == job_id else None
+
+
+def enter(job: RunningJob) -> contextvars.Token[RunningJob | None]:
+    """Make ``job`` current (the runner's fast path; ``leave`` with the token when the task returned)."""
+    return _current.set(job)
+
+
+def leave(token: contextvars.Token[RunningJob | None]) -> None:
+    _current.reset(token)
 
 
 @contextlib.contextmanager
 def running(record: Record, task_name: str | None) -> Iterator[JobContext]:
     """``record``'s ``JobContext``, current while the block runs (the runner calls the task inside)."""
-    context = JobContext(record, task_name)
-    token = _current.set(context)
+    job = RunningJob(record, task_name)
+    context = job.job_context()
+    token = _current.set(job)
     try:
         yield context
     finally:

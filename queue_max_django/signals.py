@@ -121,11 +121,12 @@ class TaskStats:
         self._run_time: dict[str, tuple[float, int]] = {}  # name -> (total seconds, runs timed)
         self._started: dict[int, float] = {}  # job_id -> monotonic start, oldest first
 
-    def _count(self, name: str, key: str) -> None:
-        counts = self._counts.setdefault(
-            name, {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0, "cancelled": 0}
-        )
-        counts[key] += 1
+    def _count(self, name: str, key: str, many: int = 1) -> None:
+        counts = self._counts.get(name)
+        if counts is None:
+            counts = self._counts[name] = {"enqueued": 0, "succeeded": 0, "failed": 0, "retried": 0,
+                                           "cancelled": 0}  # fmt: skip
+        counts[key] += many
 
     def enqueued(self, name: str | None) -> None:
         if name is not None:
@@ -152,6 +153,16 @@ class TaskStats:
         outcome ``key`` unless the outcome's event counts it, and its run time."""
         with self._lock:
             self._ran(name, key, seconds)
+
+    def ran_many(self, runs: dict[tuple[str, str | None], list[float]]) -> None:
+        """``ran`` of several attempts at once: ``{(name, key): [attempts, total seconds]}``."""
+        with self._lock:
+            for (name, key), (attempts, seconds) in runs.items():
+                many = int(attempts)
+                if key is not None:
+                    self._count(name, key, many)
+                total, timed = self._run_time.get(name, (0.0, 0))
+                self._run_time[name] = (total + seconds, timed + many)
 
     def _ran(self, name: str, key: str | None, seconds: float | None) -> None:
         if key is not None:
@@ -190,6 +201,14 @@ def record_run(name: str | None, seconds: float, outcome: str | None = None) -> 
     attempt here: its run time, and its ``outcome`` ("succeeded", ...) when no event counted it."""
     if name is not None:
         _stats.ran(name, outcome, seconds)
+
+
+def record_runs(runs: dict[tuple[str, str | None], list[float]]) -> None:
+    """``record_run`` of several attempts at once (a worker thread's batch): ``{(name, outcome): [attempts,
+    total seconds]}``; ``runs`` is emptied."""
+    if runs:
+        _stats.ran_many(runs)
+        runs.clear()
 
 
 def job_signals_connected() -> bool:

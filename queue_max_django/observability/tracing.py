@@ -30,10 +30,11 @@ TRACE_KEY = "_trace"  # the job metadata's key for the enqueuing span's context 
 SYSTEM = "queue_max_django"
 
 _api: Any = None  # (trace, propagate, StatusCode, tracer) once imported; False when not installed
+_no_op: Any = ()  # the API's NoOpTracer class, once imported (no class matches the empty tuple before)
 
 
 def _load() -> Any:
-    global _api
+    global _api, _no_op
     if _api is None:
         try:
             from opentelemetry import propagate, trace
@@ -41,8 +42,17 @@ def _load() -> Any:
         except ImportError:
             _api = False
         else:
+            _no_op = getattr(trace, "NoOpTracer", ())
             _api = (trace, propagate, StatusCode, trace.get_tracer("queue_max_django"))
     return _api
+
+
+def _records_nothing(tracer: Any) -> bool:
+    """Is ``tracer`` OpenTelemetry's no-op one: the API without an SDK (its proxy tracer's stand-in until a
+    tracer provider is set), or a ``NoOpTracerProvider``'s? Its spans record nothing and carry only the
+    context they were started in."""
+    inner = getattr(tracer, "_tracer", tracer)  # a ProxyTracer: what it hands calls to now
+    return isinstance(inner, _no_op)
 
 
 def enabled() -> bool:
@@ -136,15 +146,21 @@ class Processing:
 
 _NOT_PROCESSED = Processing(None, None)
 _NULL_RUN = contextlib.nullcontext(_NOT_PROCESSED)
+UNTRACED = _NULL_RUN  # what ``processing`` returns when nothing is traced: a caller may skip the ``with``
+NOT_PROCESSED = _NOT_PROCESSED  # its handle
 
 
 def processing(
     task_name: str | None, queue: str, job_id: int, attempt: int, metadata: Mapping[str, Any] | None
 ) -> contextlib.AbstractContextManager[Processing]:
     """Around one run of a job: a CONSUMER span whose parent is the context its enqueue stored in
-    ``metadata`` (none stored: a root span, or a child of the current context). Without the API: a no-op
-    context."""
-    if not (_api or _load()):
+    ``metadata`` (none stored: a root span, or a child of the current context). Without the API, or with
+    the API's no-op tracer (no SDK configured) and no enqueue context stored: a no-op context
+    (``UNTRACED``). Such a span would record nothing, and would only make the context it started in
+    current again, which is current already. (With a stored context the no-op span still carries it to
+    the task: what the task enqueues joins that trace.)"""
+    api = _api or _load()
+    if not api or (_records_nothing(api[3]) and not (metadata and TRACE_KEY in metadata)):
         return _NULL_RUN
     return _processing(task_name, queue, job_id, attempt, metadata)
 

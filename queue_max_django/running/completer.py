@@ -59,6 +59,8 @@ class Verdict:
 
     @classmethod
     def done(cls, result: Packed | None, *, at_once: bool = False) -> Verdict:
+        if result is None and not at_once:
+            return _DONE_NONE  # the no-result success, one for all (a verdict is never changed)
         return cls(Kind.DONE, result=result, at_once=at_once)
 
     @classmethod
@@ -83,6 +85,8 @@ class Verdict:
     def cancelled(cls, error: BaseException) -> Verdict:
         return cls(Kind.CANCELLED, error=error, reason="cancelled")
 
+
+_DONE_NONE = Verdict(Kind.DONE)
 
 Runner = Callable[..., Outcome]  # runner(record, completer, **options): runs the job, -> completer.write(...)
 
@@ -139,7 +143,7 @@ class Completer:
             result = verdict.result
             record.ack(result)
             self._ended(record, State.DONE)
-            return Outcome(record.job_id, State.DONE, result=None if result is None else result.value)
+            return Outcome.done(record.job_id, None if result is None else result.value)
         if kind is Kind.RELEASED:
             record.release(delay=verdict.delay)
             state = State.SCHEDULED if verdict.delay else State.PENDING

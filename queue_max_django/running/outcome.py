@@ -36,6 +36,22 @@ class Outcome:
     error: BaseException | str | None = None
     reason: str | None = None
 
+    @classmethod
+    def done(cls, job_id: int, result: Any = None) -> Outcome:
+        """``Outcome(job_id, State.DONE, result=result)``, built without the frozen dataclass's ``__init__``
+        (a worker builds one per success: a third of the time)."""
+        outcome = object.__new__(cls)
+        fields = outcome.__dict__
+        fields["job_id"] = job_id
+        fields["state"] = _DONE
+        fields["result"] = result
+        fields["error"] = None
+        fields["reason"] = None
+        return outcome
+
+
+_DONE = State.DONE
+
 
 class OutcomeNotStored(Exception):
     """The outcome of a job's attempt could not be stored: running the job or storing what it left (its

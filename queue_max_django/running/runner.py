@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..conf import get_config
-from ..context import running
+from ..context import RunningJob, enter, leave
 from ..encryption.jobs import corrupted, open_payload, pack_result
 from ..encryption.keys import EncryptionNotConfigured
 from ..engine import (
@@ -97,7 +97,7 @@ def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]] | None:
 def call_task(task: RegisteredTask, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """Call the task's function (not its direct-call retries); a coroutine function runs to completion."""
     result = task.func(*args, **kwargs)
-    if inspect.iscoroutine(result):
+    if result is not None and inspect.iscoroutine(result):
         result = _run_coroutine(result)
     return result
 
@@ -181,25 +181,20 @@ def _run_job(
             f"{record.payload!r:.200}"
         )
         return completer.write(record, Verdict.failed(message, permanent=True))
-    with (
-        running(record, task.name) as context,  # current_job() inside the task
-        tracing.processing(task.name, record.queue, record.job_id, record.attempts, record.metadata) as span,
-    ):
-        try:
-            result = call_task(task, *arguments)
-        except Exception as exc:
-            span.failed(exc)
-            context.save_at_end()  # metadata the task changed, before the outcome (its own error wins)
-            return completer.write(record, _failed(record, task, exc, retry_delay, final))
-        except BaseException as exc:
-            if is_interrupt(exc):
-                if not record.finished:
-                    completer.write(record, Verdict.released())
-                raise
-            span.failed(exc)
-            context.save_at_end()
-            return completer.write(record, _failed(record, task, exc, retry_delay, final))
-        problem = context.save_at_end()
+    job = RunningJob(record, task.name)  # current_job() inside the task (its JobContext made if asked for)
+    token = enter(job)
+    try:
+        traced = tracing.processing(task.name, record.queue, record.job_id, record.attempts, record.metadata)
+        if traced is tracing.UNTRACED:  # nothing to trace: no span, no ``with``
+            ended = _call(record, task, arguments, job, tracing.NOT_PROCESSED, completer, retry_delay, final)
+        else:
+            with traced as span:
+                ended = _call(record, task, arguments, job, span, completer, retry_delay, final)
+    finally:
+        leave(token)
+    if isinstance(ended, Outcome):
+        return ended
+    result, problem = ended
     if problem is not None:  # the attempt fails for good: the same code would fail the same way again
         error = InvalidMetadata(f"task {task.name!r} left metadata that cannot be stored: {problem}")
         return completer.write(record, Verdict.failed(error, permanent=True))
@@ -209,6 +204,36 @@ def _run_job(
         message = f"task {task.name!r} returned a value that cannot be stored as its result: {exc}"
         return completer.write(record, Verdict.failed(message, permanent=True))
     return completer.write(record, Verdict.done(packed))
+
+
+def _call(
+    record: Record,
+    task: RegisteredTask,
+    arguments: tuple[list[Any], dict[str, Any]],
+    job: RunningJob,
+    span: tracing.Processing,
+    completer: Completer,
+    retry_delay: float | None,
+    final: bool,
+) -> Outcome | tuple[Any, InvalidMetadata | None]:
+    """Call the task, the job current (and its run span open): -> the Outcome of a task that raised (its
+    failure written, after the metadata it changed), else (its return value, the metadata it changed
+    if that could not be saved)."""
+    try:
+        result = call_task(task, *arguments)
+    except Exception as exc:
+        span.failed(exc)
+        job.save_at_end()  # metadata the task changed, before the outcome (its own error wins)
+        return completer.write(record, _failed(record, task, exc, retry_delay, final))
+    except BaseException as exc:
+        if is_interrupt(exc):
+            if not record.finished:
+                completer.write(record, Verdict.released())
+            raise
+        span.failed(exc)
+        job.save_at_end()
+        return completer.write(record, _failed(record, task, exc, retry_delay, final))
+    return result, job.save_at_end()
 
 
 def _unknown_task(

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..engine import Queue, QueueError, Record, State
+from ..engine import Queue, QueueError, Record
 from ..engine.codec import Packed
 from ..running import cancels
 from ..running.completer import INLINE, Completer, Kind, Verdict
@@ -75,7 +75,7 @@ class Batch(Completer):
             if verdict.kind is Kind.DONE:  # still a success: held for the batch
                 result = verdict.result
                 self._held.append((record, result))
-                return Outcome(record.job_id, State.DONE, result=None if result is None else result.value)
+                return Outcome.done(record.job_id, None if result is None else result.value)
         return self._write(record, verdict)
 
     def flush(self, held: list[Record], quiet: bool) -> None:

@@ -3,7 +3,8 @@
 The worker threads loop on ``Queue.get`` and ``runner.run_job``. Around each job a thread does what Django
 does around a request: ``close_old_connections()`` before and after it (a connection of Django's that is
 past ``CONN_MAX_AGE``, or that a task left broken or out of autocommit, is closed, so the next job gets a
-fresh one); and a thread that ends closes its Django connections and its store connection.
+fresh one), once the thread has opened a database connection (``dbconns.py``); and a thread that ends
+closes its Django connections and its store connection.
 
 The main thread renews the leases of running jobs (heartbeats), reports this process to the store's worker
 registry, stops a job that overran its timeout, and decides when the process ends. Its last line says how
@@ -35,18 +36,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
-from ..encryption.jobs import loggable_error
 from ..engine import Queue, QueueClosed, QueueCorrupted, QueueEmpty, QueueError, Record, State
 from ..running import cancels
 from ..running.completer import INLINE, Verdict
 from ..running.outcome import Outcome, use_event_loop
 from ..running.runner import TaskNotRegistered, run_job
-from ..signals import job_signals_connected, record_run
+from ..signals import job_signals_connected, record_run, record_runs
 from .acks import AckLine, Batch, quietly, write_successes
 from .claims import ClaimTrouble
-from .logs import Throttle, log_stopped, summary
+from .dbconns import close_old
+from .failures import log_failure
+from .logs import Throttle, log_stopped
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
 from .tally import Tally
 
@@ -59,16 +61,21 @@ POLL = 0.25  # a worker thread waiting for a job re-checks whether to stop at le
 # BATCH_MAX jobs, and successes wait at most ACK_EVERY seconds for their acknowledgement. Long jobs go one
 # at a time. A process killed meanwhile runs those jobs again (at-least-once, as any crash).
 BATCH_MAX = 64
+BATCH_MAX_DEEP = 256  # BATCH_MAX while the queue is deep (the last claim came back full) on a store whose
+# commits are this process's own work (LMDB, memory): fewer claim and ack transactions (about 1 us of CPU per
+# no-op job less, issue 35). On a server's store the batch stays BATCH_MAX.
 BATCH_SECONDS = 0.02
 ACK_EVERY = 0.05
 UNKNOWN_TASK_LOG_EVERY = 60.0  # seconds between the log lines about the jobs of one task this worker lacks
+
+Runs = dict[tuple[str, str | None], list[float]]  # record_runs: (task, outcome) -> [attempts, seconds]
 
 
 class JobTimeout(Exception):
     """A job ran longer than its timeout (``@task(timeout=)`` or the ``TIMEOUT`` setting)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """A job being run by one worker thread."""
 
@@ -345,30 +352,36 @@ class WorkerProcess:
         line = self._acks if self._background_acks else None
         completer = Batch(self.queue, self.worker_id, line=line, settle=self._settle)
         mean: float | None = None  # running mean of this thread's job times
+        most = BATCH_MAX
+        deep = BATCH_MAX if self.queue.server_commits else BATCH_MAX_DEEP
         quiet = False
+        runs: Runs = {}  # attempts run quietly, for the task statistics (record_runs, before each flush)
         try:
             while self._claiming and number < self._wanted:
-                size = 1 if mean is None else max(1, min(BATCH_MAX, int(BATCH_SECONDS / max(mean, 1e-6))))
+                size = 1 if mean is None else max(1, min(most, int(BATCH_SECONDS / max(mean, 1e-6))))
                 # Nobody listens to job signals: claims and acks skip the per-job events, and _run reports
                 # each attempt to the task statistics itself (a task's own enqueues still send theirs).
                 quiet = not job_signals_connected()
                 with quietly(self.queue, quiet):
                     records = self._claim(size)
+                most = deep if size >= BATCH_MAX and len(records) == size else BATCH_MAX
                 with self._lock:
                     held.extend(records)
-                flushed = time.monotonic()
+                now = flushed = time.monotonic()
                 for record in records:
                     if not self._claiming:
                         break  # the rest are released (by _end) unstarted
-                    started = time.monotonic()
-                    self._run(number, record, completer, quiet)
-                    now = time.monotonic()
+                    started = now
+                    now = self._run(number, record, completer, quiet, started, runs)
                     mean = now - started if mean is None else 0.9 * mean + 0.1 * (now - started)
-                    if completer.waiting and now - flushed >= ACK_EVERY:
+                    if now - flushed >= ACK_EVERY and completer.waiting:
+                        record_runs(runs)
                         completer.flush(held, quiet)
-                        flushed = now
+                        now = flushed = time.monotonic()  # the next job starts after the flush
+                record_runs(runs)
                 completer.flush(held, quiet)
         finally:
+            record_runs(runs)
             self._acks.drain()  # what this thread handed over is written first
             completer.close(held, quiet)  # successes left here were counted quietly when they ran
             use_event_loop(None)
@@ -427,8 +440,20 @@ class WorkerProcess:
         self._trouble.worked()
         return records
 
-    def _run(self, number: int, record: Record, completer: Batch, quiet: bool = False) -> None:
-        started = time.monotonic()
+    def _run(
+        self,
+        number: int,
+        record: Record,
+        completer: Batch,
+        quiet: bool = False,
+        started: float | None = None,
+        runs: Runs | None = None,
+    ) -> float:
+        """Run ``record``'s job (``started``: now, monotonic, if the caller has it) and count it; ``runs``:
+        where a quiet run is counted for the task statistics (``record_runs``; None: at once).
+        -> when it ended (monotonic)."""
+        if started is None:
+            started = time.monotonic()
         timeout = record.timeout
         slot = Slot(record, started, None if timeout is None else started + timeout)
         with self._lock:
@@ -436,13 +461,13 @@ class WorkerProcess:
         outcome: Outcome | None = None
         waiting = completer.waiting
         try:
-            close_old_connections()  # as Django does when a request starts and ends
+            close_old()  # as Django does when a request starts and ends
             cancels.running(record.job_id)
             try:
                 outcome = run_job(record, completer=completer)  # its end, through the completer
             finally:
                 cancels.running(None)
-                close_old_connections()
+                close_old()
         except QueueCorrupted:
             if not slot.timed_out:
                 logger.warning("worker %s: job %s was taken back while it ran (its lease expired)",
@@ -458,12 +483,29 @@ class WorkerProcess:
             with self._lock:
                 self._running.pop(number, None)
             cancels.forget(record.job_id)
+        ended = time.monotonic()
         if slot.timed_out or outcome is None:
-            return
-        seconds = time.monotonic() - started
-        if quiet:  # a held success sends no event (acked quietly): count it; any other outcome sent one
-            record_run(record.name, seconds, "succeeded" if completer.waiting > waiting else None)
-        self._count(outcome, seconds, record)
+            return ended
+        seconds = ended - started
+        if quiet and record.name is not None:  # a held success sends no event (acked quietly): count it
+            key = (record.name, "succeeded" if completer.waiting > waiting else None)  # others sent one
+            counted = runs.get(key) if runs is not None else None
+            if counted is not None:
+                counted[0] += 1
+                counted[1] += seconds
+            elif runs is not None:
+                runs[key] = [1, seconds]
+            else:
+                record_run(record.name, seconds, key[1])
+        if outcome.state is State.DONE:  # the common case, first
+            with self._lock:
+                self.processed += 1
+                done = self.processed
+            self._add("done")
+            self._counted(record, outcome, seconds, done)
+        else:
+            self._count(outcome, seconds, record)
+        return ended
 
     def _give_up(self, number: int, record: Record) -> None:
         """The store refused ``record``'s outcome and then run_job's last resort (the store fails): its lease
@@ -497,6 +539,11 @@ class WorkerProcess:
         else:
             self._add("dead" if outcome.state is State.FAILED else "retried")
             self._log_failure(record, outcome)
+        self._counted(record, outcome, seconds, done)
+
+    def _counted(self, record: Record, outcome: Outcome, seconds: float, done: int) -> None:
+        """After an attempt was counted (``done``: the attempts this process ran): its log line at
+        verbosity 2, and --max-jobs."""
         if self.options.verbosity >= 2:
             logger.info("job %s %s -> %s in %.3fs", record.job_id, record.name, outcome.state.value, seconds)
         max_jobs = self.options.max_jobs
@@ -505,40 +552,7 @@ class WorkerProcess:
             self.stop(RECYCLE)
 
     def _log_failure(self, record: Record, outcome: Outcome) -> None:
-        """A failed attempt: one line (``logs.summary``) if the job runs again; if it is a dead letter now,
-        the full traceback as well. Both say which attempt of how many it was, read back from the store."""
-        try:
-            job = self.queue.job(record.job_id)
-        except QueueError:
-            job = None
-        attempt = record.attempts  # this one included, as Job.attempts counts them (queue_list, the admin)
-        allowed = "" if job is None else f" of {job.max_retries + 1}"
-        error = loggable_error(record.payload, outcome.error)  # an encrypted job's: its type only
-        raised = error if isinstance(error, BaseException) and error.__traceback__ is not None else None
-        # The same as structured fields of the record, for error trackers and JSON log formatters (Sentry's
-        # logging integration adds a record's extra fields to its event).
-        fields = {
-            "job_id": str(record.job_id),
-            "task": record.name,
-            "queue": record.queue,
-            "attempt": attempt,
-            "attempts_allowed": None if job is None else job.max_retries + 1,
-            "dead_letter": outcome.state is State.FAILED,
-        }
-        if outcome.state is State.FAILED:
-            if job is not None and job.retries > job.max_retries:
-                why = "no retries left"
-            else:
-                why = f"not retried ({outcome.reason})" if outcome.reason else "not retried"
-            logger.error("job %s (%s) failed (attempt %d%s), %s: now a dead letter: %s", record.job_id,
-                         record.name, attempt, allowed, why, summary(error),
-                         exc_info=raised, extra=fields)  # fmt: skip
-            return
-        when = "now"
-        if job is not None and job.state is State.SCHEDULED and job.eta is not None:
-            when = f"in {max(0.0, job.eta - time.time()):.1f} s"
-        logger.warning("job %s (%s) failed (attempt %d%s), retrying %s: %s", record.job_id, record.name,
-                       attempt, allowed, when, summary(error), extra=fields)  # fmt: skip
+        log_failure(self.queue, record, outcome)
 
     def _log_waiting(self, record: Record, outcome: Outcome) -> None:
         held = self._unknown.due(str(record.name))

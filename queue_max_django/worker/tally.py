@@ -23,6 +23,8 @@ KINDS = ("done", "retried", "dead", "waiting", "cancelled")
 not registered in the worker, given back to wait for a worker that has it (runner.TaskNotRegistered);
 cancelled: stopped because someone cancelled it (stored as a dead letter with ``Cancelled``, not a
 failure)."""
+_WIDTH = len(KINDS)
+_AT = {kind: at for at, kind in enumerate(KINDS)}
 
 
 class Tally:
@@ -41,7 +43,7 @@ class Tally:
 
     def add(self, index: int, kind: str) -> None:
         """Count one job of ``kind`` in the row of worker process ``index`` (the caller's)."""
-        at = index * len(KINDS) + KINDS.index(kind)
+        at = index * _WIDTH + _AT[kind]
         with self._lock:
             self._counts[at] += 1
 
