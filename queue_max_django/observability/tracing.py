@@ -89,9 +89,22 @@ def sending(
     """Around one enqueue (or one batch of a ``.map()``): a PRODUCER span in the current context, and the
     carrier of its context for the jobs' metadata, put into ``options["metadata"]`` (the put's options)
     when there is one (``metadata_with_trace``). Without the API: a no-op context whose handle carries
-    nothing, ``options`` untouched. An exception raised inside is recorded on the span and propagates."""
-    if not (_api or _load()):
+    nothing, ``options`` untouched. With the API's no-op tracer (no SDK configured) no span is made: such a
+    span would record nothing and carry only the current context, which is then put in the carrier as it is
+    (a remote parent an instrumentation made current), or nothing when there is none. An exception raised
+    inside is recorded on the span and propagates."""
+    api = _api or _load()
+    if not api:
         return _NULL_SEND
+    if _records_nothing(api[3]):
+        carrier: dict[str, str] = {}
+        api[1].inject(carrier)
+        if not carrier:
+            return _NULL_SEND
+        handle = Sending(None, carrier)
+        if options is not None:
+            options["metadata"] = metadata_with_trace(options.get("metadata"), handle)
+        return contextlib.nullcontext(handle)
     return _sending(task_name, queue, options)
 
 
