@@ -26,6 +26,7 @@ from typing import Any
 from ..encryption.jobs import sealed_error
 from ..engine import QueueCorrupted, Record, State
 from ..engine.codec import Packed
+from ..engine.sealing import is_sealed
 from ..engine.workflows import WORKFLOW_KEY
 from .outcome import UNSTORED, Outcome, OutcomeNotStored
 from .workflow_ends import node_ended
@@ -123,8 +124,9 @@ class Completer:
             if record.finished:
                 raise
             kind = type(exc).__qualname__
+            shown = None if is_sealed(record.payload) else exc  # an encrypted job's: its type only
             logger.error("job %s (%s): its outcome could not be stored (%s); it is failed for good instead",
-                         record.job_id, record.name, kind, exc_info=exc)  # fmt: skip
+                         record.job_id, record.name, kind, exc_info=shown)  # fmt: skip
             error = OutcomeNotStored(UNSTORED.format(kind=kind))
             return self._write(record, Verdict.failed(error, permanent=True, reason=_UNSTORED_REASON))
 
