@@ -23,7 +23,7 @@ from django.test import override_settings
 
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import State
-from queue_max_django.engine.rekey import _kids
+from queue_max_django.engine.rekey import _kids, node_kids
 from queue_max_django.engine.stores.contract.transfer import SealedFields
 from queue_max_django.testing import run_queued
 from tests.engine.locations import StoreLocation
@@ -53,6 +53,19 @@ def under(queue: Any = None) -> Counter[str]:
             after = jobs[-1].job_id
             for moved in jobs:
                 found["+".join(sorted(_kids(SealedFields.of(moved)))) or "clear"] += 1
+    return found
+
+
+def nodes_under(queue: Any = None) -> Counter[str]:
+    """Workflow nodes holding user data, per set of key ids it is sealed under (as ``under``)."""
+    store = (queue or get_queue())._live()
+    found: Counter[str] = Counter()
+    for shard in range(store.shards):
+        after = None
+        while nodes := store.workflows.export_nodes(shard, after, 500):
+            after = nodes[-1][0]
+            for _ref, data in nodes:
+                found["+".join(sorted(node_kids(data))) or "clear"] += 1
     return found
 
 
@@ -90,6 +103,44 @@ def test_rekey_seals_every_kind_of_job_again_under_the_newest_key(queue_max: Con
         assert waiting.metadata == {"note": "w"}
         outcomes = {o.job_id: o.state for o in run_queued()}
         assert outcomes == {waiting.job_id: State.DONE, clear.job_id: State.DONE}
+
+
+def test_workflows_that_ran_at_the_rotation_finish_under_the_new_key_alone(queue_max: Configure) -> None:
+    """A chain and a chord whose first steps ran under k1 (their nodes' results sealed under it, their next
+    steps' payloads waiting on their nodes) and a chain whose first step failed (its node's error): after
+    queue_rekey and without k1, the rest runs and hands on the right results."""
+    from queue_max_django import chain, chord, group
+    from tests.testapp import workflow_tasks as w
+
+    with queue_max(ENCRYPT=True, ENCRYPTION_KEYS={"k1": KEY_1}):
+        first = {"queue": "first"}  # the steps run before the rotation
+        failed = chain(w.wf_boom.using(**first).s(), w.wf_add.s(1)).delay()
+        noted = w.wf_add.using(metadata={"note": "n"})
+        steps = chain(w.wf_add.using(**first).s(1, 2), w.wf_add.s(10), noted.s(100)).delay()
+        joined = chord(group(w.wf_add.using(**first).s(1, 1), w.wf_add.s(2, 2)), w.wf_total.s()).delay()
+        assert len(run_queued(queues=["first"])) == 3
+        assert [n.state.value for n in steps.nodes] == ["succeeded", "queued", "waiting"]
+        assert [n.state.value for n in joined.nodes] == ["succeeded", "queued", "waiting"]
+        assert failed.status == "failed"
+        # on nodes: 3 results or errors, 2 waiting payloads, 1 payload kept by a node cancelled before its job
+        assert nodes_under() == {"k1": 6}
+    with queue_max(ENCRYPT=True, ENCRYPTION_KEYS={"k2": KEY_2, "k1": KEY_1}):
+        report = rekey_json()
+        assert (report["nodes_resealed"], report["nodes_left_under_old_keys"]) == (6, {})
+        assert (report["left_under_old_keys"], report["nodes_changed"], report["nodes_broken"]) == ({}, 0, [])
+        assert nodes_under() == {"k2": 6} and set(under()) == {"k2"}
+        assert (rekey_json()["nodes_current"], rekey_json()["nodes_resealed"]) == (6, 0)  # a rerun: nothing
+        out = StringIO()
+        call_command("queue_rekey", stdout=out)
+        assert "Re-encrypted 0 workflow node(s); 6 already were." in out.getvalue()
+        assert "Nothing is left under old keys" in out.getvalue()
+    with queue_max(ENCRYPT=True, ENCRYPTION_KEYS={"k2": KEY_2}):  # k1 removed
+        assert {o.state for o in run_queued()} == {State.DONE}
+        assert steps.status == "succeeded" and steps.results == {"0": 3, "1": 13, "2": 113}
+        assert joined.status == "succeeded"
+        assert joined.results["callback"] == 6 and [joined.results[i] for i in range(2)] == [2, 4]
+        assert steps.jobs["2"].metadata == {"note": "n"}
+        assert failed.status == "failed"
 
 
 def test_what_does_not_open_is_reported_and_left(queue_max: Configure) -> None:
