@@ -1,7 +1,9 @@
 """``manage.py queue_rekey`` (issue 36), on every store: every stored job of an encrypted task (waiting,
 scheduled, done with its result, dead letters with their error and traceback, their metadata) is sealed
 again under the newest key, what does not open is reported and left as it is, and a run SIGKILLed mid-way
-(a real process) and run again leaves every job under the new key."""
+(a real process) and run again leaves every job under the new key. So is what workflows keep on their nodes
+(waiting payloads and metadata, results and errors): a workflow that ran at the rotation finishes without
+the old key."""
 
 from __future__ import annotations
 
@@ -208,3 +210,41 @@ def test_killed_mid_way_and_run_again_every_job_is_under_the_new_key(
     with queue_max(ENCRYPTION_KEYS={"k2": KEY_2}):
         assert under() == {"k2": jobs}
         assert len(run_queued()) == jobs  # every one opens under the new key alone
+
+
+@pytest.mark.slow
+def test_killed_in_the_nodes_pass_and_run_again_every_node_is_under_the_new_key(
+    queue_max: Configure, location: StoreLocation
+) -> None:
+    from queue_max_django import chain, group
+    from tests.testapp import workflow_tasks as w
+
+    pairs = 250
+    with queue_max(ENCRYPT=True, ENCRYPTION_KEYS={"k1": KEY_1}):
+        result = group(chain(w.wf_add.s(i, 1), w.wf_add.s(10)) for i in range(pairs)).delay()
+        assert nodes_under() == {"k1": pairs}  # each chain's second step waits with its payload
+    given = json.dumps(_subprocess_settings(location, {"k2": KEY_2, "k1": KEY_1}))
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.django.rekey_settings", "PYTHONPATH": str(ROOT),
+           "QUEUE_MAX_TEST_REKEY": given}  # fmt: skip
+    argv = [sys.executable, "-m", "django", "queue_rekey", "--batch", "5"]
+    proc = subprocess.Popen([*argv, "-v", "2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # a batch of nodes was written (the nodes go first): kill it there
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=BOUND)
+    assert first.startswith("batch "), (first, proc.stderr)
+    with queue_max(ENCRYPT=True, ENCRYPTION_KEYS={"k2": KEY_2, "k1": KEY_1}):
+        mid = nodes_under()
+        assert set(mid) == {"k1", "k2"} and sum(mid.values()) == pairs  # part done, every node whole
+        assert under() == {"k1": pairs}  # the jobs' pass had not begun
+    done = subprocess.run([*argv, "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=BOUND)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["nodes_resealed"], report["nodes_current"]) == (mid["k1"], mid["k2"])
+    assert report["nodes_left_under_old_keys"] == {} and report["left_under_old_keys"] == {}
+    with queue_max(ENCRYPT=True, ENCRYPTION_KEYS={"k2": KEY_2}):
+        assert nodes_under() == {"k2": pairs} and under() == {"k2": pairs}
+        assert {o.state for o in run_queued()} == {State.DONE}
+        assert result.status == "succeeded"
+        assert [result.results[f"{i}.1"] for i in range(pairs)] == [i + 11 for i in range(pairs)]
