@@ -164,6 +164,29 @@ def test_what_does_not_open_is_reported_and_left(queue_max: Configure) -> None:
         assert kept.job_id is not None
 
 
+def test_nodes_whose_data_does_not_open_are_reported_and_left(queue_max: Configure) -> None:
+    from queue_max_django import chain
+    from tests.testapp import workflow_tasks as w
+
+    with queue_max(ENCRYPT=True, ENCRYPTION_KEYS={"k0": KEY_0}):
+        lost = chain(w.wf_add.s(1, 2), w.wf_add.s(10), w.wf_add.s(100)).delay()
+        assert len(run_queued(max_jobs=1)) == 1  # step 0's result and step 2's payload on nodes, under k0
+    with queue_max(ENCRYPT=True, ENCRYPTION_KEYS={"k2": KEY_2, "k1": KEY_1}):
+        report = rekey_json()
+        workflow_id = int(lost.id)
+        assert report["nodes_broken"] == [[workflow_id, 0], [workflow_id, 2]]
+        assert (report["nodes_left_under_old_keys"], report["nodes_resealed"]) == ({"k0": 2}, 0)
+        assert report["broken"] == [int(lost.nodes[at].job_id or 0) for at in (0, 1)]  # their jobs too
+        out = StringIO()
+        call_command("queue_rekey", stdout=out)
+        assert "Left under old keys (workflow nodes): 'k0': 2." in out.getvalue()
+        assert (
+            f"2 workflow node(s) (workflow:index) hold data that does not open: {workflow_id}:0, "
+            f"{workflow_id}:2. Put the key back"
+        ) in out.getvalue()
+        assert nodes_under() == {"k0": 2}
+
+
 def test_no_key_is_a_command_error(queue_max: Configure) -> None:
     from django.core.management.base import CommandError
 

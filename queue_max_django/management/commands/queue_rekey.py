@@ -38,7 +38,10 @@ class Command(QueueCommand):
         verbose = options["verbosity"] >= 2 and not options["json"]
 
         def progress(report: RekeyReport) -> None:
-            self.stdout.write(f"batch {report.batches}: {report.resealed} re-encrypted so far")
+            self.stdout.write(
+                f"batch {report.batches}: {report.resealed} job(s) and {report.nodes_resealed} workflow "
+                f"node(s) re-encrypted so far"
+            )
             self.stdout.flush()
 
         with engine_errors():
