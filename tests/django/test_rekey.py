@@ -24,8 +24,10 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from queue_max_django.conf import get_queue
+from queue_max_django.encryption.jobs import open_text
 from queue_max_django.engine import State
 from queue_max_django.engine.rekey import _kids, node_kids
+from queue_max_django.engine.sealing import is_sealed_text
 from queue_max_django.engine.stores.contract.transfer import SealedFields
 from queue_max_django.testing import run_queued
 from tests.engine.locations import StoreLocation
@@ -143,6 +145,8 @@ def test_workflows_that_ran_at_the_rotation_finish_under_the_new_key_alone(queue
         assert joined.results["callback"] == 6 and [joined.results[i] for i in range(2)] == [2, 4]
         assert steps.jobs["2"].metadata == {"note": "n"}
         assert failed.status == "failed"
+        error = failed.nodes[0].error
+        assert is_sealed_text(error) and open_text(error, "error") == "boom"  # the node's own copy opens
 
 
 def test_what_does_not_open_is_reported_and_left(queue_max: Configure) -> None:
