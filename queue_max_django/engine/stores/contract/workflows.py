@@ -22,14 +22,54 @@ finishing transactions of ``base.py`` settle a node's job when it ends:
   workflow is kept, whatever ``vacuum`` does to the job: ``results`` reads it.
 - [sc_workflow_one_shard] On a store with shards, every job of a workflow is in one shard (the one its
   ``put`` names), so that each settling is one transaction of that shard.
+- [sc_workflow_rewrite] The user's data a store keeps on nodes (``NodeData``: a waiting node's payload and
+  job metadata, a node's result and error text) is read and replaced in place by ``export_nodes`` and
+  ``rewrite`` (``manage.py queue_rekey`` seals it again under a new key, ``engine/rekey.py``), as
+  ``Store.transfer.export``/``rewrite`` do for jobs: nothing else of a node or a workflow changes.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ...workflows import NewNode, Status, WorkflowInfo
+
+
+@dataclass(frozen=True, slots=True)
+class NodeData:
+    """The fields of a node that hold its user's data, as a store keeps them (what an encrypted task's node
+    keeps sealed, ``engine/sealing.py``): the packed payload and the job metadata (JSON text, as the store
+    keeps it: the PostgreSQL store's holds ``WORKFLOW_KEY`` too) of a node that has no job yet (None once
+    it has one), its job's packed result once it succeeded, its error text once it failed or was
+    cancelled."""
+
+    payload: bytes | None
+    metadata: bytes | None
+    result: bytes | None
+    error: str | None
+
+
+NodeRef = tuple[int, int]  # (workflow id, node index)
+
+
+def holds(found: NodeData, old: NodeData) -> bool:
+    """Whether a node holding ``found`` holds exactly ``old`` (the metadata compared as JSON)."""
+    if (found.payload, found.result, found.error) != (old.payload, old.result, old.error):
+        return False
+    if found.metadata is None or old.metadata is None:
+        return found.metadata is old.metadata
+    return bool(found.metadata == old.metadata or json.loads(found.metadata) == json.loads(old.metadata))
+
+
+def check_changes(changes: Sequence[tuple[NodeRef, NodeData, NodeData]]) -> None:
+    """``ValueError`` for a change whose ``new`` has a field where ``old`` has None (``rewrite``)."""
+    for ref, old, new in changes:
+        for name in NodeData.__slots__:
+            if (getattr(old, name) is None) != (getattr(new, name) is None):
+                raise ValueError(f"node {ref}: {name} is None in one of old and new, not both")
 
 
 class WorkflowOps(Protocol):
@@ -79,3 +119,17 @@ class WorkflowOps(Protocol):
     def forget(self, now: float, cutoff: float) -> int:
         """Drop the workflows put at or before ``cutoff`` whose every node has ended (their jobs stay, as
         jobs). -> how many. In bounded batches. [sc_workflow_forget]"""
+
+    def export_nodes(self, shard: int, after: NodeRef | None, limit: int) -> list[tuple[NodeRef, NodeData]]:
+        """Up to ``limit`` nodes of the workflows of ``shard`` that hold any of ``NodeData`` (a field not
+        None), by (workflow id, index), all after ``after`` (None: from the first), in one consistent read.
+        Changes nothing. [sc_workflow_rewrite]"""
+
+    def rewrite(self, shard: int, changes: Sequence[tuple[NodeRef, NodeData, NodeData]]) -> list[NodeRef]:
+        """Each change ``(node, old, new)`` replaces, in place, that node's ``NodeData`` by ``new`` if the
+        node is there and holds exactly ``old`` (as ``export_nodes`` gave it; the metadata compared as
+        JSON); any other node is left as it is. ``new`` has None where ``old`` has (``ValueError`` before
+        anything is written otherwise). Its state, counts,
+        parents, children, job and options, and its workflow's status, stay. One transaction for all of
+        ``changes``. -> the nodes rewritten. (A node that changed between the two, such as one released or
+        one that ended, is seen again by the next pass.) [sc_workflow_rewrite]"""

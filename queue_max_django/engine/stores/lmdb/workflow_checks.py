@@ -14,7 +14,7 @@ from ...errors import QueueCorrupted
 from . import layout
 from .keys import id_key
 from .layout import DONE, F_METADATA, F_STATE, FAILED
-from .workflows import _NODE, _unpack
+from .workflow_keys import _NODE, _unpack
 
 _PARTS = (b"N", b"S", b"P")  # what a node is: fixed part, state part, parents
 

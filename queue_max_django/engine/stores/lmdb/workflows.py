@@ -20,12 +20,11 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-import msgpack
-
 from ... import workflows as wf
 from ...cancels import CancelOutcome
 from ...job import CORRUPTED, shard_of
 from ...metadata import with_cancel_note
+from ..contract.workflows import NodeData, NodeRef, check_changes
 from .access import (
     COUNTERS_KEY,
     PUT_COUNTERS,
@@ -57,21 +56,14 @@ from .layout import (
     SCHEDULED,
 )
 from .newrecords import NewRecords
+from .workflow_keys import _NODE, _node_key, _pack, _state_key, _unpack
+from .workflow_rewrite import export_nodes, rewrite
 
-_NODE = struct.Struct(">QI")
 _WHEN = struct.Struct(">Q")
 
 
 def _head_key(workflow_id: int) -> bytes:
     return b"W" + id_key(workflow_id)
-
-
-def _node_key(workflow_id: int, index: int) -> bytes:
-    return b"N" + _NODE.pack(workflow_id, index)
-
-
-def _state_key(workflow_id: int, index: int) -> bytes:
-    return b"S" + _NODE.pack(workflow_id, index)
 
 
 # A node is three entries: what does not change once it is put (its name, children, always, and its payload
@@ -107,14 +99,6 @@ def _head(shard: Any, txn: Any, workflow_id: int) -> list[Any] | None:
 
 def _put_head(shard: Any, txn: Any, workflow_id: int, head: list[Any]) -> None:
     txn.put(_head_key(workflow_id), _pack(head), db=shard.workflows)
-
-
-def _pack(value: Any) -> bytes:
-    return bytes(msgpack.packb(value, use_bin_type=True))
-
-
-def _unpack(raw: bytes) -> Any:
-    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
 
 
 class LmdbGraph:
@@ -552,3 +536,10 @@ class LmdbWorkflows:
 
     def forget(self, now: float, cutoff: float) -> int:
         return sum(forget(one, now, cutoff) for one in self.store._shards)
+
+    def export_nodes(self, shard: int, after: NodeRef | None, limit: int) -> list[tuple[NodeRef, NodeData]]:
+        return export_nodes(self.store._shards[shard], after, limit)
+
+    def rewrite(self, shard: int, changes: Sequence[tuple[NodeRef, NodeData, NodeData]]) -> list[NodeRef]:
+        check_changes(changes)
+        return rewrite(self.store._shards[shard], changes) if changes else []

@@ -11,6 +11,7 @@ from typing import Any
 from ... import workflows as wf
 from ...cancels import CancelOutcome
 from ...job import State
+from ..contract.workflows import NodeData, NodeRef, check_changes, holds
 from .space import Row, Space, micros
 
 
@@ -174,6 +175,47 @@ def forget(space: Space, cutoff_us: int) -> int:
     return len(gone)
 
 
+def _data(node: wf.Node) -> NodeData:
+    return NodeData(node.payload, None if node.spec is None else node.spec[6], node.result, node.error)
+
+
+def export_nodes(space: Space, after: NodeRef | None, limit: int) -> list[tuple[NodeRef, NodeData]]:
+    """The nodes that hold user data after ``after``, by (workflow id, index), ``limit`` at most."""
+    out: list[tuple[NodeRef, NodeData]] = []
+    for workflow_id in sorted(space.workflows):
+        if after is not None and workflow_id < after[0]:
+            continue
+        for at, node in enumerate(space.workflows[workflow_id].nodes):
+            ref = (workflow_id, at)
+            if after is not None and ref <= after:
+                continue
+            data = _data(node)
+            if data == _EMPTY:
+                continue
+            if len(out) == limit:
+                return out
+            out.append((ref, data))
+    return out
+
+
+_EMPTY = NodeData(None, None, None, None)
+
+
+def rewrite(space: Space, changes: Sequence[tuple[NodeRef, NodeData, NodeData]]) -> list[NodeRef]:
+    """Each node that holds its change's ``old``: its data replaced by ``new``."""
+    done: list[NodeRef] = []
+    for (workflow_id, at), old, new in changes:
+        stored = space.workflows.get(workflow_id)
+        if stored is None or not 0 <= at < len(stored.nodes) or not holds(_data(stored.nodes[at]), old):
+            continue
+        node = stored.nodes[at]
+        node.payload, node.result, node.error = new.payload, new.result, new.error
+        if node.spec is not None:
+            node.spec = [*node.spec[:6], new.metadata]
+        done.append((workflow_id, at))
+    return done
+
+
 class MemoryWorkflows:
     """``WorkflowOps`` of a memory store: each call under the space's lock."""
 
@@ -218,3 +260,12 @@ class MemoryWorkflows:
     def forget(self, now: float, cutoff: float) -> int:
         with self.space.lock:
             return forget(self.space, micros(cutoff))
+
+    def export_nodes(self, shard: int, after: NodeRef | None, limit: int) -> list[tuple[NodeRef, NodeData]]:
+        with self.space.lock:
+            return export_nodes(self.space, after, limit) if shard == 0 else []
+
+    def rewrite(self, shard: int, changes: Sequence[tuple[NodeRef, NodeData, NodeData]]) -> list[NodeRef]:
+        check_changes(changes)
+        with self.space.lock:
+            return rewrite(self.space, changes) if shard == 0 else []

@@ -14,6 +14,8 @@ from typing import Any
 
 from ... import workflows as wf
 from ...job import CANCEL_KEY, CORRUPTED
+from ..contract.workflows import NodeData, NodeRef, check_changes
+from . import workflow_rewrite
 from .rows import micros, pack_key
 from .schema import FAILED, PENDING, RUNNING, SCHEDULED
 from .sql import tally
@@ -244,3 +246,12 @@ class PgWorkflows:
             gone += count
             if count < batch:
                 return gone
+
+    def export_nodes(self, shard: int, after: NodeRef | None, limit: int) -> list[tuple[NodeRef, NodeData]]:
+        return workflow_rewrite.export_nodes(self.store, after, limit) if shard == 0 else []
+
+    def rewrite(self, shard: int, changes: Sequence[tuple[NodeRef, NodeData, NodeData]]) -> list[NodeRef]:
+        check_changes(changes)
+        if shard != 0 or not changes:
+            return []
+        return workflow_rewrite.rewrite(self.store, changes)
