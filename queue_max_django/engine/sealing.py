@@ -111,7 +111,8 @@ def parse_keys(given: Any) -> list[tuple[str, bytes]]:
         pairs = [(None, key) for key in given]
     else:
         raise KeyProblem(
-            f"ENCRYPTION_KEYS must be a list of keys or a dict of key id -> key, not {given!r:.40}"
+            f"ENCRYPTION_KEYS must be a list of keys or a dict of key id -> key, not a "
+            f"{type(given).__name__}"  # never the value: a key given alone would be shown
         )
     out: list[tuple[str, bytes]] = []
     for index, (kid, text) in enumerate(pairs):

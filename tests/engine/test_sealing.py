@@ -146,3 +146,10 @@ def test_parse_keys_list_and_dict() -> None:
 def test_parse_keys_refuses(given: object, match: str) -> None:
     with pytest.raises(KeyProblem, match=match):
         parse_keys(given)
+
+
+def test_a_key_given_alone_is_not_shown_in_the_error() -> None:
+    key = _b64(KEY_A)
+    with pytest.raises(KeyProblem, match="not a str") as refused:
+        parse_keys(key)  # a key where a list of them belongs: the message must not carry it
+    assert key[:8] not in str(refused.value)
