@@ -877,9 +877,10 @@ def child_main(system: str, action: str, args: list[str]) -> None:
 # ---------------------------------------------------------------------------------------------- main
 
 
-def run_system(
-    name: str, admin_url: str, redis_url: str, sizes: dict[str, Any], report: dict[str, Any]
-) -> None:
+@contextlib.contextmanager
+def set_up(name: str, admin_url: str, redis_url: str) -> Iterator[Any]:
+    """System ``name`` set up on a fresh database of its own (PostgreSQL) or the run's Redis; torn down and
+    its database dropped after."""
     cls = SYSTEMS[name]
     with contextlib.ExitStack() as stack:
         pg_url = None
@@ -888,6 +889,13 @@ def run_system(
         system = cls(pg_url, redis_url if cls.store == "redis" else None)
         stack.callback(getattr(system, "teardown", lambda: None))
         system.setup()
+        yield system
+
+
+def run_system(
+    name: str, admin_url: str, redis_url: str, sizes: dict[str, Any], report: dict[str, Any]
+) -> None:
+    with set_up(name, admin_url, redis_url) as system:
         load = os.getloadavg()[0]
         result: dict[str, Any] = {"load_1m": load}
         result["drain"] = drain = system.drain(sizes["drain"][name])
@@ -922,14 +930,7 @@ def run_system(
 
 def drain_at(name: str, admin_url: str, redis_url: str, depth: int) -> dict[str, Any]:
     """One end-to-end drain of ``depth`` jobs by system ``name``, on a fresh database of its own."""
-    cls = SYSTEMS[name]
-    with contextlib.ExitStack() as stack:
-        pg_url = None
-        if cls.store == "postgres":
-            pg_url = stack.enter_context(fresh_database(admin_url, f"qm_peer_{name}"))
-        system = cls(pg_url, redis_url if cls.store == "redis" else None)
-        stack.callback(getattr(system, "teardown", lambda: None))
-        system.setup()
+    with set_up(name, admin_url, redis_url) as system:
         load = os.getloadavg()[0]
         drain = system.drain(depth)
         drain["load_1m"] = load

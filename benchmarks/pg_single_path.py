@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import random
@@ -37,35 +36,20 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from peers_postgres import fresh_database  # noqa: E402  (benchmarks/ is not a package)
+
 OURS_DB = "qm_single_ours"
 PGQ_DB = "qm_single_pgq"
 MEASURES = ("drain", "put", "atomic", "pickup")
 PICKUP_QUEUE = "pickup"  # its own: the other measures leave jobs in the default queue
-
-
-def with_database(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path="/" + name))
-
-
-@contextlib.contextmanager
-def fresh_database(admin_url: str, name: str) -> Iterator[str]:
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_database(admin_url, name)
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def median_ratio(ours: list[float], theirs: list[float]) -> tuple[float, float, float]:
