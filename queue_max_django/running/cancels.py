@@ -52,6 +52,8 @@ def running(job_id: int | None) -> None:
 
 def is_requested(job_id: int | str) -> bool:
     """Was a cancel of job ``job_id`` (run by this process) requested? Task code polls it and stops."""
+    if not _requested:  # the common case: asked twice for each job a worker runs
+        return False
     try:
         return int(job_id) in _requested
     except (TypeError, ValueError):

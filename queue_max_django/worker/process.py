@@ -132,6 +132,7 @@ class WorkerProcess:
         self._heartbeat = options.heartbeat_every(queue.lease_time)
         self._trouble = ClaimTrouble()  # what failed claims ran into (_claim)
         self._tally = tally  # the supervisor's count of what its processes did (its closing line)
+        self._done_unsaid: dict[int, int] = {}  # per thread: successes not yet added to the tally (_say_done)
         self._unknown = Throttle(UNKNOWN_TASK_LOG_EVERY)  # log lines about jobs of tasks this worker lacks
         # The successes of a process with one worker thread, acknowledged by a thread of their own, on a
         # store whose commits are a server's work (acks.Batch.flush)
@@ -376,12 +377,15 @@ class WorkerProcess:
                     mean = now - started if mean is None else 0.9 * mean + 0.1 * (now - started)
                     if now - flushed >= ACK_EVERY and completer.waiting:
                         record_runs(runs)
+                        self._say_done(number)
                         completer.flush(held, quiet)
                         now = flushed = time.monotonic()  # the next job starts after the flush
                 record_runs(runs)
+                self._say_done(number)
                 completer.flush(held, quiet)
         finally:
             record_runs(runs)
+            self._say_done(number)
             self._acks.drain()  # what this thread handed over is written first
             completer.close(held, quiet)  # successes left here were counted quietly when they ran
             use_event_loop(None)
@@ -501,7 +505,8 @@ class WorkerProcess:
             with self._lock:
                 self.processed += 1
                 done = self.processed
-            self._add("done")
+            if self._tally is not None:  # added to the tally once a batch (_say_done): its add takes a lock
+                self._done_unsaid[number] = self._done_unsaid.get(number, 0) + 1
             self._counted(record, outcome, seconds, done)
         else:
             self._count(outcome, seconds, record)
@@ -520,6 +525,12 @@ class WorkerProcess:
     def _add(self, kind: str) -> None:
         if self._tally is not None:
             self._tally.add(self.index, kind)
+
+    def _say_done(self, number: int) -> None:
+        """Add worker thread ``number``'s successes since the last call to the tally, in one add."""
+        count = self._done_unsaid.pop(number, 0)
+        if count and self._tally is not None:
+            self._tally.add(self.index, "done", count)
 
     def _count(self, outcome: Outcome, seconds: float, record: Record) -> None:
         if outcome.state is not State.FAILED and isinstance(outcome.error, TaskNotRegistered):

@@ -41,11 +41,11 @@ class Tally:
         self._counts = state["_counts"]
         self._lock = threading.Lock()
 
-    def add(self, index: int, kind: str) -> None:
-        """Count one job of ``kind`` in the row of worker process ``index`` (the caller's)."""
+    def add(self, index: int, kind: str, count: int = 1) -> None:
+        """Count ``count`` jobs of ``kind`` in the row of worker process ``index`` (the caller's)."""
         at = index * _WIDTH + _AT[kind]
         with self._lock:
-            self._counts[at] += 1
+            self._counts[at] += count
 
     def counts(self) -> dict[str, int]:
         """The rows added up: ``{kind: jobs}``."""
