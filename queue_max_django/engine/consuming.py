@@ -220,7 +220,7 @@ class Consumer:
 
     def _ack(self, record: Record, result: Any) -> None:
         owner = self._owner
-        packed = self._packed(result)
+        packed = None if result is None else self._packed(result)
         owner._live().complete(owner._clock(), record.job_id, record._token, packed, owner.sync)
         self._succeeded(record, result.value if type(result) is Packed else result, True)
 

@@ -9,6 +9,7 @@ path), and ``peek`` likewise.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,11 +31,12 @@ from .access import (
     tally,
     unindex_job,
 )
-from .keys import LIMITED, id_key, micros, ready_key_parts, time_key, time_key_parts
-from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_STATE, PENDING, SCHEDULED
+from .keys import _PRIORITY_FLIP, LIMITED, id_key, micros, ready_key_parts, time_key, time_key_parts
+from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_PAYLOAD, F_STATE, PENDING, SCHEDULED
 from .quarantine import quarantine, report
 from .records import as_claimed, mark_running
 
+_ORDER_UNPACK_FROM = struct.Struct(">HQQ").unpack_from  # a ready key's tail (keys.ready_key_parts)
 PROMOTE_BATCH = 1000  # due jobs a claim promotes in its transaction, at most (the rest: the next claim)
 
 
@@ -149,8 +151,17 @@ def claim_many(
         # lower priority than one whose ETA has passed (the caller's view of the ETAs may be stale).
         promoted.clear()
         sched = txn.cursor(db=shard.sched)
-        if sched.first() and time_key_parts(sched.key())[0] <= now_us:
-            upkeep.promote_in(shard, txn, now_us, PROMOTE_BATCH, promoted)
+        # The earliest ETA, read once: a claim adds no scheduled job, so it is still the shard's earliest
+        # at the end, unless a promotion or a quarantine wrote there (``stale``: read it again then).
+        eta: float | None = None
+        stale = False
+        if sched.first():
+            eta_us = time_key_parts(sched.key())[0]
+            if eta_us <= now_us:
+                upkeep.promote_in(shard, txn, now_us, PROMOTE_BATCH, promoted)
+                stale = True
+            else:
+                eta = eta_us / 1_000_000
         cursor = txn.cursor(db=shard.ready)
         heads = queue_heads(cursor, queues)  # [order, key, prefix] of each queue's next job
         while len(claimed) < limit and heads:
@@ -170,10 +181,12 @@ def claim_many(
                 break
             elif isinstance(step, Outranked):
                 _tally_claims(shard, txn, claimed)
-                return claimed, step.priority, next_eta(shard, txn), bool(cursor.set_range(LIMITED))
+                eta = next_eta(shard, txn) if stale else eta
+                return claimed, step.priority, eta, bool(cursor.set_range(LIMITED))
             elif isinstance(step, CorruptedJobQuarantined):
                 if not claimed:
                     return step
+                stale = True  # the quarantine may have settled a workflow's node: read the ETA again
                 break  # keep the claims made before it; what follows is re-read by the next claim
             # The key is gone (claimed or stray: ``delete_entry``), and so is every key of its queue's
             # range before it: that queue's next job is the first key of its range. (A seek from the
@@ -185,10 +198,15 @@ def claim_many(
                 heads.remove(head)
             if alone:
                 break
-        _tally_claims(shard, txn, claimed)
+        if len(claimed) == 1:  # the queue counts after the claims left pending (one write per queue)
+            tally(shard, txn, claimed[0].queue.encode(), 0, -1)
+        elif claimed:
+            _tally_claims(shard, txn, claimed)
         after = ready_key_parts(min(heads)[1])[1] if heads else None
+        if stale:
+            eta = next_eta(shard, txn)
         # limited jobs wait past every queue's range (turns.py): one seek says whether there are any
-        return claimed, after, next_eta(shard, txn), bool(cursor.set_range(LIMITED))
+        return claimed, after, eta, bool(cursor.set_range(LIMITED))
 
     outcome = shard.env.write(txn_fn)
     if promoted:
@@ -229,7 +247,11 @@ def _claim_step(
     ``claimed``: the jobs this claim took before it (a job to be claimed alone waits for a claim of
     its own: ``ALONE_NEXT``); the job is marked ``CLAIM_BATCH`` when there are some. The first job's
     record goes into ``first_record``."""
-    _queue, priority, _ready_us, job_id = ready_key_parts(key)
+    try:  # the key's last 18 bytes: (flipped priority, ready µs, id), as ``ready_key_parts`` reads them
+        flipped, _ready_us, job_id = _ORDER_UNPACK_FROM(key, -18)
+    except struct.error:
+        _queue, priority, _ready_us, job_id = ready_key_parts(key)  # raises: a misshapen key, named
+    priority = _PRIORITY_FLIP - flipped
     if min_priority is not None and priority < min_priority:
         return Outranked(priority)
     id_k = id_key(job_id)
@@ -242,9 +264,12 @@ def _claim_step(
         return quarantine(shard, txn, job_id, key, None, now_us, str(exc))
     if record[F_STATE] != PENDING:
         return _drop_stray(shard, txn, job_id, key)
-    payload = load_payload(shard, txn, job_id, record)
+    payload = record[F_PAYLOAD]  # inline, or stored apart (``access.load_payload``)
     if payload is None:
-        return quarantine(shard, txn, job_id, key, record, now_us, f"job {job_id}: its payload is missing")
+        payload = txn.get(id_k, db=shard.payloads)
+        if payload is None:
+            missing = f"job {job_id}: its payload is missing"
+            return quarantine(shard, txn, job_id, key, record, now_us, missing)
     try:
         value = codec.unpack_stored(payload, job_id, "payload")
     except QueueCorrupted as exc:

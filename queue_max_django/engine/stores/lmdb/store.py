@@ -283,8 +283,9 @@ class LmdbStore:
         one = self._shards[shard]
         env = one.env
         waited = env.waited_writes
+        seek = None if queues is None else self.seek_filter(queues)
         claimed, priority, eta, limited = one.claim_many(
-            now, self.seek_filter(queues), lease_time, token, min_priority, worker, limit=limit
+            now, seek, lease_time, token, min_priority, worker, limit=limit
         )
         return ClaimOutcome(claimed, priority, eta, env.waited_writes != waited, limited)
 
