@@ -284,9 +284,8 @@ class LmdbStore:
         env = one.env
         waited = env.waited_writes
         seek = None if queues is None else self.seek_filter(queues)
-        claimed, priority, eta, limited = one.claim_many(
-            now, seek, lease_time, token, min_priority, worker, limit=limit
-        )
+        found = one.claim_many(now, seek, lease_time, token, min_priority, worker, limit=limit)
+        claimed, priority, eta, limited = found
         return ClaimOutcome(claimed, priority, eta, env.waited_writes != waited, limited)
 
     def claim_job(
