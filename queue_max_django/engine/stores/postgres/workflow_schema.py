@@ -202,6 +202,10 @@ BEGIN
            array_agg(ended_here ORDER BY workflow_id, child), array_agg(at ORDER BY workflow_id, child)
     INTO wfs, kids, ns, ats FROM per_child;
     FOR i IN 1 .. coalesce(cardinality(kids), 0) LOOP
+        -- qm_wf_child's first statement, without the call: a chord's callback that still waits, nearly always.
+        UPDATE qm_workflow_nodes SET waiting = waiting - ns[i]
+        WHERE workflow_id = wfs[i] AND idx = kids[i] AND state = 'waiting' AND waiting > ns[i];
+        CONTINUE WHEN FOUND;
         SELECT c.released, c.doom INTO c_released, c_doom
         FROM qm_wf_child(wfs[i], kids[i], ns[i], 'succeeded', NULL, ats[i]) AS c;
         IF c_released THEN
