@@ -189,7 +189,8 @@ BEGIN
     WITH m AS (
         SELECT (metadata -> '_workflow' ->> 0)::bigint AS wf, (metadata -> '_workflow' ->> 1)::integer AS k,
                result, finished_us
-        FROM ended WHERE state = {done} AND jsonb_typeof(metadata -> '_workflow') = 'array'),
+        FROM ended WHERE state = {done} AND jsonb_typeof(metadata -> '_workflow') = 'array'
+        ORDER BY 1, 2),  -- the nodes locked in index order, as a workflow's cancel locks them
     done_nodes AS (
         UPDATE qm_workflow_nodes n SET state = 'succeeded', result = m.result, error = NULL
         FROM m WHERE n.workflow_id = m.wf AND n.idx = m.k
