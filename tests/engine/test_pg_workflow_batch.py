@@ -48,18 +48,21 @@ def claim_all(queue: Queue, count: int) -> dict[int, tuple[int, bytes]]:
 
 def node_row(url: str, workflow_id: int, idx: int) -> tuple[Any, ...]:
     with pgserver.connect(url) as conn:
-        return conn.execute(
+        row = conn.execute(
             "SELECT state, waiting, job_id FROM qm_workflow_nodes WHERE workflow_id = %s AND idx = %s",
             (workflow_id, idx),
         ).fetchone()
+    return tuple(row)
 
 
 def jobs_of_node(url: str, workflow_id: int, idx: int) -> int:
     with pgserver.connect(url) as conn:
-        return conn.execute(
-            "SELECT count(*) FROM qm_jobs WHERE metadata -> '_workflow' = jsonb_build_array(%s::bigint, %s::int)",
+        found = conn.execute(
+            "SELECT count(*) FROM qm_jobs "
+            "WHERE metadata -> '_workflow' = jsonb_build_array(%s::bigint, %s::int)",
             (workflow_id, idx),
-        ).fetchone()[0]
+        ).fetchone()
+    return int(found[0])
 
 
 def test_a_batch_of_a_chords_members_changes_the_callbacks_count_once(queue: Queue) -> None:
@@ -101,7 +104,8 @@ def test_a_batch_of_a_chords_members_changes_the_callbacks_count_once(queue: Que
     assert [node.state for node in found.nodes[:50]] == [NodeState.SUCCEEDED] * 50
     with pgserver.connect(store.url) as conn:
         results = conn.execute(
-            "SELECT result FROM qm_workflow_nodes WHERE workflow_id = %s AND idx < 50 ORDER BY idx", (workflow_id,)
+            "SELECT result FROM qm_workflow_nodes WHERE workflow_id = %s AND idx < 50 ORDER BY idx",
+            (workflow_id,),
         ).fetchall()
     assert [bytes(row[0]) for row in results] == [pack(i) for i in range(50)]
 
@@ -140,17 +144,16 @@ def test_two_batches_that_share_children_lock_them_in_one_order(queue: Queue) ->
         except BaseException as error:  # the test reads it
             errors.append(error)
 
-    with pgserver.connect(store.url) as blocker:
-        with blocker.transaction():
-            blocker.execute(
-                "SELECT 1 FROM qm_workflow_nodes WHERE workflow_id = %s AND idx = 4 FOR UPDATE", (workflow_id,)
-            )
-            first = threading.Thread(target=ack, args=((0, 1),))
-            first.start()
-            waiting_for_locks(store.url, 1)
-            second = threading.Thread(target=ack, args=((2, 3),))
-            second.start()
-            waiting_for_locks(store.url, 2)
+    with pgserver.connect(store.url) as blocker, blocker.transaction():
+        blocker.execute(
+            "SELECT 1 FROM qm_workflow_nodes WHERE workflow_id = %s AND idx = 4 FOR UPDATE", (workflow_id,)
+        )
+        first = threading.Thread(target=ack, args=((0, 1),))
+        first.start()
+        waiting_for_locks(store.url, 1)
+        second = threading.Thread(target=ack, args=((2, 3),))
+        second.start()
+        waiting_for_locks(store.url, 2)
     first.join(WAIT)
     second.join(WAIT)
     assert not first.is_alive() and not second.is_alive()
@@ -166,7 +169,11 @@ def test_a_failed_member_in_a_batch_cancels_the_callback_once_the_rest_succeed(q
     count to zero: it is cancelled then (its children's walk), never released, its count stored as 0."""
     store: Any = queue._store
     members = [NewNode(f"m{i}", pack(i), spec(max_retries=0)) for i in range(5)]
-    nodes = [*members, NewNode("cb", pack("cb"), spec(), tuple(range(5))), NewNode("after", pack(0), spec(), (5,))]
+    nodes = [
+        *members,
+        NewNode("cb", pack("cb"), spec(), tuple(range(5))),
+        NewNode("after", pack(0), spec(), (5,)),
+    ]
     workflow_id = store.workflows.put(T0, 0, nodes)
     held = claim_all(queue, 5)
     store.fail(T0 + 1, *held[0], ("boom", "ValueError", None), None, False)

@@ -178,8 +178,8 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM ended WHERE metadata ? '_workflow') THEN
         RETURN NULL;  -- no node ended here (a statement of plain jobs): one scan of its rows
     END IF;
-    FOR r IN SELECT (metadata -> '_workflow' ->> 0)::bigint AS wf, (metadata -> '_workflow' ->> 1)::integer AS k,
-                    error, error_type, finished_us
+    FOR r IN SELECT (metadata -> '_workflow' ->> 0)::bigint AS wf,
+                    (metadata -> '_workflow' ->> 1)::integer AS k, error, error_type, finished_us
              FROM ended WHERE state <> {done} AND jsonb_typeof(metadata -> '_workflow') = 'array'
              ORDER BY 1, 2 LOOP
         PERFORM qm_wf_settle(r.wf, r.k,
@@ -203,7 +203,7 @@ BEGIN
            array_agg(ended_here ORDER BY workflow_id, child), array_agg(at ORDER BY workflow_id, child)
     INTO wfs, kids, ns, ats FROM per_child;
     FOR i IN 1 .. coalesce(cardinality(kids), 0) LOOP
-        -- qm_wf_child's first statement, without the call: a chord's callback that still waits, nearly always.
+        -- qm_wf_child's first statement without its call (a chord's callback that still waits)
         UPDATE qm_workflow_nodes SET waiting = waiting - ns[i]
         WHERE workflow_id = wfs[i] AND idx = kids[i] AND state = 'waiting' AND waiting > ns[i];
         CONTINUE WHEN FOUND;
