@@ -36,12 +36,13 @@ from . import schedules as schedule_schema
 from .tag_schema import TAGS_DDL
 from .workflow_schema import FUNCTIONS, WORKFLOW_TABLES, workflow_ddl
 
-SCHEMA_VERSION = 11  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples;
+SCHEMA_VERSION = 12  # 2: the metadata column of qm_jobs and qm_finished, qm_cancels, qm_samples;
 # 3: qm_pauses; 4: holds of unique keys (qm_unique.hold, until_us); 5: workflows; 6: concurrency limits;
 # 7: qm_moved (queue_transfer); 8: limit slots (qm_limit_slots, qm_take_slots) and a dead letter's limits
 # (qm_finished.cgroup, climits, cns); 9: qm_schedules; 10: qm_wf_settle records a node's end, and a
 # child's count that stays above zero, in one statement each (CREATE OR REPLACE); 11: the tag indexes
-# (tag_schema.py)
+# (tag_schema.py); 12: qm_wf_finished is a statement trigger that settles an acknowledged batch's nodes at
+# once, a child's count changed once per statement (qm_wf_child; CREATE OR REPLACE, the trigger re-created)
 LIMIT_FUNCTIONS = ("qm_claim_limited", "qm_take_slots", "qm_take_many")
 SLOTS_VERSION = 8  # a database from before this version gets slots for its running limited jobs
 COUNTER_SLOTS = 16
