@@ -6,6 +6,7 @@ the walk of one parent at a time stored (the count, one release)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -202,3 +203,62 @@ def test_schema_version_11_is_brought_up_to_the_statement_trigger(pg_url: str) -
             "SELECT action_orientation FROM information_schema.triggers WHERE trigger_name = 'qm_wf_finished'"
         ).fetchall()
         assert level == [("STATEMENT",)]
+
+
+def _count_updates() -> list[str]:
+    """The settling's quick updates of a waiting child's count, as the DDL has them, with their plpgsql
+    variables as parameters ($1 workflow, $2 child, $3 parents ended; the parents succeeded)."""
+    from queue_max_django.engine.stores.postgres.workflow_schema import workflow_ddl
+
+    ddl = workflow_ddl(0, 1, 2, -1, "qm_test")
+    found = re.findall(r"UPDATE qm_workflow_nodes SET waiting = waiting - (\S+)\n\s*WHERE ([^;]+);", ddl)
+    statements = []
+    for by, where in found:
+        workflow, child = re.findall(r"workflow_id = (\S+) AND idx = (\S+) AND", where)[0]
+        names = {workflow: "$1", child: "$2"}
+        names[by] = "$3"
+        names["p_st"] = "'succeeded'"  # qm_wf_child's: how the parents ended
+        for name, param in sorted(names.items(), key=lambda item: -len(item[0])):
+            where = where.replace(name, param)
+        statements.append(f"UPDATE qm_workflow_nodes SET waiting = waiting - $3 WHERE {where}")
+    return statements
+
+
+def test_a_childs_count_is_found_by_its_key_not_by_the_waiting_nodes(queue: Queue) -> None:
+    """Each step of a chain of 3,000 takes one from the next step's count: the plan PL/pgSQL caches for that
+    update (a generic one, after five runs) finds the child by its primary key. With the state tested as an
+    indexed column it walked the (workflow_id, state) index over every node still waiting: the steps of a
+    chain of n read n(n-1)/2 rows in all, whenever the table's statistics say that few nodes wait (the
+    usual case: most nodes of a store have ended), as they do here."""
+    store: Any = queue._store
+    with pgserver.connect(store.url) as conn:
+        # the statistics of a store whose nodes have ended: 1,000 old workflows' 20,000 (ids of their own,
+        # below 0), analyzed
+        conn.execute(
+            "INSERT INTO qm_workflows (id, created_us, nodes) "
+            "SELECT -g, 0, 20 FROM generate_series(1, 1000) AS g"
+        )
+        conn.execute(
+            "INSERT INTO qm_workflow_nodes "
+            "(workflow_id, idx, name, parents, children, always, waiting, state) "
+            "SELECT -w, i, 'n', '{}', '{}', false, 0, 'succeeded' "
+            "FROM generate_series(1, 1000) AS w, generate_series(0, 19) AS i"
+        )
+        conn.execute("ANALYZE qm_workflow_nodes")
+    nodes = [NewNode("s0", pack(0), spec())]
+    nodes += [NewNode(f"s{i}", pack(i), spec(), (i - 1,)) for i in range(1, 3000)]
+    workflow_id = store.workflows.put(T0, 0, nodes)
+    statements = _count_updates()
+    assert len(statements) == 2  # qm_wf_child's, and the batch settling's copy of it
+    with pgserver.connect(store.url) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        for number, statement in enumerate(statements):
+            conn.execute(f"PREPARE count_update_{number} (bigint, integer, integer) AS {statement}")
+            conn.execute("BEGIN")
+            explained = conn.execute(
+                f"EXPLAIN (ANALYZE) EXECUTE count_update_{number} ({workflow_id:d}, 1500, 1)"
+            )
+            plan = "\n".join(row[0] for row in explained)
+            conn.execute("ROLLBACK")
+            assert "qm_workflow_nodes_pkey" in plan, plan
+            assert "Rows Removed by Filter: 1\n" in plan + "\n", plan  # the one row of the key, not 2,999

@@ -74,9 +74,12 @@ DECLARE
 BEGIN
     released := false;
     -- A child that still waits on another parent after these, and whose doom does not change: one statement
-    -- (a chord's callback, nearly always).
+    -- (a chord's callback, nearly always). Its state is tested as "(state = 'waiting') IS TRUE", which no
+    -- index serves, so that the plan finds the row by its primary key: with "state = 'waiting'" the generic
+    -- plan took the (workflow_id, state) index and walked every waiting node of the workflow, each step of
+    -- a chain of n reading the n waiting after it (0.6 ms a step at 3,000; 0.02 ms by the key).
     UPDATE qm_workflow_nodes SET waiting = waiting - p_ended
-    WHERE workflow_id = p_wf AND idx = p_child AND state = 'waiting' AND waiting > p_ended
+    WHERE workflow_id = p_wf AND idx = p_child AND (state = 'waiting') IS TRUE AND waiting > p_ended
       AND (p_st = 'succeeded' OR doomed IS NOT NULL);
     IF FOUND THEN
         RETURN;
@@ -205,7 +208,7 @@ BEGIN
     FOR i IN 1 .. coalesce(cardinality(kids), 0) LOOP
         -- qm_wf_child's first statement without its call (a chord's callback that still waits)
         UPDATE qm_workflow_nodes SET waiting = waiting - ns[i]
-        WHERE workflow_id = wfs[i] AND idx = kids[i] AND state = 'waiting' AND waiting > ns[i];
+        WHERE workflow_id = wfs[i] AND idx = kids[i] AND (state = 'waiting') IS TRUE AND waiting > ns[i];
         CONTINUE WHEN FOUND;
         SELECT c.released, c.doom INTO c_released, c_doom
         FROM qm_wf_child(wfs[i], kids[i], ns[i], 'succeeded', NULL, ats[i]) AS c;
