@@ -165,26 +165,27 @@ def ended(shard: Any, txn: Any, record: list[Any]) -> None:
     """The job ``record`` (a node's: its metadata holds the mark) just ended, or is being deleted while it
     waited: settle its node in this transaction. Its time is the job's end, or for a removal (which is
     given none) the shard's latest put time, never the wall clock."""
-    now_us = record[F_FINISHED_AT]
-    if now_us is None:
-        now_us = put_counters(txn.get(COUNTERS_KEY, db=shard.jobs))[2]
     found = wf.node_of(record[F_METADATA])
     if found is None:
         return
     workflow_id, index = found
     batch: dict[bytes, list[Any]] | None = shard.wf_batch
-    head = _read(txn, shard.workflows, _head_key(workflow_id), batch)
+    head_key = _head_key(workflow_id)
+    head = _read(txn, shard.workflows, head_key, batch)
     if head is None:
         return  # forgotten, or a job whose metadata was copied from a node's
     state = record[F_STATE]
     if state == DONE:
         outcome, result, error = wf.NodeState.SUCCEEDED, record[F_RESULT], None
-        if _succeeded(shard.workflows, txn, workflow_id, index, head, result, batch):
+        if _succeeded(shard.workflows, txn, workflow_id, index, head_key, head, result, batch):
             return
     elif state == FAILED:
         outcome, result, error = wf.ending(True, record[F_ERROR_TYPE]), None, record[F_ERROR]
     else:
         outcome, result, error = wf.NodeState.CANCELLED, None, "cancelled: its job was removed"
+    now_us = record[F_FINISHED_AT]
+    if now_us is None:
+        now_us = put_counters(txn.get(COUNTERS_KEY, db=shard.jobs))[2]
     flush(shard, txn)  # what the quick settlings of this transaction kept back, before a full one reads
     graph = LmdbGraph(shard, txn, workflow_id, now_us)
     graph.head = head
@@ -203,7 +204,7 @@ def _read(txn: Any, db: Any, key: bytes, batch: dict[bytes, list[Any]] | None) -
         if kept is not None:
             return kept
     raw = txn.get(key, db=db)
-    return None if raw is None else list(_unpack(raw))
+    return None if raw is None else _unpack(raw)  # a new list (msgpack's arrays decode as lists)
 
 
 def _write(txn: Any, db: Any, key: bytes, value: list[Any], batch: dict[bytes, list[Any]] | None) -> None:
@@ -224,19 +225,20 @@ def flush(shard: Any, txn: Any) -> None:
 
 
 def _succeeded(
-    db: Any, txn: Any, workflow_id: int, index: int, head: list[Any], result: Any, batch: Any
+    db: Any, txn: Any, workflow_id: int, index: int, head_key: bytes, head: list[Any], result: Any, batch: Any
 ) -> bool:
     """``wf.settle`` of a node that succeeded and releases no child (each child it has still waits on
     another parent after it): a chord member's end, nearly always. Its state part, each waiting child's
     count and the head are rewritten as they are, with no ``Node`` built; inside ``complete_many`` the
     head and the children's parts are written once for all the transaction's members (``batch``). False,
     with nothing written, when a child would be released (``settle`` does that, and all the rest)."""
-    fixed = _unpack(txn.get(_node_key(workflow_id, index), db=db))
-    key = _state_key(workflow_id, index)
+    at = _NODE.pack(workflow_id, index)  # the node's keys: b"N"/b"S" + at (workflow_keys)
+    key = b"S" + at
     own = _read(txn, db, key, batch)
     assert own is not None
     if own[1] in _ENDED:
         return True  # ended before: settled once only (as ``settle`` skips it)
+    fixed = _unpack(txn.get(b"N" + at, db=db))  # [name, children, always, payload, spec]
     if fixed[3] is not None:
         return False  # still holds its payload (``settle`` clears it)
     children: list[tuple[bytes, list[Any]]] = []
@@ -255,7 +257,7 @@ def _succeeded(
         child[0] -= 1
         _write(txn, db, child_key, child, batch)
     head[3] -= 1
-    _write(txn, db, _head_key(workflow_id), head, batch)
+    _write(txn, db, head_key, head, batch)
     return True
 
 
