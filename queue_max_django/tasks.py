@@ -12,7 +12,6 @@ import copy
 import datetime as dt
 import functools
 import inspect
-import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,7 +22,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from .commits import Commit, waits_for_commit, written
-from .conf import Applied, caller_connection, callers_alias, get_config, get_queue, lent_to
+from .conf import Applied, QueueMaxConfig, caller_connection, callers_alias, get_config, get_queue, lent_to
 from .coordination import unique as unique_jobs
 from .coordination.concurrency import TaskConcurrency, job_limits, store_by_limits
 from .coordination.flow import apply_flow, breaker_policy
@@ -38,52 +37,26 @@ from .engine import (
     codec,
     parse_rate,
 )
-from .engine.classify import exception_types
+from .engine.classify import ExceptionTypes, exception_types
 from .engine.metadata import normalized as normalized_metadata
 from .engine.tags import check_tags, with_tags
 from .engine.uniqueness import SKIP, STARTED
-from .engine.validate import validate_queue_name
 from .observability import tracing
 from .results import JobMismatch, JobResult
 from .running.registry import Registry
 from .running.registry import registry as _registry
 from .running.runner import run_now
 from .signals import in_callers_transaction
+from .taskoptions import check_options
 from .workflows import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-PRIORITY_MIN, PRIORITY_MAX = -100, 100
-ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...] | list[type[BaseException]]
-
 
 # The registry (registry.py) typed with what it holds: every task registered is a Task (the decorators below
 # register them), though runner.py and checks.py, which cannot import this module, see only RegisteredTask.
 registry = cast("Registry[Task[..., Any]]", _registry)
-
-
-def _check_options(
-    *,
-    priority: int,
-    queue: str,
-    max_retries: int | None,
-    retry_backoff: float | None,
-    timeout: float | None,
-) -> None:
-    if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-        raise ValueError(f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}")
-    validate_queue_name(queue)
-    if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
-        raise ValueError(f"max_retries must be None or an int >= 0, not {max_retries!r}")
-    for label, value, minimum in (("retry_backoff", retry_backoff, 0.0), ("timeout", timeout, 0.001)):
-        if value is not None and (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < minimum
-        ):
-            raise ValueError(f"{label} must be None or a number of seconds >= {minimum:g}, not {value!r}")
 
 
 def _unstorable(value: Any) -> str | None:
@@ -119,7 +92,7 @@ class Task(Generic[P, R]):
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task decorates a function, not {func!r}")
-        _check_options(
+        check_options(
             priority=priority,
             queue=queue,
             max_retries=max_retries,
@@ -198,7 +171,7 @@ class Task(Generic[P, R]):
         clone.queue = self.queue if queue is None else queue
         clone.max_retries = self.max_retries if max_retries is None else max_retries
         clone.timeout = self.timeout if timeout is None else float(timeout)
-        _check_options(
+        check_options(
             priority=clone.priority,
             queue=clone.queue,
             max_retries=clone.max_retries,
@@ -414,8 +387,8 @@ class Task(Generic[P, R]):
                         f"float, str, bytes, or lists/dicts of those (an id rather than a model instance)."
                     )
 
-    def _put_options(self) -> dict[str, Any]:
-        timeout = self.timeout if self.timeout is not None else get_config().timeout
+    def _put_options(self, config: QueueMaxConfig | None = None) -> dict[str, Any]:
+        timeout = self.timeout if self.timeout is not None else (config or get_config()).timeout
         return {
             "priority": self.priority,
             "queue": self.queue,
@@ -427,9 +400,12 @@ class Task(Generic[P, R]):
             "metadata": with_tags(self.metadata, self.tags) or None,
         }
 
-    def _limits(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[tuple[str, int], ...] | None:
+    def _limits(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], config: QueueMaxConfig | None = None
+    ) -> tuple[tuple[str, int], ...] | None:
         """The concurrency limits of one call (``concurrency.job_limits``; None: none)."""
-        return job_limits(self.concurrency, self.queue, get_config().queue_concurrency, args, kwargs)
+        limits = (config or get_config()).queue_concurrency
+        return job_limits(self.concurrency, self.queue, limits, args, kwargs)
 
     def _prepare(self, queue: Queue, joined: Any = None) -> Queue:
         """Apply this task's rate limit and breaker to the store, once per ``Queue`` (the first enqueue in
@@ -445,12 +421,12 @@ class Task(Generic[P, R]):
         return apply_flow(queue, self.name, self.rate_limit, self.circuit_breaker, write)
 
     def _enqueue_maybe_on_commit(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> JobResult:
-        joined = caller_connection()  # the store's database is the one the caller is in a transaction on
-        if joined is not None:
-            return self._enqueue(args, kwargs, connection=joined)  # stronger than waiting for the commit
-        config = get_config()
+        config = get_config()  # read once for the whole enqueue (a single put's client CPU counts)
+        joined = caller_connection(config)  # the store's database, if the caller is in a transaction on it
+        if joined is not None:  # stronger than waiting for the commit
+            return self._enqueue(args, kwargs, connection=joined, config=config)
         if config.immediate or not waits_for_commit(self.enqueue_on_commit, config.enqueue_on_commit):
-            return self._enqueue(args, kwargs)
+            return self._enqueue(args, kwargs, config=config)
         self._bind(args, kwargs)  # fail now, not at commit, on arguments that cannot be stored
         unique_jobs.keys_of(self, [(args, kwargs)])  # and on a key function that fails
         if _unstorable(self._payload(args, kwargs)) is not None:
@@ -460,22 +436,29 @@ class Task(Generic[P, R]):
         return handle
 
     def _enqueue(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, connection: Any = None
-    ) -> JobResult:
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, connection: Any = None,
+        config: QueueMaxConfig | None = None,
+    ) -> JobResult:  # fmt: skip
         """Store the job now: on the store's own connection, or on ``connection`` (the caller's, in its
-        transaction: ``conf.caller_connection()``)."""
+        transaction: ``conf.caller_connection()``). ``config``: ``get_config()``, if the caller has it."""
+        config = config or get_config()
         self._bind(args, kwargs)
         payload = self._payload(args, kwargs)
         if _unstorable(payload) is not None:
             self._check_storable(args, kwargs)
-        if get_config().immediate:
+        if config.immediate:
             return self._run_now(payload)
         queue = self._prepare(get_queue(), connection)
-        options = {**self._put_options(), "concurrency": self._limits(args, kwargs)}
-        alias = callers_alias(connection)
+        options = self._put_options(config)
+        options["concurrency"] = self._limits(args, kwargs, config)
+        alias = callers_alias(connection, config)
         with tracing.sending(self.name, self.queue, options) as sending:
-            with in_callers_transaction(alias), lent_to(queue, connection):  # (a clock's reading too)
-                job_id, dup = unique_jobs.store_one(self, queue, payload, args, kwargs, connection, options)
+            if connection is None:  # a transaction of its own: nothing to join, nothing lent
+                job_id, dup = unique_jobs.store_one(self, queue, payload, args, kwargs, None, options)
+            else:
+                with in_callers_transaction(alias), lent_to(queue, connection):  # (a clock's reading too)
+                    put = unique_jobs.store_one(self, queue, payload, args, kwargs, connection, options)
+                job_id, dup = put
             sending.sent(job_id)
         return JobResult(job_id, task_name=self.name, commit=written(alias, [job_id]), deduplicated=dup)
 

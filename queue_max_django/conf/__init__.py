@@ -281,6 +281,12 @@ def get_queue(*, create: bool = True) -> Queue:
     caller's connection and the limits are read on it (``lent_to``): no second server connection is needed,
     which through a pool of one would wait for the caller's transaction. Limits that differ are written
     right after that transaction commits; after a rollback the next call looks again (``Applied``)."""
+    queue = _cache.queue  # the common case, read without the lock: the queue of the current config
+    if (
+        queue is not None and _cache.queue_config is get_config() and _cache.pid == os.getpid()
+        and not queue.closed and not _cache.limits.due(queue)
+    ):  # fmt: skip
+        return queue
     with _cache.lock:  # reset() takes it too: a queue is never cached for a config already forgotten
         config = get_config()
         queue = _cache.queue
@@ -322,19 +328,22 @@ def store_class(config: QueueMaxConfig) -> type[Store]:
     return STORE_KINDS[config.store].store_class()
 
 
-def caller_connection() -> Any | None:
+def caller_connection(config: QueueMaxConfig | None = None) -> Any | None:
     """The caller's psycopg connection when a job enqueued now joins the caller's transaction: the
     PostgreSQL store lives in the ``DATABASE`` alias and this thread is inside ``transaction.atomic()`` on
-    it (not in ``IMMEDIATE`` mode, where the job is claimed at once by another connection). Else None."""
-    config = get_config()
+    it (not in ``IMMEDIATE`` mode, where the job is claimed at once by another connection). Else None.
+    ``config``: ``get_config()``, if the caller has it already."""
+    config = config or get_config()
     return STORE_KINDS[config.store].caller_connection(config)
 
 
-def callers_alias(joined: Any | None) -> str | None:
+def callers_alias(joined: Any | None, config: QueueMaxConfig | None = None) -> str | None:
     """The alias whose transaction a put on ``joined`` (what ``caller_connection()`` returned) is part of:
     the store's ``DATABASE`` alias, or None when the put is a transaction of its own."""
-    config = get_config()
-    return None if joined is None else STORE_KINDS[config.store].callers_alias(config)
+    if joined is None:
+        return None
+    config = config or get_config()
+    return STORE_KINDS[config.store].callers_alias(config)
 
 
 def _open_queue(config: QueueMaxConfig) -> Queue:

@@ -40,7 +40,7 @@ from ..types import (
 from . import cancels, claims, history, job_sql, reads, schema, tagged, uniqueness, upkeep
 from .clock import ServerClock
 from .concurrency import PgConcurrency, limit_new
-from .connection import PREPARE_THRESHOLD, Connections, display_url, savepoint
+from .connection import PREPARE_THRESHOLD, Connections, display_url, savepoint, server_bound
 from .control import PgControl
 from .coordination import PgCoordination
 from .hints import PgHints
@@ -213,7 +213,7 @@ class PostgresStore:
         if len(batches) == 1 and batches[0].unique is None and batches[0].spec.concurrency is None:
             conn = self.db.connection()  # one statement: its own transaction, one round trip
             with self.db.guard(conn):
-                return self._enqueue_on(conn, now, batches)
+                return self._enqueue_on(self.db.runner(conn), now, batches)
         with self.db.transaction() as conn:
             return self._enqueue_on(conn, now, batches)
 
@@ -265,30 +265,21 @@ class PostgresStore:
         return ids
 
     def _joined_execute(self, conn: Any) -> Callable[[str, Any], Any]:
-        """How the statements of a put run on the caller's connection. Django's binds parameters on the
-        client (its ``ClientCursor``): each put would send its SQL as new text, which the server plans
-        every time, and the put's plan costs more than running it. So they run on a cursor that binds on
-        the server, prepared on that connection (psycopg keeps the prepared statements per connection),
-        unless the store is behind a transaction pooler (``prepare_threshold`` None: nothing prepared)."""
-        cursor = self.db.psycopg.Cursor(conn)
-        prepare = self.db.prepare_threshold is not None
-
-        def execute(sql: str, params: Any) -> Any:
-            return cursor.execute(sql, params, prepare=prepare)
-
-        return execute
+        """How the statements of a put run on the caller's connection: bound on the server and prepared
+        there once they ran the store's ``prepare_threshold`` times (``connection.server_bound``)."""
+        return server_bound(conn, self.db.caller_cursor(conn), self.db.prepare_threshold)
 
     def one(self, sql: str, params: Any) -> Any:
         """One statement in its own (implicit) transaction on this thread's connection: one round trip.
         -> its first row."""
         conn = self.db.connection()
         with self.db.guard(conn):
-            return conn.execute(sql, params).fetchone()
+            return self.db.runner(conn).execute(sql, params).fetchone()
 
     def rows(self, sql: str, params: Any) -> list[Any]:
         conn = self.db.connection()
         with self.db.guard(conn):
-            rows: list[Any] = conn.execute(sql, params).fetchall()
+            rows: list[Any] = self.db.runner(conn).execute(sql, params).fetchall()
             return rows
 
     # ------------------------------------------------------------------ claims
