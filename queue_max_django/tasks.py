@@ -12,6 +12,7 @@ import copy
 import datetime as dt
 import functools
 import inspect
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,16 +39,17 @@ from .engine import (
     parse_rate,
 )
 from .engine.classify import ExceptionTypes, exception_types
+from .engine.job import PRIORITY_MAX, PRIORITY_MIN
 from .engine.metadata import normalized as normalized_metadata
 from .engine.tags import check_tags, with_tags
 from .engine.uniqueness import SKIP, STARTED
+from .engine.validate import validate_queue_name
 from .observability import tracing
 from .results import JobMismatch, JobResult
 from .running.registry import Registry
 from .running.registry import registry as _registry
 from .running.runner import run_now
 from .signals import in_callers_transaction
-from .taskoptions import check_options
 from .workflows import Signature
 
 P = ParamSpec("P")
@@ -59,10 +61,21 @@ R = TypeVar("R")
 registry = cast("Registry[Task[..., Any]]", _registry)
 
 
-def _unstorable(value: Any) -> str | None:
-    """Why the engine's codec refuses ``value`` (None when it stores it so that it reads back): a value
-    msgpack cannot encode, or one it encodes so that it cannot be decoded (a tuple as a dict key)."""
-    return codec.unstorable(value)
+def _check_options(
+    *, priority: int, queue: str, max_retries: int | None, retry_backoff: float | None, timeout: float | None
+) -> None:
+    """``ValueError`` naming the bad one of a task's own options (``@task(...)``, ``.using(...)``)."""
+    if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValueError(f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}")
+    validate_queue_name(queue)
+    if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
+        raise ValueError(f"max_retries must be None or an int >= 0, not {max_retries!r}")
+    for label, value, minimum in (("retry_backoff", retry_backoff, 0.0), ("timeout", timeout, 0.001)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value < minimum
+        ):  # fmt: skip
+            raise ValueError(f"{label} must be None or a number of seconds >= {minimum:g}, not {value!r}")
 
 
 class Task(Generic[P, R]):
@@ -92,7 +105,7 @@ class Task(Generic[P, R]):
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task decorates a function, not {func!r}")
-        check_options(
+        _check_options(
             priority=priority,
             queue=queue,
             max_retries=max_retries,
@@ -123,6 +136,11 @@ class Task(Generic[P, R]):
         self.enqueue_on_commit: bool | None = None  # None: QUEUE_MAX["ENQUEUE_ON_COMMIT"]
         self.is_async = inspect.iscoroutinefunction(func)
         self._signature = inspect.signature(func)
+        params = self._signature.parameters.values()  # a call of len(params) positionals binds, if plain:
+        plain = all(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params
+        )
+        self._arity = len(params) if plain else None  # (_bind skips Signature.bind then)
         # at most ``concurrency`` jobs running (per key, with ``concurrency_key``): concurrency.py
         self.concurrency = TaskConcurrency(self.name, self._signature, concurrency, concurrency_key)
         self._flow_applied = Applied()  # this task's limit and breaker, in the store (_prepare)
@@ -171,7 +189,7 @@ class Task(Generic[P, R]):
         clone.queue = self.queue if queue is None else queue
         clone.max_retries = self.max_retries if max_retries is None else max_retries
         clone.timeout = self.timeout if timeout is None else float(timeout)
-        check_options(
+        _check_options(
             priority=clone.priority,
             queue=clone.queue,
             max_retries=clone.max_retries,
@@ -239,7 +257,7 @@ class Task(Generic[P, R]):
         for index, (call_args, call_kwargs) in enumerate(calls):
             self._bind(call_args, call_kwargs, label=f"item {index} of .map()")
         payloads = [self._payload(a, k) for a, k in calls]
-        if _unstorable(payloads) is not None:
+        if codec.unstorable(payloads) is not None:
             for index, (call_args, call_kwargs) in enumerate(calls):
                 self._check_storable(call_args, call_kwargs, label=f"item {index} of .map()")
         self._check_sizes(payloads)  # the item's index in the message (put_parts checks them all too)
@@ -358,6 +376,8 @@ class Task(Generic[P, R]):
                 )
 
     def _bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, label: str = "") -> None:
+        if not kwargs and len(args) == self._arity:
+            return  # what Signature.bind would accept, without its cost (a single put's CPU counts)
         try:
             self._signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -378,7 +398,7 @@ class Task(Generic[P, R]):
             else:
                 items = [(pname, value)]
             for argument, item in items:
-                problem = _unstorable(item)
+                problem = codec.unstorable(item)
                 if problem is not None:
                     where = f" ({label})" if label else ""
                     raise PayloadNotSerializable(
@@ -397,15 +417,16 @@ class Task(Generic[P, R]):
             "timeout": timeout,
             "delay": self.delay_seconds,
             "eta": self.eta,
-            "metadata": with_tags(self.metadata, self.tags) or None,
+            "metadata": (with_tags(self.metadata, self.tags) if self.tags else self.metadata) or None,
         }
 
     def _limits(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], config: QueueMaxConfig | None = None
     ) -> tuple[tuple[str, int], ...] | None:
         """The concurrency limits of one call (``concurrency.job_limits``; None: none)."""
-        limits = (config or get_config()).queue_concurrency
-        return job_limits(self.concurrency, self.queue, limits, args, kwargs)
+        return job_limits(
+            self.concurrency, self.queue, (config or get_config()).queue_concurrency, args, kwargs
+        )
 
     def _prepare(self, queue: Queue, joined: Any = None) -> Queue:
         """Apply this task's rate limit and breaker to the store, once per ``Queue`` (the first enqueue in
@@ -429,7 +450,7 @@ class Task(Generic[P, R]):
             return self._enqueue(args, kwargs, config=config)
         self._bind(args, kwargs)  # fail now, not at commit, on arguments that cannot be stored
         unique_jobs.keys_of(self, [(args, kwargs)])  # and on a key function that fails
-        if _unstorable(self._payload(args, kwargs)) is not None:
+        if codec.unstorable(self._payload(args, kwargs)) is not None:
             self._check_storable(args, kwargs)
         handle = JobResult(None, task_name=self.name)
         handle._commit = Commit(store=lambda: handle.bind(self._enqueue(args, kwargs)))
@@ -444,21 +465,17 @@ class Task(Generic[P, R]):
         config = config or get_config()
         self._bind(args, kwargs)
         payload = self._payload(args, kwargs)
-        if _unstorable(payload) is not None:
+        if codec.unstorable(payload) is not None:
             self._check_storable(args, kwargs)
         if config.immediate:
             return self._run_now(payload)
         queue = self._prepare(get_queue(), connection)
         options = self._put_options(config)
         options["concurrency"] = self._limits(args, kwargs, config)
-        alias = callers_alias(connection, config)
+        alias = None if connection is None else callers_alias(connection, config)
         with tracing.sending(self.name, self.queue, options) as sending:
-            if connection is None:  # a transaction of its own: nothing to join, nothing lent
-                job_id, dup = unique_jobs.store_one(self, queue, payload, args, kwargs, None, options)
-            else:
-                with in_callers_transaction(alias), lent_to(queue, connection):  # (a clock's reading too)
-                    put = unique_jobs.store_one(self, queue, payload, args, kwargs, connection, options)
-                job_id, dup = put
+            with in_callers_transaction(alias), lent_to(queue, connection):  # (a clock's reading too)
+                job_id, dup = unique_jobs.store_one(self, queue, payload, args, kwargs, connection, options)
             sending.sent(job_id)
         return JobResult(job_id, task_name=self.name, commit=written(alias, [job_id]), deduplicated=dup)
 

@@ -174,7 +174,10 @@ def lent_to(queue: Queue, joined: Any | None) -> contextlib.AbstractContextManag
     """Inside the block, this thread's operations of ``queue`` run on ``joined`` (what
     ``caller_connection()`` returned: the caller's connection in its transaction), or on the store's own
     connections when it is None."""
-    return contextlib.nullcontext() if joined is None else queue.on_connection(joined)
+    return _NOT_LENT if joined is None else queue.on_connection(joined)
+
+
+_NOT_LENT = contextlib.nullcontext()
 
 
 class Applied:
@@ -240,6 +243,15 @@ class _Cache:
 
 
 _cache = _Cache()
+_pid = os.getpid()  # this process's, kept up to date at fork rather than asked for on every get_queue()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def get_config() -> QueueMaxConfig:
@@ -283,7 +295,7 @@ def get_queue(*, create: bool = True) -> Queue:
     right after that transaction commits; after a rollback the next call looks again (``Applied``)."""
     queue = _cache.queue  # the common case, read without the lock: the queue of the current config
     if (
-        queue is not None and _cache.queue_config is get_config() and _cache.pid == os.getpid()
+        queue is not None and _cache.queue_config is get_config() and _cache.pid == _pid
         and not queue.closed and not _cache.limits.due(queue)
     ):  # fmt: skip
         return queue

@@ -10,6 +10,7 @@ import pytest
 from queue_max_django.engine import Queue, State, StoreError
 from queue_max_django.engine.stores.postgres.store import PostgresStore
 from tests import pgserver
+from tests.engine.procs import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -125,8 +126,16 @@ def test_the_store_keeps_one_cursor_per_connection_and_a_failed_statement_leaves
             store.one("SELECT 1 / %s", (0,))
         second = q.put("second")
         assert store.db.runner(store.db.connection()) is kept
-        admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
-        admin.commit()
+        pid = conn.info.backend_pid
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+        wait_for(  # gone once the server has reaped it: its goodbye is then on the socket
+            lambda: (
+                not admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[
+                    0
+                ]
+            ),
+            what="the store's backend to end",
+        )
         third = q.put("third")
         renewed = store.db.connection()
         assert renewed is not conn and store.db.runner(renewed).connection is renewed

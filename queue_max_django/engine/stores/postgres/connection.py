@@ -22,7 +22,7 @@ drops the connection during an operation, ``StoreError`` (the ``psycopg`` error 
 commit was not confirmed is never retried here, since it may have committed, so nothing is written twice
 and nothing is lost silently. The next operation reconnects, waiting between attempts (``RECONNECT_DELAYS``)
 so that a restarting server is not hammered. A connection the server closed while it sat idle between
-operations (a restart, a failover, an idle timeout) is seen before it is used (``hung_up``: one poll of
+operations (a restart, a failover, an idle timeout) is seen before it is used (``_Held.hung_up``: one poll of
 its socket) and replaced, so the operation runs on a new one instead of failing.
 
 A thread may lend the store its own connection for a while (``Connections.borrowed``: Django's, inside the
@@ -78,21 +78,6 @@ def load_psycopg() -> Any:
     return psycopg
 
 
-def hung_up(conn: Any) -> bool:
-    """Whether the server has ended ``conn`` while it sat idle between operations: its socket is readable.
-    Between this store's operations the server has nothing to say (these connections LISTEN to nothing), so
-    anything to read is its goodbye (``FATAL: terminating connection``) or the end of the stream; the rare
-    message of another kind (a setting reported after a configuration reload) costs a needless reconnect,
-    never an error. One ``poll()`` that does not wait."""
-    try:
-        fd = conn.pgconn.socket
-    except Exception:  # closed or broken already
-        return True
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLPRI)
-    return bool(poller.poll(0))
-
-
 def display_url(url: str) -> str:
     """``url`` without its password, for logs and ``info()``."""
     parts = urlsplit(url)
@@ -107,11 +92,29 @@ class _Held:
     """A thread's connection, as its thread-local holds it: when the thread ends, Python drops the
     thread's locals, and the finalizer registered on this object closes the connection."""
 
-    __slots__ = ("__weakref__", "conn", "cursor")
+    __slots__ = ("__weakref__", "_poller", "conn", "cursor")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.cursor: Any = None  # made on first use (Connections.runner)
+        self._poller: Any = None
+
+    def hung_up(self) -> bool:
+        """Whether the server has ended the connection while it sat idle between operations: its socket is
+        readable. Between this store's operations the server has nothing to say (these connections LISTEN
+        to nothing), so anything to read is its goodbye (``FATAL: terminating connection``) or the end of
+        the stream; the rare message of another kind (a setting reported after a configuration reload)
+        costs a needless reconnect, never an error. One ``poll()`` that does not wait, on a poller of the
+        connection's socket kept from one call to the next."""
+        poller = self._poller
+        if poller is None:
+            try:
+                fd = self.conn.pgconn.socket
+            except Exception:  # closed or broken already
+                return True
+            poller = self._poller = select.poll()
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+        return bool(poller.poll(0))
 
 
 def savepoint(conn: Any) -> Any:
@@ -223,7 +226,7 @@ class Connections:
             return lent
         held = getattr(self._local, "held", None)
         if held is not None and not held.conn.closed:
-            if not hung_up(held.conn):
+            if not held.hung_up():
                 return held.conn
             self._drop(held.conn)  # the server ended it while idle (a restart): nothing was sent on it
         if self._closed:

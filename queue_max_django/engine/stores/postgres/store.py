@@ -249,11 +249,12 @@ class PostgresStore:
             )  # fmt: skip
             if len(payloads) == 1:  # a statement the server plans once (job_sql._enqueue_one_sql)
                 params["payload"] = payloads[0]
-                statement = job_sql.ENQUEUE_ONE[state, joined]
+                one, _sent, lead = execute(job_sql.ENQUEUE_ONE[state, joined], params).fetchone()
+                new = [one]
             else:
                 params.update(payloads=payloads, count=len(payloads), state=state)
                 statement = job_sql.ENQUEUE_JOINED if joined else job_sql.ENQUEUE
-            new, _sent, lead = execute(statement, params).fetchone()
+                new, _sent, lead = execute(statement, params).fetchone()
             if spec.concurrency is not None:  # in the same transaction (concurrency.py)
                 execute(*limit_new(new, spec, self.params(now=now_us)))
                 lead = True
