@@ -195,7 +195,18 @@ class PostgresStore:
     # ------------------------------------------------------------------ enqueue
 
     def put_one(self, now: float, shard: int, payload: bytes, spec: JobSpec) -> int:
-        return self.enqueue(now, shard, [NewJobs((payload,), spec)], False)[0]
+        """One job, the common put (no unique key, not in a caller's transaction): its one statement in
+        its own transaction, one round trip, without ``enqueue``'s batches around it."""
+        if spec.concurrency is not None:  # a second statement in the same transaction
+            return self.enqueue(now, shard, [NewJobs((payload,), spec)], False)[0]
+        state, params = self._put_params(spec, micros(now))
+        params["payload"] = payload
+        conn = self.db.connection()
+        with self.db.guard(conn):
+            row = self.db.runner(conn).execute(job_sql.ENQUEUE_ONE[state, False], params).fetchone()
+        if row[2]:  # it leads its queue: wake a consumer of this process (the NOTIFY wakes the others)
+            self.hints.local()
+        return int(row[0])
 
     def enqueue(
         self, now: float, shard: int | None, batches: Sequence[NewJobs], durable: bool, connection: Any = None
@@ -234,19 +245,7 @@ class PostgresStore:
                     ids.append(holder)
                     continue
             spec = batch.spec
-            ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
-            state = SCHEDULED if ready_us > now_us else PENDING
-            if state == PENDING:
-                # FIFO outlives the clock stepping back, for this process's puts: a new job is never
-                # ready before the last one it put (the id breaks the tie; across processes, the server's
-                # clock orders them).
-                ready_us = self._ready_floor = max(now_us, self._ready_floor)
-            params = self.params(
-                queue=spec.queue, name=spec.name, priority=spec.priority, ready=ready_us,
-                max_retries=spec.max_retries, now=now_us, timeout=spec.timeout,
-                partition_key=pack_key(spec.partition_key),
-                metadata=None if spec.metadata is None else spec.metadata.decode(),
-            )  # fmt: skip
+            state, params = self._put_params(spec, now_us)
             if len(payloads) == 1:  # a statement the server plans once (job_sql._enqueue_one_sql)
                 params["payload"] = payloads[0]
                 one, _sent, lead = execute(job_sql.ENQUEUE_ONE[state, joined], params).fetchone()
@@ -264,6 +263,24 @@ class PostgresStore:
                 uniqueness.name(execute, rule, new[0])
             ids.extend(new)
         return ids
+
+    def _put_params(self, spec: JobSpec, now_us: int) -> tuple[int, dict[str, Any]]:
+        """The state of new jobs of ``spec`` put at ``now_us``, and their statement's parameters (all but
+        the payloads)."""
+        ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
+        state = SCHEDULED if ready_us > now_us else PENDING
+        if state == PENDING:
+            # FIFO outlives the clock stepping back, for this process's puts: a new job is never ready
+            # before the last one it put (the id breaks the tie; across processes, the server's clock
+            # orders them).
+            ready_us = self._ready_floor = max(now_us, self._ready_floor)
+        params = self.params(
+            queue=spec.queue, name=spec.name, priority=spec.priority, ready=ready_us,
+            max_retries=spec.max_retries, now=now_us, timeout=spec.timeout,
+            partition_key=pack_key(spec.partition_key),
+            metadata=None if spec.metadata is None else spec.metadata.decode(),
+        )  # fmt: skip
+        return state, params
 
     def _joined_execute(self, conn: Any) -> Callable[[str, Any], Any]:
         """How the statements of a put run on the caller's connection: bound on the server and prepared
