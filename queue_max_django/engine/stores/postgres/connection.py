@@ -88,6 +88,17 @@ def display_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
+class _ThreadState(threading.local):
+    """A thread's state in ``Connections``: its connection (``held``), the caller's connection it lent the
+    store (``lent``), the cursor kept on a caller's connection (``caller``). The class's None values are
+    every thread's until it sets its own, so reading one is a plain attribute read (a ``getattr`` with a
+    default that misses raises and catches inside: dearer, on every operation)."""
+
+    held: _Held | None = None
+    lent: Borrowed | None = None
+    caller: Any = None
+
+
 class _Held:
     """A thread's connection, as its thread-local holds it: when the thread ends, Python drops the
     thread's locals, and the finalizer registered on this object closes the connection."""
@@ -191,7 +202,7 @@ class Connections:
         self.conninfo = conninfo
         self.application_name = application_name
         self.prepare_threshold = prepare_threshold
-        self._local = threading.local()
+        self._local = _ThreadState()
         self._all: dict[Any, weakref.finalize[Any, Any]] = {}  # thread connection -> its closer
         self._lock = threading.Lock()
         self._generation = fork_generation()
@@ -221,10 +232,10 @@ class Connections:
         """This thread's connection (opened, or reopened after a failure, on first use)."""
         if self._generation != fork_generation():
             self._after_fork()
-        lent = getattr(self._local, "lent", None)
+        lent = self._local.lent
         if lent is not None:
             return lent
-        held = getattr(self._local, "held", None)
+        held = self._local.held
         if held is not None and not held.conn.closed:
             if not held.hung_up():
                 return held.conn
@@ -257,7 +268,7 @@ class Connections:
         it kept from one statement to the next, or ``conn`` itself when it is lent (``borrowed``). A new
         psycopg cursor (``conn.execute`` makes one) finds again how to send each parameter's type: a
         quarter of a single put's CPU in this process, which a kept cursor spends once."""
-        held = getattr(self._local, "held", None)
+        held = self._local.held
         if held is None or held.conn is not conn:
             return conn
         cursor = held.cursor
@@ -268,7 +279,7 @@ class Connections:
     def caller_cursor(self, conn: Any) -> Any:
         """A cursor of ``conn``, a caller's connection, that binds on the server; kept for this thread's
         next statement on the same connection (``runner``'s reason), until one on another."""
-        kept = getattr(self._local, "caller", None)
+        kept = self._local.caller
         if kept is not None and kept.connection is conn:
             return kept
         cursor = self._local.caller = self.psycopg.Cursor(conn)
@@ -276,7 +287,7 @@ class Connections:
 
     def lent(self) -> Borrowed | None:
         """The caller's connection that this thread lent the store (``borrowed``), or None."""
-        lent: Borrowed | None = getattr(self._local, "lent", None)
+        lent: Borrowed | None = self._local.lent
         return lent
 
     @contextlib.contextmanager
@@ -285,7 +296,7 @@ class Connections:
         open transaction of the caller's: Django's in ``transaction.atomic()``), not on the store's own."""
         if conn.autocommit:
             raise StoreError("a connection lent to the store must be inside a transaction (not autocommit)")
-        previous = getattr(self._local, "lent", None)
+        previous = self._local.lent
         prepare = None if self.prepare_threshold is not None else False
         self._local.lent = Borrowed(conn, self.psycopg.Cursor, prepare)
         try:
@@ -296,7 +307,7 @@ class Connections:
     def close_thread(self) -> None:
         """Close this thread's connection now (a thread that is done with the store; the next operation
         of this thread opens a new one)."""
-        held = getattr(self._local, "held", None)
+        held = self._local.held
         if held is not None:
             self._drop(held.conn)
 
@@ -375,7 +386,7 @@ class Connections:
             closer = self._all.pop(conn, None)
         if closer is not None:
             closer.detach()
-        held = getattr(self._local, "held", None)
+        held = self._local.held
         if held is not None and held.conn is conn:
             self._local.held = None
 
@@ -385,7 +396,7 @@ class Connections:
             closers, self._all = list(self._all.values()), {}
         for closer in closers:
             closer.detach()
-        self._local = threading.local()
+        self._local = _ThreadState()
         self._generation = fork_generation()
         self._pid = os.getpid()
 
