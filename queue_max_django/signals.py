@@ -227,10 +227,20 @@ def reset_stats() -> None:
 # ---------------------------------------------------------------------- engine callbacks
 
 
-@contextlib.contextmanager
-def in_callers_transaction(alias: str | None) -> Iterator[None]:
+def in_callers_transaction(alias: str | None) -> contextlib.AbstractContextManager[None]:
     """Around a put that joins the caller's transaction on ``alias`` (None: one that does not): the jobs
-    it stores are announced when that transaction commits, not before."""
+    it stores are announced when that transaction commits, not before. (A put of its own outside any such
+    block, the common case, costs no context manager of its own.)"""
+    if alias is None and _joined_alias.get() is None:
+        return _OUTSIDE
+    return _joining(alias)
+
+
+_OUTSIDE = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _joining(alias: str | None) -> Iterator[None]:
     token = _joined_alias.set(alias)
     try:
         yield

@@ -23,7 +23,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from .commits import Commit, waits_for_commit, written
-from .conf import Applied, caller_connection, callers_alias, get_config, get_queue, lent_to
+from .conf import Applied, QueueMaxConfig, caller_connection, callers_alias, get_config, get_queue, lent_to
 from .coordination import unique as unique_jobs
 from .coordination.concurrency import TaskConcurrency, job_limits, store_by_limits
 from .coordination.flow import apply_flow, breaker_policy
@@ -38,7 +38,8 @@ from .engine import (
     codec,
     parse_rate,
 )
-from .engine.classify import exception_types
+from .engine.classify import ExceptionTypes, exception_types
+from .engine.job import PRIORITY_MAX, PRIORITY_MIN
 from .engine.metadata import normalized as normalized_metadata
 from .engine.tags import check_tags, with_tags
 from .engine.uniqueness import SKIP, STARTED
@@ -54,9 +55,6 @@ from .workflows import Signature
 P = ParamSpec("P")
 R = TypeVar("R")
 
-PRIORITY_MIN, PRIORITY_MAX = -100, 100
-ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...] | list[type[BaseException]]
-
 
 # The registry (registry.py) typed with what it holds: every task registered is a Task (the decorators below
 # register them), though runner.py and checks.py, which cannot import this module, see only RegisteredTask.
@@ -64,13 +62,9 @@ registry = cast("Registry[Task[..., Any]]", _registry)
 
 
 def _check_options(
-    *,
-    priority: int,
-    queue: str,
-    max_retries: int | None,
-    retry_backoff: float | None,
-    timeout: float | None,
+    *, priority: int, queue: str, max_retries: int | None, retry_backoff: float | None, timeout: float | None
 ) -> None:
+    """``ValueError`` naming the bad one of a task's own options (``@task(...)``, ``.using(...)``)."""
     if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         raise ValueError(f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}")
     validate_queue_name(queue)
@@ -78,18 +72,10 @@ def _check_options(
         raise ValueError(f"max_retries must be None or an int >= 0, not {max_retries!r}")
     for label, value, minimum in (("retry_backoff", retry_backoff, 0.0), ("timeout", timeout, 0.001)):
         if value is not None and (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
             or value < minimum
-        ):
+        ):  # fmt: skip
             raise ValueError(f"{label} must be None or a number of seconds >= {minimum:g}, not {value!r}")
-
-
-def _unstorable(value: Any) -> str | None:
-    """Why the engine's codec refuses ``value`` (None when it stores it so that it reads back): a value
-    msgpack cannot encode, or one it encodes so that it cannot be decoded (a tuple as a dict key)."""
-    return codec.unstorable(value)
 
 
 class Task(Generic[P, R]):
@@ -150,6 +136,11 @@ class Task(Generic[P, R]):
         self.enqueue_on_commit: bool | None = None  # None: QUEUE_MAX["ENQUEUE_ON_COMMIT"]
         self.is_async = inspect.iscoroutinefunction(func)
         self._signature = inspect.signature(func)
+        params = self._signature.parameters.values()  # a call of len(params) positionals binds, if plain:
+        plain = all(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params
+        )
+        self._arity = len(params) if plain else None  # (_bind skips Signature.bind then)
         # at most ``concurrency`` jobs running (per key, with ``concurrency_key``): concurrency.py
         self.concurrency = TaskConcurrency(self.name, self._signature, concurrency, concurrency_key)
         self._flow_applied = Applied()  # this task's limit and breaker, in the store (_prepare)
@@ -266,7 +257,7 @@ class Task(Generic[P, R]):
         for index, (call_args, call_kwargs) in enumerate(calls):
             self._bind(call_args, call_kwargs, label=f"item {index} of .map()")
         payloads = [self._payload(a, k) for a, k in calls]
-        if _unstorable(payloads) is not None:
+        if codec.unstorable(payloads) is not None:
             for index, (call_args, call_kwargs) in enumerate(calls):
                 self._check_storable(call_args, call_kwargs, label=f"item {index} of .map()")
         self._check_sizes(payloads)  # the item's index in the message (put_parts checks them all too)
@@ -385,6 +376,8 @@ class Task(Generic[P, R]):
                 )
 
     def _bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, label: str = "") -> None:
+        if not kwargs and len(args) == self._arity:
+            return  # what Signature.bind would accept, without its cost (a single put's CPU counts)
         try:
             self._signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -405,7 +398,7 @@ class Task(Generic[P, R]):
             else:
                 items = [(pname, value)]
             for argument, item in items:
-                problem = _unstorable(item)
+                problem = codec.unstorable(item)
                 if problem is not None:
                     where = f" ({label})" if label else ""
                     raise PayloadNotSerializable(
@@ -414,8 +407,8 @@ class Task(Generic[P, R]):
                         f"float, str, bytes, or lists/dicts of those (an id rather than a model instance)."
                     )
 
-    def _put_options(self) -> dict[str, Any]:
-        timeout = self.timeout if self.timeout is not None else get_config().timeout
+    def _put_options(self, config: QueueMaxConfig | None = None) -> dict[str, Any]:
+        timeout = self.timeout if self.timeout is not None else (config or get_config()).timeout
         return {
             "priority": self.priority,
             "queue": self.queue,
@@ -424,12 +417,16 @@ class Task(Generic[P, R]):
             "timeout": timeout,
             "delay": self.delay_seconds,
             "eta": self.eta,
-            "metadata": with_tags(self.metadata, self.tags) or None,
+            "metadata": (with_tags(self.metadata, self.tags) if self.tags else self.metadata) or None,
         }
 
-    def _limits(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[tuple[str, int], ...] | None:
+    def _limits(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], config: QueueMaxConfig | None = None
+    ) -> tuple[tuple[str, int], ...] | None:
         """The concurrency limits of one call (``concurrency.job_limits``; None: none)."""
-        return job_limits(self.concurrency, self.queue, get_config().queue_concurrency, args, kwargs)
+        return job_limits(
+            self.concurrency, self.queue, (config or get_config()).queue_concurrency, args, kwargs
+        )
 
     def _prepare(self, queue: Queue, joined: Any = None) -> Queue:
         """Apply this task's rate limit and breaker to the store, once per ``Queue`` (the first enqueue in
@@ -445,34 +442,37 @@ class Task(Generic[P, R]):
         return apply_flow(queue, self.name, self.rate_limit, self.circuit_breaker, write)
 
     def _enqueue_maybe_on_commit(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> JobResult:
-        joined = caller_connection()  # the store's database is the one the caller is in a transaction on
-        if joined is not None:
-            return self._enqueue(args, kwargs, connection=joined)  # stronger than waiting for the commit
-        config = get_config()
+        config = get_config()  # read once for the whole enqueue (a single put's client CPU counts)
+        joined = caller_connection(config)  # the store's database, if the caller is in a transaction on it
+        if joined is not None:  # stronger than waiting for the commit
+            return self._enqueue(args, kwargs, connection=joined, config=config)
         if config.immediate or not waits_for_commit(self.enqueue_on_commit, config.enqueue_on_commit):
-            return self._enqueue(args, kwargs)
+            return self._enqueue(args, kwargs, config=config)
         self._bind(args, kwargs)  # fail now, not at commit, on arguments that cannot be stored
         unique_jobs.keys_of(self, [(args, kwargs)])  # and on a key function that fails
-        if _unstorable(self._payload(args, kwargs)) is not None:
+        if codec.unstorable(self._payload(args, kwargs)) is not None:
             self._check_storable(args, kwargs)
         handle = JobResult(None, task_name=self.name)
         handle._commit = Commit(store=lambda: handle.bind(self._enqueue(args, kwargs)))
         return handle
 
     def _enqueue(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, connection: Any = None
-    ) -> JobResult:
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, connection: Any = None,
+        config: QueueMaxConfig | None = None,
+    ) -> JobResult:  # fmt: skip
         """Store the job now: on the store's own connection, or on ``connection`` (the caller's, in its
-        transaction: ``conf.caller_connection()``)."""
+        transaction: ``conf.caller_connection()``). ``config``: ``get_config()``, if the caller has it."""
+        config = config or get_config()
         self._bind(args, kwargs)
         payload = self._payload(args, kwargs)
-        if _unstorable(payload) is not None:
+        if codec.unstorable(payload) is not None:
             self._check_storable(args, kwargs)
-        if get_config().immediate:
+        if config.immediate:
             return self._run_now(payload)
         queue = self._prepare(get_queue(), connection)
-        options = {**self._put_options(), "concurrency": self._limits(args, kwargs)}
-        alias = callers_alias(connection)
+        options = self._put_options(config)
+        options["concurrency"] = self._limits(args, kwargs, config)
+        alias = None if connection is None else callers_alias(connection, config)
         with tracing.sending(self.name, self.queue, options) as sending:
             with in_callers_transaction(alias), lent_to(queue, connection):  # (a clock's reading too)
                 job_id, dup = unique_jobs.store_one(self, queue, payload, args, kwargs, connection, options)

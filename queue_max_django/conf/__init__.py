@@ -174,7 +174,10 @@ def lent_to(queue: Queue, joined: Any | None) -> contextlib.AbstractContextManag
     """Inside the block, this thread's operations of ``queue`` run on ``joined`` (what
     ``caller_connection()`` returned: the caller's connection in its transaction), or on the store's own
     connections when it is None."""
-    return contextlib.nullcontext() if joined is None else queue.on_connection(joined)
+    return _NOT_LENT if joined is None else queue.on_connection(joined)
+
+
+_NOT_LENT = contextlib.nullcontext()
 
 
 class Applied:
@@ -240,6 +243,15 @@ class _Cache:
 
 
 _cache = _Cache()
+_pid = os.getpid()  # this process's, kept up to date at fork rather than asked for on every get_queue()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def get_config() -> QueueMaxConfig:
@@ -281,6 +293,12 @@ def get_queue(*, create: bool = True) -> Queue:
     caller's connection and the limits are read on it (``lent_to``): no second server connection is needed,
     which through a pool of one would wait for the caller's transaction. Limits that differ are written
     right after that transaction commits; after a rollback the next call looks again (``Applied``)."""
+    queue = _cache.queue  # the common case, read without the lock: the queue of the current config
+    if (
+        queue is not None and _cache.queue_config is get_config() and _cache.pid == _pid
+        and not queue.closed and not _cache.limits.due(queue)
+    ):  # fmt: skip
+        return queue
     with _cache.lock:  # reset() takes it too: a queue is never cached for a config already forgotten
         config = get_config()
         queue = _cache.queue
@@ -322,19 +340,22 @@ def store_class(config: QueueMaxConfig) -> type[Store]:
     return STORE_KINDS[config.store].store_class()
 
 
-def caller_connection() -> Any | None:
+def caller_connection(config: QueueMaxConfig | None = None) -> Any | None:
     """The caller's psycopg connection when a job enqueued now joins the caller's transaction: the
     PostgreSQL store lives in the ``DATABASE`` alias and this thread is inside ``transaction.atomic()`` on
-    it (not in ``IMMEDIATE`` mode, where the job is claimed at once by another connection). Else None."""
-    config = get_config()
+    it (not in ``IMMEDIATE`` mode, where the job is claimed at once by another connection). Else None.
+    ``config``: ``get_config()``, if the caller has it already."""
+    config = config or get_config()
     return STORE_KINDS[config.store].caller_connection(config)
 
 
-def callers_alias(joined: Any | None) -> str | None:
+def callers_alias(joined: Any | None, config: QueueMaxConfig | None = None) -> str | None:
     """The alias whose transaction a put on ``joined`` (what ``caller_connection()`` returned) is part of:
     the store's ``DATABASE`` alias, or None when the put is a transaction of its own."""
-    config = get_config()
-    return None if joined is None else STORE_KINDS[config.store].callers_alias(config)
+    if joined is None:
+        return None
+    config = config or get_config()
+    return STORE_KINDS[config.store].callers_alias(config)
 
 
 def _open_queue(config: QueueMaxConfig) -> Queue:

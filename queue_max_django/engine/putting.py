@@ -152,7 +152,9 @@ class Putter:
         pending jobs are over the threshold."""
         owner = self._owner
         events = owner.events
-        if events.listening(JOB_ENQUEUED):
+        if len(ids) == 1:  # a single put: emit asks what listening would (no second look)
+            events.emit(JOB_ENQUEUED, job_id=ids[0], queue=queue, name=name)
+        elif events.listening(JOB_ENQUEUED):
             for job_id in ids:
                 events.emit(JOB_ENQUEUED, job_id=job_id, queue=queue, name=name)
         threshold = owner.alert_threshold

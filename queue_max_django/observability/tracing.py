@@ -31,19 +31,21 @@ SYSTEM = "queue_max_django"
 
 _api: Any = None  # (trace, propagate, StatusCode, tracer) once imported; False when not installed
 _no_op: Any = ()  # the API's NoOpTracer class, once imported (no class matches the empty tuple before)
+_current: Any = None  # the API's context.get_current, once imported
 
 
 def _load() -> Any:
-    global _api, _no_op
+    global _api, _no_op, _current
     if _api is None:
         try:
-            from opentelemetry import propagate, trace
+            from opentelemetry import context, propagate, trace
             from opentelemetry.trace import StatusCode
         except ImportError:
             _api = False
         else:
             _no_op = getattr(trace, "NoOpTracer", ())
             _api = (trace, propagate, StatusCode, trace.get_tracer("queue_max_django"))
+            _current = context.get_current
     return _api
 
 
@@ -91,12 +93,15 @@ def sending(
     when there is one (``metadata_with_trace``). Without the API: a no-op context whose handle carries
     nothing, ``options`` untouched. With the API's no-op tracer (no SDK configured) no span is made: such a
     span would record nothing and carry only the current context, which is then put in the carrier as it is
-    (a remote parent an instrumentation made current), or nothing when there is none. An exception raised
+    (a remote parent an instrumentation made current), or nothing when there is none (an empty
+    context is not even handed to the propagator: a single put's CPU counts). An exception raised
     inside is recorded on the span and propagates."""
     api = _api or _load()
     if not api:
         return _NULL_SEND
     if _records_nothing(api[3]):
+        if not _current():  # an empty context: nothing to carry (nor a propagator's cost to find so)
+            return _NULL_SEND
         carrier: dict[str, str] = {}
         api[1].inject(carrier)
         if not carrier:

@@ -354,6 +354,7 @@ def test_a_forked_child_builds_its_own_queue(queue_max: Configure, monkeypatch: 
     with queue_max():
         parent = get_queue()
         monkeypatch.setattr("queue_max_django.conf.os.getpid", lambda: -1)
+        monkeypatch.setattr("queue_max_django.conf._pid", -1)  # what its at-fork hook sets in a child
         child = get_queue()
         assert child is not parent
         assert not parent.closed  # the parent's queue is not the child's to close

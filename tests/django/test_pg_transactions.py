@@ -213,3 +213,38 @@ def test_job_enqueued_is_sent_when_the_caller_s_transaction_commits(pg_store: Co
     finally:
         signals.job_enqueued.disconnect(receiver)
         signals.reset_stats()
+
+
+def test_a_delay_in_atomic_is_prepared_on_django_s_connection_and_its_own_statements_are_not(
+    pg_store: Configure, pg_url: str
+) -> None:
+    """Django's connection prepares nothing (``prepare_threshold`` None): the store prepares its put's
+    statement there once it ran the store's threshold of times (5), so the server stops parsing and
+    planning every ``.delay()`` in ``atomic()``; Django's own statements are not prepared, its threshold
+    stays None, and after a rollback (which deallocates them) the puts go on and nothing rolled back is
+    stored."""
+
+    def prepared() -> list[str]:
+        with connections[ALIAS].cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements")
+            return [row[0] for row in cursor.fetchall()]
+
+    with pg_store():
+        handles = []
+        for n in range(8):
+            with transaction.atomic(using=ALIAS):
+                handles.append(add.delay(n, n))
+                with connections[ALIAS].cursor() as cursor:
+                    cursor.execute("SELECT %s::int", [n])
+        texts = prepared()
+        assert len(texts) == 1 and "INSERT INTO qm_jobs" in texts[0], texts
+        assert connections[ALIAS].connection.prepare_threshold is None
+        with pytest.raises(Rollback), transaction.atomic(using=ALIAS):
+            add.delay(100, 100)
+            raise Rollback
+        assert prepared() == []
+        for n in range(8, 10):
+            with transaction.atomic(using=ALIAS):
+                handles.append(add.delay(n, n))
+        assert [job_id for job_id, _t, _n in stored_jobs(pg_url)] == sorted(int(h.id) for h in handles)
+        assert get_queue().stats()["total"] == 10 and get_queue().verify() == []

@@ -319,3 +319,32 @@ def test_enqueue_on_commit_makes_delay_wait_for_the_commit(queue_max: Configure)
 def test_importing_the_package_does_not_import_django() -> None:
     code = "import sys, queue_max_django; assert 'django' not in sys.modules, sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def _plain(a: int, b: int) -> None: ...
+def _defaults(a: int, b: int = 2) -> None: ...
+def _keyword_only(a: int, *, b: int) -> None: ...
+def _var(*args: int, **kwargs: int) -> None: ...
+def _none() -> None: ...
+
+
+@pytest.mark.parametrize("func", [_plain, _defaults, _keyword_only, _var, _none])
+def test_a_call_is_refused_or_accepted_exactly_as_signature_bind_says(func: Callable[..., None]) -> None:
+    """``.delay()``'s argument check skips ``Signature.bind`` for a call of exactly the parameters of a
+    function whose parameters are all positional without defaults; every call is accepted or refused as
+    ``bind`` would."""
+    import inspect
+
+    made = Task(func)
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((), {}), ((1,), {}), ((1, 2), {}), ((1, 2, 3), {}), ((1,), {"b": 2}), ((), {"a": 1, "b": 2}),
+        ((1, 2), {"b": 3}),
+    ]  # fmt: skip
+    for args, kwargs in calls:
+        try:
+            inspect.signature(func).bind(*args, **kwargs)
+        except TypeError:
+            with pytest.raises(TypeError, match="cannot be called with these arguments"):
+                made._bind(args, kwargs)
+        else:
+            made._bind(args, kwargs)

@@ -252,33 +252,6 @@ def test_a_unique_put_first_in_a_caller_s_transaction_rolls_back_with_it(pg_url:
         q.close()
 
 
-def _prepared(conn: object) -> int:
-    return int(conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0])  # type: ignore[attr-defined]
-
-
-@pytest.mark.parametrize("pooled", [False, True], ids=["direct", "transaction-pooled"])
-def test_a_put_on_a_client_binding_caller_connection_is_prepared_unless_pooled(
-    pg_url: str, pooled: bool
-) -> None:
-    """Django's connection binds parameters on the client (``ClientCursor``): a put in its transaction runs
-    on a cursor that binds on the server, prepared there, so the server does not plan the put's statement
-    again for every job; behind a transaction pooler (``prepare_threshold=None``) nothing is prepared."""
-    import psycopg
-
-    store = PostgresStore.open(pg_url, listen=False, prepare_threshold=None if pooled else 5)
-    q = Queue(store, do_recover=False, do_vacuum=False)  # type: ignore[arg-type]
-    caller = psycopg.connect(pg_url, cursor_factory=psycopg.ClientCursor)
-    try:
-        for n in range(3):
-            with caller.transaction():
-                q.put(n, connection=caller)
-        assert _prepared(caller) == (0 if pooled else 1)
-        assert q.stats()["pending"] == 3
-    finally:
-        caller.close()
-        q.close()
-
-
 @pytest.mark.parametrize("delay", [None, 60.0], ids=["pending", "scheduled"])
 def test_a_single_put_is_planned_once_by_the_server(pg_url: str, delay: float | None) -> None:
     """The statement of a single put has nothing whose cost depends on a parameter's value, so the server

@@ -22,7 +22,7 @@ drops the connection during an operation, ``StoreError`` (the ``psycopg`` error 
 commit was not confirmed is never retried here, since it may have committed, so nothing is written twice
 and nothing is lost silently. The next operation reconnects, waiting between attempts (``RECONNECT_DELAYS``)
 so that a restarting server is not hammered. A connection the server closed while it sat idle between
-operations (a restart, a failover, an idle timeout) is seen before it is used (``hung_up``: one poll of
+operations (a restart, a failover, an idle timeout) is seen before it is used (``_Held.hung_up``: one poll of
 its socket) and replaced, so the operation runs on a new one instead of failing.
 
 A thread may lend the store its own connection for a while (``Connections.borrowed``: Django's, inside the
@@ -37,6 +37,7 @@ that one that fails leaves the caller's transaction usable.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import threading
@@ -77,21 +78,6 @@ def load_psycopg() -> Any:
     return psycopg
 
 
-def hung_up(conn: Any) -> bool:
-    """Whether the server has ended ``conn`` while it sat idle between operations: its socket is readable.
-    Between this store's operations the server has nothing to say (these connections LISTEN to nothing), so
-    anything to read is its goodbye (``FATAL: terminating connection``) or the end of the stream; the rare
-    message of another kind (a setting reported after a configuration reload) costs a needless reconnect,
-    never an error. One ``poll()`` that does not wait."""
-    try:
-        fd = conn.pgconn.socket
-    except Exception:  # closed or broken already
-        return True
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLPRI)
-    return bool(poller.poll(0))
-
-
 def display_url(url: str) -> str:
     """``url`` without its password, for logs and ``info()``."""
     parts = urlsplit(url)
@@ -102,14 +88,44 @@ def display_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
+class _ThreadState(threading.local):
+    """A thread's state in ``Connections``: its connection (``held``), the caller's connection it lent the
+    store (``lent``), the cursor kept on a caller's connection (``caller``). The class's None values are
+    every thread's until it sets its own, so reading one is a plain attribute read (a ``getattr`` with a
+    default that misses raises and catches inside: dearer, on every operation)."""
+
+    held: _Held | None = None
+    lent: Borrowed | None = None
+    caller: Any = None
+
+
 class _Held:
     """A thread's connection, as its thread-local holds it: when the thread ends, Python drops the
     thread's locals, and the finalizer registered on this object closes the connection."""
 
-    __slots__ = ("__weakref__", "conn")
+    __slots__ = ("__weakref__", "_poller", "conn", "cursor")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        self.cursor: Any = None  # made on first use (Connections.runner)
+        self._poller: Any = None
+
+    def hung_up(self) -> bool:
+        """Whether the server has ended the connection while it sat idle between operations: its socket is
+        readable. Between this store's operations the server has nothing to say (these connections LISTEN
+        to nothing), so anything to read is its goodbye (``FATAL: terminating connection``) or the end of
+        the stream; the rare message of another kind (a setting reported after a configuration reload)
+        costs a needless reconnect, never an error. One ``poll()`` that does not wait, on a poller of the
+        connection's socket kept from one call to the next."""
+        poller = self._poller
+        if poller is None:
+            try:
+                fd = self.conn.pgconn.socket
+            except Exception:  # closed or broken already
+                return True
+            poller = self._poller = select.poll()
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+        return bool(poller.poll(0))
 
 
 def savepoint(conn: Any) -> Any:
@@ -121,6 +137,31 @@ def savepoint(conn: Any) -> Any:
     if conn.info.transaction_status.name == "IDLE":
         conn.execute("SELECT 1")
     return conn.transaction()
+
+
+def server_bound(conn: Any, cursor: Any, threshold: int | None) -> Callable[[str, Any], Any]:
+    """How the store runs its statements on a caller's connection (a put in the caller's transaction): on a
+    cursor of it that binds on the server (``cursor``: Django's cursors bind on the client, so each put
+    would send its SQL as new text, which the server parses and plans every time, at more than the cost of
+    running it), prepared once they ran ``threshold`` times on that connection (psycopg counts them and
+    keeps the prepared statements per connection), or never with ``threshold`` None (behind a transaction
+    pooler). A caller's connection with a ``prepare_threshold`` of its own keeps it; one with None, as
+    Django's are made, prepares only these statements: the store's threshold is set while one runs, so
+    that none of the caller's own is prepared or counted. psycopg forgets the prepared statements at a
+    rollback of the connection (``DEALLOCATE ALL``: a round trip) and prepares them again when due."""
+    if threshold is None:
+        return functools.partial(cursor.execute, prepare=False)
+
+    def execute(sql: str, params: Any) -> Any:
+        if conn.prepare_threshold is not None:
+            return cursor.execute(sql, params)
+        conn.prepare_threshold = threshold
+        try:
+            return cursor.execute(sql, params)
+        finally:
+            conn.prepare_threshold = None
+
+    return execute
 
 
 class Borrowed:
@@ -161,7 +202,7 @@ class Connections:
         self.conninfo = conninfo
         self.application_name = application_name
         self.prepare_threshold = prepare_threshold
-        self._local = threading.local()
+        self._local = _ThreadState()
         self._all: dict[Any, weakref.finalize[Any, Any]] = {}  # thread connection -> its closer
         self._lock = threading.Lock()
         self._generation = fork_generation()
@@ -191,12 +232,12 @@ class Connections:
         """This thread's connection (opened, or reopened after a failure, on first use)."""
         if self._generation != fork_generation():
             self._after_fork()
-        lent = getattr(self._local, "lent", None)
+        lent = self._local.lent
         if lent is not None:
             return lent
-        held = getattr(self._local, "held", None)
+        held = self._local.held
         if held is not None and not held.conn.closed:
-            if not hung_up(held.conn):
+            if not held.hung_up():
                 return held.conn
             self._drop(held.conn)  # the server ended it while idle (a restart): nothing was sent on it
         if self._closed:
@@ -222,9 +263,31 @@ class Connections:
         self._local.held = held
         return conn
 
+    def runner(self, conn: Any) -> Any:
+        """What runs one statement on ``conn``, this thread's connection (``connection()``): a cursor of
+        it kept from one statement to the next, or ``conn`` itself when it is lent (``borrowed``). A new
+        psycopg cursor (``conn.execute`` makes one) finds again how to send each parameter's type: a
+        quarter of a single put's CPU in this process, which a kept cursor spends once."""
+        held = self._local.held
+        if held is None or held.conn is not conn:
+            return conn
+        cursor = held.cursor
+        if cursor is None:
+            cursor = held.cursor = conn.cursor()
+        return cursor
+
+    def caller_cursor(self, conn: Any) -> Any:
+        """A cursor of ``conn``, a caller's connection, that binds on the server; kept for this thread's
+        next statement on the same connection (``runner``'s reason), until one on another."""
+        kept = self._local.caller
+        if kept is not None and kept.connection is conn:
+            return kept
+        cursor = self._local.caller = self.psycopg.Cursor(conn)
+        return cursor
+
     def lent(self) -> Borrowed | None:
         """The caller's connection that this thread lent the store (``borrowed``), or None."""
-        lent: Borrowed | None = getattr(self._local, "lent", None)
+        lent: Borrowed | None = self._local.lent
         return lent
 
     @contextlib.contextmanager
@@ -233,7 +296,7 @@ class Connections:
         open transaction of the caller's: Django's in ``transaction.atomic()``), not on the store's own."""
         if conn.autocommit:
             raise StoreError("a connection lent to the store must be inside a transaction (not autocommit)")
-        previous = getattr(self._local, "lent", None)
+        previous = self._local.lent
         prepare = None if self.prepare_threshold is not None else False
         self._local.lent = Borrowed(conn, self.psycopg.Cursor, prepare)
         try:
@@ -244,7 +307,7 @@ class Connections:
     def close_thread(self) -> None:
         """Close this thread's connection now (a thread that is done with the store; the next operation
         of this thread opens a new one)."""
-        held = getattr(self._local, "held", None)
+        held = self._local.held
         if held is not None:
             self._drop(held.conn)
 
@@ -323,7 +386,7 @@ class Connections:
             closer = self._all.pop(conn, None)
         if closer is not None:
             closer.detach()
-        held = getattr(self._local, "held", None)
+        held = self._local.held
         if held is not None and held.conn is conn:
             self._local.held = None
 
@@ -333,7 +396,7 @@ class Connections:
             closers, self._all = list(self._all.values()), {}
         for closer in closers:
             closer.detach()
-        self._local = threading.local()
+        self._local = _ThreadState()
         self._generation = fork_generation()
         self._pid = os.getpid()
 

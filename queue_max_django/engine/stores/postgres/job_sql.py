@@ -47,7 +47,8 @@ def _enqueue_one_sql(state: int, journal: bool) -> str:
     a parameter's value (no ``CASE`` on the state, no ``generate_series(count)`` or ``unnest`` whose row
     count only a value tells), so the server's generic plan of the prepared statement costs what a custom
     one does, and after its first five runs the server plans it no more: planning was half of a put's time
-    on the server (docs/benchmarks.md)."""
+    on the server (docs/benchmarks.md). It returns the job's id as a number, not an array of one, which
+    psycopg would parse from its text at a cost a single put notices."""
     if state == PENDING:
         lead = (
             f"NOT EXISTS (SELECT 1 FROM qm_jobs WHERE state = {PENDING} AND cgroup IS NULL "
@@ -64,7 +65,7 @@ ins AS (
             %(now)s, %(timeout)s, %(partition_key)s, %(payload)s, %(metadata)s::text::jsonb)
     RETURNING id, queue),
 {tally_put((state, TOTAL), journal)}
-SELECT ARRAY[(SELECT id FROM ins)], {notify_if("(SELECT yes FROM lead)")}, (SELECT yes FROM lead)
+SELECT (SELECT id FROM ins), {notify_if("(SELECT yes FROM lead)")}, (SELECT yes FROM lead)
 """
 
 

@@ -40,7 +40,7 @@ from ..types import (
 from . import cancels, claims, history, job_sql, reads, schema, tagged, uniqueness, upkeep
 from .clock import ServerClock
 from .concurrency import PgConcurrency, limit_new
-from .connection import PREPARE_THRESHOLD, Connections, display_url, savepoint
+from .connection import PREPARE_THRESHOLD, Connections, display_url, savepoint, server_bound
 from .control import PgControl
 from .coordination import PgCoordination
 from .hints import PgHints
@@ -195,7 +195,18 @@ class PostgresStore:
     # ------------------------------------------------------------------ enqueue
 
     def put_one(self, now: float, shard: int, payload: bytes, spec: JobSpec) -> int:
-        return self.enqueue(now, shard, [NewJobs((payload,), spec)], False)[0]
+        """One job, the common put (no unique key, not in a caller's transaction): its one statement in
+        its own transaction, one round trip, without ``enqueue``'s batches around it."""
+        if spec.concurrency is not None:  # a second statement in the same transaction
+            return self.enqueue(now, shard, [NewJobs((payload,), spec)], False)[0]
+        state, params = self._put_params(spec, micros(now))
+        params["payload"] = payload
+        conn = self.db.connection()
+        with self.db.guard(conn):
+            row = self.db.runner(conn).execute(job_sql.ENQUEUE_ONE[state, False], params).fetchone()
+        if row[2]:  # it leads its queue: wake a consumer of this process (the NOTIFY wakes the others)
+            self.hints.local()
+        return int(row[0])
 
     def enqueue(
         self, now: float, shard: int | None, batches: Sequence[NewJobs], durable: bool, connection: Any = None
@@ -213,7 +224,7 @@ class PostgresStore:
         if len(batches) == 1 and batches[0].unique is None and batches[0].spec.concurrency is None:
             conn = self.db.connection()  # one statement: its own transaction, one round trip
             with self.db.guard(conn):
-                return self._enqueue_on(conn, now, batches)
+                return self._enqueue_on(self.db.runner(conn), now, batches)
         with self.db.transaction() as conn:
             return self._enqueue_on(conn, now, batches)
 
@@ -234,26 +245,15 @@ class PostgresStore:
                     ids.append(holder)
                     continue
             spec = batch.spec
-            ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
-            state = SCHEDULED if ready_us > now_us else PENDING
-            if state == PENDING:
-                # FIFO outlives the clock stepping back, for this process's puts: a new job is never
-                # ready before the last one it put (the id breaks the tie; across processes, the server's
-                # clock orders them).
-                ready_us = self._ready_floor = max(now_us, self._ready_floor)
-            params = self.params(
-                queue=spec.queue, name=spec.name, priority=spec.priority, ready=ready_us,
-                max_retries=spec.max_retries, now=now_us, timeout=spec.timeout,
-                partition_key=pack_key(spec.partition_key),
-                metadata=None if spec.metadata is None else spec.metadata.decode(),
-            )  # fmt: skip
+            state, params = self._put_params(spec, now_us)
             if len(payloads) == 1:  # a statement the server plans once (job_sql._enqueue_one_sql)
                 params["payload"] = payloads[0]
-                statement = job_sql.ENQUEUE_ONE[state, joined]
+                one, _sent, lead = execute(job_sql.ENQUEUE_ONE[state, joined], params).fetchone()
+                new = [one]
             else:
                 params.update(payloads=payloads, count=len(payloads), state=state)
                 statement = job_sql.ENQUEUE_JOINED if joined else job_sql.ENQUEUE
-            new, _sent, lead = execute(statement, params).fetchone()
+                new, _sent, lead = execute(statement, params).fetchone()
             if spec.concurrency is not None:  # in the same transaction (concurrency.py)
                 execute(*limit_new(new, spec, self.params(now=now_us)))
                 lead = True
@@ -264,31 +264,40 @@ class PostgresStore:
             ids.extend(new)
         return ids
 
+    def _put_params(self, spec: JobSpec, now_us: int) -> tuple[int, dict[str, Any]]:
+        """The state of new jobs of ``spec`` put at ``now_us``, and their statement's parameters (all but
+        the payloads)."""
+        ready_us = now_us if spec.ready_at is None else micros(spec.ready_at)
+        state = SCHEDULED if ready_us > now_us else PENDING
+        if state == PENDING:
+            # FIFO outlives the clock stepping back, for this process's puts: a new job is never ready
+            # before the last one it put (the id breaks the tie; across processes, the server's clock
+            # orders them).
+            ready_us = self._ready_floor = max(now_us, self._ready_floor)
+        params = self.params(
+            queue=spec.queue, name=spec.name, priority=spec.priority, ready=ready_us,
+            max_retries=spec.max_retries, now=now_us, timeout=spec.timeout,
+            partition_key=pack_key(spec.partition_key),
+            metadata=None if spec.metadata is None else spec.metadata.decode(),
+        )  # fmt: skip
+        return state, params
+
     def _joined_execute(self, conn: Any) -> Callable[[str, Any], Any]:
-        """How the statements of a put run on the caller's connection. Django's binds parameters on the
-        client (its ``ClientCursor``): each put would send its SQL as new text, which the server plans
-        every time, and the put's plan costs more than running it. So they run on a cursor that binds on
-        the server, prepared on that connection (psycopg keeps the prepared statements per connection),
-        unless the store is behind a transaction pooler (``prepare_threshold`` None: nothing prepared)."""
-        cursor = self.db.psycopg.Cursor(conn)
-        prepare = self.db.prepare_threshold is not None
-
-        def execute(sql: str, params: Any) -> Any:
-            return cursor.execute(sql, params, prepare=prepare)
-
-        return execute
+        """How the statements of a put run on the caller's connection: bound on the server and prepared
+        there once they ran the store's ``prepare_threshold`` times (``connection.server_bound``)."""
+        return server_bound(conn, self.db.caller_cursor(conn), self.db.prepare_threshold)
 
     def one(self, sql: str, params: Any) -> Any:
         """One statement in its own (implicit) transaction on this thread's connection: one round trip.
         -> its first row."""
         conn = self.db.connection()
         with self.db.guard(conn):
-            return conn.execute(sql, params).fetchone()
+            return self.db.runner(conn).execute(sql, params).fetchone()
 
     def rows(self, sql: str, params: Any) -> list[Any]:
         conn = self.db.connection()
         with self.db.guard(conn):
-            rows: list[Any] = conn.execute(sql, params).fetchall()
+            rows: list[Any] = self.db.runner(conn).execute(sql, params).fetchall()
             return rows
 
     # ------------------------------------------------------------------ claims
