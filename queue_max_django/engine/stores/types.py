@@ -53,12 +53,14 @@ class Claimed:
     metadata: dict[str, Any] = field(default_factory=dict)  # the job's, decoded (engine/metadata.py)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ClaimOutcome:
     """What one claim of one shard did: the jobs it took (possibly none), the priority of that shard's next
     claimable job after them (None: there is none; with nothing claimed and a priority, the claim was
     outranked by ``min_priority``), its earliest ETA, whether it had to wait for another writer, and whether
-    limited jobs may wait in the shard (``contract/concurrency.py``; True is always allowed)."""
+    limited jobs may wait in the shard (``contract/concurrency.py``; True is always allowed). Not frozen,
+    as ``Claimed`` is not: every claim makes one, and a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__`` (0.6 against 0.23 µs)."""
 
     claimed: list[Claimed]
     head_priority: int | None
