@@ -169,6 +169,7 @@ class Task(Generic[P, R]):
         unique_until: str | float | None = None,
         on_duplicate: str | None = None,
         tags: Sequence[str] | None = None,
+        encrypt: bool | None = None,
     ) -> Task[P, R]:
         """A copy with other options (not registered: jobs still name this task). ``enqueue_on_commit``:
         inside a transaction, wait for its commit to store the job (True) or store it at once (False), for
@@ -178,8 +179,12 @@ class Task(Generic[P, R]):
         that start with ``_`` are reserved for the backend and libraries, as in Django's Tasks: stored,
         but not in ``JobResult.metadata`` nor in what the task sees. ``unique_key``, ``unique_until``,
         ``on_duplicate``: as ``@task``'s, each replacing the task's (``unique_key=False``: none). ``tags``:
-        added to the task's own (``@task(tags=...)``), at most 16 in all (docs/howto/tags.md)."""
+        added to the task's own (``@task(tags=...)``), at most 16 in all (docs/howto/tags.md). ``encrypt``:
+        True or False: this copy's jobs encrypted or not, whatever the task and ``ENCRYPT`` say
+        (docs/security.md)."""
         clone = copy.copy(self)
+        if encrypt is not None:
+            clone.encrypt = check_encrypt(encrypt)  # refused before anything is stored: ValueError
         if tags is not None:
             clone.tags = check_tags([*self.tags, *check_tags(tags)])
         clone.unique = UniqueOptions.using(self.unique, unique_key, unique_until, on_duplicate)
@@ -189,13 +194,8 @@ class Task(Generic[P, R]):
         clone.queue = self.queue if queue is None else queue
         clone.max_retries = self.max_retries if max_retries is None else max_retries
         clone.timeout = self.timeout if timeout is None else float(timeout)
-        _check_options(
-            priority=clone.priority,
-            queue=clone.queue,
-            max_retries=clone.max_retries,
-            retry_backoff=clone.retry_backoff,
-            timeout=clone.timeout,
-        )
+        _check_options(priority=clone.priority, queue=clone.queue, max_retries=clone.max_retries,
+                       retry_backoff=clone.retry_backoff, timeout=clone.timeout)  # fmt: skip
         if delay is not None or eta is not None:
             clone.delay_seconds, clone.eta = delay, eta
         if enqueue_on_commit is not None:

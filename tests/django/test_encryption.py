@@ -102,6 +102,32 @@ def test_map_seals_every_job(queue_max: Configure) -> None:
         assert handles[3].return_value["receipt"] == f"{SECRET}-3-receipt"
 
 
+def test_using_encrypt_overrides_the_task_and_the_setting_for_that_copys_jobs(queue_max: Configure) -> None:
+    with queue_max(ENCRYPT=True, ENCRYPTION_KEYS={"k1": KEY_1}):
+        sealed = et.clear.using(encrypt=True).delay(SECRET)  # a task that says no, its copy yes
+        clear = et.charge.using(encrypt=False).delay(SECRET, amount=2)  # a task that says yes, its copy no
+        plain = et.clear.delay(SECRET)  # the task itself is as it was
+        assert is_sealed(raw(sealed.job_id).payload) and key_id_of(raw(sealed.job_id).payload) == "k1"
+        assert raw(clear.job_id).payload == {"args": [SECRET], "kwargs": {"amount": 2}}
+        assert raw(plain.job_id).payload == {"args": [SECRET], "kwargs": {}}
+        assert (et.clear.encrypt, et.charge.encrypt) == (False, True)
+        run_queued()
+        sealed.refresh()
+        clear.refresh()
+        assert sealed.return_value == SECRET and is_sealed(raw(sealed.job_id).result)  # its result sealed too
+        assert clear.return_value["receipt"] == f"{SECRET}-receipt"
+        assert raw(clear.job_id).result == {"receipt": f"{SECRET}-receipt", "amount": 2}
+
+
+def test_using_encrypt_refuses_what_is_not_a_bool_and_a_copy_without_a_key(queue_max: Configure) -> None:
+    with pytest.raises(ValueError, match="encrypt must be True, False or None, not 'yes'"):
+        et.clear.using(encrypt="yes")  # type: ignore[arg-type]
+    with queue_max():
+        with pytest.raises(EncryptionNotConfigured, match="E033"):  # no key: refused, nothing stored
+            et.clear.using(encrypt=True).delay(SECRET)
+        assert get_queue().stats()["total"] == 0
+
+
 def test_no_key_refuses_to_store(queue_max: Configure) -> None:
     with queue_max():
         with pytest.raises(EncryptionNotConfigured, match="E033"):
