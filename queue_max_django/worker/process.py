@@ -49,6 +49,7 @@ from .claims import ClaimTrouble
 from .dbconns import close_old
 from .failures import log_failure
 from .logs import Throttle, log_stopped
+from .memory import rss_anon_mb
 from .options import DONE, RECYCLE, TIMED_OUT, WorkerOptions
 from .tally import Tally
 
@@ -84,18 +85,6 @@ class Slot:
     deadline: float | None  # monotonic, from the job's timeout
     timed_out: bool = False  # ended by this process's main thread (timeout, or a cancel past its grace)
     cancel_deadline: float | None = None  # monotonic: a cancel was requested, the task must stop by then
-
-
-def rss_anon_mb() -> float | None:
-    """This process's anonymous resident memory in MiB (``RssAnon``: LMDB's mapped pages are not ours)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 class WorkerProcess:
