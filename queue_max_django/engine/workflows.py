@@ -226,6 +226,10 @@ def node_of(metadata: bytes | str | None) -> tuple[int, int] | None:
     if metadata is None:
         return None
     raw = metadata.encode() if isinstance(metadata, str) else metadata
+    if raw.startswith(b'{"_workflow":[') and raw.endswith(b"]}"):  # what node_metadata writes alone
+        workflow, _, index = raw[14:-2].partition(b",")  # (a third of the pattern's time: each member's end)
+        if workflow.isdigit() and index.isdigit():
+            return int(workflow), int(index)
     if WORKFLOW_MARK not in raw:
         return None
     found = _LINK.search(raw)
