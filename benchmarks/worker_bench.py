@@ -381,7 +381,8 @@ LABELS = {
     "tasks_db": "django-tasks-db: 2 x db_worker --batch (SQLite)",
     "lmdb_queue": "lmdb-queue bare get/ack loop, 2 processes (no task, no worker)",
 }
-TARGETS = {"huey": 5.0, "tasks_db": 50.0, "lmdb_queue": 1.5}
+TARGETS = {"huey": 5.0, "tasks_db": 50.0, "lmdb_queue": 2.0}  # issue 35's, on a quiet machine
+TARGETS_COMPETING = {"lmdb_queue": 1.2}  # issue 35's, with one CPU-bound process competing (--compete 1)
 
 
 def main() -> None:
@@ -468,7 +469,7 @@ def summarize(report: dict[str, Any]) -> None:
         rounds = list(zip(results["ours"], results[name], strict=False))
         busy = [ours["busy_per_s"] / theirs["busy_per_s"] for ours, theirs in rounds]
         wall = [ours["wall_per_s"] / theirs["wall_per_s"] for ours, theirs in rounds if theirs["wall_per_s"]]
-        target = TARGETS.get(name)
+        target = (TARGETS_COMPETING if report.get("compete") else TARGETS).get(name)
         middle = statistics.median(busy)
         verdict = (
             "" if target is None else f" (target >= {target:.1f}x: {'met' if middle >= target else 'MISSED'})"
