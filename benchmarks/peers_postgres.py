@@ -7,7 +7,6 @@ no-op task (issue 17).
     uv run --group bench python benchmarks/peers_postgres.py --json out.json    # the full run, ~25 minutes
     uv run --group bench python benchmarks/peers_postgres.py --only ours_pg,pgqueuer --quick
     uv run --group bench python benchmarks/peers_postgres.py --only ours_pg,pgqueuer --depths 20000,100000
-    PYTHONPATH=../base uv run --group bench python benchmarks/peers_postgres.py --only ours_pg --depths 20000
 
 Each PostgreSQL system gets a fresh database on the server of ``--url`` (``CREATE DATABASE qm_peer_<name>``,
 dropped afterwards); the Redis systems a flushed database of the Redis at ``--redis-url``, or of a
@@ -181,10 +180,7 @@ def redis_server(url: str) -> Iterator[str]:
 
 
 def env_for(pg_url: str | None, redis_url: str | None) -> dict[str, str]:
-    # a PYTHONPATH given to this script comes first for its children too: with another checkout there, its
-    # queue_max_django runs (an A/B of two commits' workers, each side a run of its own)
-    path = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), str(ROOT)])
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": PG_SETTINGS, "PYTHONPATH": path}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": PG_SETTINGS, "PYTHONPATH": str(ROOT)}
     if pg_url:
         env["BENCH_PG_URL"] = pg_url
         env["PGDSN"] = pg_url  # pgqueuer's CLI
