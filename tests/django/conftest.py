@@ -12,6 +12,7 @@ import pytest
 from django.test import override_settings
 
 from queue_max_django import conf
+from queue_max_django.tasks import registry
 from tests.engine.locations import StoreLocation
 
 from .pgdjango import pg_alias as pg_alias
@@ -26,6 +27,14 @@ def _fresh_conf() -> Iterator[None]:
     conf.reset()
     yield
     conf.reset()
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task registry's tasks and conflicts as copies, put back after the test: a task it registers, or a
+    name it registers twice (a conflict, which the system check E013 reports), leaves with it."""
+    monkeypatch.setattr(registry, "_tasks", dict(registry._tasks))
+    monkeypatch.setattr(registry, "_conflicts", list(registry._conflicts))
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from queue_max_django.admin import dashboard, display, listing
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue, State, parse_rate
 from queue_max_django.periodic import periodic_task
-from queue_max_django.tasks import registry
 from tests.admin_clients import logged_in
 from tests.dead_letters import fail
 
@@ -134,10 +133,10 @@ def test_the_dashboard_warns_of_queues_no_live_worker_serves(admin_client: Clien
 
 
 def test_the_dashboard_lists_periodic_tasks_their_runs_and_the_leading_scheduler(
-    admin_client: Client, store: Queue, monkeypatch: pytest.MonkeyPatch
+    admin_client: Client,
+    store: Queue,
+    scratch_registry: None,  # the tasks below leave with the test
 ) -> None:
-    monkeypatch.setattr(registry, "_tasks", dict(registry._tasks))  # the tasks below leave with the test
-    monkeypatch.setattr(registry, "_conflicts", list(registry._conflicts))
 
     @periodic_task(interval=300, name="admin.periodic.cleanup")
     def cleanup() -> None: ...

@@ -17,7 +17,6 @@ from django.utils import timezone
 from queue_max_django.conf import get_queue
 from queue_max_django.engine import Queue
 from queue_max_django.periodic import periodic_task
-from queue_max_django.running.registry import registry
 from queue_max_django.scheduling import editing
 from tests.admin_clients import logged_in
 
@@ -32,12 +31,7 @@ FORM = {"name": "mail ops", "task": SEND, "args": '["ops@example.com"]', "kwargs
 
 
 @pytest.fixture(autouse=True)
-def store(queue_max: Configure, monkeypatch: pytest.MonkeyPatch) -> Iterator[Queue]:
-    monkeypatch.setattr(
-        registry, "_tasks", dict(registry._tasks)
-    )  # tasks registered here leave with the test
-    monkeypatch.setattr(registry, "_conflicts", list(registry._conflicts))
-
+def store(queue_max: Configure, scratch_registry: None) -> Iterator[Queue]:  # its tasks leave with the test
     @periodic_task(interval=300, name="code.cleanup")
     def cleanup() -> None: ...
 

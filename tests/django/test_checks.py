@@ -615,13 +615,6 @@ def test_w002_relative_base_dir() -> None:
         ]
 
 
-@pytest.fixture
-def scratch_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The task registry's tasks and conflicts as copies, put back after the test."""
-    monkeypatch.setattr(registry, "_tasks", dict(registry._tasks))
-    monkeypatch.setattr(registry, "_conflicts", list(registry._conflicts))
-
-
 def test_e013_a_task_name_registered_twice(queue_max: Configure, scratch_registry: None) -> None:
     @task(name="checks.twice")
     def first() -> None: ...

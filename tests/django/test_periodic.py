@@ -18,10 +18,7 @@ Configure = Callable[..., override_settings]
 UTC = dt.UTC
 
 
-@pytest.fixture(autouse=True)
-def scratch_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "_tasks", dict(registry._tasks))
-    monkeypatch.setattr(registry, "_conflicts", list(registry._conflicts))
+pytestmark = pytest.mark.usefixtures("scratch_registry")  # the tasks each test registers leave with it
 
 
 def test_exported_lazily_from_the_package() -> None:

@@ -31,11 +31,7 @@ SEND = "tests.testapp.tasks.send_mail"
 
 
 @pytest.fixture(autouse=True)
-def store(queue_max: Configure, monkeypatch: pytest.MonkeyPatch) -> Iterator[Queue]:
-    monkeypatch.setattr(
-        registry, "_tasks", dict(registry._tasks)
-    )  # tasks registered here leave with the test
-    monkeypatch.setattr(registry, "_conflicts", list(registry._conflicts))
+def store(queue_max: Configure, scratch_registry: None) -> Iterator[Queue]:  # its tasks leave with the test
     with queue_max():
         yield get_queue()
 

@@ -70,6 +70,7 @@ def test_a_direct_call_runs_the_function_here() -> None:
     assert t.add.__doc__ is None
 
 
+@pytest.mark.usefixtures("scratch_registry")  # the conflict it makes would fail later tests' system checks
 def test_a_second_function_under_a_taken_name_is_refused_and_reported() -> None:
     def other() -> None: ...
 
