@@ -280,8 +280,8 @@ class Connections:
 
     def first_row(self, conn: Any, statement: Statement, params: Any) -> tuple[Any, ...]:
         """``statement`` run once on ``conn``, this thread's connection (``connection()``), outside a
-        transaction -> its first row: through libpq, prepared once per connection (``prepared.py``), or
-        on the connection's cursor when it is lent (``borrowed``) or a value is one libpq is not given here."""
+        transaction -> its first row: through libpq, prepared once per connection (``prepared.py``); on
+        the connection's cursor when it is lent (``borrowed``), or a value is one not given to libpq here."""
         held = self._local.held
         if held is not None and held.conn is conn:
             session = held.session

@@ -19,8 +19,9 @@ of a statement the server no longer knows fails with ``invalid_sql_statement_nam
 outside any transaction (these connections are in autocommit, and the store runs a ``Statement`` only
 outside its transactions): it is prepared again and run once more.
 
-A value of a type not listed in ``encode`` (an ``int`` subclass, a ``Decimal``) sends the statement through
-the connection's cursor instead, as before, so nothing psycopg would send is refused here."""
+A value of a type not listed in ``encode`` (an ``int`` subclass, a ``Decimal``), or a text with a NUL
+(libpq would cut it there), sends the statement through the connection's cursor instead, as before, so
+nothing psycopg would send or refuse is treated otherwise here."""
 
 from __future__ import annotations
 
@@ -68,13 +69,15 @@ def encode(
     statement: Statement, params: Mapping[str, Any], encoding: str
 ) -> tuple[list[Any], list[int]] | None:
     """The values of ``params`` in ``statement``'s order, as libpq sends them, and their formats (0: text,
-    1: binary, for bytes); None if one is of another type."""
+    1: binary, for bytes); None if one is of another type, or a text with a NUL."""
     values: list[Any] = []
     formats: list[int] = []
     for key in statement.names:
         value = params[key]
         kind = type(value)
         if kind is str:
+            if "\x00" in value:  # libpq would cut a text value at its NUL: psycopg refuses it
+                return None
             values.append(value.encode(encoding))
             formats.append(0)
         elif kind is int:
