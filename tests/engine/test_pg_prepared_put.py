@@ -200,3 +200,43 @@ def test_a_connection_lost_during_a_put_is_a_store_error_and_the_next_put_reconn
         locker.close()
         admin.close()
         q.close()
+
+
+def test_a_put_waiting_for_a_lock_gives_way_to_a_signal_and_the_connection_stays_usable(pg_url: str) -> None:
+    """The put is waited for as psycopg's cursor waits (never in a blocking libpq call, which would hold
+    off Python's signal handlers until the lock is released): Ctrl-C (here a timer's signal raising
+    ``KeyboardInterrupt``) stops it, the statement is cancelled on the server, nothing is stored, and the
+    next put runs on the same connection."""
+    import signal
+
+    q, store = _queue(pg_url)
+    locker = pgserver.connect(pg_url)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        q.put("before")
+        pid = store.db.connection().info.backend_pid
+        locker.autocommit = False
+        locker.execute("LOCK TABLE qm_counts IN EXCLUSIVE MODE")  # the put's counter upsert waits
+        release = threading.Timer(10, locker.rollback)  # a put that held off the signal: it fails, not hangs
+        release.start()
+        began = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(KeyboardInterrupt):
+            q.put("interrupted")
+        assert time.monotonic() - began < 5
+        release.cancel()
+        release.join()
+        locker.rollback()
+        q.put("after")
+        assert store.db.connection().info.backend_pid == pid
+        assert [job.payload for job in q.jobs(State.PENDING)] == ["before", "after"]
+        assert q.stats()["total"] == 2 and q.verify() == []
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        locker.close()
+        q.close()

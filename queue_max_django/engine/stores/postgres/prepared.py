@@ -5,12 +5,12 @@ A psycopg cursor adapts each parameter through its dumpers, keeps its prepared s
 checks and rotates at every run, and makes a result object of rows and loaders: a third of a single put's
 client CPU, for a statement whose parameters are always of the same few types. Here a ``Statement`` is
 the same SQL with ``$n`` placeholders, prepared by name once per server session (``Session.prepared``)
-and run with ``exec_prepared``: each value sent as text (bytes in binary), its type the one the server
-infers from where it stands (a column, a comparison: what psycopg's typed parameters are cast to), and the
-row read as text by the statement's own decoders.
+and run by that name (``send_query_prepared``): each value sent as text (bytes in binary), its type the
+one the server infers from where it stands (a column, a comparison: what psycopg's typed parameters are
+cast to), and the row read as text by the statement's own decoders.
 
 With ``prepare_threshold`` None (a transaction pooler: ``connection.py``) nothing is prepared: the SQL goes
-with each run as an unnamed statement (``exec_params``), as psycopg's ``prepare=False`` sends it.
+with each run as an unnamed statement (``send_query_params``), as psycopg's ``prepare=False`` sends it.
 
 A prepared statement lives as long as its server session: a new connection prepares it again (its
 ``Session`` is new). psycopg may drop it within the session: it sends ``DEALLOCATE ALL`` when a transaction
@@ -30,8 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK
-CONNECTION_OK = 0  # psycopg.pq.ConnStatus.OK
+COMMAND_OK, TUPLES_OK = 1, 2  # psycopg.pq.ExecStatus
 UNKNOWN_STATEMENT = b"26000"  # invalid_sql_statement_name: the server no longer has it
 
 
@@ -102,13 +101,19 @@ def encode(
 
 class Session:
     """What the store knows of one of its connections' server session: the statements it prepared there
-    (a new connection has a new ``Session``). ``prepare``: False behind a transaction pooler."""
+    (a new connection has a new ``Session``). ``prepare``: False behind a transaction pooler.
 
-    __slots__ = ("conn", "encoding", "prepare", "prepared", "psycopg")
+    Each run is sent, then waited for as psycopg's cursor waits (``Connection.wait`` over psycopg's
+    ``execute`` generator: the socket polled, Ctrl-C cancels the statement on the server, a lost connection
+    is psycopg's ``OperationalError``), never in one of libpq's blocking calls, which would hold off Python's
+    signal handlers for as long as the statement waits (a lock)."""
+
+    __slots__ = ("conn", "encoding", "execute", "prepare", "prepared", "psycopg")
 
     def __init__(self, conn: Any, psycopg: Any, prepare: bool) -> None:
         self.conn = conn
         self.psycopg = psycopg
+        self.execute = psycopg.generators.execute
         self.prepare = prepare
         self.prepared: set[bytes] = set()
         self.encoding = conn.info.encoding
@@ -121,36 +126,34 @@ class Session:
         if encoded is None:
             return None
         values, formats = encoded
-        pgconn = self.conn.pgconn
+        conn = self.conn
+        pgconn = conn.pgconn
         if not self.prepare:
-            result = pgconn.exec_params(statement.query, values, None, formats)
+            pgconn.send_query_params(statement.query, values, None, formats)
+            result = conn.wait(self.execute(pgconn))[-1]
         else:
             name = statement.name
             if name not in self.prepared:
-                self._prepare(pgconn, statement)
-            result = pgconn.exec_prepared(name, values, formats)
+                self._prepare(statement)
+            pgconn.send_query_prepared(name, values, formats)
+            result = conn.wait(self.execute(pgconn))[-1]
             if result.status != TUPLES_OK and result.error_field(0x43) == UNKNOWN_STATEMENT:  # 'C': SQLSTATE
                 self.prepared.discard(name)  # psycopg's DEALLOCATE ALL took it: nothing ran
-                self._prepare(pgconn, statement)
-                result = pgconn.exec_prepared(name, values, formats)
+                self._prepare(statement)
+                pgconn.send_query_prepared(name, values, formats)
+                result = conn.wait(self.execute(pgconn))[-1]
         if result.status != TUPLES_OK:
-            self._raise(pgconn, result)
+            raise self.psycopg.errors.error_from_result(result, encoding=self.encoding)
         return tuple(
             None if decode is None or (value := result.get_value(0, column)) is None else decode(value)
             for column, decode in enumerate(statement.decoders)
         )
 
-    def _prepare(self, pgconn: Any, statement: Statement) -> None:
-        result = pgconn.prepare(statement.name, statement.query)
-        if result.status != 1:  # COMMAND_OK
-            self._raise(pgconn, result)
+    def _prepare(self, statement: Statement) -> None:
+        """Prepare ``statement`` in this session (a round trip, waited for as a run is)."""
+        conn = self.conn
+        conn.pgconn.send_prepare(statement.name, statement.query)
+        result = conn.wait(self.execute(conn.pgconn))[-1]
+        if result.status != COMMAND_OK:
+            raise self.psycopg.errors.error_from_result(result, encoding=self.encoding)
         self.prepared.add(statement.name)
-
-    def _raise(self, pgconn: Any, result: Any) -> None:
-        """The psycopg error of a failed run: ``OperationalError`` when the connection is gone (libpq's
-        message has no SQLSTATE then), as psycopg's own reading of the socket raises it."""
-        errors = self.psycopg.errors
-        if pgconn.status != CONNECTION_OK:
-            message = result.get_error_message(self.encoding) or pgconn.get_error_message(self.encoding)
-            raise self.psycopg.OperationalError(message or "the connection to the server was lost")
-        raise errors.error_from_result(result, encoding=self.encoding)
