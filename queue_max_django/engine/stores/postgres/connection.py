@@ -49,6 +49,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ...errors import ConfigurationError, QueueClosed, StoreError, StoreUnavailable
 from ...forks import add_open_probe, fork_generation
+from .prepared import Session, Statement
 
 RECONNECT_DELAYS = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)  # seconds before each try to reconnect, then the last
 CONNECT_TIMEOUT = 10  # seconds
@@ -103,11 +104,12 @@ class _Held:
     """A thread's connection, as its thread-local holds it: when the thread ends, Python drops the
     thread's locals, and the finalizer registered on this object closes the connection."""
 
-    __slots__ = ("__weakref__", "_poller", "conn", "cursor")
+    __slots__ = ("__weakref__", "_poller", "conn", "cursor", "session")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.cursor: Any = None  # made on first use (Connections.runner)
+        self.session: Session | None = None  # made on first use (Connections.first_row)
         self._poller: Any = None
 
     def hung_up(self) -> bool:
@@ -275,6 +277,20 @@ class Connections:
         if cursor is None:
             cursor = held.cursor = conn.cursor()
         return cursor
+
+    def first_row(self, conn: Any, statement: Statement, params: Any) -> tuple[Any, ...]:
+        """``statement`` run once on ``conn``, this thread's connection (``connection()``), outside a
+        transaction -> its first row: through libpq, prepared once per connection (``prepared.py``); on
+        the connection's cursor when it is lent (``borrowed``), or a value is one not given to libpq here."""
+        held = self._local.held
+        if held is not None and held.conn is conn:
+            session = held.session
+            if session is None:
+                session = held.session = Session(conn, self.psycopg, self.prepare_threshold is not None)
+            row = session.first_row(statement, params)
+            if row is not None:
+                return row
+        return tuple(self.runner(conn).execute(statement.sql, params).fetchone())
 
     def caller_cursor(self, conn: Any) -> Any:
         """A cursor of ``conn``, a caller's connection, that binds on the server; kept for this thread's

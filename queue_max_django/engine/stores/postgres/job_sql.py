@@ -11,6 +11,7 @@ from ...tags import TAGS_KEY
 from ...workflows import WORKFLOW_KEY
 from . import pauses
 from .concurrency import WAITING_ANY, WAITING_IN
+from .prepared import Statement, text_bool
 from .rows import CLAIM_ALONE_NEXT, CLAIM_BATCH, CLAIMED
 from .schema import CANCELLED, DONE, FAILED, IS_CANCEL, PENDING, RUNNING, SCHEDULED, TOTAL
 from .sql import appended, notify_if, tally, tally_put
@@ -74,6 +75,13 @@ ENQUEUE_ONE = {
     (state, joined): _enqueue_one_sql(state, journal=joined)
     for state in (PENDING, SCHEDULED)
     for joined in (False, True)
+}
+
+# state -> the single put's statement on the store's own connection, run through libpq (prepared.py): the
+# job's id, the hints sent, whether it leads its queue
+PUT_ONE = {
+    state: Statement(f"qm_put_{state}", ENQUEUE_ONE[state, False], (int, None, text_bool))
+    for state in (PENDING, SCHEDULED)
 }
 
 FLOW_VERSION = "(SELECT version FROM qm_flow WHERE id = 1)"

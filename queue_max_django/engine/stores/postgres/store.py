@@ -203,7 +203,7 @@ class PostgresStore:
         params["payload"] = payload
         conn = self.db.connection()
         with self.db.guard(conn):
-            row = self.db.runner(conn).execute(job_sql.ENQUEUE_ONE[state, False], params).fetchone()
+            row = self.db.first_row(conn, job_sql.PUT_ONE[state], params)
         if row[2]:  # it leads its queue: wake a consumer of this process (the NOTIFY wakes the others)
             self.hints.local()
         return int(row[0])
