@@ -45,6 +45,26 @@ with Queue(sys.argv[1], do_recover=False, do_vacuum=False) as q:
     print(json.dumps({"claimed": claimed, "errors": errors, "problems": q.verify()}))
 """
 
+# The same by batches (``get_many``, as a worker claims): one claim walks the ready index from key to key.
+CHILD_MANY = """
+import json, sys
+from queue_max_django.engine import Queue, QueueCorrupted, QueueEmpty
+claimed, batches, errors = [], [], 0
+with Queue(sys.argv[1], do_recover=False, do_vacuum=False) as q:
+    for _ in range(50):
+        try:
+            records = q.get_many(10, 0)
+        except QueueEmpty:
+            break
+        except QueueCorrupted:
+            errors += 1
+            continue
+        batches.append([record.job_id for record in records])
+        claimed.extend(batches[-1])
+        q.ack_many([(record, None) for record in records])
+    print(json.dumps({"claimed": claimed, "batches": batches, "errors": errors, "problems": q.verify()}))
+"""
+
 
 def damaged_store(path: Path, victim: int) -> tuple[list[int], str]:
     """A one-shard store with ``JOBS`` pending jobs (put in one transaction, so the ready index's page is
@@ -65,10 +85,10 @@ def damaged_store(path: Path, victim: int) -> tuple[list[int], str]:
     return ids, bytes(raw[at - len(b"default\x00") - 2 : at + 16]).hex()
 
 
-def claim_in_child(path: Path) -> dict[str, object]:
+def claim_in_child(path: Path, child: str = CHILD) -> dict[str, object]:
     try:
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, timeout=BOUND
+            [sys.executable, "-c", child, str(path)], capture_output=True, text=True, timeout=BOUND
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"the claims did not end within {BOUND} s: a walk spins on the damaged index")
@@ -98,6 +118,22 @@ def test_a_key_out_of_order_in_the_ready_index_never_makes_a_claim_spin(
         assert states[ids[victim]] in (State.DONE, State.FAILED), states
         assert q.stats()["pending"] == 0 and q.stats()["running"] == 0
         # the damaged entry is gone: nothing is left in the ready index
+        assert q.jobs(State.PENDING) == []
+        assert q.verify() == []
+    assert result["problems"] == [], damaged
+
+
+@pytest.mark.parametrize("victim", range(JOBS - 1), ids=[f"key{n}" for n in range(JOBS - 1)])
+def test_a_key_out_of_order_never_makes_a_batch_claim_spin_or_skip(store_path: Path, victim: int) -> None:
+    """A claim of several jobs steps from the key it took to the next one under its cursor; after the
+    damaged key that next key sorts before it, and the claim seeks its queue's first key instead: the
+    first claim takes every job (the damaged one too: the cursor stands on it), each once."""
+    ids, damaged = damaged_store(store_path, victim)
+    result = claim_in_child(store_path, CHILD_MANY)
+    assert result["batches"] == [ids] and result["errors"] == 0, (result, damaged)
+    with open_queue(store_path) as q:
+        assert all(q.job(job_id).state is State.DONE for job_id in ids)  # type: ignore[union-attr]
+        assert q.stats()["pending"] == 0 and q.stats()["running"] == 0
         assert q.jobs(State.PENDING) == []
         assert q.verify() == []
     assert result["problems"] == [], damaged
