@@ -149,6 +149,7 @@ def claim_many(
                 eta = eta_us / 1_000_000
         cursor = txn.cursor(db=shard.ready)
         heads = queue_heads(cursor, queues)  # [order, key, prefix] of each queue's next job
+        one_queue = len(heads) == 1  # then every job claimed is of that queue
         on = None  # the ready key the cursor stands on (that very object), where this loop put it
         # The jobs and leases a claim writes sit next to each other (ids in claim order, one lease time):
         # a cursor's lookup next to its last one stays in its leaf page, where txn.get/put descend from
@@ -164,10 +165,11 @@ def claim_many(
             except struct.error:
                 _queue, _priority, _ready_us, job_id = ready_key_parts(key)  # raises: a misshapen key, named
             if min_priority is not None and _PRIORITY_FLIP - flipped < min_priority:
-                _tally_claims(shard, txn, claimed)
+                _tally_claims(shard, txn, claimed, one_queue)
                 eta = next_eta(shard, txn) if stale else eta
                 return claimed, _PRIORITY_FLIP - flipped, eta, bool(cursor.set_range(LIMITED))
-            read = _read_pending(shard, txn, jobs, key, job_id, now_us)
+            id_k = id_key(job_id)
+            read = _read_pending(shard, txn, jobs, key, job_id, id_k, now_us)
             if type(read) is tuple:
                 record, value, held = read
                 alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
@@ -184,9 +186,9 @@ def claim_many(
                 else:
                     first = record
                 if held:
-                    jobs.put(id_key(job_id), pack(record))
+                    jobs.put(id_k, pack(record))
                 else:
-                    txn.put(id_key(job_id), pack(record), db=shard.jobs)
+                    txn.put(id_k, pack(record), db=shard.jobs)
                 claimed.append(as_claimed(job_id, record, value, alone))
                 # Its key leaves the ready index under the cursor (on it already, or one lookup away), which
                 # then stands on the key after it: its queue's next job, unless that key is not greater (a
@@ -222,7 +224,7 @@ def claim_many(
         if len(claimed) == 1:  # the queue counts after the claims left pending (one write per queue)
             tally(shard, txn, claimed[0].queue.encode(), 0, -1)
         elif claimed:
-            _tally_claims(shard, txn, claimed)
+            _tally_claims(shard, txn, claimed, one_queue)
         after = ready_key_parts(min(heads)[1])[1] if heads else None
         if stale:
             eta = next_eta(shard, txn)
@@ -237,12 +239,12 @@ def claim_many(
     return outcome
 
 
-def _tally_claims(shard: ShardDbs, txn: Any, claimed: list[Claimed]) -> None:
-    """The queue counts after ``claimed`` left pending (one write per queue)."""
+def _tally_claims(shard: ShardDbs, txn: Any, claimed: list[Claimed], one_queue: bool) -> None:
+    """The queue counts after ``claimed`` left pending (one write per queue; ``one_queue``: all of one)."""
     if not claimed:
         return
     queue = claimed[0].queue
-    if len(claimed) == 1 or all(item.queue == queue for item in claimed):
+    if one_queue or len(claimed) == 1 or all(item.queue == queue for item in claimed):
         tally(shard, txn, queue.encode(), 0, -len(claimed))
         return
     changes: dict[str, int] = {}
@@ -253,12 +255,11 @@ def _tally_claims(shard: ShardDbs, txn: Any, claimed: list[Claimed]) -> None:
 
 
 def _read_pending(
-    shard: ShardDbs, txn: Any, jobs: Any, key: bytes, job_id: int, now_us: int
+    shard: ShardDbs, txn: Any, jobs: Any, key: bytes, job_id: int, id_k: bytes, now_us: int
 ) -> tuple[list[Any], Any, bool] | StrayEntry | CorruptedJobQuarantined:
     """The record and decoded payload of the pending job of ready ``key``, and whether the ``jobs`` cursor
     stands on its record (it found it; else a lookup from the root did) -- or the stray entry dropped, or
     the job quarantined (its record or payload does not decode, or its payload is missing)."""
-    id_k = id_key(job_id)
     if jobs.set_key(id_k):
         held, raw = True, jobs.value()
     else:  # a lookup from the root, in case the cursor's page misled its own
