@@ -34,7 +34,7 @@ from .access import (
 from .keys import _PRIORITY_FLIP, LIMITED, id_key, micros, ready_key_parts, time_key, time_key_parts
 from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_PAYLOAD, F_STATE, PENDING, SCHEDULED
 from .quarantine import quarantine, report
-from .records import as_claimed, mark_running
+from .records import start_running
 
 _ORDER_UNPACK_FROM = struct.Struct(">HQQ").unpack_from  # a ready key's tail (keys.ready_key_parts)
 PROMOTE_BATCH = 1000  # due jobs a claim promotes in its transaction, at most (the rest: the next claim)
@@ -93,10 +93,10 @@ def claim_job(
             quarantine(shard, txn, job_id, None, record, now_us, str(exc), bad_payload=payload)
             return None
         unindex_job(shard, txn, job_id, record)
-        mark_running(record, now_us, lease_us, token, worker)
+        claimed = start_running(job_id, record, value, now_us, lease_us, token, worker, False)
         index_job(shard, txn, job_id, record)
         store_record(shard, txn, job_id, record)
-        return as_claimed(job_id, record, value, False)
+        return claimed
 
     return shard.env.write(txn_fn)
 
@@ -177,7 +177,7 @@ def claim_many(
                     break  # it waits for a claim of its own
                 # pending -> running, written out (the hot path: what unindex_job() + index_job() do)
                 leases.put(time_key(lease_us, job_id), b"")
-                mark_running(record, now_us, lease_us, token, worker)
+                job = start_running(job_id, record, value, now_us, lease_us, token, worker, alone)
                 if claimed:
                     record[F_CLAIM] = CLAIM_BATCH
                     if len(claimed) == 1:  # a batch after all: the first job's record says so too
@@ -189,7 +189,7 @@ def claim_many(
                     jobs.put(id_k, pack(record))
                 else:
                     txn.put(id_k, pack(record), db=shard.jobs)
-                claimed.append(as_claimed(job_id, record, value, alone))
+                claimed.append(job)
                 # Its key leaves the ready index under the cursor (on it already, or one lookup away), which
                 # then stands on the key after it: its queue's next job, unless that key is not greater (a
                 # key out of order in a damaged page) or another queue's: then the seek below says.
