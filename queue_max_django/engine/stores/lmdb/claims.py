@@ -187,8 +187,9 @@ def claim_many(
                     first = record
                 if held:
                     jobs.put(id_k, pack(record))
-                else:
+                else:  # the cursor's page misled its lookup (a damaged page): the next one starts afresh
                     txn.put(id_k, pack(record), db=shard.jobs)
+                    jobs = txn.cursor(db=shard.jobs)
                 claimed.append(job)
                 # Its key leaves the ready index under the cursor (on it already, or one lookup away), which
                 # then stands on the key after it: its queue's next job, unless that key is not greater (a
@@ -208,8 +209,9 @@ def claim_many(
                     return read
                 stale = True  # the quarantine may have settled a workflow's node: read the ETA again
                 break  # keep the claims made before it; what follows is re-read by the next claim
-            else:  # stray, dropped
+            else:  # stray, dropped (the cursor, which missed its record, starts afresh)
                 alone = False
+                jobs = txn.cursor(db=shard.jobs)
             # The key is gone (claimed or stray: ``delete_entry``), and so is every key of its queue's
             # range before it: that queue's next job is the first key of its range. (A seek from the
             # key, the same descent, would be misled by a key out of order in a damaged page.)
