@@ -161,6 +161,28 @@ def test_get_many_serves_only_the_named_queues(clock: FakeClock, make_queue: Cal
         assert q.queue_counts()["reports"]["pending"] == 3
 
 
+@pytest.mark.rule_priority
+@pytest.mark.rule_named_queues
+def test_get_many_over_interleaved_queues_takes_each_job_once_in_priority_order(
+    clock: FakeClock, make_queue: Callable[..., Queue]
+) -> None:
+    """rule_priority, rule_named_queues: one claim over two queues whose priorities interleave (it goes from
+    one queue's jobs to the other's and back) takes the best job of either each time, FIFO within a
+    priority, none of a queue not named; the jobs it left are the next claim's, and no index entry of a
+    claimed job stays behind (verify)."""
+    with make_queue(shards=1) as q:
+        alpha = [q.put(n, queue="alpha", priority=priority) for n, priority in enumerate([5, 3, 3, 1])]
+        beta = [q.put(n, queue="beta", priority=priority) for n, priority in enumerate([4, 3, 2, 0])]
+        other = q.put("x", queue="gamma", priority=9)
+        batch = q.get_many(6, timeout=0, queues=["alpha", "beta"])
+        assert [r.job_id for r in batch] == [alpha[0], beta[0], alpha[1], alpha[2], beta[1], beta[2]]
+        assert all(state_of(q, r.job_id) is State.RUNNING for r in batch)
+        assert {job.job_id for job in q.jobs(State.PENDING)} == {alpha[3], beta[3], other}
+        assert [r.job_id for r in q.get_many(10, timeout=0, queues=["alpha", "beta"])] == [alpha[3], beta[3]]
+        assert [r.job_id for r in q.get_many(10, timeout=0)] == [other]
+        assert q.verify() == []
+
+
 def test_get_many_with_a_rate_limit_returns_one_job(
     clock: FakeClock, make_queue: Callable[..., Queue]
 ) -> None:

@@ -34,25 +34,10 @@ from .access import (
 from .keys import _PRIORITY_FLIP, LIMITED, id_key, micros, ready_key_parts, time_key, time_key_parts
 from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_PAYLOAD, F_STATE, PENDING, SCHEDULED
 from .quarantine import quarantine, report
-from .records import as_claimed, mark_running
+from .records import start_running
 
 _ORDER_UNPACK_FROM = struct.Struct(">HQQ").unpack_from  # a ready key's tail (keys.ready_key_parts)
 PROMOTE_BATCH = 1000  # due jobs a claim promotes in its transaction, at most (the rest: the next claim)
-
-
-@dataclass(frozen=True, slots=True)
-class Outranked:
-    """A claim declined: this shard's next job has a lower priority than another shard may hold."""
-
-    priority: int
-
-
-@dataclass(frozen=True, slots=True)
-class AloneNext:
-    """A claim stopped before this job: its lease once expired, so it is claimed alone, not in a batch."""
-
-
-ALONE_NEXT = AloneNext()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +93,10 @@ def claim_job(
             quarantine(shard, txn, job_id, None, record, now_us, str(exc), bad_payload=payload)
             return None
         unindex_job(shard, txn, job_id, record)
-        mark_running(record, now_us, lease_us, token, worker)
+        claimed = start_running(job_id, record, value, now_us, lease_us, token, worker, False)
         index_job(shard, txn, job_id, record)
         store_record(shard, txn, job_id, record)
-        return as_claimed(job_id, record, value, False)
+        return claimed
 
     return shard.env.write(txn_fn)
 
@@ -146,7 +131,7 @@ def claim_many(
 
     def txn_fn(txn: Any) -> tuple[list[Claimed], int | None, float | None, bool] | CorruptedJobQuarantined:
         claimed: list[Claimed] = []
-        first_record: list[list[Any]] = []  # the first job's record, rewritten if a second one joins
+        first: list[Any] = []  # the first job's record, rewritten if a second one joins
         # Due scheduled jobs become pending first, in this transaction: a claim never takes a job of
         # lower priority than one whose ETA has passed (the caller's view of the ETAs may be stale).
         promoted.clear()
@@ -164,36 +149,76 @@ def claim_many(
                 eta = eta_us / 1_000_000
         cursor = txn.cursor(db=shard.ready)
         heads = queue_heads(cursor, queues)  # [order, key, prefix] of each queue's next job
+        one_queue = len(heads) == 1  # then every job claimed is of that queue
+        on = None  # the ready key the cursor stands on (that very object), where this loop put it
+        # The jobs and leases a claim writes sit next to each other (ids in claim order, one lease time):
+        # a cursor's lookup next to its last one stays in its leaf page, where txn.get/put descend from
+        # the root. The jobs cursor only reads and rewrites the record it stands on (``_read_pending``).
+        jobs = txn.cursor(db=shard.jobs)
+        leases = txn.cursor(db=shard.lease)
+        pack = layout._packer().pack
         while len(claimed) < limit and heads:
             head = min(heads)
             key, prefix = head[1], head[2]
-            step = _claim_step(shard, txn, key, now_us, lease_us, token, min_priority, worker, claimed,
-                               first_record)  # fmt: skip
-            alone = False
-            if type(step) is Claimed:
-                claimed.append(step)
-                alone = step.alone
-                if len(claimed) == 2:  # a batch after all: the first job's record says so too
-                    record = first_record[0]
-                    record[F_CLAIM] = CLAIM_BATCH
-                    txn.put(id_key(claimed[0].job_id), layout.pack_record(record), db=shard.jobs)
-            elif step is ALONE_NEXT:
-                break
-            elif isinstance(step, Outranked):
-                _tally_claims(shard, txn, claimed)
+            try:  # the key's last 18 bytes: (flipped priority, ready µs, id), as ready_key_parts reads them
+                flipped, _ready_us, job_id = _ORDER_UNPACK_FROM(key, -18)
+            except struct.error:
+                _queue, _priority, _ready_us, job_id = ready_key_parts(key)  # raises: a misshapen key, named
+            if min_priority is not None and _PRIORITY_FLIP - flipped < min_priority:
+                _tally_claims(shard, txn, claimed, one_queue)
                 eta = next_eta(shard, txn) if stale else eta
-                return claimed, step.priority, eta, bool(cursor.set_range(LIMITED))
-            elif isinstance(step, CorruptedJobQuarantined):
+                return claimed, _PRIORITY_FLIP - flipped, eta, bool(cursor.set_range(LIMITED))
+            id_k = id_key(job_id)
+            read = _read_pending(shard, txn, jobs, key, job_id, id_k, now_us)
+            if type(read) is tuple:
+                record, value, held = read
+                alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
+                if alone and claimed:
+                    break  # it waits for a claim of its own
+                # pending -> running, written out (the hot path: what unindex_job() + index_job() do)
+                leases.put(time_key(lease_us, job_id), b"")
+                job = start_running(job_id, record, value, now_us, lease_us, token, worker, alone)
+                if claimed:
+                    record[F_CLAIM] = CLAIM_BATCH
+                    if len(claimed) == 1:  # a batch after all: the first job's record says so too
+                        first[F_CLAIM] = CLAIM_BATCH
+                        txn.put(id_key(claimed[0].job_id), pack(first), db=shard.jobs)
+                else:
+                    first = record
+                if held:
+                    jobs.put(id_k, pack(record))
+                else:  # the cursor's page misled its lookup (a damaged page): the next one starts afresh
+                    txn.put(id_k, pack(record), db=shard.jobs)
+                    jobs = txn.cursor(db=shard.jobs)
+                claimed.append(job)
+                # Its key leaves the ready index under the cursor (on it already, or one lookup away), which
+                # then stands on the key after it: its queue's next job, unless that key is not greater (a
+                # key out of order in a damaged page) or another queue's: then the seek below says.
+                if (key is on or cursor.set_key(key)) and cursor.delete():
+                    following = cursor.key()
+                    if following > key and following.startswith(prefix):
+                        head[0], head[1] = following[len(prefix) :], following
+                        on = following
+                        if alone:
+                            break
+                        continue
+                else:  # a lookup misses it (a damaged page holds it out of order): found where it is
+                    delete_entry(txn, shard.ready, key, met=True)
+            elif isinstance(read, CorruptedJobQuarantined):
                 if not claimed:
-                    return step
+                    return read
                 stale = True  # the quarantine may have settled a workflow's node: read the ETA again
                 break  # keep the claims made before it; what follows is re-read by the next claim
+            else:  # stray, dropped (the cursor, which missed its record, starts afresh)
+                alone = False
+                jobs = txn.cursor(db=shard.jobs)
             # The key is gone (claimed or stray: ``delete_entry``), and so is every key of its queue's
             # range before it: that queue's next job is the first key of its range. (A seek from the
             # key, the same descent, would be misled by a key out of order in a damaged page.)
-            if cursor.set_range(prefix) and cursor.key().startswith(prefix):
-                following = cursor.key()
+            on = None
+            if cursor.set_range(prefix) and (following := cursor.key()).startswith(prefix):
                 head[0], head[1] = following[len(prefix) :], following
+                on = following
             else:
                 heads.remove(head)
             if alone:
@@ -201,7 +226,7 @@ def claim_many(
         if len(claimed) == 1:  # the queue counts after the claims left pending (one write per queue)
             tally(shard, txn, claimed[0].queue.encode(), 0, -1)
         elif claimed:
-            _tally_claims(shard, txn, claimed)
+            _tally_claims(shard, txn, claimed, one_queue)
         after = ready_key_parts(min(heads)[1])[1] if heads else None
         if stale:
             eta = next_eta(shard, txn)
@@ -216,12 +241,12 @@ def claim_many(
     return outcome
 
 
-def _tally_claims(shard: ShardDbs, txn: Any, claimed: list[Claimed]) -> None:
-    """The queue counts after ``claimed`` left pending (one write per queue)."""
+def _tally_claims(shard: ShardDbs, txn: Any, claimed: list[Claimed], one_queue: bool) -> None:
+    """The queue counts after ``claimed`` left pending (one write per queue; ``one_queue``: all of one)."""
     if not claimed:
         return
     queue = claimed[0].queue
-    if len(claimed) == 1 or all(item.queue == queue for item in claimed):
+    if one_queue or len(claimed) == 1 or all(item.queue == queue for item in claimed):
         tally(shard, txn, queue.encode(), 0, -len(claimed))
         return
     changes: dict[str, int] = {}
@@ -231,33 +256,18 @@ def _tally_claims(shard: ShardDbs, txn: Any, claimed: list[Claimed]) -> None:
         tally(shard, txn, name.encode(), 0, -count)
 
 
-def _claim_step(
-    shard: ShardDbs,
-    txn: Any,
-    key: bytes,
-    now_us: int,
-    lease_us: int,
-    token: bytes,
-    min_priority: int | None,
-    worker: str | None,
-    claimed: list[Claimed] | None = None,
-    first_record: list[list[Any]] | None = None,
-) -> Claimed | Outranked | StrayEntry | CorruptedJobQuarantined | AloneNext:
-    """Claim the job of ready ``key`` in this transaction, unless it is outranked, stray or corrupted.
-    ``claimed``: the jobs this claim took before it (a job to be claimed alone waits for a claim of
-    its own: ``ALONE_NEXT``); the job is marked ``CLAIM_BATCH`` when there are some. The first job's
-    record goes into ``first_record``."""
-    try:  # the key's last 18 bytes: (flipped priority, ready µs, id), as ``ready_key_parts`` reads them
-        flipped, _ready_us, job_id = _ORDER_UNPACK_FROM(key, -18)
-    except struct.error:
-        _queue, priority, _ready_us, job_id = ready_key_parts(key)  # raises: a misshapen key, named
-    priority = _PRIORITY_FLIP - flipped
-    if min_priority is not None and priority < min_priority:
-        return Outranked(priority)
-    id_k = id_key(job_id)
-    raw = txn.get(id_k, db=shard.jobs)
-    if raw is None:
-        return _drop_stray(shard, txn, job_id, key)
+def _read_pending(
+    shard: ShardDbs, txn: Any, jobs: Any, key: bytes, job_id: int, id_k: bytes, now_us: int
+) -> tuple[list[Any], Any, bool] | StrayEntry | CorruptedJobQuarantined:
+    """The record and decoded payload of the pending job of ready ``key``, and whether the ``jobs`` cursor
+    stands on its record (it found it; else a lookup from the root did) -- or the stray entry dropped, or
+    the job quarantined (its record or payload does not decode, or its payload is missing)."""
+    if jobs.set_key(id_k):
+        held, raw = True, jobs.value()
+    else:  # a lookup from the root, in case the cursor's page misled its own
+        held, raw = False, txn.get(id_k, db=shard.jobs)
+        if raw is None:
+            return _drop_stray(shard, txn, job_id, key)
     try:
         record = layout.unpack_record(raw, job_id)
     except QueueCorrupted as exc:
@@ -274,20 +284,7 @@ def _claim_step(
         value = codec.unpack_stored(payload, job_id, "payload")
     except QueueCorrupted as exc:
         return quarantine(shard, txn, job_id, key, record, now_us, str(exc), bad_payload=payload)
-    alone = record[F_CLAIM] == CLAIM_ALONE_NEXT
-    if alone and claimed:
-        return ALONE_NEXT
-    # pending -> running, written out (the hot path: what unindex_job() + index_job() do, inlined)
-    if not txn.delete(key, db=shard.ready):
-        delete_entry(txn, shard.ready, key, met=True)
-    txn.put(time_key(lease_us, job_id), b"", db=shard.lease)
-    mark_running(record, now_us, lease_us, token, worker)
-    if claimed:
-        record[F_CLAIM] = CLAIM_BATCH
-    elif first_record is not None:
-        first_record.append(record)
-    txn.put(id_k, layout.pack_record(record), db=shard.jobs)
-    return as_claimed(job_id, record, value, alone)
+    return record, value, held
 
 
 def _drop_stray(shard: ShardDbs, txn: Any, job_id: int, ready_k: bytes) -> StrayEntry:

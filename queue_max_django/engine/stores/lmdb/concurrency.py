@@ -18,7 +18,7 @@ from .access import ShardDbs, delete_entry, tally, unindex_job
 from .keys import QUEUE_SEP, group_head, id_key, micros, ready_key_parts, time_key, time_key_parts
 from .layout import CLAIM_ALONE_NEXT, CLAIM_BATCH, F_CLAIM, F_LIMITS, F_PAYLOAD, F_QUEUE, F_STATE, PENDING
 from .quarantine import quarantine, report
-from .records import as_claimed, mark_running
+from .records import start_running
 
 PROMOTE_BATCH = 1000
 TURNS_READ = 4 * SCAN_GROUPS  # groups in turn a claim reads, at most (those of its queues: SCAN_GROUPS)
@@ -153,7 +153,7 @@ def claim(
             else:  # (or jobs of paused tasks before it were passed over: they wait too)
                 more = seek(head) and ready.key().startswith(head)
             put(time_key(lease_us, job_id), b"", db=lease_db)
-            mark_running(record, now_us, lease_us, token, worker)
+            job = start_running(job_id, record, value, now_us, lease_us, token, worker, alone)
             if claimed:
                 record[F_CLAIM] = CLAIM_BATCH
                 if len(claimed) == 1:  # a batch after all: the first job's record says so too
@@ -166,7 +166,7 @@ def claim(
                 charged.add(limit_key)
             queue = record[F_QUEUE]
             queues_left[queue] = queues_left.get(queue, 0) + 1
-            claimed.append(as_claimed(job_id, record, value, alone))
+            claimed.append(job)
             records.append(record)
             seen.pop(group, None)
             seen[group] = more

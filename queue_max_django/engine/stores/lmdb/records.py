@@ -73,26 +73,35 @@ def record_to_job(job_id: int, record: list[Any], payload: bytes | None) -> Job:
     )
 
 
-def mark_running(record: list[Any], now_us: int, lease_us: int, token: bytes, worker: str | None) -> None:
+def start_running(
+    job_id: int,
+    record: list[Any],
+    payload: Any,
+    now_us: int,
+    lease_us: int,
+    token: bytes,
+    worker: str | None,
+    alone: bool,
+) -> Claimed:
     """A claimed job's record: running from now, held by ``token`` until ``lease_us``, one more attempt,
-    claimed alone (``claim_many`` marks the jobs of a batch ``CLAIM_BATCH`` once there are two)."""
+    claimed alone (``claim_many`` marks the jobs of a batch ``CLAIM_BATCH`` once there are two). -> the
+    neutral ``Claimed`` of it, ``payload`` its decoded payload. Its metadata is the JSON of a dict when it
+    is there (``layout`` checked its type; a claim that decodes it reads what a put wrote). (One function
+    for both: a claim of a batch calls it for every job.)"""
+    attempts = (record[F_ATTEMPTS] or 0) + 1
     record[F_STATE] = RUNNING
     record[F_STARTED_AT] = now_us
     record[F_LEASE_UNTIL] = lease_us
     record[F_TOKEN] = token
-    record[F_ATTEMPTS] = (record[F_ATTEMPTS] or 0) + 1
+    record[F_ATTEMPTS] = attempts
     record[F_CLAIM] = None
+    workers = record[F_WORKERS]
     if worker is not None:
-        remember_worker(record, worker)
-
-
-def as_claimed(job_id: int, record: list[Any], payload: Any, alone: bool) -> Claimed:
-    """The neutral ``Claimed`` of a record a claim just marked running. Its metadata is the JSON of a dict
-    when it is there (``layout`` checked its type; a claim that decodes it reads what a put wrote)."""
+        workers = record[F_WORKERS] = [*workers, worker][-HISTORY_MAX:] if workers else [worker]
     claimed = Claimed(
-        job_id, record[F_TOKEN], payload, record[F_RETRIES], record[F_MAX_RETRIES], record[F_ATTEMPTS],
+        job_id, token, payload, record[F_RETRIES], record[F_MAX_RETRIES], attempts,
         record[F_ENQUEUED_AT] / 1_000_000, record[F_PRIORITY], record[F_QUEUE], record[F_NAME],
-        record[F_TIMEOUT], record[F_LEASE_UNTIL] / 1_000_000, tuple(record[F_WORKERS] or ()), alone,
+        record[F_TIMEOUT], lease_us / 1_000_000, tuple(workers or ()), alone,
     )  # fmt: skip
     if record[F_METADATA] is not None:
         claimed.metadata = metadata_of(record)
@@ -124,9 +133,3 @@ def unreadable_record(job_id: int) -> list[Any]:
     record[F_RETRIES], record[F_MAX_RETRIES], record[F_ATTEMPTS] = 0, 0, 0
     record[F_ENQUEUED_AT] = record[F_READY_AT] = job_id >> SHARD_BITS
     return record
-
-
-def remember_worker(record: list[Any], worker: str) -> None:
-    workers = record[F_WORKERS] or []
-    workers.append(worker)
-    record[F_WORKERS] = workers[-HISTORY_MAX:]
