@@ -235,34 +235,21 @@ def _succeeded(
     if fixed[3] is not None:
         return False  # still holds its payload (``settle`` clears it)
     children = fixed[1]
-    if len(children) == 1:  # a chord's member: one child, the callback (the usual case, made short)
-        child_key = b"S" + _NODE.pack(workflow_id, children[0])
+    kept: list[tuple[bytes, list[Any]]] = []
+    for child_at in children:
+        child_key = b"S" + _NODE.pack(workflow_id, child_at)
         child = _read(txn, db, child_key, batch)
         assert child is not None
-        waiting = child[1] == _WAITING
-        if waiting and child[0] <= 1:
+        if child[1] != _WAITING:
+            continue
+        if child[0] <= 1:
             return False
-        own[1], own[4], own[5] = _SUCCEEDED, result, None
-        txn.put(key, _pack(own), db=db)
-        if waiting:
-            child[0] -= 1
-            _kept(txn, db, child_key, child, batch)
-    else:
-        kept: list[tuple[bytes, list[Any]]] = []
-        for child_at in children:
-            child_key = b"S" + _NODE.pack(workflow_id, child_at)
-            child = _read(txn, db, child_key, batch)
-            assert child is not None
-            if child[1] != _WAITING:
-                continue
-            if child[0] <= 1:
-                return False
-            kept.append((child_key, child))
-        own[1], own[4], own[5] = _SUCCEEDED, result, None
-        txn.put(key, _pack(own), db=db)
-        for child_key, child in kept:
-            child[0] -= 1
-            _kept(txn, db, child_key, child, batch)
+        kept.append((child_key, child))
+    own[1], own[4], own[5] = _SUCCEEDED, result, None
+    txn.put(key, _pack(own), db=db)
+    for child_key, child in kept:
+        child[0] -= 1
+        _kept(txn, db, child_key, child, batch)
     head[3] -= 1
     _kept(txn, db, head_key, head, batch)
     return True
