@@ -170,7 +170,7 @@ def ended(shard: Any, txn: Any, record: list[Any]) -> None:
         return
     workflow_id, index = found
     batch: dict[bytes, list[Any]] | None = shard.wf_batch
-    head_key = b"W" + id_key(workflow_id)
+    head_key = _head_key(workflow_id)
     head = _read(txn, shard.workflows, head_key, batch)
     if head is None:
         return  # forgotten, or a job whose metadata was copied from a node's
@@ -207,6 +207,13 @@ def _read(txn: Any, db: Any, key: bytes, batch: dict[bytes, list[Any]] | None) -
     return None if raw is None else _unpack(raw)  # a new list (msgpack's arrays decode as lists)
 
 
+def _write(txn: Any, db: Any, key: bytes, value: list[Any], batch: dict[bytes, list[Any]] | None) -> None:
+    if batch is None:
+        txn.put(key, _pack(value), db=db)
+    else:
+        batch[key] = value  # written once, by ``flush``, however many members of one chord end here
+
+
 def flush(shard: Any, txn: Any) -> None:
     """Write what the quick settlings of this transaction kept back (``Shard.complete_many`` calls this
     before it commits; ``ended`` before a full settling)."""
@@ -234,34 +241,24 @@ def _succeeded(
     fixed = _unpack(txn.get(b"N" + at, db=db))  # [name, children, always, payload, spec]
     if fixed[3] is not None:
         return False  # still holds its payload (``settle`` clears it)
-    children = fixed[1]
-    kept: list[tuple[bytes, list[Any]]] = []
-    for child_at in children:
-        child_key = b"S" + _NODE.pack(workflow_id, child_at)
+    children: list[tuple[bytes, list[Any]]] = []
+    for child_at in fixed[1]:
+        child_key = _state_key(workflow_id, child_at)
         child = _read(txn, db, child_key, batch)
         assert child is not None
         if child[1] != _WAITING:
             continue
         if child[0] <= 1:
             return False
-        kept.append((child_key, child))
+        children.append((child_key, child))
     own[1], own[4], own[5] = _SUCCEEDED, result, None
     txn.put(key, _pack(own), db=db)
-    for child_key, child in kept:
+    for child_key, child in children:
         child[0] -= 1
-        _kept(txn, db, child_key, child, batch)
+        _write(txn, db, child_key, child, batch)
     head[3] -= 1
-    _kept(txn, db, head_key, head, batch)
+    _write(txn, db, head_key, head, batch)
     return True
-
-
-def _kept(txn: Any, db: Any, key: bytes, value: list[Any], batch: dict[bytes, list[Any]] | None) -> None:
-    """Write an entry a quick settling changed: now, or (``batch``) once, by ``flush``, however many
-    members of one chord end in this transaction."""
-    if batch is None:
-        txn.put(key, _pack(value), db=db)
-    else:
-        batch[key] = value
 
 
 def put(shard: Any, now: float, nodes: Sequence[wf.NewNode]) -> int:
